@@ -1,0 +1,459 @@
+//! Typed actor references.
+//!
+//! An [`ActorRef<M>`] is the only way to reach an actor: cheap to clone
+//! (one reference count), `Send + Sync`, compared and hashed by the actor's
+//! stable [`ActorId`]. The same type will address actors on other nodes: a
+//! ref is a pointer to a [`Sink`], and a remote proxy is just another sink.
+//!
+//! Refs can be *narrowed*: an `ActorRef<M>` becomes an `ActorRef<S>` for any
+//! `S: Into<M>` (the "actor interfaces" of the Aurum design), so one
+//! collection can hold subscribers of different actor types that all accept
+//! `S`.
+
+use std::fmt;
+use std::future::Future;
+use std::hash::{Hash, Hasher};
+use std::marker::PhantomData;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context as TaskContext, Poll};
+use std::time::Duration;
+
+use tokio::sync::{oneshot, Semaphore};
+
+use crate::dead_letters::DeadLetterReason;
+use crate::mailbox::{Control, Mailbox, Refusal, Signal, Watcher};
+use crate::{ActorId, AskError, Down, ExitReason, SendError, TrySendError};
+
+/// Where the messages of a ref go: a local mailbox, a narrowing adapter, or
+/// (later) a remote proxy.
+pub(crate) trait Sink<M>: Control {
+    /// Enqueues a message for which room was taken with
+    /// [`Control::try_acquire`]; a message for an actor that stopped in
+    /// between becomes a dead letter.
+    fn push(&self, msg: M);
+    /// Records a message that could not be enqueued as a dead letter.
+    fn reject(&self, msg: M, reason: DeadLetterReason);
+}
+
+impl<M: Send + 'static> Sink<M> for Mailbox<M> {
+    fn push(&self, msg: M) {
+        Mailbox::push(self, msg);
+    }
+
+    fn reject(&self, msg: M, reason: DeadLetterReason) {
+        self.dead_letter(msg, reason);
+    }
+}
+
+/// A typed reference to an actor that accepts messages of type `M`.
+///
+/// # Example
+///
+/// ```
+/// use plexus_core::{Actor, ActorSystem, Context};
+///
+/// struct Greeter;
+/// impl Actor for Greeter {
+///     type Msg = String;
+///     async fn handle(&mut self, name: String, _ctx: &mut Context<String>) {
+///         println!("hello, {name}");
+///     }
+/// }
+///
+/// # #[tokio::main] async fn main() {
+/// let system = ActorSystem::new();
+/// let greeter = system.spawn(Greeter);
+/// greeter.tell("world".to_string());
+/// system.shutdown().await;
+/// # }
+/// ```
+pub struct ActorRef<M> {
+    id: ActorId,
+    sink: Arc<dyn Sink<M>>,
+}
+
+impl<M: Send + 'static> ActorRef<M> {
+    pub(crate) fn local(mailbox: Arc<Mailbox<M>>) -> Self {
+        Self {
+            id: mailbox.id(),
+            sink: mailbox,
+        }
+    }
+
+    /// The actor's stable id.
+    pub fn id(&self) -> ActorId {
+        self.id
+    }
+
+    pub(crate) fn control(&self) -> &dyn Control {
+        &*self.sink
+    }
+
+    pub(crate) fn control_arc(&self) -> Arc<dyn Control> {
+        self.sink.clone()
+    }
+
+    /// Whether the actor is still running (or restarting).
+    pub fn is_alive(&self) -> bool {
+        self.sink.is_alive()
+    }
+
+    /// Sends a message without waiting.
+    ///
+    /// Never blocks. A message that cannot be enqueued, because the actor has
+    /// stopped or its bounded mailbox is full, becomes a dead letter
+    /// (counted, logged, published: see
+    /// [`ActorSystem::dead_letters`](crate::ActorSystem::dead_letters)). Use
+    /// [`try_tell`](Self::try_tell) to get the message back instead, or
+    /// [`send`](Self::send) to wait for room.
+    pub fn tell(&self, msg: M) {
+        match self.sink.try_acquire() {
+            Ok(()) => self.sink.push(msg),
+            Err(Refusal::Full) => self.sink.reject(msg, DeadLetterReason::MailboxFull),
+            Err(Refusal::Stopped) => self.sink.reject(msg, DeadLetterReason::Stopped),
+        }
+    }
+
+    /// Sends a message if there is room now.
+    ///
+    /// # Errors
+    ///
+    /// [`TrySendError::Full`] if the bounded mailbox is at capacity,
+    /// [`TrySendError::Stopped`] if the actor has stopped. Either way the
+    /// message is handed back and nothing was enqueued.
+    pub fn try_tell(&self, msg: M) -> Result<(), TrySendError<M>> {
+        match self.sink.try_acquire() {
+            Ok(()) => {
+                self.sink.push(msg);
+                Ok(())
+            }
+            Err(Refusal::Full) => Err(TrySendError::Full {
+                target: self.id,
+                message: msg,
+            }),
+            Err(Refusal::Stopped) => Err(TrySendError::Stopped {
+                target: self.id,
+                message: msg,
+            }),
+        }
+    }
+
+    /// Sends a message, waiting for room in a bounded mailbox.
+    ///
+    /// On an unbounded mailbox this completes at once.
+    ///
+    /// # Backpressure
+    ///
+    /// Waits, in FIFO order with other waiting senders, until the actor has
+    /// taken a message out of its full mailbox.
+    ///
+    /// # Errors
+    ///
+    /// [`SendError`] with the message handed back if the actor has stopped or
+    /// stops while the sender waits.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future before it completes drops the message unsent.
+    pub async fn send(&self, msg: M) -> Result<(), SendError<M>> {
+        let room = match self.sink.semaphore() {
+            Some(sem) => acquire(sem).await,
+            None => self.sink.is_alive(),
+        };
+        if room {
+            self.sink.push(msg);
+            Ok(())
+        } else {
+            Err(SendError {
+                target: self.id,
+                message: msg,
+            })
+        }
+    }
+
+    /// Sends a request built by `make` around a fresh [`ReplyTo`] and waits
+    /// for the reply.
+    ///
+    /// ```
+    /// # use plexus_core::{Actor, ActorSystem, Context, ReplyTo};
+    /// # use std::time::Duration;
+    /// enum Msg { Double(u32, ReplyTo<u32>) }
+    /// struct Doubler;
+    /// impl Actor for Doubler {
+    ///     type Msg = Msg;
+    ///     async fn handle(&mut self, Msg::Double(n, reply): Msg, _ctx: &mut Context<Msg>) {
+    ///         reply.send(n * 2);
+    ///     }
+    /// }
+    /// # #[tokio::main] async fn main() {
+    /// # let system = ActorSystem::new();
+    /// let doubler = system.spawn(Doubler);
+    /// let four = doubler.ask(|r| Msg::Double(2, r), Duration::from_secs(1)).await;
+    /// assert_eq!(four, Ok(4));
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// - [`AskError::Stopped`] at once if the actor has stopped, or as soon as
+    ///   it stops with the request unanswered;
+    /// - [`AskError::MailboxFull`] at once if its bounded mailbox is full;
+    /// - [`AskError::Timeout`] if no reply came within `timeout`;
+    /// - [`AskError::NoReply`] if the actor dropped the [`ReplyTo`].
+    pub async fn ask<R, F>(&self, make: F, timeout: Duration) -> Result<R, AskError>
+    where
+        F: FnOnce(ReplyTo<R>) -> M,
+    {
+        let (tx, rx) = oneshot::channel();
+        let target = self.id;
+        match self.sink.try_acquire() {
+            Ok(()) => self.sink.push(make(ReplyTo { tx })),
+            Err(Refusal::Full) => return Err(AskError::MailboxFull { target }),
+            Err(Refusal::Stopped) => return Err(AskError::Stopped { target }),
+        }
+        match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok(reply)) => Ok(reply),
+            // The reply sender was dropped: either with the queued request
+            // when the actor stopped, or by the handler itself.
+            Ok(Err(_)) if !self.sink.is_alive() => Err(AskError::Stopped { target }),
+            Ok(Err(_)) => Err(AskError::NoReply { target }),
+            Err(_) => Err(AskError::Timeout { target, timeout }),
+        }
+    }
+
+    /// Asks the actor to stop after the message it is handling. The stop
+    /// overtakes queued messages, which become dead letters. Its `stopped`
+    /// hook runs; monitors see [`ExitReason::Stopped`].
+    pub fn stop(&self) {
+        self.sink.signal(Signal::Stop(ExitReason::Stopped));
+    }
+
+    /// Stops the actor at once, even in the middle of a handler (at its next
+    /// `.await`). Its `stopped` hook does not run; monitors see
+    /// [`ExitReason::Killed`]. An actor on its own thread (detached) stops
+    /// after the message it is handling.
+    pub fn kill(&self) {
+        self.sink.kill();
+    }
+
+    /// A future that completes with [`Down`] when the actor stops, at once if
+    /// it already has. Dropping the future cancels the monitor.
+    pub fn monitor(&self) -> Monitor {
+        let (tx, rx) = oneshot::channel();
+        let token = self.sink.watch(Watcher::Future(tx));
+        Monitor {
+            id: self.id,
+            rx,
+            token,
+            control: self.control_arc(),
+        }
+    }
+
+    /// This ref, narrowed to accept any `S` that converts into `M`.
+    ///
+    /// ```
+    /// # use plexus_core::{Actor, ActorRef, ActorSystem, Context};
+    /// struct Tick;
+    /// enum Clock { Tick, Reset }
+    /// impl From<Tick> for Clock { fn from(_: Tick) -> Self { Clock::Tick } }
+    /// # struct ClockActor;
+    /// # impl Actor for ClockActor {
+    /// #     type Msg = Clock;
+    /// #     async fn handle(&mut self, _: Clock, _: &mut Context<Clock>) {}
+    /// # }
+    /// # #[tokio::main] async fn main() {
+    /// # let system = ActorSystem::new();
+    /// let clock: ActorRef<Clock> = system.spawn(ClockActor);
+    /// let tick_only: ActorRef<Tick> = clock.narrow();
+    /// tick_only.tell(Tick);
+    /// assert_eq!(tick_only.id(), clock.id());
+    /// # }
+    /// ```
+    pub fn narrow<S>(&self) -> ActorRef<S>
+    where
+        S: Into<M> + Send + 'static,
+    {
+        ActorRef {
+            id: self.id,
+            sink: Arc::new(Narrowed {
+                inner: self.clone(),
+                _accepts: PhantomData,
+            }),
+        }
+    }
+}
+
+async fn acquire(sem: &Semaphore) -> bool {
+    match sem.acquire().await {
+        Ok(permit) => {
+            // The actor hands the permit back when it dequeues the message.
+            permit.forget();
+            true
+        }
+        Err(_closed) => false,
+    }
+}
+
+impl<M> Clone for ActorRef<M> {
+    fn clone(&self) -> Self {
+        Self {
+            id: self.id,
+            sink: self.sink.clone(),
+        }
+    }
+}
+
+impl<M> PartialEq for ActorRef<M> {
+    fn eq(&self, other: &Self) -> bool {
+        self.id == other.id
+    }
+}
+
+impl<M> Eq for ActorRef<M> {}
+
+impl<M> Hash for ActorRef<M> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.id.hash(state);
+    }
+}
+
+impl<M> fmt::Debug for ActorRef<M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ActorRef<{}>({})", std::any::type_name::<M>(), self.id)
+    }
+}
+
+/// Adapter behind a narrowed ref: converts, then pushes into the original.
+struct Narrowed<S, M> {
+    inner: ActorRef<M>,
+    _accepts: PhantomData<fn(S)>,
+}
+
+impl<S, M> Sink<S> for Narrowed<S, M>
+where
+    S: Into<M> + Send + 'static,
+    M: Send + 'static,
+{
+    fn push(&self, msg: S) {
+        self.inner.sink.push(msg.into());
+    }
+
+    fn reject(&self, msg: S, reason: DeadLetterReason) {
+        self.inner.sink.reject(msg.into(), reason);
+    }
+}
+
+impl<S, M> Control for Narrowed<S, M>
+where
+    S: Send + 'static,
+    M: Send + 'static,
+{
+    fn id(&self) -> ActorId {
+        self.inner.id
+    }
+    fn is_alive(&self) -> bool {
+        self.inner.sink.is_alive()
+    }
+    fn try_acquire(&self) -> Result<(), Refusal> {
+        self.inner.sink.try_acquire()
+    }
+    fn semaphore(&self) -> Option<&Semaphore> {
+        self.inner.sink.semaphore()
+    }
+    fn signal(&self, signal: Signal) -> bool {
+        self.inner.sink.signal(signal)
+    }
+    fn kill(&self) {
+        self.inner.sink.kill();
+    }
+    fn watch(&self, watcher: Watcher) -> Option<u64> {
+        self.inner.sink.watch(watcher)
+    }
+    fn unwatch(&self, token: u64) {
+        self.inner.sink.unwatch(token);
+    }
+    fn add_link(&self, other: Arc<dyn Control>) -> Result<(), ExitReason> {
+        self.inner.sink.add_link(other)
+    }
+    fn remove_link(&self, other: ActorId) {
+        self.inner.sink.remove_link(other);
+    }
+    fn add_name(&self, name: &str) -> bool {
+        self.inner.sink.add_name(name)
+    }
+    fn remove_name(&self, name: &str) {
+        self.inner.sink.remove_name(name);
+    }
+}
+
+/// The reply half of an [`ask`](ActorRef::ask): send exactly one value back.
+///
+/// Dropping it without replying makes the ask fail with
+/// [`AskError::NoReply`] (or [`AskError::Stopped`] if the actor stopped).
+pub struct ReplyTo<R> {
+    tx: oneshot::Sender<R>,
+}
+
+impl<R> ReplyTo<R> {
+    /// Sends the reply. If the asker stopped waiting (timed out), the value
+    /// is dropped: there is nobody to deliver it to.
+    pub fn send(self, value: R) {
+        let _ = self.tx.send(value);
+    }
+
+    /// Whether the asker stopped waiting.
+    pub fn is_closed(&self) -> bool {
+        self.tx.is_closed()
+    }
+}
+
+impl<R> fmt::Debug for ReplyTo<R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ReplyTo<{}>", std::any::type_name::<R>())
+    }
+}
+
+/// Completes with [`Down`] when the monitored actor stops; see
+/// [`ActorRef::monitor`].
+#[must_use = "a monitor does nothing unless awaited"]
+pub struct Monitor {
+    id: ActorId,
+    rx: oneshot::Receiver<Down>,
+    token: Option<u64>,
+    control: Arc<dyn Control>,
+}
+
+impl Future for Monitor {
+    type Output = Down;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Down> {
+        match Pin::new(&mut self.rx).poll(cx) {
+            Poll::Ready(down) => {
+                self.token = None;
+                // Every watcher is notified when the actor finishes, so the
+                // sender is only dropped unsent if the actor's whole system
+                // vanished without tearing it down; report that as a kill.
+                Poll::Ready(down.unwrap_or(Down {
+                    id: self.id,
+                    reason: ExitReason::Killed,
+                }))
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl Drop for Monitor {
+    fn drop(&mut self) {
+        if let Some(token) = self.token.take() {
+            self.control.unwatch(token);
+        }
+    }
+}
+
+impl fmt::Debug for Monitor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Monitor({})", self.id)
+    }
+}

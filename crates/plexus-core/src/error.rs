@@ -1,0 +1,173 @@
+//! Typed errors of the runtime's fallible operations.
+//!
+//! Each fallible operation has its own small enum. Errors of sends hand the
+//! message back so the caller can retry or reroute it.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::ActorId;
+
+/// Why [`ActorRef::try_tell`](crate::ActorRef::try_tell) failed. The message
+/// is handed back; nothing was enqueued.
+#[derive(thiserror::Error)]
+#[non_exhaustive]
+pub enum TrySendError<M> {
+    /// The bounded mailbox is at capacity.
+    #[error("send to actor {target}: mailbox full")]
+    Full {
+        /// The target actor.
+        target: ActorId,
+        /// The message, handed back.
+        message: M,
+    },
+    /// The target has stopped.
+    #[error("send to actor {target}: actor has stopped")]
+    Stopped {
+        /// The target actor.
+        target: ActorId,
+        /// The message, handed back.
+        message: M,
+    },
+}
+
+impl<M> TrySendError<M> {
+    /// The message that was not sent.
+    pub fn into_message(self) -> M {
+        match self {
+            Self::Full { message, .. } | Self::Stopped { message, .. } => message,
+        }
+    }
+}
+
+impl<M> fmt::Debug for TrySendError<M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Messages need not be `Debug`; the display form says all that matters.
+        write!(f, "TrySendError({self})")
+    }
+}
+
+/// Why [`ActorRef::send`](crate::ActorRef::send) failed: the target stopped
+/// before there was room. The message is handed back.
+#[derive(thiserror::Error)]
+#[error("send to actor {target}: actor has stopped")]
+pub struct SendError<M> {
+    /// The target actor.
+    pub target: ActorId,
+    /// The message, handed back.
+    pub message: M,
+}
+
+impl<M> fmt::Debug for SendError<M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SendError({self})")
+    }
+}
+
+/// Why an [`ActorRef::ask`](crate::ActorRef::ask) failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AskError {
+    /// No reply came within the timeout. The request may still be processed.
+    #[error("ask actor {target}: no reply within {timeout:?}")]
+    Timeout {
+        /// The target actor.
+        target: ActorId,
+        /// The timeout that expired.
+        timeout: Duration,
+    },
+    /// The target had stopped, or stopped before it replied.
+    #[error("ask actor {target}: actor has stopped")]
+    Stopped {
+        /// The target actor.
+        target: ActorId,
+    },
+    /// The target's bounded mailbox was full; the request was not enqueued.
+    #[error("ask actor {target}: mailbox full")]
+    MailboxFull {
+        /// The target actor.
+        target: ActorId,
+    },
+    /// The target is alive but dropped the [`ReplyTo`](crate::ReplyTo)
+    /// without replying.
+    #[error("ask actor {target}: request dropped without a reply")]
+    NoReply {
+        /// The target actor.
+        target: ActorId,
+    },
+}
+
+/// Why a registry operation failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RegistryError {
+    /// Another live actor holds the name.
+    #[error("register name {name:?}: already taken by actor {holder}")]
+    NameTaken {
+        /// The name.
+        name: String,
+        /// The actor holding it.
+        holder: ActorId,
+    },
+    /// The actor to register has already stopped.
+    #[error("register name {name:?}: actor {id} has stopped")]
+    ActorStopped {
+        /// The name.
+        name: String,
+        /// The stopped actor.
+        id: ActorId,
+    },
+    /// Names must be non-empty.
+    #[error("register name: the name is empty")]
+    EmptyName,
+}
+
+/// Why a registry lookup failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LookupError {
+    /// No live actor is registered under the name.
+    #[error("look up {name:?}: no actor registered under this name")]
+    NotFound {
+        /// The name.
+        name: String,
+    },
+    /// The actor registered under the name takes another message type.
+    #[error("look up {name:?}: actor takes {actual}, not {expected}")]
+    WrongType {
+        /// The name.
+        name: String,
+        /// The message type the caller asked for.
+        expected: &'static str,
+        /// The message type of the registered ref.
+        actual: &'static str,
+    },
+}
+
+/// Why [`SpawnBuilder::spawn`](crate::SpawnBuilder::spawn) failed. No actor
+/// was started.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SpawnError {
+    /// The system is shutting down or was shut down.
+    #[error("spawn actor: the actor system is shutting down")]
+    ShuttingDown,
+    /// The requested name is taken.
+    #[error("spawn actor: {0}")]
+    Name(#[from] RegistryError),
+    /// A detached actor's OS thread could not be started.
+    #[error("spawn detached actor: cannot start its thread: {0}")]
+    Thread(String),
+    /// A mailbox capacity of zero was requested.
+    #[error("spawn actor: a bounded mailbox needs a capacity of at least 1")]
+    ZeroCapacity,
+}
+
+/// Why an actor system could not be created.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SystemError {
+    /// Systems run on a tokio runtime; none was running on this thread.
+    #[error("create actor system: no tokio runtime is running on this thread (start one with #[tokio::main] or Runtime::enter)")]
+    NoRuntime,
+}

@@ -1,0 +1,423 @@
+//! The mailbox: the queue of an actor and the type-erased control block
+//! around it.
+//!
+//! One allocation per actor holds its user-message queue, its queue of system
+//! signals, its lifecycle flag and the rarely used bookkeeping (monitors,
+//! links, registered names), which lives behind a lazily allocated box so an
+//! actor nobody watches stays small.
+//!
+//! Guarantees:
+//! - FIFO per sender: a sender's pushes are appended under one lock.
+//! - Signals overtake user messages: the actor checks [`Mailbox::has_signal`]
+//!   before every user message it takes from its batch.
+//! - Nothing is dropped silently: a message pushed after the actor stopped, or
+//!   still queued when it stops, becomes a dead letter.
+//! - A bounded mailbox never holds more than its capacity: senders take a
+//!   permit of a semaphore before pushing, the actor returns it when it takes
+//!   the message out.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context as TaskContext, Poll, Waker};
+
+use tokio::sync::{oneshot, Semaphore};
+use tokio::task::AbortHandle;
+
+use crate::dead_letters::DeadLetterReason;
+use crate::system::SystemShared;
+use crate::{ActorId, Down, Exit, ExitReason};
+
+/// A system signal. Signals are queued apart from user messages and handled
+/// first.
+pub(crate) enum Signal {
+    /// Stop gracefully after the current message.
+    Stop(ExitReason),
+    /// Stop at once (detached actors, which cannot be aborted, see this).
+    Kill,
+    /// A monitored actor stopped.
+    Down(Down),
+    /// A linked actor exited.
+    Exit(Exit),
+}
+
+/// Who is told when an actor stops.
+pub(crate) enum Watcher {
+    /// Another actor, via a [`Signal::Down`].
+    Actor(Arc<dyn Control>),
+    /// A future waiting outside any actor.
+    Future(oneshot::Sender<Down>),
+}
+
+impl Watcher {
+    fn notify(self, down: Down) {
+        match self {
+            Self::Actor(c) => {
+                c.signal(Signal::Down(down));
+            }
+            Self::Future(tx) => {
+                // The waiting future may have been dropped; nobody is left to tell.
+                let _ = tx.send(down);
+            }
+        }
+    }
+}
+
+/// Why a mailbox refused a message before it was converted and pushed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    Full,
+    Stopped,
+}
+
+/// The part of an actor that does not depend on its message type: lifecycle,
+/// signals, monitors, links. Implemented by [`Mailbox`] for local actors; a
+/// remote proxy implements it for actors on other nodes.
+pub(crate) trait Control: Send + Sync + 'static {
+    fn id(&self) -> ActorId;
+    fn is_alive(&self) -> bool;
+    /// Takes room for one message (a permit of a bounded mailbox).
+    fn try_acquire(&self) -> Result<(), Refusal>;
+    /// The semaphore of a bounded mailbox, for senders that wait for room.
+    fn semaphore(&self) -> Option<&Semaphore>;
+    /// Queues a signal. False if the actor has stopped.
+    fn signal(&self, signal: Signal) -> bool;
+    /// Stops the actor at once, even inside a handler.
+    fn kill(&self);
+    /// Adds a watcher; if the actor has stopped, notifies it at once and
+    /// returns `None`.
+    fn watch(&self, watcher: Watcher) -> Option<u64>;
+    fn unwatch(&self, token: u64);
+    /// Records a link to `other`; `Err(reason)` if this actor has stopped.
+    fn add_link(&self, other: Arc<dyn Control>) -> Result<(), ExitReason>;
+    fn remove_link(&self, other: ActorId);
+    /// Records a registered name, removed from the registry when the actor
+    /// stops. False if it has stopped.
+    fn add_name(&self, name: &str) -> bool;
+    fn remove_name(&self, name: &str);
+}
+
+/// Bookkeeping most actors never need, allocated on first use.
+#[derive(Default)]
+struct Extra {
+    watchers: Vec<(u64, Watcher)>,
+    next_watch: u64,
+    links: Vec<Arc<dyn Control>>,
+    names: Vec<Box<str>>,
+    reason: Option<ExitReason>,
+}
+
+struct State<M> {
+    queue: VecDeque<M>,
+    signals: VecDeque<Signal>,
+    waker: Option<Waker>,
+    stopped: bool,
+    abort: Option<AbortHandle>,
+    extra: Option<Box<Extra>>,
+}
+
+impl<M> State<M> {
+    fn extra(&mut self) -> &mut Extra {
+        self.extra.get_or_insert_with(Box::default)
+    }
+}
+
+/// The mailbox and control block of one local actor.
+pub(crate) struct Mailbox<M> {
+    id: ActorId,
+    sys: Arc<SystemShared>,
+    has_signal: AtomicBool,
+    alive: AtomicBool,
+    bound: Option<Box<Semaphore>>,
+    state: Mutex<State<M>>,
+}
+
+impl<M: Send + 'static> Mailbox<M> {
+    pub(crate) fn new(id: ActorId, sys: Arc<SystemShared>, capacity: Option<usize>) -> Self {
+        Self {
+            id,
+            sys,
+            has_signal: AtomicBool::new(false),
+            alive: AtomicBool::new(true),
+            bound: capacity.map(|c| Box::new(Semaphore::new(c))),
+            state: Mutex::new(State {
+                queue: VecDeque::new(),
+                signals: VecDeque::new(),
+                waker: None,
+                stopped: false,
+                abort: None,
+                extra: None,
+            }),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State<M>> {
+        // No user code runs while the lock is held, so a poisoned lock can
+        // only follow a panic inside this module's own short critical
+        // sections, which leave the state consistent.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Enqueues a message for which room was taken with
+    /// [`Control::try_acquire`] (or a semaphore permit). If the actor stopped
+    /// in between, the message becomes a dead letter.
+    pub(crate) fn push(&self, msg: M) {
+        let mut st = self.lock();
+        if st.stopped {
+            drop(st);
+            self.dead_letter(msg, DeadLetterReason::Stopped);
+            return;
+        }
+        st.queue.push_back(msg);
+        let waker = st.waker.take();
+        drop(st);
+        if let Some(w) = waker {
+            w.wake();
+        }
+    }
+
+    pub(crate) fn dead_letter(&self, msg: M, reason: DeadLetterReason) {
+        self.sys
+            .dead_letters
+            .record(self.id, std::any::type_name::<M>(), reason);
+        drop(msg);
+    }
+
+    /// Whether signals are waiting. Checked by the actor before each message.
+    pub(crate) fn has_signal(&self) -> bool {
+        self.has_signal.load(Ordering::Acquire)
+    }
+
+    /// Ready when a signal is waiting or user messages were moved into
+    /// `batch` (which must be empty; its allocation is recycled).
+    pub(crate) fn poll_recv(&self, cx: &mut TaskContext<'_>, batch: &mut VecDeque<M>) -> Poll<()> {
+        let mut st = self.lock();
+        if !st.signals.is_empty() {
+            return Poll::Ready(());
+        }
+        if !st.queue.is_empty() {
+            std::mem::swap(&mut st.queue, batch);
+            return Poll::Ready(());
+        }
+        match &st.waker {
+            Some(w) if w.will_wake(cx.waker()) => {}
+            _ => st.waker = Some(cx.waker().clone()),
+        }
+        Poll::Pending
+    }
+
+    /// Ready when a signal is waiting (user messages stay queued). Used while
+    /// a supervisor waits out a restart backoff.
+    pub(crate) fn poll_signal(&self, cx: &mut TaskContext<'_>) -> Poll<()> {
+        let mut st = self.lock();
+        if !st.signals.is_empty() {
+            return Poll::Ready(());
+        }
+        match &st.waker {
+            Some(w) if w.will_wake(cx.waker()) => {}
+            _ => st.waker = Some(cx.waker().clone()),
+        }
+        Poll::Pending
+    }
+
+    /// Returns the room of one message taken out of the queue.
+    pub(crate) fn on_dequeue(&self) {
+        if let Some(s) = &self.bound {
+            s.add_permits(1);
+        }
+    }
+
+    pub(crate) fn take_signals(&self, out: &mut Vec<Signal>) {
+        let mut st = self.lock();
+        out.extend(st.signals.drain(..));
+        self.has_signal.store(false, Ordering::Release);
+    }
+
+    pub(crate) fn set_abort(&self, handle: AbortHandle) {
+        let mut st = self.lock();
+        if st.stopped {
+            return;
+        }
+        st.abort = Some(handle);
+    }
+
+    /// Tears the actor down: marks it stopped, turns queued messages into
+    /// dead letters, and tells watchers, linked actors and the registry.
+    /// Idempotent: only the first call has an effect.
+    pub(crate) fn finish(&self, reason: &ExitReason, unprocessed: VecDeque<M>) {
+        let mut st = self.lock();
+        if st.stopped {
+            return;
+        }
+        st.stopped = true;
+        self.alive.store(false, Ordering::Release);
+        let queued = std::mem::take(&mut st.queue);
+        let signals = std::mem::take(&mut st.signals);
+        st.waker = None;
+        st.abort = None;
+        // The reason stays behind for monitors and links that arrive late.
+        let extra = st.extra();
+        extra.reason = Some(reason.clone());
+        let watchers = std::mem::take(&mut extra.watchers);
+        let links = std::mem::take(&mut extra.links);
+        let names = std::mem::take(&mut extra.names);
+        drop(st);
+
+        if let Some(s) = &self.bound {
+            s.close();
+        }
+        drop(signals);
+        for msg in unprocessed.into_iter().chain(queued) {
+            self.dead_letter(msg, DeadLetterReason::Stopped);
+        }
+        for (_, w) in watchers {
+            w.notify(Down {
+                id: self.id,
+                reason: reason.clone(),
+            });
+        }
+        for other in links {
+            other.remove_link(self.id);
+            other.signal(Signal::Exit(Exit {
+                from: self.id,
+                reason: reason.clone(),
+            }));
+        }
+        if !names.is_empty() {
+            self.sys.registry.remove_names(self.id, &names);
+        }
+        self.sys.remove_live(self.id);
+    }
+}
+
+impl<M: Send + 'static> Control for Mailbox<M> {
+    fn id(&self) -> ActorId {
+        self.id
+    }
+
+    fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::Acquire)
+    }
+
+    fn try_acquire(&self) -> Result<(), Refusal> {
+        if !self.is_alive() {
+            return Err(Refusal::Stopped);
+        }
+        match &self.bound {
+            None => Ok(()),
+            Some(s) => match s.try_acquire() {
+                Ok(p) => {
+                    p.forget();
+                    Ok(())
+                }
+                Err(tokio::sync::TryAcquireError::NoPermits) => Err(Refusal::Full),
+                Err(tokio::sync::TryAcquireError::Closed) => Err(Refusal::Stopped),
+            },
+        }
+    }
+
+    fn semaphore(&self) -> Option<&Semaphore> {
+        self.bound.as_deref()
+    }
+
+    fn signal(&self, signal: Signal) -> bool {
+        let mut st = self.lock();
+        if st.stopped {
+            return false;
+        }
+        st.signals.push_back(signal);
+        self.has_signal.store(true, Ordering::Release);
+        let waker = st.waker.take();
+        drop(st);
+        if let Some(w) = waker {
+            w.wake();
+        }
+        true
+    }
+
+    fn kill(&self) {
+        let mut st = self.lock();
+        if st.stopped {
+            return;
+        }
+        st.signals.push_back(Signal::Kill);
+        self.has_signal.store(true, Ordering::Release);
+        let waker = st.waker.take();
+        let abort = st.abort.take();
+        drop(st);
+        if let Some(w) = waker {
+            w.wake();
+        }
+        if let Some(a) = abort {
+            a.abort();
+        }
+    }
+
+    fn watch(&self, watcher: Watcher) -> Option<u64> {
+        let mut st = self.lock();
+        if st.stopped {
+            let reason = st
+                .extra
+                .as_ref()
+                .and_then(|e| e.reason.clone())
+                .unwrap_or(ExitReason::Normal);
+            drop(st);
+            watcher.notify(Down {
+                id: self.id,
+                reason,
+            });
+            return None;
+        }
+        let extra = st.extra();
+        extra.next_watch += 1;
+        let token = extra.next_watch;
+        extra.watchers.push((token, watcher));
+        Some(token)
+    }
+
+    fn unwatch(&self, token: u64) {
+        let mut st = self.lock();
+        if let Some(e) = st.extra.as_mut() {
+            e.watchers.retain(|(t, _)| *t != token);
+        }
+    }
+
+    fn add_link(&self, other: Arc<dyn Control>) -> Result<(), ExitReason> {
+        let mut st = self.lock();
+        if st.stopped {
+            return Err(st
+                .extra
+                .as_ref()
+                .and_then(|e| e.reason.clone())
+                .unwrap_or(ExitReason::Normal));
+        }
+        let extra = st.extra();
+        if !extra.links.iter().any(|l| l.id() == other.id()) {
+            extra.links.push(other);
+        }
+        Ok(())
+    }
+
+    fn remove_link(&self, other: ActorId) {
+        let mut st = self.lock();
+        if let Some(e) = st.extra.as_mut() {
+            e.links.retain(|l| l.id() != other);
+        }
+    }
+
+    fn add_name(&self, name: &str) -> bool {
+        let mut st = self.lock();
+        if st.stopped {
+            return false;
+        }
+        st.extra().names.push(name.into());
+        true
+    }
+
+    fn remove_name(&self, name: &str) {
+        let mut st = self.lock();
+        if let Some(e) = st.extra.as_mut() {
+            e.names.retain(|n| &**n != name);
+        }
+    }
+}
