@@ -1,0 +1,136 @@
+//! Errors shared by all layers: refusing a send, rejecting input, closing a
+//! link. Each layer has its own error enum (e.g.
+//! [`FramingError`](crate::layers::framing::FramingError)) that
+//! [`ReceiveError`] wraps.
+
+use crate::frame::Frame;
+use crate::layers::compression::CompressionError;
+use crate::layers::delivery::DeliveryError;
+use crate::layers::framing::FramingError;
+use crate::layers::heartbeat::HeartbeatError;
+use crate::layers::ordering::OrderingError;
+use crate::layers::slicing::SlicingError;
+
+/// A send that was refused. Every variant hands the frame back unchanged and
+/// says that no layer state changed, so the caller may retry it.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SendError {
+    /// A bounded send buffer is full. Nothing changed; retry after
+    /// [`LinkEvent::SendReady`](crate::LinkEvent::SendReady).
+    #[error("send buffer full: retry after SendReady")]
+    WouldBlock(Frame),
+    /// The message is larger than the stack can carry. Nothing changed.
+    #[error("message of {} bytes exceeds the limit of {max} bytes", frame.len())]
+    TooLarge {
+        /// The refused frame.
+        frame: Frame,
+        /// The largest accepted length in bytes.
+        max: usize,
+    },
+    /// The link was closed earlier ([`Stack::close_reason`](crate::Stack::close_reason)
+    /// says why). Nothing changed.
+    #[error("link closed")]
+    Closed(Frame),
+    /// A layer refused the frame for a reason of its own. The frame is handed
+    /// back; layers above `layer` may have updated their state.
+    #[error("layer {layer} refused the frame: {reason}")]
+    Layer {
+        /// The refusing layer's name.
+        layer: &'static str,
+        /// Why.
+        reason: &'static str,
+        /// The refused frame.
+        frame: Frame,
+    },
+}
+
+impl SendError {
+    /// The frame handed back.
+    pub fn into_frame(self) -> Frame {
+        match self {
+            SendError::WouldBlock(frame)
+            | SendError::TooLarge { frame, .. }
+            | SendError::Closed(frame)
+            | SendError::Layer { frame, .. } => frame,
+        }
+    }
+}
+
+/// Input rejected by a layer. A non-fatal error means the frame was dropped
+/// (and counted in [`StackStats`](crate::StackStats)) and the link goes on;
+/// a fatal one closes the link.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReceiveError {
+    /// See [`FramingError`].
+    #[error("framing: {0}")]
+    Framing(#[from] FramingError),
+    /// See [`SlicingError`].
+    #[error("slicing: {0}")]
+    Slicing(#[from] SlicingError),
+    /// See [`DeliveryError`].
+    #[error("delivery: {0}")]
+    Delivery(#[from] DeliveryError),
+    /// See [`OrderingError`].
+    #[error("ordering: {0}")]
+    Ordering(#[from] OrderingError),
+    /// See [`CompressionError`].
+    #[error("compression: {0}")]
+    Compression(#[from] CompressionError),
+    /// See [`HeartbeatError`].
+    #[error("heartbeat: {0}")]
+    Heartbeat(#[from] HeartbeatError),
+    /// An error from a user-defined layer.
+    #[error("{layer}: {reason}")]
+    Custom {
+        /// The layer's name.
+        layer: &'static str,
+        /// Why the input was rejected.
+        reason: &'static str,
+        /// Whether the link must be closed.
+        fatal: bool,
+    },
+}
+
+impl ReceiveError {
+    /// Whether the link must be closed (otherwise the frame was dropped).
+    pub fn is_fatal(&self) -> bool {
+        match self {
+            ReceiveError::Framing(e) => e.is_fatal(),
+            ReceiveError::Slicing(_) | ReceiveError::Delivery(_) => false,
+            ReceiveError::Ordering(e) => e.is_fatal(),
+            ReceiveError::Compression(_) | ReceiveError::Heartbeat(_) => false,
+            ReceiveError::Custom { fatal, .. } => *fatal,
+        }
+    }
+}
+
+/// Why a link was closed. Once closed, a [`Stack`](crate::Stack) refuses all
+/// input and its `handle_*` methods return this reason.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LinkError {
+    /// The peer sent input that cannot be recovered from (e.g. a stream
+    /// frame announcing a length over the limit).
+    #[error("peer sent corrupt input: {0}")]
+    Corrupt(#[source] ReceiveError),
+    /// The delivery layer retransmitted a message the configured number of
+    /// times without an acknowledgement.
+    #[error("delivery of message {seq} failed after {attempts} transmissions")]
+    DeliveryFailed {
+        /// Delivery sequence number of the message.
+        seq: u64,
+        /// Transmissions attempted.
+        attempts: u32,
+    },
+    /// Strict ordering waited longer than its gap timeout for a missing
+    /// message.
+    #[error("strict ordering waited {waited_ms} ms for message {missing}")]
+    OrderingStalled {
+        /// Sequence number of the missing message.
+        missing: u64,
+        /// How long it waited, in milliseconds.
+        waited_ms: u64,
+    },
+}

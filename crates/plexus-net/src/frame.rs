@@ -1,0 +1,387 @@
+//! [`Frame`]: a short chain of buffers that moves through a stack.
+//!
+//! ```text
+//!   headroom (inline, written back to front)     payload segments (Bytes)
+//!  ┌──────────────────────┬────┬────┬─────┐    ┌──────────┐┌─────────┐
+//!  │ free ............... │ L3 │ L2 │ L1  │ ++ │ seg 0    ││ seg 1   │ ...
+//!  └──────────────────────┴────┴────┴─────┘    └──────────┘└─────────┘
+//! ```
+//!
+//! Each layer prepends its header with [`Frame::push_header`], which copies a
+//! few bytes into an inline headroom array: no heap allocation and no copy of
+//! the payload. All headers together form one contiguous chunk, so a driver
+//! writes a frame with one vectored write of `1 + segments` slices
+//! ([`Frame::chunks`]). On the receive path a frame is usually a single
+//! [`Bytes`] (one datagram or one decoded stream frame); a layer reads its
+//! header with [`Frame::prefix`] and strips it with [`Frame::advance`], and the
+//! payload reaches the application as the same `Bytes`, uncopied
+//! ([`Frame::into_bytes`]).
+//!
+//! Rare paths stay correct but allocate: headers larger than the free headroom
+//! spill into a segment of their own, and a chain longer than
+//! [`INLINE_SEGMENTS`] coalesces its tail.
+
+use std::fmt;
+use std::io::IoSlice;
+
+use bytes::{Buf, Bytes, BytesMut};
+
+/// Bytes of inline headroom for headers, enough for every built-in layer at
+/// once (delivery with a full SACK block is the largest, 50 bytes).
+pub const HEADROOM: usize = 96;
+
+/// Payload segments held inline before the tail is coalesced.
+pub const INLINE_SEGMENTS: usize = 4;
+
+/// A message or packet in flight through a stack: inline headers followed by
+/// up to [`INLINE_SEGMENTS`] payload segments.
+///
+/// Cloning a frame copies the inline headroom and bumps the reference counts
+/// of the payload segments; it never copies payload bytes.
+#[derive(Clone)]
+pub struct Frame {
+    head: [u8; HEADROOM],
+    /// Headers occupy `head[head_start..]`.
+    head_start: u8,
+    nsegs: u8,
+    segs: [Bytes; INLINE_SEGMENTS],
+    len: usize,
+}
+
+impl Default for Frame {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Frame {
+    /// An empty frame.
+    pub const fn new() -> Self {
+        Self {
+            head: [0; HEADROOM],
+            head_start: HEADROOM as u8,
+            nsegs: 0,
+            segs: [const { Bytes::new() }; INLINE_SEGMENTS],
+            len: 0,
+        }
+    }
+
+    /// A frame whose payload is `payload`, without copying it.
+    pub fn from_payload(payload: Bytes) -> Self {
+        let mut frame = Self::new();
+        frame.push_payload(payload);
+        frame
+    }
+
+    /// Total length in bytes (headers and payload).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the frame holds no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Bytes of headers currently held in the inline headroom.
+    pub fn header_len(&self) -> usize {
+        HEADROOM - self.head_start as usize
+    }
+
+    /// Appends a payload segment at the end of the chain, without copying it
+    /// unless the chain is already [`INLINE_SEGMENTS`] long (then the last
+    /// segment and `segment` are coalesced into one).
+    pub fn push_payload(&mut self, segment: Bytes) {
+        if segment.is_empty() {
+            return;
+        }
+        self.len += segment.len();
+        let n = self.nsegs as usize;
+        if n < INLINE_SEGMENTS {
+            self.segs[n] = segment;
+            self.nsegs += 1;
+        } else {
+            let last = std::mem::take(&mut self.segs[n - 1]);
+            let mut joined = BytesMut::with_capacity(last.len() + segment.len());
+            joined.extend_from_slice(&last);
+            joined.extend_from_slice(&segment);
+            self.segs[n - 1] = joined.freeze();
+        }
+    }
+
+    /// Prepends `header` in front of everything the frame holds.
+    ///
+    /// Copies `header` into the inline headroom; if it does not fit, the
+    /// headroom and `header` are moved into a new leading segment (allocates).
+    pub fn push_header(&mut self, header: &[u8]) {
+        let start = self.head_start as usize;
+        if header.len() <= start {
+            let new_start = start - header.len();
+            self.head[new_start..start].copy_from_slice(header);
+            self.head_start = new_start as u8;
+            self.len += header.len();
+        } else {
+            self.spill_headroom(header);
+        }
+    }
+
+    fn spill_headroom(&mut self, header: &[u8]) {
+        let mut seg = BytesMut::with_capacity(header.len() + self.header_len());
+        seg.extend_from_slice(header);
+        seg.extend_from_slice(&self.head[self.head_start as usize..]);
+        self.head_start = HEADROOM as u8;
+        let n = self.nsegs as usize;
+        if n == INLINE_SEGMENTS {
+            // Make room: coalesce the last two segments.
+            let last = std::mem::take(&mut self.segs[n - 1]);
+            let prev = std::mem::take(&mut self.segs[n - 2]);
+            let mut joined = BytesMut::with_capacity(prev.len() + last.len());
+            joined.extend_from_slice(&prev);
+            joined.extend_from_slice(&last);
+            self.segs[n - 2] = joined.freeze();
+            self.nsegs -= 1;
+        }
+        let n = self.nsegs as usize;
+        self.segs[..=n].rotate_right(1);
+        self.segs[0] = seg.freeze();
+        self.nsegs += 1;
+        self.len += header.len();
+    }
+
+    /// The contiguous chunks of the frame in order: the headroom (if
+    /// non-empty), then each payload segment.
+    pub fn chunks(&self) -> impl Iterator<Item = &[u8]> + '_ {
+        let head = &self.head[self.head_start as usize..];
+        std::iter::once(head)
+            .filter(|h| !h.is_empty())
+            .chain(self.segs[..self.nsegs as usize].iter().map(|s| &s[..]))
+    }
+
+    /// Fills `dst` with one [`IoSlice`] per chunk for a vectored write and
+    /// returns how many were filled (at most `dst.len()`; a driver passes
+    /// `1 + INLINE_SEGMENTS` slots to always get them all).
+    pub fn io_slices<'a>(&'a self, dst: &mut [IoSlice<'a>]) -> usize {
+        let mut n = 0;
+        for (slot, chunk) in dst.iter_mut().zip(self.chunks()) {
+            *slot = IoSlice::new(chunk);
+            n += 1;
+        }
+        n
+    }
+
+    /// The first contiguous chunk (empty for an empty frame).
+    pub fn first_chunk(&self) -> &[u8] {
+        self.chunks().next().unwrap_or(&[])
+    }
+
+    /// The first `min(self.len(), scratch.len())` bytes of the frame:
+    /// borrowed from the first chunk when it is long enough, otherwise copied
+    /// into `scratch`. Used by layers to read their header without caring how
+    /// the frame is split.
+    pub fn prefix<'a>(&'a self, scratch: &'a mut [u8]) -> &'a [u8] {
+        let want = scratch.len().min(self.len);
+        let first = self.first_chunk();
+        if first.len() >= want {
+            return &first[..want];
+        }
+        let n = self.copy_prefix(&mut scratch[..want]);
+        &scratch[..n]
+    }
+
+    /// Copies the first `dst.len()` bytes (or fewer if the frame is shorter)
+    /// into `dst`, returning how many were copied.
+    pub fn copy_prefix(&self, dst: &mut [u8]) -> usize {
+        let mut n = 0;
+        for chunk in self.chunks() {
+            if n == dst.len() {
+                break;
+            }
+            let take = chunk.len().min(dst.len() - n);
+            dst[n..n + take].copy_from_slice(&chunk[..take]);
+            n += take;
+        }
+        n
+    }
+
+    /// Removes the first `n` bytes (a header that has been read).
+    ///
+    /// # Panics
+    ///
+    /// If `n > self.len()`; layers check the length while parsing first.
+    pub fn advance(&mut self, mut n: usize) {
+        assert!(n <= self.len, "advance past the end of a frame");
+        self.len -= n;
+        let head = self.header_len();
+        let from_head = n.min(head);
+        self.head_start += from_head as u8;
+        n -= from_head;
+        while n > 0 {
+            let first = &mut self.segs[0];
+            if n < first.len() {
+                first.advance(n);
+                break;
+            }
+            n -= first.len();
+            self.remove_first_segment();
+        }
+    }
+
+    fn remove_first_segment(&mut self) {
+        let n = self.nsegs as usize;
+        self.segs[..n].rotate_left(1);
+        self.segs[n - 1] = Bytes::new();
+        self.nsegs -= 1;
+    }
+
+    /// A new frame holding bytes `start..end` of this one, sharing the
+    /// payload segments (bytes from the headroom are copied, they are few).
+    ///
+    /// # Panics
+    ///
+    /// If `start > end` or `end > self.len()`.
+    pub fn slice(&self, start: usize, end: usize) -> Frame {
+        assert!(start <= end && end <= self.len, "frame slice out of range");
+        let mut out = Frame::new();
+        let mut pos = 0;
+        let head = &self.head[self.head_start as usize..];
+        if !head.is_empty() {
+            let (s, e) = (start.max(pos), end.min(pos + head.len()));
+            if s < e {
+                out.push_payload(Bytes::copy_from_slice(&head[s - pos..e - pos]));
+            }
+            pos += head.len();
+        }
+        for seg in &self.segs[..self.nsegs as usize] {
+            let (s, e) = (start.max(pos), end.min(pos + seg.len()));
+            if s < e {
+                out.push_payload(seg.slice(s - pos..e - pos));
+            }
+            pos += seg.len();
+            if pos >= end {
+                break;
+            }
+        }
+        out
+    }
+
+    /// The frame as one `Bytes`: free when it is a single payload segment
+    /// with no headers (the usual case on the receive path), otherwise one
+    /// allocation and copy.
+    pub fn into_bytes(mut self) -> Bytes {
+        if self.header_len() == 0 && self.nsegs <= 1 {
+            return std::mem::take(&mut self.segs[0]);
+        }
+        self.to_bytes()
+    }
+
+    /// Copies the frame into one new `Bytes`.
+    pub fn to_bytes(&self) -> Bytes {
+        let mut buf = BytesMut::with_capacity(self.len);
+        self.extend_into(&mut buf);
+        buf.freeze()
+    }
+
+    /// Appends every byte of the frame to `buf` (a driver's reusable write
+    /// buffer).
+    pub fn extend_into(&self, buf: &mut BytesMut) {
+        for chunk in self.chunks() {
+            buf.extend_from_slice(chunk);
+        }
+    }
+}
+
+impl From<Bytes> for Frame {
+    fn from(payload: Bytes) -> Self {
+        Frame::from_payload(payload)
+    }
+}
+
+impl fmt::Debug for Frame {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Frame")
+            .field("len", &self.len)
+            .field("header_len", &self.header_len())
+            .field("segments", &self.nsegs)
+            .finish()
+    }
+}
+
+impl PartialEq for Frame {
+    fn eq(&self, other: &Self) -> bool {
+        self.len == other.len && self.to_bytes() == other.to_bytes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bytes_of(frame: &Frame) -> Vec<u8> {
+        frame.chunks().flatten().copied().collect()
+    }
+
+    #[test]
+    fn headers_are_prepended_in_front_of_payload_without_copying_it() {
+        let payload = Bytes::from_static(b"payload");
+        let mut frame = Frame::from_payload(payload.clone());
+        frame.push_header(b"B");
+        frame.push_header(b"AA");
+        assert_eq!(bytes_of(&frame), b"AABpayload");
+        assert_eq!(frame.len(), 10);
+        assert_eq!(frame.chunks().count(), 2);
+        let last = frame.chunks().last().unwrap_or_default();
+        assert_eq!(last.as_ptr(), payload.as_ptr());
+    }
+
+    #[test]
+    fn advance_strips_headers_and_returns_the_original_payload_buffer() {
+        let payload = Bytes::from_static(b"xyz");
+        let mut frame = Frame::from_payload(payload.clone());
+        frame.push_header(b"hdr");
+        frame.advance(3);
+        let out = frame.into_bytes();
+        assert_eq!(out.as_ptr(), payload.as_ptr());
+    }
+
+    #[test]
+    fn oversized_header_spills_into_a_segment() {
+        let mut frame = Frame::from_payload(Bytes::from_static(b"p"));
+        frame.push_header(&[1; 90]);
+        frame.push_header(&[2; 20]);
+        let mut want = vec![2; 20];
+        want.extend([1; 90]);
+        want.push(b'p');
+        assert_eq!(bytes_of(&frame), want);
+        assert_eq!(frame.len(), 111);
+    }
+
+    #[test]
+    fn too_many_segments_coalesce_the_tail() {
+        let mut frame = Frame::new();
+        for i in 0..10u8 {
+            frame.push_payload(Bytes::from(vec![i; 3]));
+        }
+        assert_eq!(frame.len(), 30);
+        let want: Vec<u8> = (0..10u8).flat_map(|i| [i; 3]).collect();
+        assert_eq!(bytes_of(&frame), want);
+    }
+
+    #[test]
+    fn prefix_reads_across_chunk_boundaries() {
+        let mut frame = Frame::from_payload(Bytes::from_static(b"cdef"));
+        frame.push_header(b"ab");
+        let mut scratch = [0; 4];
+        assert_eq!(frame.prefix(&mut scratch), b"abcd");
+        let mut big = [0; 64];
+        assert_eq!(frame.prefix(&mut big), b"abcdef");
+    }
+
+    #[test]
+    fn slice_shares_payload_and_copies_header_bytes() {
+        let mut frame = Frame::from_payload(Bytes::from_static(b"0123456789"));
+        frame.push_header(b"HH");
+        assert_eq!(bytes_of(&frame.slice(1, 5)), b"H012");
+        assert_eq!(bytes_of(&frame.slice(4, 12)), b"23456789");
+        assert_eq!(frame.slice(3, 3).len(), 0);
+    }
+}

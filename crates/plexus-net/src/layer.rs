@@ -1,0 +1,252 @@
+//! The [`Layer`] trait shared by every protocol layer, and the [`Output`]
+//! a layer writes its results into.
+
+use std::collections::VecDeque;
+use std::time::Instant;
+
+use crate::error::{LinkError, ReceiveError, SendError};
+use crate::frame::Frame;
+
+/// What a layer (or transport) carries: the unit of data it needs below and
+/// offers above.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DataUnit {
+    /// An ordered, reliable stream of bytes without message boundaries
+    /// (`tcp`, `uds`, `tls`).
+    ByteStream,
+    /// Discrete messages whose boundaries are kept (`udp`, `mem`, `quic`,
+    /// or anything above `framing`).
+    Message,
+}
+
+impl std::fmt::Display for DataUnit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            DataUnit::ByteStream => "byte stream",
+            DataUnit::Message => "messages",
+        })
+    }
+}
+
+/// A layer's interface: what it needs from the layer below and what it
+/// offers to the layer above. Checked when a [`StackSpec`](crate::StackSpec)
+/// is parsed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Interface {
+    /// The unit the layer below must offer.
+    pub needs: DataUnit,
+    /// The unit this layer offers above.
+    pub offers: DataUnit,
+}
+
+impl Interface {
+    /// Needs messages, offers messages (most layers).
+    pub const MESSAGE: Interface = Interface {
+        needs: DataUnit::Message,
+        offers: DataUnit::Message,
+    };
+}
+
+/// Per-instance facts handed to a layer constructor when a stack instance is
+/// built.
+#[derive(Debug, Clone, Copy)]
+pub struct LinkContext {
+    /// The time the link is created; layers start their clocks here.
+    pub now: Instant,
+    /// A number identifying the link among those built from one spec (the
+    /// UDP dispatcher uses a per-peer counter); layers with a seeded RNG mix
+    /// it into their seed so links differ but every run replays.
+    pub link_id: u64,
+}
+
+/// Events a layer reports to the layers above it and, in the end, to the
+/// driver ([`Stack::poll_event`](crate::Stack::poll_event)).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum LinkEvent {
+    /// The heartbeat layer suspects the peer: phi crossed the suspect
+    /// threshold.
+    Suspect {
+        /// The phi value when the threshold was crossed.
+        phi: f64,
+    },
+    /// The heartbeat layer considers the peer unreachable: phi crossed the
+    /// unreachable threshold.
+    Unreachable {
+        /// The phi value when the threshold was crossed.
+        phi: f64,
+    },
+    /// The peer was suspected or unreachable and has been heard from again.
+    Reachable,
+    /// The delivery layer gave up on a message after the configured number of
+    /// retransmissions. The link is closed with
+    /// [`LinkError::DeliveryFailed`] right after this event.
+    DeliveryFailed {
+        /// Delivery sequence number of the message given up on.
+        seq: u64,
+        /// Transmissions attempted.
+        attempts: u32,
+        /// Messages that were accepted but will never be delivered (in
+        /// flight or queued), including this one.
+        lost: usize,
+    },
+    /// A send previously refused with
+    /// [`SendError::WouldBlock`](crate::SendError::WouldBlock) may now
+    /// succeed.
+    SendReady,
+    /// The lossy ordering layer gave up waiting for missing messages and
+    /// skipped them.
+    GapSkipped {
+        /// Number of sequence numbers skipped.
+        missing: u64,
+    },
+}
+
+/// Where a layer puts its results: frames going down (towards the
+/// transport), frames going up (towards the application), events, and a
+/// request to close the link.
+///
+/// The [`Stack`](crate::Stack) owns one and reuses its queues, so pushing
+/// does not allocate in steady state.
+#[derive(Debug, Default)]
+pub struct Output {
+    pub(crate) down: VecDeque<Frame>,
+    pub(crate) up: VecDeque<Frame>,
+    pub(crate) events: VecDeque<LinkEvent>,
+    pub(crate) close: Option<LinkError>,
+}
+
+impl Output {
+    /// An empty output (for driving a single layer in tests).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Passes `frame` to the layer below (or the transport).
+    pub fn push_down(&mut self, frame: Frame) {
+        self.down.push_back(frame);
+    }
+
+    /// Passes `frame` to the layer above (or the application).
+    pub fn push_up(&mut self, frame: Frame) {
+        self.up.push_back(frame);
+    }
+
+    /// Reports `event` to the layers above and the driver.
+    pub fn push_event(&mut self, event: LinkEvent) {
+        self.events.push_back(event);
+    }
+
+    /// Asks the stack to close the link with `reason`: the stack stops
+    /// accepting input and every later call reports the reason.
+    pub fn close(&mut self, reason: LinkError) {
+        if self.close.is_none() {
+            self.close = Some(reason);
+        }
+    }
+
+    /// Takes the next frame pushed down.
+    pub fn pop_down(&mut self) -> Option<Frame> {
+        self.down.pop_front()
+    }
+
+    /// Takes the next frame pushed up.
+    pub fn pop_up(&mut self) -> Option<Frame> {
+        self.up.pop_front()
+    }
+
+    /// Takes the next event.
+    pub fn pop_event(&mut self) -> Option<LinkEvent> {
+        self.events.pop_front()
+    }
+
+    /// The close request, if any.
+    pub fn close_reason(&self) -> Option<&LinkError> {
+        self.close.as_ref()
+    }
+}
+
+/// A sans-IO protocol layer: frames and the current time in; frames, events
+/// and the next deadline out.
+///
+/// A layer never reads a clock, touches a socket or spawns a task; it is
+/// driven by a [`Stack`](crate::Stack), which calls it in this order:
+///
+/// 1. [`handle_send`](Layer::handle_send) with each frame from the layer above
+///    (only after every layer reported [`can_send`](Layer::can_send)),
+/// 2. [`handle_receive`](Layer::handle_receive) with each frame from the layer
+///    below,
+/// 3. [`handle_event`](Layer::handle_event) with each event raised below it,
+/// 4. [`handle_timeout`](Layer::handle_timeout) when the time passed
+///    [`poll_timeout`](Layer::poll_timeout) (it may be called early and must
+///    then do nothing).
+///
+/// Each call may push any number of frames in either direction and events
+/// into `out`.
+pub trait Layer: Send {
+    /// The registry name of the layer, for errors and traces.
+    fn name(&self) -> &'static str;
+
+    /// The largest frame this layer accepts from above, given that the layer
+    /// below accepts frames of at most `below` bytes (`None`: unbounded). The
+    /// stack folds this from the transport up to know the largest message it
+    /// accepts. The default passes the limit through unchanged, which is right
+    /// for a layer that adds no header.
+    fn max_frame_len(&self, below: Option<usize>) -> Option<usize> {
+        below
+    }
+
+    /// Whether the layer accepts another frame from above now. A layer with
+    /// a bounded send buffer returns `false` while it is full; the stack then
+    /// refuses sends with [`SendError::WouldBlock`] and raises
+    /// [`LinkEvent::SendReady`] once every layer is ready again.
+    fn can_send(&self) -> bool {
+        true
+    }
+
+    /// Processes a frame coming from the layer above.
+    ///
+    /// # Errors
+    ///
+    /// A frame the layer cannot send; the error says whether state changed.
+    fn handle_send(
+        &mut self,
+        now: Instant,
+        frame: Frame,
+        out: &mut Output,
+    ) -> Result<(), SendError>;
+
+    /// Processes a frame coming from the layer below.
+    ///
+    /// # Errors
+    ///
+    /// Input the layer rejects; [`ReceiveError::is_fatal`] says whether the
+    /// link must be closed or the frame was merely dropped.
+    fn handle_receive(
+        &mut self,
+        now: Instant,
+        frame: Frame,
+        out: &mut Output,
+    ) -> Result<(), ReceiveError>;
+
+    /// Reacts to an event raised by a layer below. The default ignores it.
+    fn handle_event(&mut self, now: Instant, event: &LinkEvent, out: &mut Output) {
+        let _ = (now, event, out);
+    }
+
+    /// Fires whatever timers expired at `now`.
+    fn handle_timeout(&mut self, now: Instant, out: &mut Output);
+
+    /// The earliest instant at which [`handle_timeout`](Layer::handle_timeout)
+    /// has work to do, if any.
+    fn poll_timeout(&self) -> Option<Instant>;
+}
+
+/// The earlier of two optional deadlines.
+pub(crate) fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, None) => a,
+        (None, b) => b,
+    }
+}

@@ -1,0 +1,563 @@
+//! `delivery`: reliable delivery over lossy message transports.
+//!
+//! **Guarantee.** Every message accepted by `handle_send` is handed up by the
+//! peer exactly once, or the link is closed with
+//! [`LinkEvent::DeliveryFailed`] followed by
+//! [`LinkError::DeliveryFailed`] after `max_retries` retransmissions of one
+//! message. Messages are handed up in arrival order, not send order: put
+//! `ordering` above for FIFO. Duplicates (retransmissions, network copies)
+//! are suppressed by sequence number.
+//!
+//! **Mechanism** (details and invariants in `ALGORITHM.md`):
+//! * 64-bit sequence numbers, one per message; cumulative ack plus up to
+//!   four SACK ranges (RFC 2018), piggy-backed on data when possible,
+//!   otherwise sent after `ack_delay` or every `ack_every` messages, and
+//!   immediately on out-of-order or duplicate arrival (RFC 5681 sec. 4.2).
+//!   Ranges are listed lowest first (RFC 2018 sec. 4 lists the most recent
+//!   first; lowest first serves our loss detection better).
+//! * Retransmission timeout per RFC 6298: SRTT/RTTVAR, Karn's rule (no
+//!   samples from retransmitted messages), exponential backoff; on expiry
+//!   every un-SACKed message in flight is retransmitted.
+//! * Fast retransmit: a message is retransmitted once before its RTO when
+//!   `dup_thresh` duplicate acks arrive (RFC 5681 sec. 3.2) or when
+//!   `dup_thresh` messages sent after it are SACKed (RFC 6675 sec. 4,
+//!   IsLost).
+//! * Bounded send window: at most `send_window` messages in flight; beyond,
+//!   messages queue up to `send_queue` messages / `send_buffer` bytes, and
+//!   then [`Layer::can_send`] is false, so the stack refuses sends with
+//!   `WouldBlock` and raises `SendReady` when acks free room.
+//!
+//! **Memory.** Sender: what `send_buffer` allows (soft: the last accepted
+//! message may overshoot it). Receiver: a bitmap of `recv_window` entries;
+//! data is never buffered (it goes up at once). Sequence numbers at or beyond
+//! `cum + recv_window` are dropped (and re-sent by the peer later).
+//!
+//! **Spec options.** `delivery(send_window=64, send_queue=1024,
+//! send_buffer=8MiB, recv_window=256, initial_rto=200ms, min_rto=20ms,
+//! max_rto=10s, max_retries=10, ack_delay=10ms, ack_every=2, dup_thresh=3)`.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use crate::error::{LinkError, ReceiveError, SendError};
+use crate::frame::Frame;
+use crate::layer::{earliest, Interface, Layer, LinkContext, LinkEvent, Output};
+use crate::options::{LayerOptions, OptionError};
+use crate::registry::LayerConfig;
+
+mod rtt;
+mod wire;
+
+pub use rtt::RttEstimator;
+pub use wire::{Ack, DeliveryHeader, SackRange, MAX_HEADER_LEN, MAX_SACK_RANGES};
+
+/// Configuration of the `delivery` layer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeliveryConfig {
+    /// Messages in flight (sent, not cumulatively acked). Option
+    /// `send_window`; default 64. Must not exceed the peer's `recv_window`.
+    pub send_window: usize,
+    /// Messages queued behind a full window. Option `send_queue`; default
+    /// 1024.
+    pub send_queue: usize,
+    /// Bytes held by the sender (in flight plus queued) before sends are
+    /// refused. Option `send_buffer`; default 8 MiB.
+    pub send_buffer: usize,
+    /// Span of sequence numbers accepted above the cumulative ack. Option
+    /// `recv_window`; default 256 (a bitmap of that many bytes).
+    pub recv_window: usize,
+    /// RTO before the first RTT sample. Option `initial_rto`; default 200 ms.
+    pub initial_rto: Duration,
+    /// Lower bound of the RTO. Option `min_rto`; default 20 ms.
+    pub min_rto: Duration,
+    /// Upper bound of the RTO (and its backoff). Option `max_rto`; default
+    /// 10 s.
+    pub max_rto: Duration,
+    /// Retransmissions of one message before the link fails. Option
+    /// `max_retries`; default 10.
+    pub max_retries: u32,
+    /// Longest delay of an ack when no data goes the other way. Option
+    /// `ack_delay`; default 10 ms.
+    pub ack_delay: Duration,
+    /// Ack at once after this many in-order messages. Option `ack_every`;
+    /// default 2.
+    pub ack_every: u32,
+    /// Duplicate acks (or later SACKed messages) that trigger a fast
+    /// retransmit. Option `dup_thresh`; default 3.
+    pub dup_thresh: u32,
+}
+
+impl Default for DeliveryConfig {
+    fn default() -> Self {
+        Self {
+            send_window: 64,
+            send_queue: 1024,
+            send_buffer: 8 << 20,
+            recv_window: 256,
+            initial_rto: Duration::from_millis(200),
+            min_rto: Duration::from_millis(20),
+            max_rto: Duration::from_secs(10),
+            max_retries: 10,
+            ack_delay: Duration::from_millis(10),
+            ack_every: 2,
+            dup_thresh: 3,
+        }
+    }
+}
+
+impl LayerConfig for DeliveryConfig {
+    const NAME: &'static str = "delivery";
+    const INTERFACE: Interface = Interface::MESSAGE;
+
+    fn from_options(options: &LayerOptions) -> Result<Self, OptionError> {
+        let mut c = Self::default();
+        for o in options.iter() {
+            match o.key() {
+                "send_window" => c.send_window = o.count_usize()?.max(1),
+                "send_queue" => c.send_queue = o.count_usize()?.max(1),
+                "send_buffer" => c.send_buffer = o.size()?.max(1),
+                "recv_window" => c.recv_window = o.count_usize()?.clamp(1, 1 << 20),
+                "initial_rto" => c.initial_rto = o.duration()?,
+                "min_rto" => c.min_rto = o.duration()?,
+                "max_rto" => c.max_rto = o.duration()?,
+                "max_retries" => c.max_retries = o.count_u32()?,
+                "ack_delay" => c.ack_delay = o.duration()?,
+                "ack_every" => c.ack_every = o.count_u32()?.max(1),
+                "dup_thresh" => c.dup_thresh = o.count_u32()?.max(1),
+                _ => return Err(o.unknown()),
+            }
+        }
+        c.max_rto = c.max_rto.max(c.min_rto);
+        Ok(c)
+    }
+
+    fn build(&self, link: &LinkContext) -> Box<dyn Layer> {
+        Box::new(Delivery::new(self.clone(), link.now))
+    }
+}
+
+/// Input rejected by the delivery layer. None is fatal; the frame is dropped.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DeliveryError {
+    /// Shorter than its header says.
+    #[error("truncated header ({len} bytes)")]
+    Truncated {
+        /// Received length.
+        len: usize,
+    },
+    /// Unknown or missing flags.
+    #[error("bad flags {flags:#04x}")]
+    BadFlags {
+        /// The flags byte.
+        flags: u8,
+    },
+    /// Too many, unsorted, overlapping or overflowing SACK ranges.
+    #[error("malformed SACK ranges")]
+    BadSack,
+    /// Acknowledges sequence numbers never sent; the whole frame is ignored.
+    #[error("ack up to {acked} but only {sent} messages were sent")]
+    AckForUnsent {
+        /// Highest sequence number acknowledged, plus one.
+        acked: u64,
+        /// Messages sent so far.
+        sent: u64,
+    },
+    /// Already received (a retransmission or network duplicate); an ack is
+    /// sent at once.
+    #[error("duplicate message {seq}")]
+    Duplicate {
+        /// Its sequence number.
+        seq: u64,
+    },
+    /// Beyond the receive window; the sender will retransmit it.
+    #[error("message {seq} beyond the receive window")]
+    BeyondWindow {
+        /// Its sequence number.
+        seq: u64,
+    },
+}
+
+#[derive(Debug)]
+struct InFlight {
+    seq: u64,
+    /// The frame as received from above (without our header).
+    frame: Frame,
+    sent_at: Instant,
+    transmissions: u32,
+    sacked: bool,
+    fast_retransmitted: bool,
+}
+
+/// The `delivery` layer. See the [module docs](self).
+#[derive(Debug)]
+pub struct Delivery {
+    config: DeliveryConfig,
+    rtt: RttEstimator,
+    // Sender.
+    next_seq: u64,
+    inflight: VecDeque<InFlight>,
+    queued: VecDeque<Frame>,
+    buffered: usize,
+    rto_deadline: Option<Instant>,
+    last_cum: u64,
+    dup_acks: u32,
+    failed: bool,
+    // Receiver.
+    rcv_cum: u64,
+    rcv_max: u64,
+    received: Vec<bool>,
+    ack_pending: u32,
+    ack_deadline: Option<Instant>,
+    ack_now: bool,
+}
+
+impl Delivery {
+    /// A delivery layer with `config`, created at `now`.
+    pub fn new(config: DeliveryConfig, now: Instant) -> Self {
+        let _ = now;
+        Self {
+            rtt: RttEstimator::new(config.initial_rto, config.min_rto, config.max_rto),
+            next_seq: 0,
+            inflight: VecDeque::with_capacity(config.send_window),
+            queued: VecDeque::with_capacity(config.send_queue.min(1024)),
+            buffered: 0,
+            rto_deadline: None,
+            last_cum: 0,
+            dup_acks: 0,
+            failed: false,
+            rcv_cum: 0,
+            rcv_max: 0,
+            received: vec![false; config.recv_window],
+            ack_pending: 0,
+            ack_deadline: None,
+            ack_now: false,
+            config,
+        }
+    }
+
+    /// Messages in flight.
+    pub fn in_flight(&self) -> usize {
+        self.inflight.len()
+    }
+
+    /// Messages queued behind the window.
+    pub fn queued(&self) -> usize {
+        self.queued.len()
+    }
+
+    /// The current retransmission timeout.
+    pub fn rto(&self) -> Duration {
+        self.rtt.rto()
+    }
+
+    /// The RTT estimator.
+    pub fn rtt(&self) -> &RttEstimator {
+        &self.rtt
+    }
+
+    fn slot(&self, seq: u64) -> usize {
+        (seq % self.received.len() as u64) as usize
+    }
+
+    /// The ack describing what was received, with SACK ranges for the gaps.
+    fn current_ack(&self) -> Ack {
+        let mut ack = Ack::new(self.rcv_cum);
+        let mut seq = self.rcv_cum + 1;
+        while seq < self.rcv_max {
+            if !self.received[self.slot(seq)] {
+                seq += 1;
+                continue;
+            }
+            let start = seq;
+            while seq < self.rcv_max && self.received[self.slot(seq)] {
+                seq += 1;
+            }
+            if !ack.push_range(SackRange { start, end: seq }) {
+                break;
+            }
+        }
+        ack
+    }
+
+    /// Clears the ack obligation and returns the ack to send.
+    fn take_ack(&mut self) -> Option<Ack> {
+        if self.ack_pending == 0 && !self.ack_now {
+            return None;
+        }
+        self.ack_pending = 0;
+        self.ack_now = false;
+        self.ack_deadline = None;
+        Some(self.current_ack())
+    }
+
+    fn emit(&mut self, seq: Option<u64>, mut frame: Frame, out: &mut Output) {
+        let header = DeliveryHeader {
+            seq,
+            ack: self.take_ack(),
+        };
+        let mut buf = [0; MAX_HEADER_LEN];
+        let n = header.emit(&mut buf);
+        frame.push_header(&buf[..n]);
+        out.push_down(frame);
+    }
+
+    /// Moves queued messages into the window.
+    fn flush(&mut self, now: Instant, out: &mut Output) {
+        while self.inflight.len() < self.config.send_window {
+            let Some(frame) = self.queued.pop_front() else {
+                break;
+            };
+            let seq = self.next_seq;
+            self.next_seq += 1;
+            self.emit(Some(seq), frame.clone(), out);
+            self.inflight.push_back(InFlight {
+                seq,
+                frame,
+                sent_at: now,
+                transmissions: 1,
+                sacked: false,
+                fast_retransmitted: false,
+            });
+            if self.rto_deadline.is_none() {
+                self.rto_deadline = Some(now + self.rtt.rto());
+            }
+        }
+    }
+
+    fn retransmit(&mut self, index: usize, now: Instant, out: &mut Output) {
+        let entry = &mut self.inflight[index];
+        entry.transmissions += 1;
+        entry.sent_at = now;
+        let (seq, frame) = (entry.seq, entry.frame.clone());
+        self.emit(Some(seq), frame, out);
+    }
+
+    fn on_ack(&mut self, now: Instant, ack: &Ack, out: &mut Output) {
+        let mut sample = None;
+        let mut advanced = false;
+        while let Some(front) = self.inflight.front() {
+            if front.seq >= ack.cumulative {
+                break;
+            }
+            // The loop condition guarantees a front entry.
+            let done = self.inflight.pop_front().expect("front exists");
+            self.buffered -= done.frame.len();
+            if done.transmissions == 1 && !done.sacked {
+                sample = Some(now.saturating_duration_since(done.sent_at));
+            }
+            advanced = true;
+        }
+        let base = self.inflight.front().map_or(self.next_seq, |f| f.seq);
+        for range in ack.ranges() {
+            let from = range.start.max(base) - base;
+            let to = range.end.max(base) - base;
+            for i in from..to.min(self.inflight.len() as u64) {
+                let entry = &mut self.inflight[i as usize];
+                if !entry.sacked {
+                    entry.sacked = true;
+                    if entry.transmissions == 1 {
+                        sample = Some(now.saturating_duration_since(entry.sent_at));
+                    }
+                }
+            }
+        }
+        // Karn's rule (RFC 6298 sec. 3): samples only from single transmissions.
+        if let Some(r) = sample {
+            self.rtt.on_sample(r);
+        }
+        if advanced || ack.cumulative > self.last_cum {
+            self.last_cum = self.last_cum.max(ack.cumulative);
+            self.dup_acks = 0;
+            // RFC 6298 sec. 5.2/5.3: stop or restart the timer.
+            self.rto_deadline = (!self.inflight.is_empty()).then(|| now + self.rtt.rto());
+        } else if !self.inflight.is_empty() && ack.cumulative == self.last_cum {
+            self.dup_acks += 1;
+        }
+        self.fast_retransmit(now, out);
+    }
+
+    /// RFC 5681 sec. 3.2 (dup acks) and RFC 6675 sec. 4 (SACK evidence).
+    fn fast_retransmit(&mut self, now: Instant, out: &mut Output) {
+        let thresh = self.config.dup_thresh;
+        if self.dup_acks >= thresh {
+            if let Some(front) = self.inflight.front() {
+                if !front.sacked && !front.fast_retransmitted {
+                    self.inflight[0].fast_retransmitted = true;
+                    self.retransmit(0, now, out);
+                }
+            }
+        }
+        let mut sacked_above = 0;
+        for i in (0..self.inflight.len()).rev() {
+            let entry = &self.inflight[i];
+            if entry.sacked {
+                sacked_above += 1;
+            } else if sacked_above >= thresh && !entry.fast_retransmitted {
+                self.inflight[i].fast_retransmitted = true;
+                self.retransmit(i, now, out);
+            }
+        }
+    }
+
+    fn on_data(
+        &mut self,
+        now: Instant,
+        seq: u64,
+        frame: Frame,
+        out: &mut Output,
+    ) -> Result<(), DeliveryError> {
+        let window_end = self.rcv_cum.saturating_add(self.received.len() as u64);
+        if seq < self.rcv_cum || (seq < window_end && self.received[self.slot(seq)]) {
+            self.ack_now = true;
+            return Err(DeliveryError::Duplicate { seq });
+        }
+        if seq >= window_end {
+            self.ack_now = true;
+            return Err(DeliveryError::BeyondWindow { seq });
+        }
+        let slot = self.slot(seq);
+        self.received[slot] = true;
+        self.rcv_max = self.rcv_max.max(seq + 1);
+        let in_order = seq == self.rcv_cum;
+        while self.received[self.slot(self.rcv_cum)] && self.rcv_cum < self.rcv_max {
+            let slot = self.slot(self.rcv_cum);
+            self.received[slot] = false;
+            self.rcv_cum += 1;
+        }
+        out.push_up(frame);
+        self.ack_pending += 1;
+        // RFC 5681 sec. 4.2: ack out-of-order and gap-filling data at once.
+        let filled_gap = self.rcv_cum > seq + 1;
+        if !in_order
+            || filled_gap
+            || self.rcv_max > self.rcv_cum
+            || self.ack_pending >= self.config.ack_every
+        {
+            self.ack_now = true;
+        } else if self.ack_deadline.is_none() {
+            self.ack_deadline = Some(now + self.config.ack_delay);
+        }
+        Ok(())
+    }
+
+    fn fail(&mut self, seq: u64, attempts: u32, out: &mut Output) {
+        let lost = self.inflight.len() + self.queued.len();
+        out.push_event(LinkEvent::DeliveryFailed {
+            seq,
+            attempts,
+            lost,
+        });
+        out.close(LinkError::DeliveryFailed { seq, attempts });
+        self.failed = true;
+        self.inflight.clear();
+        self.queued.clear();
+        self.buffered = 0;
+        self.rto_deadline = None;
+        self.ack_deadline = None;
+    }
+
+    fn send_ack_if_due(&mut self, out: &mut Output) {
+        if self.ack_now {
+            self.emit(None, Frame::new(), out);
+        }
+    }
+}
+
+impl Layer for Delivery {
+    fn name(&self) -> &'static str {
+        DeliveryConfig::NAME
+    }
+
+    fn max_frame_len(&self, below: Option<usize>) -> Option<usize> {
+        below.map(|b| b.saturating_sub(MAX_HEADER_LEN))
+    }
+
+    fn can_send(&self) -> bool {
+        !self.failed
+            && self.queued.len() < self.config.send_queue
+            && self.buffered < self.config.send_buffer
+    }
+
+    fn handle_send(
+        &mut self,
+        now: Instant,
+        frame: Frame,
+        out: &mut Output,
+    ) -> Result<(), SendError> {
+        if !self.can_send() {
+            return Err(SendError::WouldBlock(frame));
+        }
+        self.buffered += frame.len();
+        self.queued.push_back(frame);
+        self.flush(now, out);
+        Ok(())
+    }
+
+    fn handle_receive(
+        &mut self,
+        now: Instant,
+        mut frame: Frame,
+        out: &mut Output,
+    ) -> Result<(), ReceiveError> {
+        if self.failed {
+            return Ok(());
+        }
+        let mut scratch = [0; MAX_HEADER_LEN];
+        let (header, len) = DeliveryHeader::parse(frame.prefix(&mut scratch))?;
+        if let Some(ack) = &header.ack {
+            if ack.highest() > self.next_seq {
+                return Err(DeliveryError::AckForUnsent {
+                    acked: ack.highest(),
+                    sent: self.next_seq,
+                }
+                .into());
+            }
+        }
+        if let Some(ack) = header.ack {
+            self.on_ack(now, &ack, out);
+        }
+        let mut result = Ok(());
+        if let Some(seq) = header.seq {
+            frame.advance(len);
+            result = self.on_data(now, seq, frame, out);
+        }
+        self.flush(now, out);
+        self.send_ack_if_due(out);
+        Ok(result?)
+    }
+
+    fn handle_timeout(&mut self, now: Instant, out: &mut Output) {
+        if self.ack_deadline.is_some_and(|t| t <= now) {
+            self.ack_now = true;
+        }
+        if self.rto_deadline.is_some_and(|t| t <= now) {
+            // RFC 6298 sec. 5.4-5.6: retransmit, back off, restart the timer.
+            if let Some(dead) = self
+                .inflight
+                .iter()
+                .find(|e| !e.sacked && e.transmissions > self.config.max_retries)
+            {
+                let (seq, attempts) = (dead.seq, dead.transmissions);
+                self.fail(seq, attempts, out);
+                return;
+            }
+            self.rtt.on_timeout();
+            for i in 0..self.inflight.len() {
+                if !self.inflight[i].sacked {
+                    self.inflight[i].fast_retransmitted = false;
+                    self.retransmit(i, now, out);
+                }
+            }
+            self.rto_deadline = (!self.inflight.is_empty()).then(|| now + self.rtt.rto());
+        }
+        self.send_ack_if_due(out);
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        earliest(self.rto_deadline, self.ack_deadline)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,386 @@
+use std::collections::HashSet;
+
+use bytes::Bytes;
+
+use super::*;
+use crate::sim::{LinkModel, Pair};
+use crate::spec::StackSpec;
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+struct Io {
+    up: Vec<Bytes>,
+    down: Vec<Frame>,
+    events: Vec<LinkEvent>,
+    result: Result<(), ReceiveError>,
+}
+
+fn drain(out: &mut Output, result: Result<(), ReceiveError>) -> Io {
+    Io {
+        up: std::iter::from_fn(|| out.pop_up().map(Frame::into_bytes)).collect(),
+        down: std::iter::from_fn(|| out.pop_down()).collect(),
+        events: std::iter::from_fn(|| out.pop_event()).collect(),
+        result,
+    }
+}
+
+fn send(d: &mut Delivery, now: Instant, msg: &'static [u8]) -> Vec<Frame> {
+    let mut out = Output::new();
+    d.handle_send(now, Frame::from_payload(Bytes::from_static(msg)), &mut out)
+        .expect("window has room");
+    drain(&mut out, Ok(())).down
+}
+
+fn recv(d: &mut Delivery, now: Instant, frame: &Frame) -> Io {
+    let mut out = Output::new();
+    let r = d.handle_receive(now, Frame::from_payload(frame.to_bytes()), &mut out);
+    drain(&mut out, r)
+}
+
+fn timeout(d: &mut Delivery, now: Instant) -> Io {
+    let mut out = Output::new();
+    d.handle_timeout(now, &mut out);
+    drain(&mut out, Ok(()))
+}
+
+fn header(frame: &Frame) -> DeliveryHeader {
+    DeliveryHeader::parse(&frame.to_bytes())
+        .expect("we emit valid headers")
+        .0
+}
+
+fn pair() -> (Delivery, Delivery, Instant) {
+    let now = Instant::now();
+    let d = || Delivery::new(DeliveryConfig::default(), now);
+    (d(), d(), now)
+}
+
+#[test]
+fn messages_arrive_exactly_once_over_a_lossy_duplicating_link() {
+    let spec: StackSpec = "mem / delivery".parse().expect("valid");
+    let link = LinkModel {
+        loss: 0.2,
+        duplicate: 0.2,
+        reorder: 0.2,
+        jitter: ms(5),
+        ..LinkModel::default()
+    };
+    let mut sim = Pair::new(&spec, link, 1, Instant::now());
+    for i in 0..500u32 {
+        sim.send_a(Bytes::copy_from_slice(&i.to_be_bytes()))
+            .expect("room");
+        sim.send_b(Bytes::copy_from_slice(&i.to_be_bytes()))
+            .expect("room");
+        sim.run_for(ms(1));
+    }
+    assert!(sim.run_until_quiet(Duration::from_secs(11), Duration::from_secs(120)));
+    for ep in [&sim.a, &sim.b] {
+        assert_eq!(ep.received.len(), 500);
+        let distinct: HashSet<_> = ep.received.iter().collect();
+        assert_eq!(distinct.len(), 500);
+        assert!(ep.closed.is_none());
+    }
+    assert_eq!(sim.a.stack.stats().sent, 500);
+}
+
+#[test]
+fn lost_data_is_retransmitted_after_rto() {
+    let (mut a, mut b, now) = pair();
+    let first = send(&mut a, now, b"m");
+    assert_eq!(a.poll_timeout(), Some(now + ms(200)), "initial RTO");
+    assert!(timeout(&mut a, now + ms(199)).down.is_empty());
+    let again = timeout(&mut a, now + ms(200)).down;
+    assert_eq!(again.len(), 1);
+    assert_eq!(header(&again[0]).seq, header(&first[0]).seq);
+    let io = recv(&mut b, now + ms(205), &again[0]);
+    assert_eq!(io.up, [Bytes::from_static(b"m")]);
+}
+
+#[test]
+fn lost_ack_triggers_retransmit_after_rto_and_duplicate_is_suppressed() {
+    let (mut a, mut b, now) = pair();
+    let data = send(&mut a, now, b"m");
+    assert_eq!(recv(&mut b, now, &data[0]).up.len(), 1);
+    let ack = timeout(&mut b, now + ms(10)).down;
+    assert_eq!(ack.len(), 1, "delayed ack fires");
+    // The ack is lost; A retransmits at its RTO.
+    let again = timeout(&mut a, now + ms(200)).down;
+    let io = recv(&mut b, now + ms(200), &again[0]);
+    assert!(io.up.is_empty(), "duplicate not handed up");
+    assert_eq!(
+        io.result,
+        Err(ReceiveError::Delivery(DeliveryError::Duplicate { seq: 0 }))
+    );
+    assert_eq!(io.down.len(), 1, "duplicate is acked at once");
+    recv(&mut a, now + ms(201), &io.down[0]);
+    assert_eq!(a.in_flight(), 0);
+    assert_eq!(a.poll_timeout(), None, "timer stopped when all acked");
+}
+
+#[test]
+fn rto_backs_off_exponentially_until_failure() {
+    let (mut a, _, now) = pair();
+    let cfg = DeliveryConfig {
+        max_retries: 3,
+        ..DeliveryConfig::default()
+    };
+    a.config = cfg;
+    send(&mut a, now, b"m");
+    let mut t = now;
+    let mut gaps = Vec::new();
+    for _ in 0..3 {
+        let next = a.poll_timeout().expect("armed");
+        gaps.push(next - t);
+        t = next;
+        assert_eq!(timeout(&mut a, t).down.len(), 1);
+    }
+    assert_eq!(gaps, [ms(200), ms(400), ms(800)]);
+    let last = a.poll_timeout().expect("armed");
+    let io = timeout(&mut a, last);
+    assert_eq!(
+        io.events,
+        [LinkEvent::DeliveryFailed {
+            seq: 0,
+            attempts: 4,
+            lost: 1
+        }]
+    );
+    assert!(!a.can_send());
+}
+
+#[test]
+fn failure_closes_the_stack_with_a_typed_error() {
+    let spec: StackSpec = "mem / delivery(max_retries=2)".parse().expect("valid");
+    let link = LinkModel {
+        loss: 1.0,
+        ..LinkModel::default()
+    };
+    let mut sim = Pair::new(&spec, link, 3, Instant::now());
+    sim.send_a(Bytes::from_static(b"into the void"))
+        .expect("room");
+    sim.run_for(Duration::from_secs(60));
+    assert_eq!(
+        sim.a.closed,
+        Some(LinkError::DeliveryFailed {
+            seq: 0,
+            attempts: 3
+        })
+    );
+    assert!(matches!(
+        sim.a.events[..],
+        [LinkEvent::DeliveryFailed { .. }]
+    ));
+    assert!(sim.a.stack.is_closed());
+}
+
+#[test]
+fn retransmitted_message_gives_no_rtt_sample() {
+    let (mut a, mut b, now) = pair();
+    send(&mut a, now, b"m");
+    let again = timeout(&mut a, now + ms(200)).down;
+    let io = recv(&mut b, now + ms(210), &again[0]);
+    let ack = timeout(&mut b, now + ms(220)).down;
+    assert!(io.down.is_empty());
+    recv(&mut a, now + ms(230), &ack[0]);
+    assert_eq!(a.rtt().srtt(), None, "Karn's rule");
+}
+
+#[test]
+fn fresh_ack_gives_an_rtt_sample() {
+    let (mut a, mut b, now) = pair();
+    let data = send(&mut a, now, b"m");
+    recv(&mut b, now + ms(20), &data[0]);
+    let ack = timeout(&mut b, now + ms(30)).down;
+    recv(&mut a, now + ms(40), &ack[0]);
+    assert_eq!(a.rtt().srtt(), Some(ms(40)));
+    assert_eq!(a.rto(), ms(120));
+}
+
+#[test]
+fn three_sacked_messages_above_a_hole_trigger_fast_retransmit() {
+    let (mut a, mut b, now) = pair();
+    let frames: Vec<Frame> = (0..5).flat_map(|_| send(&mut a, now, b"x")).collect();
+    let mut acks = Vec::new();
+    for f in &frames[1..] {
+        acks.extend(recv(&mut b, now + ms(5), f).down);
+    }
+    let sacks: Vec<_> = acks.iter().map(|f| header(f).ack.expect("ack")).collect();
+    assert_eq!(
+        sacks.last().map(|a| (a.cumulative, a.ranges().to_vec())),
+        Some((0, vec![SackRange { start: 1, end: 5 }]))
+    );
+    let mut retransmitted = Vec::new();
+    for ack in &acks {
+        retransmitted.extend(recv(&mut a, now + ms(10), ack).down);
+    }
+    assert_eq!(retransmitted.len(), 1, "exactly one fast retransmit");
+    assert_eq!(header(&retransmitted[0]).seq, Some(0));
+    assert!(now + ms(10) < now + a.rto(), "before the RTO");
+    let io = recv(&mut b, now + ms(15), &retransmitted[0]);
+    assert_eq!(io.up.len(), 1);
+    recv(&mut a, now + ms(20), &io.down[0]);
+    assert_eq!(a.in_flight(), 0);
+}
+
+#[test]
+fn in_order_data_is_acked_after_ack_delay_or_every_second_message() {
+    let (mut a, mut b, now) = pair();
+    let f1 = send(&mut a, now, b"1");
+    let io = recv(&mut b, now, &f1[0]);
+    assert!(io.down.is_empty(), "first in-order message: ack delayed");
+    assert_eq!(b.poll_timeout(), Some(now + ms(10)));
+    let f2 = send(&mut a, now, b"2");
+    let io = recv(&mut b, now + ms(1), &f2[0]);
+    assert_eq!(io.down.len(), 1, "second message: ack at once");
+    assert_eq!(header(&io.down[0]).ack.map(|a| a.cumulative), Some(2));
+    assert_eq!(b.poll_timeout(), None);
+}
+
+#[test]
+fn acks_piggyback_on_data_going_the_other_way() {
+    let (mut a, mut b, now) = pair();
+    let f = send(&mut a, now, b"ping");
+    recv(&mut b, now, &f[0]);
+    let reply = send(&mut b, now + ms(1), b"pong");
+    assert_eq!(reply.len(), 1, "no separate ack");
+    let h = header(&reply[0]);
+    assert_eq!((h.seq, h.ack.map(|a| a.cumulative)), (Some(0), Some(1)));
+    let io = recv(&mut a, now + ms(2), &reply[0]);
+    assert_eq!(io.up, [Bytes::from_static(b"pong")]);
+    assert_eq!(a.in_flight(), 0);
+}
+
+#[test]
+fn full_window_pushes_back_and_reopens_on_ack() {
+    let spec: StackSpec = "mem / delivery(send_window=2, send_queue=2)"
+        .parse()
+        .expect("valid");
+    let mut sim = Pair::new(&spec, LinkModel::default(), 4, Instant::now());
+    let mut accepted = 0;
+    let refused = loop {
+        match sim.send_a(Bytes::from_static(b"x")) {
+            Ok(()) => accepted += 1,
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(accepted, 4, "2 in flight + 2 queued");
+    assert!(matches!(refused, SendError::WouldBlock(_)));
+    assert_eq!(refused.into_frame().len(), 1, "the message is handed back");
+    sim.run_for(ms(50));
+    assert!(sim.a.events.contains(&LinkEvent::SendReady));
+    assert_eq!(sim.b.received.len(), 4);
+    assert!(sim.send_a(Bytes::from_static(b"y")).is_ok());
+}
+
+#[test]
+fn ack_for_data_never_sent_is_rejected_without_state_change() {
+    let (mut a, _, now) = pair();
+    let mut bogus = Ack::new(5);
+    assert!(bogus.push_range(SackRange { start: 7, end: 9 }));
+    let mut buf = [0; MAX_HEADER_LEN];
+    let n = DeliveryHeader {
+        seq: None,
+        ack: Some(bogus),
+    }
+    .emit(&mut buf);
+    let io = recv(
+        &mut a,
+        now,
+        &Frame::from_payload(Bytes::copy_from_slice(&buf[..n])),
+    );
+    assert_eq!(
+        io.result,
+        Err(ReceiveError::Delivery(DeliveryError::AckForUnsent {
+            acked: 9,
+            sent: 0
+        }))
+    );
+    assert!(io.down.is_empty() && io.up.is_empty());
+}
+
+#[test]
+fn data_beyond_the_receive_window_is_dropped() {
+    let now = Instant::now();
+    let mut b = Delivery::new(
+        DeliveryConfig {
+            recv_window: 4,
+            ..DeliveryConfig::default()
+        },
+        now,
+    );
+    let mut buf = [0; MAX_HEADER_LEN];
+    let n = DeliveryHeader {
+        seq: Some(4),
+        ack: None,
+    }
+    .emit(&mut buf);
+    let io = recv(
+        &mut b,
+        now,
+        &Frame::from_payload(Bytes::copy_from_slice(&buf[..n])),
+    );
+    assert_eq!(
+        io.result,
+        Err(ReceiveError::Delivery(DeliveryError::BeyondWindow {
+            seq: 4
+        }))
+    );
+    assert!(io.up.is_empty());
+    let n = DeliveryHeader {
+        seq: Some(u64::MAX),
+        ack: None,
+    }
+    .emit(&mut buf);
+    let io = recv(
+        &mut b,
+        now,
+        &Frame::from_payload(Bytes::copy_from_slice(&buf[..n])),
+    );
+    assert!(io.result.is_err());
+}
+
+#[test]
+fn garbage_headers_are_rejected_without_panicking() {
+    let cases: &[&[u8]] = &[
+        &[],
+        &[0],
+        &[0x04],
+        &[0x01, 1, 2],
+        &[0x02, 0, 0, 0, 0, 0, 0, 0, 0, 5],
+        // Range with start 0 (must be above cum).
+        &[0x02, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1],
+        // Range overflowing u64.
+        &[
+            0x02, 255, 255, 255, 255, 255, 255, 255, 255, 1, 0, 0, 0, 1, 0, 0, 0, 2,
+        ],
+    ];
+    for case in cases {
+        assert!(DeliveryHeader::parse(case).is_err(), "{case:?}");
+    }
+}
+
+#[test]
+fn header_round_trips() {
+    let mut ack = Ack::new(1 << 40);
+    for (s, e) in [(2, 3), (5, 9), (10, 11), (20, 1000)] {
+        assert!(ack.push_range(SackRange {
+            start: (1 << 40) + s,
+            end: (1 << 40) + e
+        }));
+    }
+    assert!(!ack.push_range(SackRange {
+        start: u64::MAX - 1,
+        end: u64::MAX
+    }));
+    let h = DeliveryHeader {
+        seq: Some(77),
+        ack: Some(ack),
+    };
+    let mut buf = [0; MAX_HEADER_LEN];
+    let n = h.emit(&mut buf);
+    assert_eq!(n, h.buffer_len());
+    assert_eq!(n, MAX_HEADER_LEN);
+    assert_eq!(DeliveryHeader::parse(&buf[..n]), Ok((h, n)));
+}

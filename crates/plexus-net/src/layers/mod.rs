@@ -1,0 +1,11 @@
+//! The built-in protocol layers. Every module has the same shape: the layer,
+//! its `Config` (with documented defaults and spec options), its error, and
+//! its tests.
+
+pub mod compression;
+pub mod delivery;
+pub mod faults;
+pub mod framing;
+pub mod heartbeat;
+pub mod ordering;
+pub mod slicing;

@@ -1,0 +1,433 @@
+//! `slicing`: fragments messages larger than a datagram and reassembles them.
+//!
+//! **Guarantee.** A message of up to `max_message` bytes is sent as
+//! `ceil(len / (mtu - 12))` fragments of at most `mtu` bytes each; the peer
+//! hands it up whole once every fragment arrived, at most once per send.
+//! Slicing adds no reliability: if a fragment is lost the partial message is
+//! discarded after `reassembly_timeout` (or evicted earlier to respect the
+//! memory bounds); put `delivery` above it to retransmit (the whole message),
+//! or below it to retransmit fragments. Duplicate fragments are ignored.
+//!
+//! **Memory.** Per peer at most `max_partials` partial messages and
+//! `max_partial_bytes` bytes (payload plus 32 bytes of bookkeeping per
+//! announced fragment) are held; when a new fragment would exceed either, the
+//! oldest partial messages are evicted. Fragments are collected and the
+//! message assembled with one copy when complete (no quadratic copying); a
+//! single-fragment message is handed up without any copy.
+//!
+//! **Wire format** (big-endian), 12 bytes per fragment:
+//! `message id: u32 | fragment index: u32 | fragment count: u32 | bytes`.
+//! A decoder rejects `count == 0`, `index >= count`, and counts larger than
+//! `max_message` could need at the smallest allowed MTU ([`MIN_MTU`]).
+//!
+//! **Spec options.** `slicing(mtu=1200, max_message=4MiB, max_partials=32,
+//! max_partial_bytes=8MiB, reassembly_timeout=2s)`.
+
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+
+use crate::error::{ReceiveError, SendError};
+use crate::frame::Frame;
+use crate::layer::{Interface, Layer, LinkContext, Output};
+use crate::options::{LayerOptions, OptionError};
+use crate::registry::LayerConfig;
+use crate::wire;
+
+/// Smallest accepted `mtu`; bounds the fragment count a peer may announce.
+pub const MIN_MTU: usize = 256;
+
+/// Bookkeeping bytes charged per announced fragment of a partial message.
+const SLOT_COST: usize = std::mem::size_of::<Bytes>();
+
+/// Configuration of the `slicing` layer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlicingConfig {
+    /// Largest fragment frame (header included) in bytes. Option `mtu`;
+    /// default 1200 (fits any IPv6 path with room for lower headers); at
+    /// least [`MIN_MTU`].
+    pub mtu: usize,
+    /// Largest message in bytes. Option `max_message`; default 4 MiB.
+    pub max_message: usize,
+    /// Partial messages held at once. Option `max_partials`; default 32.
+    pub max_partials: usize,
+    /// Bytes held in partial messages. Option `max_partial_bytes`; default
+    /// 8 MiB (must be at least what one `max_message` needs).
+    pub max_partial_bytes: usize,
+    /// A partial message older than this is dropped. Option
+    /// `reassembly_timeout`; default 2 s.
+    pub reassembly_timeout: Duration,
+}
+
+impl Default for SlicingConfig {
+    fn default() -> Self {
+        Self {
+            mtu: 1200,
+            max_message: 4 << 20,
+            max_partials: 32,
+            max_partial_bytes: 8 << 20,
+            reassembly_timeout: Duration::from_secs(2),
+        }
+    }
+}
+
+impl LayerConfig for SlicingConfig {
+    const NAME: &'static str = "slicing";
+    const INTERFACE: Interface = Interface::MESSAGE;
+
+    fn from_options(options: &LayerOptions) -> Result<Self, OptionError> {
+        let mut c = Self::default();
+        for o in options.iter() {
+            match o.key() {
+                "mtu" => c.mtu = o.size()?.clamp(MIN_MTU, u32::MAX as usize),
+                "max_message" => c.max_message = o.size()?.min(u32::MAX as usize),
+                "max_partials" => c.max_partials = o.count_usize()?.max(1),
+                "max_partial_bytes" => c.max_partial_bytes = o.size()?,
+                "reassembly_timeout" => c.reassembly_timeout = o.duration()?,
+                _ => return Err(o.unknown()),
+            }
+        }
+        Ok(c)
+    }
+
+    fn build(&self, _link: &LinkContext) -> Box<dyn Layer> {
+        Box::new(Slicing::new(self.clone()))
+    }
+}
+
+/// Fragments rejected by the slicing decoder. None is fatal: the fragment
+/// (or, for [`SlicingError::TooLarge`], its partial message) is dropped.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SlicingError {
+    /// Shorter than the 12-byte header.
+    #[error("fragment of {len} bytes is shorter than its header")]
+    Truncated {
+        /// Received length.
+        len: usize,
+    },
+    /// Impossible index or count.
+    #[error("impossible fragment {index} of {count}")]
+    BadIndex {
+        /// Announced index.
+        index: u32,
+        /// Announced count.
+        count: u32,
+    },
+    /// A fragment disagrees with earlier ones of its message about the count.
+    #[error("fragment count {count} disagrees with earlier {expected}")]
+    InconsistentCount {
+        /// Announced count.
+        count: u32,
+        /// Count announced by earlier fragments.
+        expected: u32,
+    },
+    /// The fragment was already received.
+    #[error("duplicate fragment {index} of message {id}")]
+    Duplicate {
+        /// Message id.
+        id: u32,
+        /// Fragment index.
+        index: u32,
+    },
+    /// The message grew past `max_message`; its partial was dropped.
+    #[error("message exceeds the limit of {max} bytes")]
+    TooLarge {
+        /// The limit.
+        max: usize,
+    },
+    /// A single message would need more than `max_partial_bytes`.
+    #[error("message needs more than the reassembly budget of {budget} bytes")]
+    OverBudget {
+        /// The budget.
+        budget: usize,
+    },
+}
+
+/// The fragment header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FragmentHeader {
+    /// Message id (per sender, wrapping).
+    pub id: u32,
+    /// Index of this fragment, `< count`.
+    pub index: u32,
+    /// Fragments in the message, `>= 1`.
+    pub count: u32,
+}
+
+impl FragmentHeader {
+    /// Encoded size.
+    pub const LEN: usize = 12;
+
+    /// Parses and validates a header; `max_count` bounds the count.
+    ///
+    /// # Errors
+    ///
+    /// [`SlicingError::Truncated`] or [`SlicingError::BadIndex`].
+    pub fn parse(buf: &[u8], max_count: u32) -> Result<Self, SlicingError> {
+        let (Some(id), Some(index), Some(count)) = (
+            wire::u32_at(buf, 0),
+            wire::u32_at(buf, 4),
+            wire::u32_at(buf, 8),
+        ) else {
+            return Err(SlicingError::Truncated { len: buf.len() });
+        };
+        if count == 0 || index >= count || count > max_count {
+            return Err(SlicingError::BadIndex { index, count });
+        }
+        Ok(Self { id, index, count })
+    }
+
+    /// Writes the header.
+    pub fn emit(&self) -> [u8; 12] {
+        let mut b = [0; 12];
+        b[0..4].copy_from_slice(&self.id.to_be_bytes());
+        b[4..8].copy_from_slice(&self.index.to_be_bytes());
+        b[8..12].copy_from_slice(&self.count.to_be_bytes());
+        b
+    }
+}
+
+#[derive(Debug)]
+struct Partial {
+    id: u32,
+    started: Instant,
+    received: u32,
+    bytes: usize,
+    fragments: Vec<Option<Bytes>>,
+}
+
+impl Partial {
+    fn cost(&self) -> usize {
+        self.bytes + self.fragments.len() * SLOT_COST
+    }
+}
+
+/// The `slicing` layer. See the [module docs](self).
+#[derive(Debug)]
+pub struct Slicing {
+    config: SlicingConfig,
+    max_count: u32,
+    next_id: u32,
+    partials: Vec<Partial>,
+    held: usize,
+}
+
+impl Slicing {
+    /// A slicing layer with `config`.
+    pub fn new(config: SlicingConfig) -> Self {
+        let per = MIN_MTU - FragmentHeader::LEN;
+        let max_count = config.max_message.div_ceil(per).clamp(1, u32::MAX as usize) as u32;
+        Self {
+            max_count,
+            next_id: 0,
+            partials: Vec::with_capacity(config.max_partials),
+            held: 0,
+            config,
+        }
+    }
+
+    /// Partial messages held.
+    pub fn partials(&self) -> usize {
+        self.partials.len()
+    }
+
+    /// Bytes charged to partial messages.
+    pub fn held_bytes(&self) -> usize {
+        self.held
+    }
+
+    fn evict_oldest(&mut self) {
+        if let Some(i) = (0..self.partials.len()).min_by_key(|&i| self.partials[i].started) {
+            let p = self.partials.swap_remove(i);
+            self.held -= p.cost();
+        }
+    }
+
+    fn receive_fragment(
+        &mut self,
+        now: Instant,
+        h: FragmentHeader,
+        payload: Bytes,
+        out: &mut Output,
+    ) -> Result<(), SlicingError> {
+        let pos = match self.partials.iter().position(|p| p.id == h.id) {
+            Some(pos) => pos,
+            None => {
+                let cost = h.count as usize * SLOT_COST;
+                if cost + payload.len() > self.config.max_partial_bytes {
+                    return Err(SlicingError::OverBudget {
+                        budget: self.config.max_partial_bytes,
+                    });
+                }
+                while self.partials.len() >= self.config.max_partials
+                    || self.held + cost > self.config.max_partial_bytes
+                {
+                    self.evict_oldest();
+                }
+                self.partials.push(Partial {
+                    id: h.id,
+                    started: now,
+                    received: 0,
+                    bytes: 0,
+                    fragments: vec![None; h.count as usize],
+                });
+                self.held += cost;
+                self.partials.len() - 1
+            }
+        };
+        let p = &self.partials[pos];
+        if p.fragments.len() != h.count as usize {
+            return Err(SlicingError::InconsistentCount {
+                count: h.count,
+                expected: p.fragments.len() as u32,
+            });
+        }
+        if p.fragments[h.index as usize].is_some() {
+            return Err(SlicingError::Duplicate {
+                id: h.id,
+                index: h.index,
+            });
+        }
+        if p.bytes + payload.len() > self.config.max_message {
+            let p = self.partials.swap_remove(pos);
+            self.held -= p.cost();
+            return Err(SlicingError::TooLarge {
+                max: self.config.max_message,
+            });
+        }
+        while self.held + payload.len() > self.config.max_partial_bytes {
+            // Evict others first; the current partial is the newest or in use.
+            let oldest_other = (0..self.partials.len())
+                .filter(|&i| self.partials[i].id != h.id)
+                .min_by_key(|&i| self.partials[i].started);
+            match oldest_other {
+                Some(i) => {
+                    let q = self.partials.swap_remove(i);
+                    self.held -= q.cost();
+                }
+                None => {
+                    let i = self.partials.iter().position(|p| p.id == h.id);
+                    if let Some(i) = i {
+                        let q = self.partials.swap_remove(i);
+                        self.held -= q.cost();
+                    }
+                    return Err(SlicingError::OverBudget {
+                        budget: self.config.max_partial_bytes,
+                    });
+                }
+            }
+        }
+        // Evictions may have moved it.
+        let Some(pos) = self.partials.iter().position(|p| p.id == h.id) else {
+            return Ok(());
+        };
+        let p = &mut self.partials[pos];
+        p.bytes += payload.len();
+        p.received += 1;
+        self.held += payload.len();
+        p.fragments[h.index as usize] = Some(payload);
+        if p.received == h.count {
+            let p = self.partials.swap_remove(pos);
+            self.held -= p.cost();
+            let mut whole = BytesMut::with_capacity(p.bytes);
+            for fragment in p.fragments.iter().flatten() {
+                whole.extend_from_slice(fragment);
+            }
+            out.push_up(Frame::from_payload(whole.freeze()));
+        }
+        Ok(())
+    }
+}
+
+impl Layer for Slicing {
+    fn name(&self) -> &'static str {
+        SlicingConfig::NAME
+    }
+
+    fn max_frame_len(&self, _below: Option<usize>) -> Option<usize> {
+        Some(self.config.max_message)
+    }
+
+    fn handle_send(
+        &mut self,
+        _now: Instant,
+        frame: Frame,
+        out: &mut Output,
+    ) -> Result<(), SendError> {
+        let max = self.config.max_message;
+        if frame.len() > max {
+            return Err(SendError::TooLarge { frame, max });
+        }
+        let id = self.next_id;
+        self.next_id = self.next_id.wrapping_add(1);
+        let per = self.config.mtu - FragmentHeader::LEN;
+        let count = frame.len().div_ceil(per).max(1);
+        if count == 1 {
+            let mut frame = frame;
+            frame.push_header(
+                &FragmentHeader {
+                    id,
+                    index: 0,
+                    count: 1,
+                }
+                .emit(),
+            );
+            out.push_down(frame);
+            return Ok(());
+        }
+        for index in 0..count {
+            let mut fragment = frame.slice(index * per, ((index + 1) * per).min(frame.len()));
+            // count <= max_message / per, which fits u32 (max_message <= u32::MAX).
+            let header = FragmentHeader {
+                id,
+                index: index as u32,
+                count: count as u32,
+            };
+            fragment.push_header(&header.emit());
+            out.push_down(fragment);
+        }
+        Ok(())
+    }
+
+    fn handle_receive(
+        &mut self,
+        now: Instant,
+        mut frame: Frame,
+        out: &mut Output,
+    ) -> Result<(), ReceiveError> {
+        let mut scratch = [0; FragmentHeader::LEN];
+        let header = FragmentHeader::parse(frame.prefix(&mut scratch), self.max_count)?;
+        frame.advance(FragmentHeader::LEN);
+        if header.count == 1 {
+            out.push_up(frame);
+            return Ok(());
+        }
+        self.receive_fragment(now, header, frame.into_bytes(), out)?;
+        Ok(())
+    }
+
+    fn handle_timeout(&mut self, now: Instant, _out: &mut Output) {
+        let timeout = self.config.reassembly_timeout;
+        let mut i = 0;
+        while i < self.partials.len() {
+            if now.saturating_duration_since(self.partials[i].started) >= timeout {
+                let p = self.partials.swap_remove(i);
+                self.held -= p.cost();
+                tracing::trace!(id = p.id, "partial message timed out");
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        self.partials
+            .iter()
+            .map(|p| p.started + self.config.reassembly_timeout)
+            .min()
+    }
+}
+
+#[cfg(test)]
+mod tests;

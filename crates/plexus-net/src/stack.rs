@@ -1,0 +1,368 @@
+//! [`Stack`]: one instance of a layer stack for one peer link.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::time::Instant;
+
+use bytes::Bytes;
+
+use crate::error::{LinkError, SendError};
+use crate::frame::Frame;
+use crate::layer::{earliest, Layer, LinkEvent, Output};
+use crate::spec::TransportKind;
+
+/// Counters of a stack instance.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StackStats {
+    /// Messages accepted by [`Stack::handle_send`].
+    pub sent: u64,
+    /// Messages handed up by [`Stack::poll_receive`].
+    pub received: u64,
+    /// Frames handed to the transport by [`Stack::poll_transmit`].
+    pub transmitted: u64,
+    /// Inbound frames dropped by a layer (non-fatal receive errors).
+    pub dropped: u64,
+    /// Frames a lower layer refused on the way down (after upper layers
+    /// accepted them).
+    pub send_failures: u64,
+}
+
+/// One instance of a protocol stack: the state of one peer link.
+///
+/// Built by [`StackSpec::build`](crate::StackSpec::build). Sans-IO: it never
+/// reads a clock or touches a socket. A driver calls it in this order:
+///
+/// 1. **Input**, whenever it happens:
+///    [`handle_receive`](Stack::handle_receive) with bytes read from the
+///    transport (a chunk of a byte stream, or exactly one datagram),
+///    [`handle_send`](Stack::handle_send) with a message from the
+///    application, [`handle_timeout`](Stack::handle_timeout) when the instant
+///    of [`poll_timeout`](Stack::poll_timeout) has passed.
+/// 2. **Output**, after every input: drain
+///    [`poll_transmit`](Stack::poll_transmit) (write every frame to the
+///    transport, in order; one frame is one datagram on message transports),
+///    [`poll_receive`](Stack::poll_receive) (whole messages for the
+///    application), [`poll_event`](Stack::poll_event).
+/// 3. **Sleep** until [`poll_timeout`](Stack::poll_timeout) or the next input.
+///
+/// Once the link is closed (a fatal input, a delivery failure), every
+/// `handle_*` returns the [`LinkError`]; the driver should drain the outputs
+/// and close the transport.
+///
+/// ```
+/// use std::time::Instant;
+/// use bytes::Bytes;
+/// use plexus_net::StackSpec;
+///
+/// let spec: StackSpec = "tcp / framing".parse().unwrap();
+/// let now = Instant::now();
+/// let (mut a, mut b) = (spec.build(now), spec.build(now));
+/// a.handle_send(now, Bytes::from_static(b"hello")).unwrap();
+/// while let Some(frame) = a.poll_transmit() {
+///     b.handle_receive(now, frame.to_bytes()).unwrap();
+/// }
+/// assert_eq!(b.poll_receive().unwrap(), "hello");
+/// ```
+pub struct Stack {
+    transport: TransportKind,
+    layers: Vec<Box<dyn Layer>>,
+    /// `down[i]`: frames waiting for layer `i`'s `handle_send`.
+    down: Vec<VecDeque<Frame>>,
+    /// `up[i]`: frames waiting for layer `i`'s `handle_receive`.
+    up: Vec<VecDeque<Frame>>,
+    /// Events raised by layer `.0`, to hand to the layers above it.
+    raised: VecDeque<(usize, LinkEvent)>,
+    out: Output,
+    transmit: VecDeque<Frame>,
+    receive: VecDeque<Bytes>,
+    events: VecDeque<LinkEvent>,
+    max_message_len: Option<usize>,
+    blocked: bool,
+    closed: Option<LinkError>,
+    stats: StackStats,
+}
+
+impl fmt::Debug for Stack {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Stack")
+            .field("transport", &self.transport)
+            .field("layers", &self.layer_names().collect::<Vec<_>>())
+            .field("closed", &self.closed)
+            .field("stats", &self.stats)
+            .finish()
+    }
+}
+
+/// Queue capacity reserved up front so steady state does not allocate.
+const QUEUE_CAPACITY: usize = 64;
+
+impl Stack {
+    /// A stack of `layers` (bottom first) over `transport`. Usually built
+    /// with [`StackSpec::build`](crate::StackSpec::build), which checks the
+    /// layers fit together.
+    pub fn new(transport: TransportKind, layers: Vec<Box<dyn Layer>>) -> Self {
+        let n = layers.len();
+        let max_message_len = layers
+            .iter()
+            .fold(transport.max_datagram(), |below, l| l.max_frame_len(below));
+        Self {
+            transport,
+            layers,
+            down: (0..n)
+                .map(|_| VecDeque::with_capacity(QUEUE_CAPACITY))
+                .collect(),
+            up: (0..n)
+                .map(|_| VecDeque::with_capacity(QUEUE_CAPACITY))
+                .collect(),
+            raised: VecDeque::with_capacity(8),
+            out: Output {
+                down: VecDeque::with_capacity(QUEUE_CAPACITY),
+                up: VecDeque::with_capacity(QUEUE_CAPACITY),
+                events: VecDeque::with_capacity(8),
+                close: None,
+            },
+            transmit: VecDeque::with_capacity(QUEUE_CAPACITY),
+            receive: VecDeque::with_capacity(QUEUE_CAPACITY),
+            events: VecDeque::with_capacity(8),
+            max_message_len,
+            blocked: false,
+            closed: None,
+            stats: StackStats::default(),
+        }
+    }
+
+    /// The transport kind the stack sits on.
+    pub fn transport(&self) -> TransportKind {
+        self.transport
+    }
+
+    /// Layer names, bottom to top.
+    pub fn layer_names(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.layers.iter().map(|l| l.name())
+    }
+
+    /// The largest message [`handle_send`](Stack::handle_send) accepts
+    /// (`None`: unbounded).
+    pub fn max_message_len(&self) -> Option<usize> {
+        self.max_message_len
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> StackStats {
+        self.stats
+    }
+
+    /// Why the link was closed, if it was.
+    pub fn close_reason(&self) -> Option<&LinkError> {
+        self.closed.as_ref()
+    }
+
+    /// Whether the link is closed.
+    pub fn is_closed(&self) -> bool {
+        self.closed.is_some()
+    }
+
+    /// Whether [`handle_send`](Stack::handle_send) would accept a message now.
+    pub fn can_send(&self) -> bool {
+        self.closed.is_none() && self.layers.iter().all(|l| l.can_send())
+    }
+
+    /// Sends one message from the application down the stack.
+    ///
+    /// # Errors
+    ///
+    /// The message is handed back, with nothing changed, as
+    /// [`SendError::TooLarge`] (over [`max_message_len`](Stack::max_message_len)),
+    /// [`SendError::Closed`], or [`SendError::WouldBlock`].
+    ///
+    /// # Backpressure
+    ///
+    /// A layer with a bounded send buffer (delivery) refuses new messages
+    /// while it is full: the send fails with [`SendError::WouldBlock`] and a
+    /// [`LinkEvent::SendReady`] event follows once it has room again.
+    pub fn handle_send(
+        &mut self,
+        now: Instant,
+        message: impl Into<Frame>,
+    ) -> Result<(), SendError> {
+        let frame = message.into();
+        if self.closed.is_some() {
+            return Err(SendError::Closed(frame));
+        }
+        if let Some(max) = self.max_message_len {
+            if frame.len() > max {
+                return Err(SendError::TooLarge { frame, max });
+            }
+        }
+        if !self.layers.iter().all(|l| l.can_send()) {
+            self.blocked = true;
+            return Err(SendError::WouldBlock(frame));
+        }
+        let Some(top) = self.layers.len().checked_sub(1) else {
+            self.stats.sent += 1;
+            self.transmit.push_back(frame);
+            return Ok(());
+        };
+        self.layers[top].handle_send(now, frame, &mut self.out)?;
+        self.stats.sent += 1;
+        self.drain(top);
+        self.run(now);
+        Ok(())
+    }
+
+    /// Feeds bytes read from the transport: a chunk of the byte stream, or
+    /// exactly one datagram.
+    ///
+    /// # Errors
+    ///
+    /// The [`LinkError`] if the link is (now or already) closed.
+    pub fn handle_receive(&mut self, now: Instant, data: Bytes) -> Result<(), LinkError> {
+        if let Some(reason) = &self.closed {
+            return Err(reason.clone());
+        }
+        if self.layers.is_empty() {
+            self.stats.received += 1;
+            self.receive.push_back(data);
+            return Ok(());
+        }
+        self.up[0].push_back(Frame::from_payload(data));
+        self.run(now);
+        self.status()
+    }
+
+    /// Fires every layer timer that expired at `now`. Calling it early is
+    /// harmless.
+    ///
+    /// # Errors
+    ///
+    /// The [`LinkError`] if the link is (now or already) closed.
+    pub fn handle_timeout(&mut self, now: Instant) -> Result<(), LinkError> {
+        if self.closed.is_none() {
+            for i in 0..self.layers.len() {
+                if self.layers[i].poll_timeout().is_some_and(|t| t <= now) {
+                    self.layers[i].handle_timeout(now, &mut self.out);
+                    self.drain(i);
+                }
+            }
+            self.run(now);
+        }
+        self.status()
+    }
+
+    /// The next frame to write to the transport.
+    pub fn poll_transmit(&mut self) -> Option<Frame> {
+        let frame = self.transmit.pop_front()?;
+        self.stats.transmitted += 1;
+        Some(frame)
+    }
+
+    /// The next whole message for the application.
+    pub fn poll_receive(&mut self) -> Option<Bytes> {
+        self.receive.pop_front()
+    }
+
+    /// The next event.
+    pub fn poll_event(&mut self) -> Option<LinkEvent> {
+        self.events.pop_front()
+    }
+
+    /// The earliest deadline over all layers; call
+    /// [`handle_timeout`](Stack::handle_timeout) once it has passed.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        if self.closed.is_some() {
+            return None;
+        }
+        self.layers
+            .iter()
+            .fold(None, |acc, l| earliest(acc, l.poll_timeout()))
+    }
+
+    fn status(&self) -> Result<(), LinkError> {
+        match &self.closed {
+            Some(reason) => Err(reason.clone()),
+            None => Ok(()),
+        }
+    }
+
+    /// Moves what layer `i` just produced to its neighbours' queues.
+    fn drain(&mut self, i: usize) {
+        let top = self.layers.len() - 1;
+        while let Some(frame) = self.out.down.pop_front() {
+            match i.checked_sub(1) {
+                Some(below) => self.down[below].push_back(frame),
+                None => self.transmit.push_back(frame),
+            }
+        }
+        while let Some(frame) = self.out.up.pop_front() {
+            if i == top {
+                self.stats.received += 1;
+                self.receive.push_back(frame.into_bytes());
+            } else {
+                self.up[i + 1].push_back(frame);
+            }
+        }
+        while let Some(event) = self.out.events.pop_front() {
+            self.raised.push_back((i, event));
+        }
+        if let Some(reason) = self.out.close.take() {
+            self.close(reason);
+        }
+    }
+
+    fn close(&mut self, reason: LinkError) {
+        if self.closed.is_none() {
+            tracing::debug!(%reason, "link closed");
+            self.closed = Some(reason);
+        }
+        for q in self.down.iter_mut().chain(self.up.iter_mut()) {
+            q.clear();
+        }
+    }
+
+    /// Runs layers until every internal queue is empty.
+    fn run(&mut self, now: Instant) {
+        let n = self.layers.len();
+        loop {
+            let mut progressed = false;
+            for i in (0..n).rev() {
+                while let Some(frame) = self.down[i].pop_front() {
+                    progressed = true;
+                    if let Err(error) = self.layers[i].handle_send(now, frame, &mut self.out) {
+                        self.stats.send_failures += 1;
+                        tracing::debug!(layer = self.layers[i].name(), %error, "send dropped");
+                    }
+                    self.drain(i);
+                }
+            }
+            for i in 0..n {
+                while let Some(frame) = self.up[i].pop_front() {
+                    progressed = true;
+                    if let Err(error) = self.layers[i].handle_receive(now, frame, &mut self.out) {
+                        if error.is_fatal() {
+                            self.out.close(LinkError::Corrupt(error));
+                        } else {
+                            self.stats.dropped += 1;
+                            tracing::trace!(layer = self.layers[i].name(), %error, "frame dropped");
+                        }
+                    }
+                    self.drain(i);
+                }
+            }
+            while let Some((origin, event)) = self.raised.pop_front() {
+                progressed = true;
+                for j in origin + 1..n {
+                    self.layers[j].handle_event(now, &event, &mut self.out);
+                    self.drain(j);
+                }
+                self.events.push_back(event);
+            }
+            if !progressed || self.closed.is_some() {
+                break;
+            }
+        }
+        if self.blocked && self.can_send() {
+            self.blocked = false;
+            self.events.push_back(LinkEvent::SendReady);
+        }
+    }
+}
