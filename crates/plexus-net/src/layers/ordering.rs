@@ -20,7 +20,7 @@
 //! **Wire format.** `seq: u64 big-endian | payload`.
 //!
 //! **Spec options.** `ordering(mode=strict|lossy, max_pending=256,
-//! max_pending_bytes=16MiB, gap_timeout=30s)`; in lossy mode `gap_timeout`
+//! max_pending_bytes=16MiB, gap_timeout=60s)`; in lossy mode `gap_timeout`
 //! defaults to 100 ms.
 
 use std::time::{Duration, Instant};
@@ -54,8 +54,10 @@ pub struct OrderingConfig {
     /// Payload bytes held in the buffer. Option `max_pending_bytes`; default
     /// 16 MiB.
     pub max_pending_bytes: usize,
-    /// Longest time a gap may stay open. Option `gap_timeout`; default 30 s
-    /// in strict mode, 100 ms in lossy mode.
+    /// Longest time a gap may stay open. Option `gap_timeout`; default 60 s
+    /// in strict mode (longer than `delivery` takes to give up with its
+    /// defaults, so a dead link is reported as a delivery failure), 100 ms in
+    /// lossy mode.
     pub gap_timeout: Duration,
 }
 
@@ -72,7 +74,7 @@ impl OrderingConfig {
             mode: OrderingMode::Strict,
             max_pending: 256,
             max_pending_bytes: 16 << 20,
-            gap_timeout: Duration::from_secs(30),
+            gap_timeout: Duration::from_secs(60),
         }
     }
 
