@@ -2,6 +2,8 @@
 
 use std::collections::VecDeque;
 use std::fmt;
+#[cfg(test)]
+use std::time::Duration;
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -364,5 +366,99 @@ impl Stack {
             self.blocked = false;
             self.events.push_back(LinkEvent::SendReady);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::StackSpec;
+
+    fn build(spec: &str) -> Stack {
+        spec.parse::<StackSpec>()
+            .expect("valid spec")
+            .build(Instant::now())
+    }
+
+    #[test]
+    fn public_handles_are_send_and_specs_are_shareable() {
+        fn send<T: Send>() {}
+        fn send_sync<T: Send + Sync>() {}
+        send::<Stack>();
+        send_sync::<StackSpec>();
+        send_sync::<crate::LayerRegistry>();
+    }
+
+    #[test]
+    fn largest_message_folds_limits_from_the_transport_up() {
+        assert_eq!(build("udp").max_message_len(), Some(65_507));
+        assert_eq!(build("udp / ordering").max_message_len(), Some(65_499));
+        assert_eq!(build("mem / ordering").max_message_len(), None);
+        assert_eq!(
+            build("udp / slicing(max_message=1MiB) / ordering").max_message_len(),
+            Some((1 << 20) - 8)
+        );
+        assert_eq!(
+            build("tcp / framing(max_frame=1KiB)").max_message_len(),
+            Some(1024)
+        );
+    }
+
+    #[test]
+    fn oversized_send_is_handed_back_untouched() {
+        let mut s = build("tcp / framing(max_frame=4B)");
+        let err = s
+            .handle_send(Instant::now(), Bytes::from_static(b"12345"))
+            .unwrap_err();
+        assert!(matches!(err, SendError::TooLarge { max: 4, .. }));
+        assert_eq!(err.into_frame().into_bytes(), "12345");
+        assert_eq!(s.stats().sent, 0);
+        assert!(s.poll_transmit().is_none());
+    }
+
+    #[test]
+    fn corrupt_stream_closes_the_link_and_refuses_everything_after() {
+        let mut s = build("tcp / framing(max_frame=4B)");
+        let now = Instant::now();
+        let err = s
+            .handle_receive(now, Bytes::from_static(&[0, 0, 1, 0]))
+            .unwrap_err();
+        assert!(matches!(err, LinkError::Corrupt(_)));
+        assert!(s.is_closed());
+        assert_eq!(s.handle_receive(now, Bytes::new()), Err(err.clone()));
+        assert!(matches!(
+            s.handle_send(now, Bytes::from_static(b"x")),
+            Err(SendError::Closed(_))
+        ));
+        assert_eq!(s.poll_timeout(), None);
+    }
+
+    #[test]
+    fn garbage_datagram_is_dropped_and_counted_not_fatal() {
+        let mut s = build("udp / slicing / delivery / ordering");
+        let now = Instant::now();
+        assert!(s.handle_receive(now, Bytes::from_static(b"junk")).is_ok());
+        assert_eq!(s.stats().dropped, 1);
+        assert!(!s.is_closed());
+    }
+
+    #[test]
+    fn events_reach_the_layers_above_and_the_driver() {
+        // heartbeat below ordering: its events pass through ordering's
+        // handle_event (a no-op) and come out of poll_event.
+        let mut s = build("mem / heartbeat(interval=10ms, acceptable_pause=0ms) / ordering");
+        let start = Instant::now();
+        while let Some(now) = s.poll_timeout() {
+            if now > start + Duration::from_secs(60) {
+                break;
+            }
+            s.handle_timeout(now).expect("heartbeat never closes");
+            while s.poll_transmit().is_some() {}
+        }
+        let events: Vec<_> = std::iter::from_fn(|| s.poll_event()).collect();
+        assert!(matches!(
+            events[..],
+            [LinkEvent::Suspect { .. }, LinkEvent::Unreachable { .. }]
+        ));
     }
 }

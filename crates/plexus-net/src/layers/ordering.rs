@@ -130,6 +130,10 @@ pub enum OrderingError {
         /// Received length.
         len: usize,
     },
+    /// Sequence number `u64::MAX` is reserved (never sent: it would take
+    /// 2^64 messages). Dropped.
+    #[error("reserved sequence number")]
+    Reserved,
     /// Its turn has passed or it is already buffered. Dropped.
     #[error("late or duplicate message {seq} (expecting {expected})")]
     Stale {
@@ -170,11 +174,13 @@ impl OrderingHeader {
     ///
     /// # Errors
     ///
-    /// [`OrderingError::Truncated`].
+    /// [`OrderingError::Truncated`], [`OrderingError::Reserved`].
     pub fn parse(buf: &[u8]) -> Result<Self, OrderingError> {
-        wire::u64_at(buf, 0)
-            .map(|seq| Self { seq })
-            .ok_or(OrderingError::Truncated { len: buf.len() })
+        match wire::u64_at(buf, 0) {
+            None => Err(OrderingError::Truncated { len: buf.len() }),
+            Some(u64::MAX) => Err(OrderingError::Reserved),
+            Some(seq) => Ok(Self { seq }),
+        }
     }
 
     /// Writes the header.

@@ -212,3 +212,16 @@ fn strict_ordering_over_delivery_is_fifo_on_a_reordering_link() {
     let got: Vec<u64> = sim.b.received.iter().map(seq_of).collect();
     assert_eq!(got, (0..300).collect::<Vec<_>>());
 }
+
+#[test]
+fn reserved_sequence_number_is_rejected() {
+    // Found by the fuzzer: u64::MAX would overflow `next` in lossy mode.
+    let now = Instant::now();
+    let mut rx = Rx::new(OrderingConfig::lossy());
+    assert_eq!(
+        rx.recv(now, u64::MAX),
+        Err(ReceiveError::Ordering(OrderingError::Reserved))
+    );
+    rx.recv(now, u64::MAX - 1).expect("skips to it");
+    assert_eq!(rx.got, [u64::MAX - 1]);
+}
