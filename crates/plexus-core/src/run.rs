@@ -22,10 +22,23 @@ const MESSAGES_PER_YIELD: u32 = 128;
 /// Turns whatever way the actor's future ends into one teardown: normal
 /// return sets `reason`; an abort (kill, runtime shutdown) drops the future
 /// and the reason stays `Killed`.
-struct Teardown<M: Send + 'static> {
+///
+/// It is made before the actor's future and moved into it as an argument,
+/// so even a task aborted before its first poll tears its actor down.
+pub(crate) struct Teardown<M: Send + 'static> {
     mailbox: Arc<Mailbox<M>>,
     batch: VecDeque<M>,
     reason: Option<ExitReason>,
+}
+
+impl<M: Send + 'static> Teardown<M> {
+    pub(crate) fn new(mailbox: Arc<Mailbox<M>>) -> Self {
+        Self {
+            mailbox,
+            batch: VecDeque::new(),
+            reason: None,
+        }
+    }
 }
 
 impl<M: Send + 'static> Drop for Teardown<M> {
@@ -41,18 +54,14 @@ impl<M: Send + 'static> Drop for Teardown<M> {
 pub(crate) async fn run_actor<A, F>(
     mut actor: A,
     mut factory: Option<F>,
-    mailbox: Arc<Mailbox<A::Msg>>,
+    mut teardown: Teardown<A::Msg>,
     supervision: Supervision,
     system: SystemRef,
 ) where
     A: Actor,
     F: FnMut() -> A + Send + 'static,
 {
-    let mut teardown = Teardown {
-        mailbox: mailbox.clone(),
-        batch: VecDeque::new(),
-        reason: None,
-    };
+    let mailbox = teardown.mailbox.clone();
     let mut ctx = Context::new(ActorRef::local(mailbox.clone()), system);
     let mut window = RestartWindow::default();
     let mut signals = Vec::new();

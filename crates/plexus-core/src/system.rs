@@ -20,7 +20,7 @@ use tokio::sync::{broadcast, Notify};
 use crate::dead_letters::DeadLetterOffice;
 use crate::mailbox::{Control, Mailbox, Signal};
 use crate::registry::Registry;
-use crate::run::run_actor;
+use crate::run::{run_actor, Teardown};
 use crate::{
     Actor, ActorId, ActorRef, DeadLetter, ExitReason, FnActor, LookupError, NodeId,
     RegistryError, SpawnError, Supervision, SystemError,
@@ -179,9 +179,9 @@ impl SystemRef {
             },
         };
         shared.insert_live(id, mailbox.clone());
-        let task = run_actor(actor, factory, mailbox.clone(), options.supervision, self.clone());
+        let teardown = Teardown::new(mailbox.clone());
+        let task = run_actor(actor, factory, teardown, options.supervision, self.clone());
         if options.detached {
-            let thread_mailbox = mailbox.clone();
             let started = std::thread::Builder::new()
                 .name(format!("plexus-actor-{}", id.serial()))
                 .spawn(move || match tokio::runtime::Builder::new_current_thread()
@@ -189,13 +189,12 @@ impl SystemRef {
                     .build()
                 {
                     Ok(rt) => rt.block_on(task),
-                    Err(e) => thread_mailbox.finish(
-                        &ExitReason::Failed(format!("cannot start the actor's runtime: {e}")),
-                        VecDeque::new(),
-                    ),
+                    // Dropping the unstarted task tears the actor down.
+                    Err(e) => tracing::error!(actor = %id, "cannot start a detached actor's runtime: {e}"),
                 });
             if let Err(e) = started {
-                mailbox.finish(&ExitReason::Failed(e.to_string()), VecDeque::new());
+                // The closure, and with it the task and its teardown, is
+                // gone already; the actor is down.
                 return Err(SpawnError::Thread(e.to_string()));
             }
         } else {
