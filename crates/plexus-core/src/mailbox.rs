@@ -227,7 +227,7 @@ impl<M: Send + 'static> Mailbox<M> {
         }
     }
 
-    pub(crate) fn take_signals(&self, out: &mut Vec<Signal>) {
+    pub(crate) fn take_signals(&self, out: &mut VecDeque<Signal>) {
         let mut st = self.lock();
         out.extend(st.signals.drain(..));
         self.has_signal.store(false, Ordering::Release);

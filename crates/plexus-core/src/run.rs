@@ -19,126 +19,179 @@ use crate::{Actor, ActorRef, Context, ExitReason, Supervision, SystemRef};
 /// use a budget of 128 for the same reason).
 const MESSAGES_PER_YIELD: u32 = 128;
 
-/// Turns whatever way the actor's future ends into one teardown: normal
-/// return sets `reason`; an abort (kill, runtime shutdown) drops the future
-/// and the reason stays `Killed`.
+/// Turns whatever way the actor's future ends into one teardown: a normal
+/// end calls [`finish`](Self::finish); an abort (kill, runtime shutdown)
+/// drops the future, and the drop reports [`ExitReason::Killed`].
 ///
-/// It is made before the actor's future and moved into it as an argument,
-/// so even a task aborted before its first poll tears its actor down.
-pub(crate) struct Teardown<M: Send + 'static> {
+/// It lives inside the [`ActorCell`], which is built before the actor's
+/// future and moved into it as its argument, so even a task aborted before
+/// its first poll tears its actor down.
+struct Teardown<M: Send + 'static> {
     mailbox: Arc<Mailbox<M>>,
     batch: VecDeque<M>,
-    reason: Option<ExitReason>,
+    finished: bool,
 }
 
 impl<M: Send + 'static> Teardown<M> {
-    pub(crate) fn new(mailbox: Arc<Mailbox<M>>) -> Self {
-        Self {
-            mailbox,
-            batch: VecDeque::new(),
-            reason: None,
-        }
+    fn finish(&mut self, reason: &ExitReason) {
+        self.finished = true;
+        let unprocessed = std::mem::take(&mut self.batch);
+        self.mailbox.finish(reason, unprocessed);
     }
 }
 
 impl<M: Send + 'static> Drop for Teardown<M> {
     fn drop(&mut self) {
-        let reason = self.reason.take().unwrap_or(ExitReason::Killed);
-        let unprocessed = std::mem::take(&mut self.batch);
-        self.mailbox.finish(&reason, unprocessed);
+        if !self.finished {
+            self.finish(&ExitReason::Killed);
+        }
     }
 }
 
-/// Runs an actor until it stops for good. `factory` makes fresh instances
-/// for restarts; without one the actor is never restarted.
-pub(crate) async fn run_actor<A, F>(
-    mut actor: A,
-    mut factory: Option<F>,
-    mut teardown: Teardown<A::Msg>,
+/// What a restartable actor needs to restart: kept in one box so an actor
+/// that is never restarted carries a single pointer for it.
+pub(crate) struct Restarter<F> {
+    factory: F,
     supervision: Supervision,
-    system: SystemRef,
-) where
+    window: RestartWindow,
+}
+
+impl<F> Restarter<F> {
+    pub(crate) fn new(factory: F, supervision: Supervision) -> Box<Self> {
+        Box::new(Self {
+            factory,
+            supervision,
+            window: RestartWindow::default(),
+        })
+    }
+
+    pub(crate) fn make<A>(&mut self) -> A
+    where
+        F: FnMut() -> A,
+    {
+        (self.factory)()
+    }
+}
+
+/// Everything one running actor owns. Built synchronously at spawn and used
+/// in place by [`run_actor`]: the size of that future is the memory cost of
+/// an idle actor, and rustc does not overlap an async fn's arguments with
+/// its locals, so the state is one argument and nothing is moved out of it.
+pub(crate) struct ActorCell<A: Actor, F> {
+    actor: A,
+    restarter: Option<Box<Restarter<F>>>,
+    ctx: Context<A::Msg>,
+    teardown: Teardown<A::Msg>,
+    signals: VecDeque<Signal>,
+}
+
+impl<A: Actor, F> ActorCell<A, F> {
+    pub(crate) fn new(
+        actor: A,
+        restarter: Option<Box<Restarter<F>>>,
+        mailbox: Arc<Mailbox<A::Msg>>,
+        system: SystemRef,
+    ) -> Self {
+        Self {
+            actor,
+            restarter,
+            ctx: Context::new(ActorRef::local(mailbox.clone()), system),
+            teardown: Teardown {
+                mailbox,
+                batch: VecDeque::new(),
+                finished: false,
+            },
+            signals: VecDeque::new(),
+        }
+    }
+}
+
+/// Runs an actor until it stops for good; with a [`Restarter`] it may be
+/// restarted on the way.
+///
+/// Everything off the message path (hooks, signal handling, backoff) is
+/// boxed where it is awaited, to keep this future small. Hooks left at their
+/// default are zero-sized futures, and boxing those does not allocate.
+pub(crate) fn run_actor<A, F>(cell: ActorCell<A, F>) -> impl Future<Output = ()> + Send
+where
     A: Actor,
     F: FnMut() -> A + Send + 'static,
 {
-    let mailbox = teardown.mailbox.clone();
-    let mut ctx = Context::new(ActorRef::local(mailbox.clone()), system);
-    let mut window = RestartWindow::default();
-    let mut signals = Vec::new();
-    let reason = loop {
-        let (reason, external) = match catch(actor.started(&mut ctx)).await {
-            Err(panic) => (ExitReason::Panicked(panic), false),
-            Ok(()) => serve(&mut actor, &mut ctx, &mailbox, &mut teardown.batch, &mut signals).await,
-        };
-        let reason = match catch(actor.stopped(&reason, &mut ctx)).await {
-            Err(panic) if !reason.is_abnormal() => ExitReason::Panicked(panic),
-            _ => reason,
-        };
-        ctx.cancel_timers();
-        if external || !supervision.restarts_after(&reason) {
-            break reason;
-        }
-        let Some(make) = factory.as_mut() else {
-            break reason;
-        };
-        let Some(delay) = window.admit(tokio::time::Instant::now(), &supervision) else {
-            break ExitReason::RestartLimit {
-                max_restarts: supervision.max_restarts,
-                within: supervision.within,
-                last: Box::new(reason),
+    // Not an `async fn`: its argument would be stored twice in the future
+    // (as the argument and as the body's rebinding). A captured variable of
+    // an `async move` block is used in place.
+    let mut cell = cell;
+    async move {
+        let reason = loop {
+            let (reason, external) = match Box::pin(catch(cell.actor.started(&mut cell.ctx))).await
+            {
+                Err(panic) => (ExitReason::Panicked(panic), false),
+                Ok(()) => serve(&mut cell).await,
             };
+            let reason = match Box::pin(catch(cell.actor.stopped(&reason, &mut cell.ctx))).await {
+                Err(panic) if !reason.is_abnormal() => ExitReason::Panicked(panic),
+                _ => reason,
+            };
+            cell.ctx.cancel_timers();
+            let Some(r) = cell.restarter.as_mut() else {
+                break reason;
+            };
+            if external || !r.supervision.restarts_after(&reason) {
+                break reason;
+            }
+            let Some(delay) = r.window.admit(tokio::time::Instant::now(), &r.supervision) else {
+                break ExitReason::RestartLimit {
+                    max_restarts: r.supervision.max_restarts,
+                    within: r.supervision.within,
+                    last: Box::new(reason),
+                };
+            };
+            tracing::debug!(actor = %cell.ctx.id(), %reason, ?delay, "restarting actor");
+            let mailbox = &cell.teardown.mailbox;
+            if let Some(stop) = Box::pin(wait_backoff(mailbox, delay, &mut cell.signals)).await {
+                break stop;
+            }
+            cell.actor = match std::panic::catch_unwind(AssertUnwindSafe(&mut r.factory)) {
+                Ok(fresh) => fresh,
+                Err(panic) => break ExitReason::Panicked(panic_message(panic)),
+            };
+            cell.ctx.restarts += 1;
+            cell.ctx.pending_stop = None;
         };
-        tracing::debug!(actor = %ctx.id(), %reason, ?delay, "restarting actor");
-        if let Some(stop) = wait_backoff(&mailbox, delay, &mut signals).await {
-            break stop;
+        if reason.is_abnormal() {
+            tracing::debug!(actor = %cell.ctx.id(), %reason, "actor stopped");
         }
-        actor = match std::panic::catch_unwind(AssertUnwindSafe(&mut *make)) {
-            Ok(fresh) => fresh,
-            Err(panic) => break ExitReason::Panicked(panic_message(panic)),
-        };
-        ctx.restarts += 1;
-        ctx.pending_stop = None;
-    };
-    if reason.is_abnormal() {
-        tracing::debug!(actor = %ctx.id(), %reason, "actor stopped");
+        cell.teardown.finish(&reason);
     }
-    teardown.reason = Some(reason);
 }
 
 /// Handles signals and messages until the actor stops. Returns the reason
 /// and whether the stop came from outside (which rules out a restart).
-async fn serve<A: Actor>(
-    actor: &mut A,
-    ctx: &mut Context<A::Msg>,
-    mailbox: &Mailbox<A::Msg>,
-    batch: &mut VecDeque<A::Msg>,
-    signals: &mut Vec<Signal>,
-) -> (ExitReason, bool) {
+async fn serve<A: Actor, F>(cell: &mut ActorCell<A, F>) -> (ExitReason, bool) {
     let mut since_yield = 0u32;
     loop {
+        let mailbox = &*cell.teardown.mailbox;
         if mailbox.has_signal() {
-            mailbox.take_signals(signals);
+            mailbox.take_signals(&mut cell.signals);
         }
-        if !signals.is_empty() {
-            let mut pending = std::mem::take(signals);
-            for signal in pending.drain(..) {
-                if let Some(stop) = handle_signal(actor, ctx, signal).await {
-                    return stop;
-                }
+        if let Some(signal) = cell.signals.pop_front() {
+            let handling = handle_signal(&mut cell.actor, &mut cell.ctx, signal);
+            if let Some(stop) = Box::pin(handling).await {
+                return stop;
             }
-            // Keep the buffer's allocation for the next signals.
-            *signals = pending;
             continue;
         }
-        let Some(msg) = batch.pop_front() else {
+        let Some(msg) = cell.teardown.batch.pop_front() else {
+            let batch = &mut cell.teardown.batch;
             poll_fn(|cx| mailbox.poll_recv(cx, batch)).await;
             continue;
         };
         mailbox.on_dequeue();
-        if let Err(panic) = catch(actor.handle(msg, ctx)).await {
-            return (ExitReason::Panicked(panic), false);
+        let handling = AssertUnwindSafe(cell.actor.handle(msg, &mut cell.ctx));
+        if let Err(panic) = handling.catch_unwind().await {
+            return (ExitReason::Panicked(panic_message(panic)), false);
         }
-        if let Some(reason) = ctx.pending_stop.take() {
+        if let Some(reason) = cell.ctx.pending_stop.take() {
             return (reason, false);
         }
         since_yield += 1;
@@ -181,7 +234,7 @@ async fn handle_signal<A: Actor>(
 async fn wait_backoff<M: Send + 'static>(
     mailbox: &Mailbox<M>,
     delay: std::time::Duration,
-    signals: &mut Vec<Signal>,
+    signals: &mut VecDeque<Signal>,
 ) -> Option<ExitReason> {
     let sleep = tokio::time::sleep(delay);
     tokio::pin!(sleep);
@@ -191,7 +244,8 @@ async fn wait_backoff<M: Send + 'static>(
             () = poll_fn(|cx| mailbox.poll_signal(cx)) => {
                 mailbox.take_signals(signals);
                 if let Some(i) = signals.iter().position(|s| matches!(s, Signal::Stop(_) | Signal::Kill)) {
-                    return Some(match signals.swap_remove(i) {
+                    let Some(stop) = signals.remove(i) else { continue };
+                    return Some(match stop {
                         Signal::Stop(reason) => reason,
                         _ => ExitReason::Killed,
                     });
@@ -202,7 +256,10 @@ async fn wait_backoff<M: Send + 'static>(
 }
 
 async fn catch(f: impl Future<Output = ()>) -> Result<(), String> {
-    AssertUnwindSafe(f).catch_unwind().await.map_err(panic_message)
+    AssertUnwindSafe(f)
+        .catch_unwind()
+        .await
+        .map_err(panic_message)
 }
 
 fn panic_message(panic: Box<dyn Any + Send>) -> String {
@@ -212,5 +269,29 @@ fn panic_message(panic: Box<dyn Any + Send>) -> String {
         s.clone()
     } else {
         "panic with a non-string payload".to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{ActorSystem, FnActor};
+
+    type Noop = FnActor<u64, fn(u64, &mut Context<u64>)>;
+
+    fn noop(_: u64, _: &mut Context<u64>) {}
+
+    /// The idle actor's future is its main memory cost (W7 `spawn` wants
+    /// under 1 KiB per actor in all, tokio's task header included).
+    #[tokio::test]
+    async fn idle_actor_future_stays_small() {
+        let system = ActorSystem::new();
+        let id = crate::ActorId::new(crate::NodeId::from_u64(1), 1);
+        let mailbox = Arc::new(Mailbox::<u64>::new(id, system.shared_for_tests(), None));
+        let actor: Noop = FnActor::new(noop as fn(u64, &mut Context<u64>));
+        let cell = ActorCell::<Noop, fn() -> Noop>::new(actor, None, mailbox, (*system).clone());
+        let fut = run_actor(cell);
+        let size = std::mem::size_of_val(&fut);
+        assert!(size <= 384, "actor future grew to {size} bytes");
     }
 }

@@ -20,10 +20,10 @@ use tokio::sync::{broadcast, Notify};
 use crate::dead_letters::DeadLetterOffice;
 use crate::mailbox::{Control, Mailbox, Signal};
 use crate::registry::Registry;
-use crate::run::{run_actor, Teardown};
+use crate::run::{run_actor, ActorCell, Restarter};
 use crate::{
-    Actor, ActorId, ActorRef, DeadLetter, ExitReason, FnActor, LookupError, NodeId,
-    RegistryError, SpawnError, Supervision, SystemError,
+    Actor, ActorId, ActorRef, DeadLetter, ExitReason, FnActor, LookupError, NodeId, RegistryError,
+    SpawnError, Supervision, SystemError,
 };
 
 /// Live-actor shards; spreads the lock taken on every spawn and stop.
@@ -151,7 +151,7 @@ impl SystemRef {
     fn spawn_with<A, F>(
         &self,
         instance: &mut Option<A>,
-        mut factory: Option<F>,
+        factory: Option<F>,
         options: SpawnOptions,
     ) -> Result<ActorRef<A::Msg>, SpawnError>
     where
@@ -165,22 +165,28 @@ impl SystemRef {
         if options.capacity == Some(0) {
             return Err(SpawnError::ZeroCapacity);
         }
-        let id = ActorId::new(shared.node, shared.next_serial.fetch_add(1, Ordering::Relaxed));
+        let id = ActorId::new(
+            shared.node,
+            shared.next_serial.fetch_add(1, Ordering::Relaxed),
+        );
         let mailbox = Arc::new(Mailbox::new(id, shared.clone(), options.capacity));
         let actor_ref = ActorRef::local(mailbox.clone());
         if let Some(name) = &options.name {
             shared.registry.register(name, &actor_ref)?;
         }
-        let actor = match instance.take() {
-            Some(a) => a,
-            None => match factory.as_mut() {
-                Some(make) => make(),
-                None => unreachable!("spawn_with is called with an instance or a factory"),
-            },
+        let mut restarter = factory.map(|f| Restarter::new(f, options.supervision));
+        let actor = match (instance.take(), restarter.as_mut()) {
+            (Some(a), _) => a,
+            (None, Some(r)) => r.make(),
+            (None, None) => unreachable!("spawn_with is called with an instance or a factory"),
         };
         shared.insert_live(id, mailbox.clone());
-        let teardown = Teardown::new(mailbox.clone());
-        let task = run_actor(actor, factory, teardown, options.supervision, self.clone());
+        let task = run_actor(ActorCell::new(
+            actor,
+            restarter,
+            mailbox.clone(),
+            self.clone(),
+        ));
         if options.detached {
             let started = std::thread::Builder::new()
                 .name(format!("plexus-actor-{}", id.serial()))
@@ -210,7 +216,10 @@ impl SystemRef {
 
     fn stopped_ref<M: Send + 'static>(&self, reason: ExitReason) -> ActorRef<M> {
         let shared = &self.shared;
-        let id = ActorId::new(shared.node, shared.next_serial.fetch_add(1, Ordering::Relaxed));
+        let id = ActorId::new(
+            shared.node,
+            shared.next_serial.fetch_add(1, Ordering::Relaxed),
+        );
         let mailbox = Arc::new(Mailbox::new(id, shared.clone(), None));
         mailbox.finish(&reason, VecDeque::new());
         ActorRef::local(mailbox)
@@ -400,7 +409,10 @@ impl Clone for ActorSystem {
 impl Drop for ActorSystem {
     fn drop(&mut self) {
         if self.handle.shared.owners.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.handle.shared.shutting_down.store(true, Ordering::Release);
+            self.handle
+                .shared
+                .shutting_down
+                .store(true, Ordering::Release);
             self.handle.shared.kill_all();
         }
     }
@@ -526,5 +538,11 @@ impl DeadLetters<'_> {
     /// behind loses the oldest (`RecvError::Lagged` says how many).
     pub fn subscribe(&self) -> broadcast::Receiver<DeadLetter> {
         self.office.subscribe()
+    }
+}
+#[cfg(test)]
+impl SystemRef {
+    pub(crate) fn shared_for_tests(&self) -> Arc<SystemShared> {
+        self.shared.clone()
     }
 }

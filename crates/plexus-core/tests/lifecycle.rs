@@ -42,7 +42,13 @@ impl Actor for Holder {
     }
 }
 
-fn holder(system: &ActorSystem) -> (plexus_core::ActorRef<H>, oneshot::Sender<()>, mpsc::UnboundedReceiver<String>) {
+fn holder(
+    system: &ActorSystem,
+) -> (
+    plexus_core::ActorRef<H>,
+    oneshot::Sender<()>,
+    mpsc::UnboundedReceiver<String>,
+) {
     let (gate_tx, gate) = oneshot::channel();
     let (events, rx) = mpsc::unbounded_channel();
     let r = system.spawn(Holder {
@@ -75,7 +81,10 @@ async fn stop_overtakes_queued_messages_which_become_dead_letters() {
     let down = r.monitor().await;
     assert_eq!(down.reason, ExitReason::Stopped);
     // The current message finished, the stop came next, no item ran.
-    assert_eq!(drain(&mut events).await, vec!["held", "stopped: stopped on request"]);
+    assert_eq!(
+        drain(&mut events).await,
+        vec!["held", "stopped: stopped on request"]
+    );
     assert_eq!(system.dead_letters().count(), 5);
     for _ in 0..5 {
         let dl = letters.recv().await.unwrap();
@@ -228,7 +237,9 @@ fn dropping_the_system_leaks_no_task() {
 }
 
 fn rt_alive() -> usize {
-    tokio::runtime::Handle::current().metrics().num_alive_tasks()
+    tokio::runtime::Handle::current()
+        .metrics()
+        .num_alive_tasks()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -265,6 +276,9 @@ async fn detached_actor_blocks_without_starving_the_scheduler() {
 
 #[tokio::test]
 async fn system_outside_runtime_is_a_typed_error() {
-    let err = std::thread::spawn(ActorSystem::try_new).join().unwrap().unwrap_err();
+    let err = std::thread::spawn(ActorSystem::try_new)
+        .join()
+        .unwrap()
+        .unwrap_err();
     assert_eq!(err, plexus_core::SystemError::NoRuntime);
 }

@@ -66,7 +66,10 @@ async fn ask_returns_the_typed_reply() {
     let rec = system.spawn(Recorder::<u8> { seen: Vec::new() });
     rec.tell(Rec::Item(1));
     rec.tell(Rec::Item(2));
-    assert_eq!(rec.ask(Rec::Dump, Duration::from_secs(1)).await, Ok(vec![1, 2]));
+    assert_eq!(
+        rec.ask(Rec::Dump, Duration::from_secs(1)).await,
+        Ok(vec![1, 2])
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -75,7 +78,10 @@ async fn ask_times_out_with_typed_error() {
     // Never replies: keeps the ReplyTo alive.
     let mut held = Vec::new();
     let silent = system.spawn_fn(move |r: ReplyTo<u8>, _ctx| held.push(r));
-    let err = silent.ask(|r| r, Duration::from_millis(250)).await.unwrap_err();
+    let err = silent
+        .ask(|r| r, Duration::from_millis(250))
+        .await
+        .unwrap_err();
     assert_eq!(
         err,
         AskError::Timeout {
@@ -92,7 +98,10 @@ async fn ask_to_stopped_actor_fails_at_once_not_at_timeout() {
     rec.stop();
     rec.monitor().await;
     let started = std::time::Instant::now();
-    let err = rec.ask(Rec::Dump, Duration::from_secs(30)).await.unwrap_err();
+    let err = rec
+        .ask(Rec::Dump, Duration::from_secs(30))
+        .await
+        .unwrap_err();
     assert_eq!(err, AskError::Stopped { target: rec.id() });
     assert!(started.elapsed() < Duration::from_secs(1));
 }
@@ -140,8 +149,16 @@ async fn ask_fails_as_soon_as_target_stops_with_request_queued() {
 async fn dropped_reply_is_no_reply_error() {
     let system = ActorSystem::new();
     let dropper = system.spawn_fn(|r: ReplyTo<u8>, _ctx| drop(r));
-    let err = dropper.ask(|r| r, Duration::from_secs(5)).await.unwrap_err();
-    assert_eq!(err, AskError::NoReply { target: dropper.id() });
+    let err = dropper
+        .ask(|r| r, Duration::from_secs(5))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err,
+        AskError::NoReply {
+            target: dropper.id()
+        }
+    );
 }
 
 /// An actor whose handler waits for a permit per message, so tests control
@@ -159,7 +176,14 @@ impl Actor for Gated {
     }
 }
 
-fn gated(system: &ActorSystem, capacity: usize) -> (ActorRef<u32>, mpsc::UnboundedSender<()>, mpsc::UnboundedReceiver<u32>) {
+fn gated(
+    system: &ActorSystem,
+    capacity: usize,
+) -> (
+    ActorRef<u32>,
+    mpsc::UnboundedSender<()>,
+    mpsc::UnboundedReceiver<u32>,
+) {
     let (ptx, prx) = mpsc::unbounded_channel();
     let (otx, orx) = mpsc::unbounded_channel();
     let mut slot = Some((prx, otx));
@@ -195,7 +219,11 @@ async fn bounded_mailbox_try_tell_fails_when_full_and_hands_message_back() {
     for _ in 0..3 {
         permits.send(()).unwrap();
     }
-    let got: Vec<u32> = vec![out.recv().await.unwrap(), out.recv().await.unwrap(), out.recv().await.unwrap()];
+    let got: Vec<u32> = vec![
+        out.recv().await.unwrap(),
+        out.recv().await.unwrap(),
+        out.recv().await.unwrap(),
+    ];
     assert_eq!(got, vec![0, 1, 2]);
 }
 
@@ -208,7 +236,10 @@ async fn bounded_mailbox_send_waits_for_room() {
     let r2 = r.clone();
     let blocked = tokio::spawn(async move { r2.send(2).await.is_ok() });
     tokio::task::yield_now().await;
-    assert!(!blocked.is_finished(), "send must wait while the mailbox is full");
+    assert!(
+        !blocked.is_finished(),
+        "send must wait while the mailbox is full"
+    );
     for _ in 0..3 {
         permits.send(()).unwrap();
     }
@@ -297,7 +328,10 @@ async fn narrowed_refs_of_different_actors_share_one_collection() {
     narrowed.monitor().await;
     assert!(matches!(
         narrowed.try_tell(Tick(9)),
-        Err(TrySendError::Stopped { message: Tick(9), .. })
+        Err(TrySendError::Stopped {
+            message: Tick(9),
+            ..
+        })
     ));
 }
 

@@ -1,7 +1,5 @@
 //! Monitors deliver `Down` exactly once; links propagate abnormal exits.
 
-use std::time::Duration;
-
 use plexus_core::{Actor, ActorRef, ActorSystem, Context, Down, Exit, ExitReason};
 use tokio::sync::mpsc;
 
@@ -32,10 +30,14 @@ impl Actor for Watcher {
         }
     }
     async fn on_down(&mut self, down: Down, _ctx: &mut Context<W>) {
-        let _ = self.events.send(format!("down {}: {}", down.id, down.reason));
+        let _ = self
+            .events
+            .send(format!("down {}: {}", down.id, down.reason));
     }
     async fn on_exit(&mut self, exit: Exit, _ctx: &mut Context<W>) {
-        let _ = self.events.send(format!("exit {}: {}", exit.from, exit.reason));
+        let _ = self
+            .events
+            .send(format!("exit {}: {}", exit.from, exit.reason));
     }
     async fn stopped(&mut self, reason: &ExitReason, _ctx: &mut Context<W>) {
         let _ = self.events.send(format!("stopped: {reason}"));
@@ -122,7 +124,11 @@ async fn abnormal_exit_propagates_over_link() {
             reason: Box::new(ExitReason::Failed("bye".into()))
         }
     );
-    assert!(events.recv().await.unwrap().starts_with("stopped: linked actor"));
+    assert!(events
+        .recv()
+        .await
+        .unwrap()
+        .starts_with("stopped: linked actor"));
 }
 
 #[tokio::test]

@@ -132,7 +132,10 @@ async fn never_policy_does_not_restart_and_always_restarts_normal_exit() {
     let starts = Arc::new(AtomicU32::new(0));
     let never = system.build(fragile(&starts)).spawn().unwrap();
     never.tell(F::Crash);
-    assert!(matches!(never.monitor().await.reason, ExitReason::Panicked(_)));
+    assert!(matches!(
+        never.monitor().await.reason,
+        ExitReason::Panicked(_)
+    ));
 
     let always = system
         .build(fragile(&starts))

@@ -98,7 +98,9 @@ async fn registry_registers_looks_up_and_refuses_taken_names() {
     assert_eq!(found, a);
     assert_eq!(found.ask(|r| r, Duration::from_secs(1)).await, Ok("a"));
     match system.lookup::<u64>("svc") {
-        Err(LookupError::WrongType { expected, actual, .. }) => {
+        Err(LookupError::WrongType {
+            expected, actual, ..
+        }) => {
             assert_eq!(expected, "u64");
             assert!(actual.contains("ReplyTo<&str>"), "{actual}");
         }
@@ -106,7 +108,9 @@ async fn registry_registers_looks_up_and_refuses_taken_names() {
     }
     assert_eq!(
         system.lookup::<u64>("nope"),
-        Err(LookupError::NotFound { name: "nope".into() })
+        Err(LookupError::NotFound {
+            name: "nope".into()
+        })
     );
     assert_eq!(system.unregister("svc"), Some(a.id()));
     system.register("svc", &b).unwrap();
@@ -115,7 +119,8 @@ async fn registry_registers_looks_up_and_refuses_taken_names() {
 #[tokio::test]
 async fn names_are_released_when_the_actor_stops() {
     let system = ActorSystem::new();
-    let a = system.build(|| plexus_core::FnActor::new(|(), _ctx: &mut Context<()>| {}))
+    let a = system
+        .build(|| plexus_core::FnActor::new(|(), _ctx: &mut Context<()>| {}))
         .name("worker")
         .spawn()
         .unwrap();
@@ -124,7 +129,10 @@ async fn names_are_released_when_the_actor_stops() {
         .name("worker")
         .spawn()
         .unwrap_err();
-    assert!(matches!(err, SpawnError::Name(RegistryError::NameTaken { .. })));
+    assert!(matches!(
+        err,
+        SpawnError::Name(RegistryError::NameTaken { .. })
+    ));
     a.stop();
     assert_eq!(a.monitor().await.reason, ExitReason::Stopped);
     assert!(matches!(
@@ -156,5 +164,8 @@ fn errors_read_as_actionable_sentences() {
         target: id,
         timeout: Duration::from_millis(200),
     };
-    assert_eq!(e.to_string(), "ask actor 5@0000000000000001: no reply within 200ms");
+    assert_eq!(
+        e.to_string(),
+        "ask actor 5@0000000000000001: no reply within 200ms"
+    );
 }

@@ -1,0 +1,1 @@
+//! Transport drivers (being written).
