@@ -68,20 +68,30 @@ pub struct StackStats {
 pub struct Stack {
     transport: TransportKind,
     layers: Vec<Box<dyn Layer>>,
-    /// `down[i]`: frames waiting for layer `i`'s `handle_send`.
-    down: Vec<VecDeque<Frame>>,
-    /// `up[i]`: frames waiting for layer `i`'s `handle_receive`.
-    up: Vec<VecDeque<Frame>>,
+    /// `outs[i]`: what layer `i` produced, consumed in place by its
+    /// neighbours (no per-hop move into another queue): `outs[i].down` waits
+    /// for layer `i - 1`'s `handle_send` (`outs[0].down` is the transmit
+    /// queue), `outs[i].up` for layer `i + 1`'s `handle_receive` (the top
+    /// layer's is emptied into `receive` after every call). One entry even
+    /// without layers, for the transmit queue.
+    outs: Vec<Output>,
     /// Events raised by layer `.0`, to hand to the layers above it.
     raised: VecDeque<(usize, LinkEvent)>,
-    out: Output,
-    transmit: VecDeque<Frame>,
     receive: VecDeque<Bytes>,
     events: VecDeque<LinkEvent>,
     max_message_len: Option<usize>,
     blocked: bool,
     closed: Option<LinkError>,
     stats: StackStats,
+}
+
+/// Where [`Stack::run`] starts its first pass.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Start {
+    /// With the frames going down (top to bottom), then up, then events.
+    Down,
+    /// With the frames going up: nothing is waiting to go down.
+    Up,
 }
 
 impl fmt::Debug for Stack {
@@ -110,20 +120,15 @@ impl Stack {
         Self {
             transport,
             layers,
-            down: (0..n)
-                .map(|_| VecDeque::with_capacity(QUEUE_CAPACITY))
-                .collect(),
-            up: (0..n)
-                .map(|_| VecDeque::with_capacity(QUEUE_CAPACITY))
+            outs: (0..n.max(1))
+                .map(|_| Output {
+                    down: VecDeque::with_capacity(QUEUE_CAPACITY),
+                    up: VecDeque::with_capacity(QUEUE_CAPACITY),
+                    events: VecDeque::with_capacity(8),
+                    close: None,
+                })
                 .collect(),
             raised: VecDeque::with_capacity(8),
-            out: Output {
-                down: VecDeque::with_capacity(QUEUE_CAPACITY),
-                up: VecDeque::with_capacity(QUEUE_CAPACITY),
-                events: VecDeque::with_capacity(8),
-                close: None,
-            },
-            transmit: VecDeque::with_capacity(QUEUE_CAPACITY),
             receive: VecDeque::with_capacity(QUEUE_CAPACITY),
             events: VecDeque::with_capacity(8),
             max_message_len,
@@ -202,13 +207,13 @@ impl Stack {
         }
         let Some(top) = self.layers.len().checked_sub(1) else {
             self.stats.sent += 1;
-            self.transmit.push_back(frame);
+            self.outs[0].down.push_back(frame);
             return Ok(());
         };
-        self.layers[top].handle_send(now, frame, &mut self.out)?;
+        self.layers[top].handle_send(now, frame, &mut self.outs[top])?;
         self.stats.sent += 1;
-        self.drain(top);
-        self.run(now);
+        self.after_call(top);
+        self.run(now, Start::Down);
         Ok(())
     }
 
@@ -227,8 +232,11 @@ impl Stack {
             self.receive.push_back(data);
             return Ok(());
         }
-        self.up[0].push_back(Frame::from_payload(data));
-        self.run(now);
+        // Every internal queue is empty between calls, so this is the first
+        // call of the first pass: layer 0 takes the frame straight away.
+        self.receive_at(0, now, Frame::from_payload(data));
+        self.after_call(0);
+        self.run(now, Start::Up);
         self.status()
     }
 
@@ -242,18 +250,18 @@ impl Stack {
         if self.closed.is_none() {
             for i in 0..self.layers.len() {
                 if self.layers[i].poll_timeout().is_some_and(|t| t <= now) {
-                    self.layers[i].handle_timeout(now, &mut self.out);
-                    self.drain(i);
+                    self.layers[i].handle_timeout(now, &mut self.outs[i]);
+                    self.after_call(i);
                 }
             }
-            self.run(now);
+            self.run(now, Start::Down);
         }
         self.status()
     }
 
     /// The next frame to write to the transport.
     pub fn poll_transmit(&mut self) -> Option<Frame> {
-        let frame = self.transmit.pop_front()?;
+        let frame = self.outs[0].down.pop_front()?;
         self.stats.transmitted += 1;
         Some(frame)
     }
@@ -286,27 +294,22 @@ impl Stack {
         }
     }
 
-    /// Moves what layer `i` just produced to its neighbours' queues.
-    fn drain(&mut self, i: usize) {
-        let top = self.layers.len() - 1;
-        while let Some(frame) = self.out.down.pop_front() {
-            match i.checked_sub(1) {
-                Some(below) => self.down[below].push_back(frame),
-                None => self.transmit.push_back(frame),
-            }
-        }
-        while let Some(frame) = self.out.up.pop_front() {
-            if i == top {
+    /// Hands what layer `i` just produced to the application (top layer),
+    /// and its events and close request to the stack. Frames for the layers
+    /// in between stay where the layer put them, in `outs[i]`.
+    #[inline(always)]
+    fn after_call(&mut self, i: usize) {
+        let out = &mut self.outs[i];
+        if i + 1 == self.layers.len() {
+            while let Some(frame) = out.up.pop_front() {
                 self.stats.received += 1;
                 self.receive.push_back(frame.into_bytes());
-            } else {
-                self.up[i + 1].push_back(frame);
             }
         }
-        while let Some(event) = self.out.events.pop_front() {
+        while let Some(event) = out.events.pop_front() {
             self.raised.push_back((i, event));
         }
-        if let Some(reason) = self.out.close.take() {
+        if let Some(reason) = out.close.take() {
             self.close(reason);
         }
     }
@@ -316,45 +319,72 @@ impl Stack {
             tracing::debug!(%reason, "link closed");
             self.closed = Some(reason);
         }
-        for q in self.down.iter_mut().chain(self.up.iter_mut()) {
-            q.clear();
+        // Every queue between two layers; not the transmit queue
+        // (`outs[0].down`) nor what was handed to the application.
+        let n = self.layers.len();
+        for (i, out) in self.outs.iter_mut().enumerate() {
+            if i > 0 {
+                out.down.clear();
+            }
+            if i + 1 < n {
+                out.up.clear();
+            }
         }
     }
 
-    /// Runs layers until every internal queue is empty.
-    fn run(&mut self, now: Instant) {
+    /// Layer `i` processes `frame` from the layer below.
+    #[inline(always)]
+    fn receive_at(&mut self, i: usize, now: Instant, frame: Frame) {
+        if let Err(error) = self.layers[i].handle_receive(now, frame, &mut self.outs[i]) {
+            if error.is_fatal() {
+                self.outs[i].close(LinkError::Corrupt(error));
+            } else {
+                self.stats.dropped += 1;
+                tracing::trace!(layer = self.layers[i].name(), %error, "frame dropped");
+            }
+        }
+    }
+
+    /// Runs layers until every internal queue is empty: passes of frames
+    /// going down (top to bottom), frames going up (bottom to top), then
+    /// events, repeated while a pass did anything.
+    fn run(&mut self, now: Instant, start: Start) {
         let n = self.layers.len();
+        let mut skip_down = start == Start::Up;
         loop {
             let mut progressed = false;
-            for i in (0..n).rev() {
-                while let Some(frame) = self.down[i].pop_front() {
-                    progressed = true;
-                    if let Err(error) = self.layers[i].handle_send(now, frame, &mut self.out) {
-                        self.stats.send_failures += 1;
-                        tracing::debug!(layer = self.layers[i].name(), %error, "send dropped");
+            if !skip_down {
+                // Layer i sends what layer i + 1 pushed down. Nothing feeds
+                // the top layer from above but `handle_send`, which calls it
+                // directly.
+                for i in (0..n.saturating_sub(1)).rev() {
+                    while let Some(frame) = self.outs[i + 1].down.pop_front() {
+                        progressed = true;
+                        if let Err(error) =
+                            self.layers[i].handle_send(now, frame, &mut self.outs[i])
+                        {
+                            self.stats.send_failures += 1;
+                            tracing::debug!(layer = self.layers[i].name(), %error, "send dropped");
+                        }
+                        self.after_call(i);
                     }
-                    self.drain(i);
                 }
             }
-            for i in 0..n {
-                while let Some(frame) = self.up[i].pop_front() {
+            skip_down = false;
+            // Layer i receives what layer i - 1 pushed up. Nothing feeds the
+            // bottom layer but `handle_receive`, which calls it directly.
+            for i in 1..n {
+                while let Some(frame) = self.outs[i - 1].up.pop_front() {
                     progressed = true;
-                    if let Err(error) = self.layers[i].handle_receive(now, frame, &mut self.out) {
-                        if error.is_fatal() {
-                            self.out.close(LinkError::Corrupt(error));
-                        } else {
-                            self.stats.dropped += 1;
-                            tracing::trace!(layer = self.layers[i].name(), %error, "frame dropped");
-                        }
-                    }
-                    self.drain(i);
+                    self.receive_at(i, now, frame);
+                    self.after_call(i);
                 }
             }
             while let Some((origin, event)) = self.raised.pop_front() {
                 progressed = true;
                 for j in origin + 1..n {
-                    self.layers[j].handle_event(now, &event, &mut self.out);
-                    self.drain(j);
+                    self.layers[j].handle_event(now, &event, &mut self.outs[j]);
+                    self.after_call(j);
                 }
                 self.events.push_back(event);
             }

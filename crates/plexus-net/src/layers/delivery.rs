@@ -208,6 +208,8 @@ pub struct Delivery {
     rcv_cum: u64,
     rcv_max: u64,
     received: Vec<bool>,
+    /// `received.len() - 1` when that is a power of two.
+    slot_mask: Option<u64>,
     ack_pending: u32,
     ack_deadline: Option<Instant>,
     ack_now: bool,
@@ -230,6 +232,7 @@ impl Delivery {
             rcv_cum: 0,
             rcv_max: 0,
             received: vec![false; config.recv_window],
+            slot_mask: super::ordering::ring_mask(config.recv_window),
             ack_pending: 0,
             ack_deadline: None,
             ack_now: false,
@@ -258,7 +261,11 @@ impl Delivery {
     }
 
     fn slot(&self, seq: u64) -> usize {
-        (seq % self.received.len() as u64) as usize
+        // A power-of-two ring (the default) takes a mask, not a division.
+        match self.slot_mask {
+            Some(mask) => (seq & mask) as usize,
+            None => (seq % self.received.len() as u64) as usize,
+        }
     }
 
     /// The ack describing what was received, with SACK ranges for the gaps.

@@ -234,8 +234,17 @@ impl Layer for Framing {
             match FrameHeader::parse(&data, self.config.max_frame_len)? {
                 Some(header) if data.len() >= FrameHeader::LEN + header.len as usize => {
                     let end = FrameHeader::LEN + header.len as usize;
-                    out.push_up(Frame::from_payload(data.slice(FrameHeader::LEN..end)));
-                    data.advance(end);
+                    if data.len() == end {
+                        // The rest of the chunk is this frame (the usual
+                        // case): hand the chunk itself up. A slice would bump
+                        // a reference count, or allocate one for a
+                        // vector-backed chunk.
+                        data.advance(FrameHeader::LEN);
+                        out.push_up(Frame::from_payload(std::mem::take(&mut data)));
+                    } else {
+                        out.push_up(Frame::from_payload(data.slice(FrameHeader::LEN..end)));
+                        data.advance(end);
+                    }
                 }
                 _ => {
                     self.partial.extend_from_slice(&data);

@@ -129,13 +129,19 @@ pub fn phi(t: f64, mu: f64, sigma: f64) -> f64 {
 /// inverse of the approximation: solves `0.070566 y^3 + 1.5976 y = L` by
 /// Cardano's formula.
 pub fn delay_for_phi(threshold: f64, mu: f64, sigma: f64) -> f64 {
+    mu + standard_delay_for_phi(threshold) * sigma
+}
+
+/// The standardised delay `y = (t - mu) / sigma` at which phi reaches
+/// `threshold`: depends on the threshold alone, so the layer computes it
+/// once per threshold, not on every refresh.
+fn standard_delay_for_phi(threshold: f64) -> f64 {
     let p = 10f64.powf(-threshold);
     let l = -(p / (1.0 - p)).ln();
     let (a, b) = (0.070566, 1.5976);
     let (pp, q) = (b / a, -l / a);
     let d = (q / 2.0).powi(2) + (pp / 3.0).powi(3);
-    let y = (-q / 2.0 + d.sqrt()).cbrt() + (-q / 2.0 - d.sqrt()).cbrt();
-    mu + y * sigma
+    (-q / 2.0 + d.sqrt()).cbrt() + (-q / 2.0 - d.sqrt()).cbrt()
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -159,6 +165,9 @@ pub struct Heartbeat {
     /// thresholds, refreshed every few arrivals and on every timeout.
     suspect_after: Duration,
     unreachable_after: Duration,
+    /// [`standard_delay_for_phi`] of the two thresholds.
+    suspect_y: f64,
+    unreachable_y: f64,
     stale: u32,
     status: Status,
 }
@@ -168,6 +177,8 @@ impl Heartbeat {
     pub fn new(config: HeartbeatConfig, now: Instant) -> Self {
         let mut h = Self {
             samples: Vec::with_capacity(config.window),
+            suspect_y: standard_delay_for_phi(config.suspect_phi),
+            unreachable_y: standard_delay_for_phi(config.unreachable_phi),
             config,
             last_sent: now,
             last_arrival: now,
@@ -211,9 +222,10 @@ impl Heartbeat {
 
     fn refresh(&mut self) {
         let (mu, sigma) = self.distribution();
-        let secs = |phi| Duration::from_secs_f64(delay_for_phi(phi, mu, sigma).clamp(0.0, 1e9));
-        self.suspect_after = secs(self.config.suspect_phi);
-        self.unreachable_after = secs(self.config.unreachable_phi);
+        // delay_for_phi(phi, mu, sigma), with its threshold-only part cached.
+        let secs = |y: f64| Duration::from_secs_f64((mu + y * sigma).clamp(0.0, 1e9));
+        self.suspect_after = secs(self.suspect_y);
+        self.unreachable_after = secs(self.unreachable_y);
         self.stale = 0;
     }
 

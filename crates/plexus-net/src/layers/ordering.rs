@@ -199,6 +199,8 @@ pub struct Ordering {
     /// `slots[seq % max_pending]` holds message `seq` for `next < seq <
     /// next + max_pending`.
     slots: Vec<Option<Frame>>,
+    /// `slots.len() - 1` when that is a power of two.
+    slot_mask: Option<u64>,
     pending: usize,
     pending_bytes: usize,
     /// When the current gap opened (first message buffered behind it).
@@ -210,6 +212,7 @@ impl Ordering {
     pub fn new(config: OrderingConfig) -> Self {
         Self {
             slots: (0..config.max_pending).map(|_| None).collect(),
+            slot_mask: ring_mask(config.max_pending),
             config,
             send_seq: 0,
             next: 0,
@@ -230,13 +233,27 @@ impl Ordering {
     }
 
     fn slot(&self, seq: u64) -> usize {
-        (seq % self.slots.len() as u64) as usize
+        // A power-of-two ring (the default) takes a mask, not a division.
+        match self.slot_mask {
+            Some(mask) => (seq & mask) as usize,
+            None => (seq % self.slots.len() as u64) as usize,
+        }
     }
 
     /// Hands up `next` and every consecutive pending message.
     fn release_ready(&mut self, now: Instant, out: &mut Output) {
+        // `pending` counts the occupied slots: none, nothing to release (the
+        // in-order fast path).
+        if self.pending == 0 {
+            self.gap_since = None;
+            return;
+        }
         loop {
             let slot = self.slot(self.next);
+            // Test before taking: `take` moves the whole slot even when empty.
+            if self.slots[slot].is_none() {
+                break;
+            }
             let Some(frame) = self.slots[slot].take() else {
                 break;
             };
@@ -375,6 +392,11 @@ impl Layer for Ordering {
     fn poll_timeout(&self) -> Option<Instant> {
         self.gap_since.map(|t| t + self.config.gap_timeout)
     }
+}
+
+/// `len - 1` if `len` is a power of two: `seq % len == seq & mask`.
+pub(crate) fn ring_mask(len: usize) -> Option<u64> {
+    len.is_power_of_two().then(|| len as u64 - 1)
 }
 
 #[cfg(test)]
