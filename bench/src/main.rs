@@ -9,6 +9,13 @@
 //! that have a plain-tokio baseline run it in the same invocation,
 //! alternating with the Plexus runs, and add `vs_baseline=<ratio>`.
 
+/// Both Plexus and the baselines run on mimalloc: glibc's allocator
+/// serialises threads on arena locks when one thread frees what another
+/// allocated (every message and task here), which would measure the
+/// allocator rather than the runtimes.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod report;
 mod w7;
 

@@ -147,12 +147,13 @@ fn collector(system: &ActorSystem, expected: u64) -> (ActorRef<()>, oneshot::Rec
 fn spawn(rt: &tokio::runtime::Runtime, args: &Args) {
     let n = args.n.unwrap_or(1_000_000);
     let rss_before = rss_bytes().unwrap_or(0);
-    let (secs, system) = if args.baseline {
+    // Each run reports the peak RSS when all answers are in, before the
+    // (untimed) teardown.
+    let ((secs, peak), system) = if args.baseline {
         (on_worker(rt, spawn_tokio(n)), "baseline")
     } else {
         (on_worker(rt, spawn_plexus(n)), "plexus")
     };
-    let peak = peak_rss_bytes().unwrap_or(0);
     let per_actor = peak.saturating_sub(rss_before) as f64 / n as f64;
     ResultLine::new("w7-spawn", system)
         .field("seconds", format!("{secs:.3}"))
@@ -162,7 +163,7 @@ fn spawn(rt: &tokio::runtime::Runtime, args: &Args) {
         .print();
 }
 
-async fn spawn_plexus(n: u64) -> f64 {
+async fn spawn_plexus(n: u64) -> (f64, u64) {
     let system = ActorSystem::new();
     let (collector, done) = collector(&system, n);
     let start = Instant::now();
@@ -170,20 +171,32 @@ async fn spawn_plexus(n: u64) -> f64 {
     for _ in 0..n {
         refs.push(system.spawn(Answerer));
     }
+    let spawned = start.elapsed();
+    let rss_spawned = rss_bytes().unwrap_or(0);
     for r in &refs {
         r.tell(collector.clone());
     }
+    let told = start.elapsed();
+    let rss_told = rss_bytes().unwrap_or(0);
     done.await.expect("collector stopped early");
+    let rss_done = rss_bytes().unwrap_or(0);
+    eprintln!(
+        "phases: spawn {spawned:?}, tell done at {told:?}; rss MB after spawn {}, after tell {}, answered {}",
+        rss_spawned / 1_000_000,
+        rss_told / 1_000_000,
+        rss_done / 1_000_000
+    );
     let secs = start.elapsed().as_secs_f64();
+    let peak = peak_rss_bytes().unwrap_or(0);
     eprintln!("spawned and answered {n} actors in {secs:.3} s");
     drop(refs);
     let t = Instant::now();
     system.shutdown().await;
     eprintln!("shutdown of {} actors took {:?}", n + 1, t.elapsed());
-    secs
+    (secs, peak)
 }
 
-async fn spawn_tokio(n: u64) -> f64 {
+async fn spawn_tokio(n: u64) -> (f64, u64) {
     let (answers_tx, mut answers) = mpsc::unbounded_channel::<()>();
     let start = Instant::now();
     let mut inboxes = Vec::with_capacity(n as usize);
@@ -203,8 +216,9 @@ async fn spawn_tokio(n: u64) -> f64 {
         answers.recv().await.expect("answers channel closed early");
     }
     let secs = start.elapsed().as_secs_f64();
+    let peak = peak_rss_bytes().unwrap_or(0);
     drop(inboxes);
-    secs
+    (secs, peak)
 }
 
 // ------------------------------------------------------------- pingpong

@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::task::AbortHandle;
 use tokio::time::MissedTickBehavior;
 
-use crate::mailbox::{Control, Signal, Watcher};
+use crate::mailbox::{Control, Mailbox, Signal, Watcher};
 use crate::{ActorId, ActorRef, Exit, ExitReason, SystemRef};
 
 /// Above this many timer handles, finished ones are pruned on the next
@@ -16,35 +16,45 @@ use crate::{ActorId, ActorRef, Exit, ExitReason, SystemRef};
 const TIMER_PRUNE_THRESHOLD: usize = 16;
 
 /// What an actor's methods can do besides their own logic.
-pub struct Context<M> {
-    myself: ActorRef<M>,
+///
+/// Part of every actor's resident state, so it is kept small: rarely used
+/// parts are boxed on first use.
+pub struct Context<M: Send + 'static> {
+    pub(crate) mailbox: Arc<Mailbox<M>>,
     system: SystemRef,
-    pub(crate) pending_stop: Option<ExitReason>,
-    pub(crate) trap_exits: bool,
+    pub(crate) pending_stop: Option<Box<ExitReason>>,
+    // A pointer, not a 24-byte Vec, in every actor; the box is allocated
+    // only by actors that set timers.
+    #[allow(clippy::box_collection)]
+    timers: Option<Box<Vec<AbortHandle>>>,
     pub(crate) restarts: u32,
-    timers: Vec<AbortHandle>,
+    pub(crate) trap_exits: bool,
 }
 
 impl<M: Send + 'static> Context<M> {
-    pub(crate) fn new(myself: ActorRef<M>, system: SystemRef) -> Self {
+    pub(crate) fn new(mailbox: Arc<Mailbox<M>>, system: SystemRef) -> Self {
         Self {
-            myself,
+            mailbox,
             system,
             pending_stop: None,
-            trap_exits: false,
+            timers: None,
             restarts: 0,
-            timers: Vec::new(),
+            trap_exits: false,
         }
     }
 
     /// This actor's own ref.
-    pub fn myself(&self) -> &ActorRef<M> {
-        &self.myself
+    pub fn myself(&self) -> ActorRef<M> {
+        ActorRef::local(self.mailbox.clone())
     }
 
     /// This actor's id.
     pub fn id(&self) -> ActorId {
-        self.myself.id()
+        self.mailbox.id()
+    }
+
+    fn control(&self) -> Arc<dyn Control> {
+        self.mailbox.clone()
     }
 
     /// The system this actor runs in (to spawn, register, look up).
@@ -59,14 +69,15 @@ impl<M: Send + 'static> Context<M> {
 
     /// Stops this actor normally once the current handler returns.
     pub fn stop(&mut self) {
-        self.pending_stop.get_or_insert(ExitReason::Normal);
+        self.pending_stop
+            .get_or_insert_with(|| Box::new(ExitReason::Normal));
     }
 
     /// Stops this actor with a failure once the current handler returns:
     /// [`ExitReason::Failed`], which propagates over links and triggers
     /// restart-on-failure.
     pub fn fail(&mut self, reason: impl fmt::Display) {
-        self.pending_stop = Some(ExitReason::Failed(reason.to_string()));
+        self.pending_stop = Some(Box::new(ExitReason::Failed(reason.to_string())));
     }
 
     /// Monitors `target`: when it stops, this actor's
@@ -74,9 +85,7 @@ impl<M: Send + 'static> Context<M> {
     /// [`Down`](crate::Down), exactly once; at once if it has already
     /// stopped.
     pub fn monitor<T: Send + 'static>(&mut self, target: &ActorRef<T>) -> MonitorRef {
-        let token = target
-            .control()
-            .watch(Watcher::Actor(self.myself.control_arc()));
+        let token = target.control().watch(Watcher::Actor(self.control()));
         MonitorRef {
             target: target.control_arc(),
             token,
@@ -95,12 +104,12 @@ impl<M: Send + 'static> Context<M> {
     /// Linking to an actor that has already stopped delivers its exit at
     /// once.
     pub fn link<T: Send + 'static>(&mut self, other: &ActorRef<T>) {
-        link(&self.myself.control_arc(), other.control_arc());
+        link(&self.control(), other.control_arc());
     }
 
     /// Removes a link in both directions.
     pub fn unlink<T: Send + 'static>(&mut self, other: &ActorRef<T>) {
-        self.myself.control().remove_link(other.id());
+        self.mailbox.remove_link(other.id());
         other.control().remove_link(self.id());
     }
 
@@ -114,7 +123,7 @@ impl<M: Send + 'static> Context<M> {
     /// Sends `msg` to this actor after `delay`. Cancelled when the actor
     /// stops or restarts.
     pub fn send_after(&mut self, delay: Duration, msg: M) -> TimerRef {
-        let me = self.myself.clone();
+        let me = self.myself();
         let handle = self.system.runtime().spawn(async move {
             tokio::time::sleep(delay).await;
             me.tell(msg);
@@ -129,7 +138,7 @@ impl<M: Send + 'static> Context<M> {
     where
         F: FnMut() -> M + Send + 'static,
     {
-        let me = self.myself.clone();
+        let me = self.myself();
         let handle = self.system.runtime().spawn(async move {
             let start = tokio::time::Instant::now() + period;
             let mut ticks = tokio::time::interval_at(start, period);
@@ -146,33 +155,34 @@ impl<M: Send + 'static> Context<M> {
     }
 
     fn keep_timer(&mut self, handle: AbortHandle) -> TimerRef {
-        if self.timers.len() >= TIMER_PRUNE_THRESHOLD {
-            self.timers.retain(|h| !h.is_finished());
+        let timers = self.timers.get_or_insert_with(Box::default);
+        if timers.len() >= TIMER_PRUNE_THRESHOLD {
+            timers.retain(|h| !h.is_finished());
         }
-        self.timers.push(handle.clone());
+        timers.push(handle.clone());
         TimerRef { handle }
     }
 
     pub(crate) fn cancel_timers(&mut self) {
-        for t in self.timers.drain(..) {
-            t.abort();
+        if let Some(timers) = self.timers.as_mut() {
+            for t in timers.drain(..) {
+                t.abort();
+            }
         }
     }
 }
 
-impl<M> Drop for Context<M> {
+impl<M: Send + 'static> Drop for Context<M> {
     fn drop(&mut self) {
         // Also runs when the actor's task is aborted (killed).
-        for t in self.timers.drain(..) {
-            t.abort();
-        }
+        self.cancel_timers();
     }
 }
 
-impl<M> fmt::Debug for Context<M> {
+impl<M: Send + 'static> fmt::Debug for Context<M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Context")
-            .field("actor", &self.myself)
+            .field("actor", &self.id())
             .field("restarts", &self.restarts)
             .finish_non_exhaustive()
     }

@@ -107,11 +107,31 @@ struct Extra {
     reason: Option<ExitReason>,
 }
 
+/// How an actor ended. The reasons without data are kept inline so that
+/// stopping allocates nothing; others live in [`Extra::reason`].
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Ended {
+    No,
+    Normal,
+    Stopped,
+    Shutdown,
+    Killed,
+    InExtra,
+}
+
 struct State<M> {
+    /// The oldest queued message when it is alone: an idle actor's next
+    /// message (the common case) needs no queue allocation.
+    first: Option<M>,
+    /// Messages behind `first`.
     queue: VecDeque<M>,
+    /// Down and Exit signals. Stop and kill are kept in `stop` instead, so
+    /// that stopping a million idle actors allocates nothing.
     signals: VecDeque<Signal>,
+    /// A requested stop (`Stopped`, `Shutdown`) or kill (`Killed`).
+    stop: Ended,
     waker: Option<Waker>,
-    stopped: bool,
+    ended: Ended,
     abort: Option<AbortHandle>,
     extra: Option<Box<Extra>>,
 }
@@ -119,6 +139,68 @@ struct State<M> {
 impl<M> State<M> {
     fn extra(&mut self) -> &mut Extra {
         self.extra.get_or_insert_with(Box::default)
+    }
+
+    fn is_stopped(&self) -> bool {
+        self.ended != Ended::No
+    }
+
+    fn has_signal(&self) -> bool {
+        self.stop != Ended::No || !self.signals.is_empty()
+    }
+
+    /// Queues a signal; stop and kill only set (or escalate) the request.
+    fn queue_signal(&mut self, signal: Signal) {
+        match signal {
+            Signal::Kill => self.stop = Ended::Killed,
+            Signal::Stop(reason) if self.stop == Ended::No => {
+                self.stop = match reason {
+                    ExitReason::Shutdown => Ended::Shutdown,
+                    _ => Ended::Stopped,
+                }
+            }
+            Signal::Stop(_) => {}
+            other => self.signals.push_back(other),
+        }
+    }
+
+    /// Takes a requested stop or kill.
+    fn take_stop(&mut self) -> Option<Signal> {
+        let signal = match std::mem::replace(&mut self.stop, Ended::No) {
+            Ended::No => return None,
+            Ended::Killed => Signal::Kill,
+            Ended::Shutdown => Signal::Stop(ExitReason::Shutdown),
+            _ => Signal::Stop(ExitReason::Stopped),
+        };
+        Some(signal)
+    }
+
+    fn set_ended(&mut self, reason: &ExitReason) {
+        self.ended = match reason {
+            ExitReason::Normal => Ended::Normal,
+            ExitReason::Stopped => Ended::Stopped,
+            ExitReason::Shutdown => Ended::Shutdown,
+            ExitReason::Killed => Ended::Killed,
+            other => {
+                self.extra().reason = Some(other.clone());
+                Ended::InExtra
+            }
+        };
+    }
+
+    /// Why the actor ended; only called once it has.
+    fn end_reason(&self) -> ExitReason {
+        match self.ended {
+            Ended::Normal | Ended::No => ExitReason::Normal,
+            Ended::Stopped => ExitReason::Stopped,
+            Ended::Shutdown => ExitReason::Shutdown,
+            Ended::Killed => ExitReason::Killed,
+            Ended::InExtra => self
+                .extra
+                .as_ref()
+                .and_then(|e| e.reason.clone())
+                .unwrap_or(ExitReason::Killed),
+        }
     }
 }
 
@@ -141,10 +223,12 @@ impl<M: Send + 'static> Mailbox<M> {
             alive: AtomicBool::new(true),
             bound: capacity.map(|c| Box::new(Semaphore::new(c))),
             state: Mutex::new(State {
+                first: None,
                 queue: VecDeque::new(),
                 signals: VecDeque::new(),
+                stop: Ended::No,
                 waker: None,
-                stopped: false,
+                ended: Ended::No,
                 abort: None,
                 extra: None,
             }),
@@ -163,12 +247,16 @@ impl<M: Send + 'static> Mailbox<M> {
     /// in between, the message becomes a dead letter.
     pub(crate) fn push(&self, msg: M) {
         let mut st = self.lock();
-        if st.stopped {
+        if st.is_stopped() {
             drop(st);
             self.dead_letter(msg, DeadLetterReason::Stopped);
             return;
         }
-        st.queue.push_back(msg);
+        if st.first.is_none() && st.queue.is_empty() {
+            st.first = Some(msg);
+        } else {
+            st.queue.push_back(msg);
+        }
         let waker = st.waker.take();
         drop(st);
         if let Some(w) = waker {
@@ -188,16 +276,28 @@ impl<M: Send + 'static> Mailbox<M> {
         self.has_signal.load(Ordering::Acquire)
     }
 
-    /// Ready when a signal is waiting or user messages were moved into
-    /// `batch` (which must be empty; its allocation is recycled).
-    pub(crate) fn poll_recv(&self, cx: &mut TaskContext<'_>, batch: &mut VecDeque<M>) -> Poll<()> {
+    /// Ready when a signal is waiting or messages are: the oldest is
+    /// returned, those behind it are moved into `batch` (which must be
+    /// empty; its allocation is recycled). FIFO: the returned message comes
+    /// before the batch.
+    pub(crate) fn poll_recv(
+        &self,
+        cx: &mut TaskContext<'_>,
+        batch: &mut VecDeque<M>,
+    ) -> Poll<Option<M>> {
         let mut st = self.lock();
-        if !st.signals.is_empty() {
-            return Poll::Ready(());
+        if st.has_signal() {
+            return Poll::Ready(None);
+        }
+        if let Some(first) = st.first.take() {
+            if !st.queue.is_empty() {
+                std::mem::swap(&mut st.queue, batch);
+            }
+            return Poll::Ready(Some(first));
         }
         if !st.queue.is_empty() {
             std::mem::swap(&mut st.queue, batch);
-            return Poll::Ready(());
+            return Poll::Ready(None);
         }
         match &st.waker {
             Some(w) if w.will_wake(cx.waker()) => {}
@@ -206,12 +306,17 @@ impl<M: Send + 'static> Mailbox<M> {
         Poll::Pending
     }
 
-    /// Ready when a signal is waiting (user messages stay queued). Used while
-    /// a supervisor waits out a restart backoff.
-    pub(crate) fn poll_signal(&self, cx: &mut TaskContext<'_>) -> Poll<()> {
+    /// Ready with the reason when a stop or kill is queued; other signals
+    /// and user messages stay queued. Used while a supervisor waits out a
+    /// restart backoff.
+    pub(crate) fn poll_stop(&self, cx: &mut TaskContext<'_>) -> Poll<ExitReason> {
         let mut st = self.lock();
-        if !st.signals.is_empty() {
-            return Poll::Ready(());
+        if let Some(signal) = st.take_stop() {
+            self.has_signal.store(st.has_signal(), Ordering::Release);
+            return Poll::Ready(match signal {
+                Signal::Stop(reason) => reason,
+                _ => ExitReason::Killed,
+            });
         }
         match &st.waker {
             Some(w) if w.will_wake(cx.waker()) => {}
@@ -227,15 +332,17 @@ impl<M: Send + 'static> Mailbox<M> {
         }
     }
 
-    pub(crate) fn take_signals(&self, out: &mut VecDeque<Signal>) {
+    /// The oldest queued signal, if any.
+    pub(crate) fn pop_signal(&self) -> Option<Signal> {
         let mut st = self.lock();
-        out.extend(st.signals.drain(..));
-        self.has_signal.store(false, Ordering::Release);
+        let signal = st.take_stop().or_else(|| st.signals.pop_front());
+        self.has_signal.store(st.has_signal(), Ordering::Release);
+        signal
     }
 
     pub(crate) fn set_abort(&self, handle: AbortHandle) {
         let mut st = self.lock();
-        if st.stopped {
+        if st.is_stopped() {
             return;
         }
         st.abort = Some(handle);
@@ -246,28 +353,31 @@ impl<M: Send + 'static> Mailbox<M> {
     /// Idempotent: only the first call has an effect.
     pub(crate) fn finish(&self, reason: &ExitReason, unprocessed: VecDeque<M>) {
         let mut st = self.lock();
-        if st.stopped {
+        if st.is_stopped() {
             return;
         }
-        st.stopped = true;
+        st.set_ended(reason);
         self.alive.store(false, Ordering::Release);
+        let first = st.first.take();
         let queued = std::mem::take(&mut st.queue);
         let signals = std::mem::take(&mut st.signals);
         st.waker = None;
         st.abort = None;
-        // The reason stays behind for monitors and links that arrive late.
-        let extra = st.extra();
-        extra.reason = Some(reason.clone());
-        let watchers = std::mem::take(&mut extra.watchers);
-        let links = std::mem::take(&mut extra.links);
-        let names = std::mem::take(&mut extra.names);
+        let (watchers, links, names) = match st.extra.as_mut() {
+            Some(e) => (
+                std::mem::take(&mut e.watchers),
+                std::mem::take(&mut e.links),
+                std::mem::take(&mut e.names),
+            ),
+            None => Default::default(),
+        };
         drop(st);
 
         if let Some(s) = &self.bound {
             s.close();
         }
         drop(signals);
-        for msg in unprocessed.into_iter().chain(queued) {
+        for msg in unprocessed.into_iter().chain(first).chain(queued) {
             self.dead_letter(msg, DeadLetterReason::Stopped);
         }
         for (_, w) in watchers {
@@ -322,10 +432,10 @@ impl<M: Send + 'static> Control for Mailbox<M> {
 
     fn signal(&self, signal: Signal) -> bool {
         let mut st = self.lock();
-        if st.stopped {
+        if st.is_stopped() {
             return false;
         }
-        st.signals.push_back(signal);
+        st.queue_signal(signal);
         self.has_signal.store(true, Ordering::Release);
         let waker = st.waker.take();
         drop(st);
@@ -337,10 +447,10 @@ impl<M: Send + 'static> Control for Mailbox<M> {
 
     fn kill(&self) {
         let mut st = self.lock();
-        if st.stopped {
+        if st.is_stopped() {
             return;
         }
-        st.signals.push_back(Signal::Kill);
+        st.queue_signal(Signal::Kill);
         self.has_signal.store(true, Ordering::Release);
         let waker = st.waker.take();
         let abort = st.abort.take();
@@ -355,12 +465,8 @@ impl<M: Send + 'static> Control for Mailbox<M> {
 
     fn watch(&self, watcher: Watcher) -> Option<u64> {
         let mut st = self.lock();
-        if st.stopped {
-            let reason = st
-                .extra
-                .as_ref()
-                .and_then(|e| e.reason.clone())
-                .unwrap_or(ExitReason::Normal);
+        if st.is_stopped() {
+            let reason = st.end_reason();
             drop(st);
             watcher.notify(Down {
                 id: self.id,
@@ -384,12 +490,8 @@ impl<M: Send + 'static> Control for Mailbox<M> {
 
     fn add_link(&self, other: Arc<dyn Control>) -> Result<(), ExitReason> {
         let mut st = self.lock();
-        if st.stopped {
-            return Err(st
-                .extra
-                .as_ref()
-                .and_then(|e| e.reason.clone())
-                .unwrap_or(ExitReason::Normal));
+        if st.is_stopped() {
+            return Err(st.end_reason());
         }
         let extra = st.extra();
         if !extra.links.iter().any(|l| l.id() == other.id()) {
@@ -407,7 +509,7 @@ impl<M: Send + 'static> Control for Mailbox<M> {
 
     fn add_name(&self, name: &str) -> bool {
         let mut st = self.lock();
-        if st.stopped {
+        if st.is_stopped() {
             return false;
         }
         st.extra().names.push(name.into());
