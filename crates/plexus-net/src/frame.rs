@@ -44,7 +44,9 @@ pub struct Frame {
     /// Headers occupy `head[head_start..]`.
     head_start: u8,
     nsegs: u8,
-    segs: [Bytes; INLINE_SEGMENTS],
+    /// `segs[..nsegs]` are `Some` and non-empty, the rest `None` (so that
+    /// dropping or cloning a frame skips the unused slots).
+    segs: [Option<Bytes>; INLINE_SEGMENTS],
     len: usize,
 }
 
@@ -61,16 +63,26 @@ impl Frame {
             head: [0; HEADROOM],
             head_start: HEADROOM as u8,
             nsegs: 0,
-            segs: [const { Bytes::new() }; INLINE_SEGMENTS],
+            segs: [const { None }; INLINE_SEGMENTS],
             len: 0,
         }
     }
 
     /// A frame whose payload is `payload`, without copying it.
     pub fn from_payload(payload: Bytes) -> Self {
-        let mut frame = Self::new();
-        frame.push_payload(payload);
-        frame
+        // Built field by field rather than `new` + `push_payload`: the
+        // compiler then writes the frame in place instead of copying an
+        // empty template first (the receive path builds one per datagram).
+        let len = payload.len();
+        let mut segs = [const { None }; INLINE_SEGMENTS];
+        segs[0] = (len > 0).then_some(payload);
+        Self {
+            head: [0; HEADROOM],
+            head_start: HEADROOM as u8,
+            nsegs: u8::from(len > 0),
+            segs,
+            len,
+        }
     }
 
     /// Total length in bytes (headers and payload).
@@ -98,14 +110,14 @@ impl Frame {
         self.len += segment.len();
         let n = self.nsegs as usize;
         if n < INLINE_SEGMENTS {
-            self.segs[n] = segment;
+            self.segs[n] = Some(segment);
             self.nsegs += 1;
         } else {
-            let last = std::mem::take(&mut self.segs[n - 1]);
+            let last = self.segs[n - 1].take().unwrap_or_default();
             let mut joined = BytesMut::with_capacity(last.len() + segment.len());
             joined.extend_from_slice(&last);
             joined.extend_from_slice(&segment);
-            self.segs[n - 1] = joined.freeze();
+            self.segs[n - 1] = Some(joined.freeze());
         }
     }
 
@@ -133,17 +145,17 @@ impl Frame {
         let n = self.nsegs as usize;
         if n == INLINE_SEGMENTS {
             // Make room: coalesce the last two segments.
-            let last = std::mem::take(&mut self.segs[n - 1]);
-            let prev = std::mem::take(&mut self.segs[n - 2]);
+            let last = self.segs[n - 1].take().unwrap_or_default();
+            let prev = self.segs[n - 2].take().unwrap_or_default();
             let mut joined = BytesMut::with_capacity(prev.len() + last.len());
             joined.extend_from_slice(&prev);
             joined.extend_from_slice(&last);
-            self.segs[n - 2] = joined.freeze();
+            self.segs[n - 2] = Some(joined.freeze());
             self.nsegs -= 1;
         }
         let n = self.nsegs as usize;
         self.segs[..=n].rotate_right(1);
-        self.segs[0] = seg.freeze();
+        self.segs[0] = Some(seg.freeze());
         self.nsegs += 1;
         self.len += header.len();
     }
@@ -152,9 +164,12 @@ impl Frame {
     /// non-empty), then each payload segment.
     pub fn chunks(&self) -> impl Iterator<Item = &[u8]> + '_ {
         let head = &self.head[self.head_start as usize..];
-        std::iter::once(head)
-            .filter(|h| !h.is_empty())
-            .chain(self.segs[..self.nsegs as usize].iter().map(|s| &s[..]))
+        std::iter::once(head).filter(|h| !h.is_empty()).chain(
+            self.segs[..self.nsegs as usize]
+                .iter()
+                .flatten()
+                .map(|s| &s[..]),
+        )
     }
 
     /// Fills `dst` with one [`IoSlice`] per chunk for a vectored write and
@@ -216,7 +231,10 @@ impl Frame {
         self.head_start += from_head as u8;
         n -= from_head;
         while n > 0 {
-            let first = &mut self.segs[0];
+            // n <= remaining payload, so a first segment exists.
+            let Some(first) = &mut self.segs[0] else {
+                break;
+            };
             if n < first.len() {
                 first.advance(n);
                 break;
@@ -229,7 +247,7 @@ impl Frame {
     fn remove_first_segment(&mut self) {
         let n = self.nsegs as usize;
         self.segs[..n].rotate_left(1);
-        self.segs[n - 1] = Bytes::new();
+        self.segs[n - 1] = None;
         self.nsegs -= 1;
     }
 
@@ -251,7 +269,7 @@ impl Frame {
             }
             pos += head.len();
         }
-        for seg in &self.segs[..self.nsegs as usize] {
+        for seg in self.segs[..self.nsegs as usize].iter().flatten() {
             let (s, e) = (start.max(pos), end.min(pos + seg.len()));
             if s < e {
                 out.push_payload(seg.slice(s - pos..e - pos));
@@ -269,9 +287,25 @@ impl Frame {
     /// allocation and copy.
     pub fn into_bytes(mut self) -> Bytes {
         if self.header_len() == 0 && self.nsegs <= 1 {
-            return std::mem::take(&mut self.segs[0]);
+            return self.segs[0].take().unwrap_or_default();
         }
         self.to_bytes()
+    }
+
+    /// [`into_bytes`](Frame::into_bytes) without moving the frame: takes
+    /// its bytes and leaves it empty (for frames read in place in a queue).
+    pub(crate) fn take_bytes(&mut self) -> Bytes {
+        let bytes = if self.header_len() == 0 && self.nsegs <= 1 {
+            self.segs[0].take().unwrap_or_default()
+        } else {
+            let bytes = self.to_bytes();
+            self.segs = [const { None }; INLINE_SEGMENTS];
+            bytes
+        };
+        self.head_start = HEADROOM as u8;
+        self.nsegs = 0;
+        self.len = 0;
+        bytes
     }
 
     /// Copies the frame into one new `Bytes`.

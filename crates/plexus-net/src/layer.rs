@@ -123,16 +123,19 @@ impl Output {
     }
 
     /// Passes `frame` to the layer below (or the transport).
+    #[inline]
     pub fn push_down(&mut self, frame: Frame) {
         self.down.push_back(frame);
     }
 
     /// Passes `frame` to the layer above (or the application).
+    #[inline]
     pub fn push_up(&mut self, frame: Frame) {
         self.up.push_back(frame);
     }
 
     /// Reports `event` to the layers above and the driver.
+    #[inline]
     pub fn push_event(&mut self, event: LinkEvent) {
         self.events.push_back(event);
     }

@@ -301,9 +301,12 @@ impl Stack {
     fn after_call(&mut self, i: usize) {
         let out = &mut self.outs[i];
         if i + 1 == self.layers.len() {
-            while let Some(frame) = out.up.pop_front() {
+            // Read in place, then popped empty: moving the whole frame out
+            // first would copy it.
+            while let Some(frame) = out.up.front_mut() {
                 self.stats.received += 1;
-                self.receive.push_back(frame.into_bytes());
+                self.receive.push_back(frame.take_bytes());
+                out.up.pop_front();
             }
         }
         while let Some(event) = out.events.pop_front() {

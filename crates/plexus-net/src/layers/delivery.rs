@@ -408,6 +408,7 @@ impl Delivery {
         }
     }
 
+    #[inline]
     fn on_data(
         &mut self,
         now: Instant,
@@ -522,8 +523,8 @@ impl Layer for Delivery {
                 .into());
             }
         }
-        if let Some(ack) = header.ack {
-            self.on_ack(now, &ack, out);
+        if let Some(ack) = &header.ack {
+            self.on_ack(now, ack, out);
         }
         let mut result = Ok(());
         if let Some(seq) = header.seq {
