@@ -212,13 +212,22 @@ impl<M: Send + 'static> ActorRef<M> {
             Err(Refusal::Full) => return Err(AskError::MailboxFull { target }),
             Err(Refusal::Stopped) => return Err(AskError::Stopped { target }),
         }
-        match tokio::time::timeout(timeout, rx).await {
-            Ok(Ok(reply)) => Ok(reply),
-            // The reply sender was dropped: either with the queued request
-            // when the actor stopped, or by the handler itself.
-            Ok(Err(_)) if !self.sink.is_alive() => Err(AskError::Stopped { target }),
-            Ok(Err(_)) => Err(AskError::NoReply { target }),
-            Err(_) => Err(AskError::Timeout { target, timeout }),
+        // The timer belongs to the target system's runtime, so an ask works
+        // from any thread or executor, with or without a tokio time driver.
+        let deadline = {
+            let _in_runtime = self.sink.runtime().enter();
+            tokio::time::sleep(timeout)
+        };
+        tokio::select! {
+            biased;
+            reply = rx => match reply {
+                Ok(reply) => Ok(reply),
+                // The reply sender was dropped: either with the queued request
+                // when the actor stopped, or by the handler itself.
+                Err(_) if !self.sink.is_alive() => Err(AskError::Stopped { target }),
+                Err(_) => Err(AskError::NoReply { target }),
+            },
+            () = deadline => Err(AskError::Timeout { target, timeout }),
         }
     }
 
@@ -384,6 +393,9 @@ where
     }
     fn remove_name(&self, name: &str) {
         self.inner.sink.remove_name(name);
+    }
+    fn runtime(&self) -> &tokio::runtime::Handle {
+        self.inner.sink.runtime()
     }
 }
 

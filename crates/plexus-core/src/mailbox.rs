@@ -95,6 +95,9 @@ pub(crate) trait Control: Send + Sync + 'static {
     /// stops. False if it has stopped.
     fn add_name(&self, name: &str) -> bool;
     fn remove_name(&self, name: &str);
+    /// The runtime of the actor's system (for timers of calls made from
+    /// outside it).
+    fn runtime(&self) -> &tokio::runtime::Handle;
 }
 
 /// Bookkeeping most actors never need, allocated on first use.
@@ -521,5 +524,9 @@ impl<M: Send + 'static> Control for Mailbox<M> {
         if let Some(e) = st.extra.as_mut() {
             e.names.retain(|n| &**n != name);
         }
+    }
+
+    fn runtime(&self) -> &tokio::runtime::Handle {
+        self.sys.runtime()
     }
 }

@@ -64,6 +64,10 @@ impl SystemShared {
         }
     }
 
+    pub(crate) fn runtime(&self) -> &Handle {
+        &self.runtime
+    }
+
     fn live_controls(&self) -> Vec<Arc<dyn Control>> {
         let mut all = Vec::with_capacity(self.live_count.load(Ordering::Acquire));
         for i in 0..LIVE_SHARDS {

@@ -203,11 +203,10 @@ async fn bounded_mailbox_try_tell_fails_when_full_and_hands_message_back() {
     let system = ActorSystem::new();
     let (r, permits, mut out) = gated(&system, 2);
     r.try_tell(0).unwrap();
-    // Wait until the actor took message 0 out (it is now blocked on a permit).
+    // Current-thread runtime: one yield lets the actor take message 0 out
+    // (returning its room) and block on a permit.
     tokio::task::yield_now().await;
-    while r.try_tell(1).is_err() {
-        tokio::task::yield_now().await;
-    }
+    r.try_tell(1).unwrap();
     r.try_tell(2).unwrap();
     match r.try_tell(3) {
         Err(TrySendError::Full { target, message }) => {
@@ -344,4 +343,33 @@ fn handles_are_send_sync_and_refs_eq_hash() {
     send_sync::<plexus_core::SystemRef>();
     send_sync::<ReplyTo<u8>>();
     eq_hash::<ActorRef<std::rc::Rc<u8>>>();
+}
+
+#[test]
+fn ask_works_from_a_thread_without_a_time_driver() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let system = rt.block_on(async { ActorSystem::new() });
+    let echo = system.spawn_fn(|r: ReplyTo<u8>, _ctx| r.send(7));
+    let mut held = Vec::new();
+    let silent = system.spawn_fn(move |r: ReplyTo<u8>, _ctx| held.push(r));
+    // A plain thread with a bare executor: no tokio timers available there.
+    let outcome = std::thread::spawn(move || {
+        let bare = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        bare.block_on(async {
+            let ok = echo.ask(|r| r, Duration::from_secs(5)).await;
+            let late = silent.ask(|r| r, Duration::from_millis(20)).await;
+            (ok, late)
+        })
+    })
+    .join()
+    .unwrap();
+    assert_eq!(outcome.0, Ok(7));
+    assert!(matches!(outcome.1, Err(AskError::Timeout { .. })));
+    drop(system);
 }
