@@ -1,1 +1,80 @@
-//! Transport drivers (being written).
+//! Plexus transport drivers: the I/O under the sans-IO stacks of
+//! `plexus-net`, on tokio.
+//!
+//! ```text
+//!  remote (node, wire protocol, lanes)  ── Link::send(Bytes) / Link::recv() ──
+//!  ───────────────────────────────────────────────────│────────────▲──────────
+//!  this crate      Link handles ⇄ bounded queues ⇄ one driver per link (TCP,
+//!                  UDS, mem) or per socket (UDP: one socket, many peers)
+//!                                   │ handle_send / poll_receive ▲
+//!  plexus-net      Stack (framing | slicing / delivery / ordering ...)
+//!                                   │ poll_transmit / handle_receive ▲
+//!  ───────────────────────────────────────────────────▼────────────│──────────
+//!  OS / tokio      TcpStream · UdpSocket · UnixStream · mpsc channels (mem)
+//! ```
+//!
+//! A [`StackSpec`](plexus_net::StackSpec) chooses the layers; the transport
+//! module is chosen by its first word:
+//!
+//! | spec | module | listening | connecting |
+//! | --- | --- | --- | --- |
+//! | `tcp / framing` | [`tcp`] | [`tcp::TcpListener::bind`] | [`tcp::connect`] |
+//! | `uds / framing` | [`uds`] | [`uds::UdsListener::bind`] | [`uds::connect`] |
+//! | `udp / slicing / delivery / ordering` | [`udp`] | [`udp::UdpEndpoint::bind`] + `accept` | [`udp::UdpEndpoint::connect`] |
+//! | `mem / ordering` | [`mem`] | [`mem::MemHub::bind`] | [`mem::MemHub::connect`], [`mem::pair`] |
+//!
+//! Every connection is a [`Link`]: send whole messages ([`bytes::Bytes`]),
+//! receive whole messages and [`LinkEvent`](plexus_net::LinkEvent)s
+//! ([`Received`]).
+//!
+//! **Drivers are thin.** A driver moves bytes between a socket and a
+//! [`Stack`](plexus_net::Stack) in the order the stack documents: input
+//! (`handle_*`), then drain `poll_transmit` (one vectored write per batch of
+//! frames on streams, one `send_to` per frame on UDP), `poll_receive`,
+//! `poll_event`, then sleep until `poll_timeout` or the next input. The
+//! driver owns the timers.
+//!
+//! **Bounded memory, hostile peers.** Each link has a bounded send buffer
+//! ([`LinkConfig::send_buffer`]: `send` waits, `try_send` fails with the
+//! message handed back) and a bounded receive buffer (the driver stops
+//! reading). A peer that never reads makes our sends wait, never grows
+//! memory. A link error (corrupt input, delivery failure, socket error)
+//! closes that link only, with a [`LinkClosed`] naming peer and cause. On
+//! UDP, each peer has its own stack; garbage from one source never reaches
+//! another's, the peer table is bounded and idle peers are dropped.
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+mod conn;
+pub mod error;
+mod link;
+pub mod mem;
+mod stream;
+pub mod tcp;
+pub mod udp;
+pub mod uds;
+
+pub use error::{
+    AcceptError, BindError, CloseReason, ConnectError, LinkClosed, SendError, TrySendError,
+};
+pub use link::{Link, LinkConfig, LinkReceiver, LinkSender, Received};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_send_sync<T: Send + Sync>() {}
+
+    #[test]
+    fn public_handles_are_send_and_sync() {
+        assert_send_sync::<Link>();
+        assert_send_sync::<LinkSender>();
+        assert_send_sync::<LinkReceiver>();
+        assert_send_sync::<tcp::TcpListener>();
+        assert_send_sync::<uds::UdsListener>();
+        assert_send_sync::<udp::UdpEndpoint>();
+        assert_send_sync::<mem::MemHub>();
+        assert_send_sync::<mem::MemListener>();
+        assert_send_sync::<LinkClosed>();
+    }
+}

@@ -1,0 +1,206 @@
+//! [`Conn`]: the driver side of one link — its [`Stack`] and the glue that
+//! moves messages between the stack and the link's bounded queues. Every
+//! driver (stream, UDP, in-memory) owns one `Conn` per link and adds only
+//! the socket I/O.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use plexus_net::{Frame, LinkEvent, SendError as StackSendError, Stack};
+
+use crate::error::{CloseReason, LinkClosed};
+use crate::link::{lock, Received, Shared, MESSAGE_OVERHEAD};
+
+/// The current time on tokio's clock (so paused-time tests drive stacks too).
+pub(crate) fn now() -> Instant {
+    tokio::time::Instant::now().into_std()
+}
+
+pub(crate) struct Conn {
+    pub(crate) stack: Stack,
+    pub(crate) shared: Arc<Shared>,
+    /// A batch taken from the application's queue in one lock.
+    outq: VecDeque<Bytes>,
+    /// A message the stack refused with `WouldBlock`; retried first.
+    held: Option<Frame>,
+    staged: VecDeque<Received>,
+    /// The inbound queue is over its bound: stop reading.
+    pub(crate) inbox_full: bool,
+    receiver_alive: bool,
+    inbound_ended: bool,
+}
+
+impl Conn {
+    pub(crate) fn new(stack: Stack, shared: Arc<Shared>) -> Self {
+        Self {
+            stack,
+            shared,
+            outq: VecDeque::with_capacity(256),
+            held: None,
+            staged: VecDeque::with_capacity(256),
+            inbox_full: false,
+            receiver_alive: true,
+            inbound_ended: false,
+        }
+    }
+
+    /// Moves up to about `budget` bytes of queued messages into the stack,
+    /// returning permits to the application's send buffer as it goes.
+    /// Returns `true` if it stopped at the budget with messages possibly
+    /// left: the driver must call again once its transport has room (no
+    /// wake-up will come for them).
+    pub(crate) fn pump_send(&mut self, now: Instant, budget: usize) -> bool {
+        let mut moved = 0usize;
+        let mut released = 0usize;
+        if let Some(frame) = self.held.take() {
+            if !self.stack.can_send() && !self.stack.is_closed() {
+                self.held = Some(frame);
+                return false;
+            }
+            self.stack_send(now, frame);
+            if self.held.is_some() {
+                return false;
+            }
+        }
+        let mut more = false;
+        loop {
+            if moved >= budget {
+                more = true;
+                break;
+            }
+            let Some(message) = self.next_message() else {
+                break;
+            };
+            moved += message.len() + MESSAGE_OVERHEAD;
+            released += self.shared.cost(message.len());
+            self.stack_send(now, message.into());
+            if self.held.is_some() || self.stack.is_closed() {
+                break;
+            }
+        }
+        if released > 0 {
+            self.shared.out_space.add_permits(released);
+        }
+        more
+    }
+
+    fn next_message(&mut self) -> Option<Bytes> {
+        if self.outq.is_empty() {
+            let mut out = lock(&self.shared.out);
+            std::mem::swap(&mut out.queue, &mut self.outq);
+            if self.outq.is_empty() {
+                out.driver_waiting = true;
+            }
+        }
+        self.outq.pop_front()
+    }
+
+    fn stack_send(&mut self, now: Instant, frame: Frame) {
+        match self.stack.handle_send(now, frame) {
+            Ok(()) => {}
+            Err(StackSendError::WouldBlock(frame)) => self.held = Some(frame),
+            Err(StackSendError::Closed(_)) => {}
+            Err(error) => {
+                // TooLarge is checked by LinkSender; a custom layer may
+                // refuse a frame for its own reasons.
+                tracing::warn!(peer = %self.shared.peer, %error, "stack refused a message; dropped");
+            }
+        }
+    }
+
+    /// Whether the application is done sending and everything it queued
+    /// has entered the stack.
+    pub(crate) fn send_done(&self) -> bool {
+        if !self.outq.is_empty() || self.held.is_some() {
+            return false;
+        }
+        let out = lock(&self.shared.out);
+        out.queue.is_empty() && (out.senders == 0 || out.close_requested)
+    }
+
+    /// Hands received messages and events to the application (one lock).
+    pub(crate) fn deliver(&mut self) {
+        let mut bytes = 0;
+        while let Some(m) = self.stack.poll_receive() {
+            bytes += m.len() + MESSAGE_OVERHEAD;
+            self.staged.push_back(Received::Message(m));
+        }
+        while let Some(event) = self.stack.poll_event() {
+            // SendReady is the driver's business: pump_send retries.
+            if event != LinkEvent::SendReady {
+                bytes += MESSAGE_OVERHEAD;
+                self.staged.push_back(Received::Event(event));
+            }
+        }
+        if self.staged.is_empty() {
+            if self.inbox_full {
+                self.refresh_inbox();
+            }
+            return;
+        }
+        let notify = {
+            let mut inb = lock(&self.shared.inb);
+            self.receiver_alive = inb.receiver_alive;
+            if inb.receiver_alive {
+                inb.queue.append(&mut self.staged);
+                inb.bytes += bytes;
+            } else {
+                tracing::trace!(peer = %self.shared.peer, n = self.staged.len(), "receiver dropped; discarding");
+                self.staged.clear();
+            }
+            self.inbox_full = inb.bytes >= self.shared.config.recv_buffer;
+            inb.driver_waiting = self.inbox_full;
+            std::mem::take(&mut inb.receiver_waiting)
+        };
+        if notify {
+            self.shared.inb_ready.notify_one();
+        }
+    }
+
+    /// Re-reads whether the inbound queue has room (after a wake-up).
+    pub(crate) fn refresh_inbox(&mut self) {
+        let mut inb = lock(&self.shared.inb);
+        self.receiver_alive = inb.receiver_alive;
+        self.inbox_full = inb.receiver_alive && inb.bytes >= self.shared.config.recv_buffer;
+        inb.driver_waiting = self.inbox_full;
+    }
+
+    pub(crate) fn receiver_alive(&self) -> bool {
+        self.receiver_alive
+    }
+
+    /// The peer will send nothing more: the receiver gets `reason` after
+    /// the queued messages, while sending may go on (half close).
+    pub(crate) fn end_inbound(&mut self, reason: CloseReason) {
+        self.deliver();
+        self.inbound_ended = true;
+        {
+            let mut inb = lock(&self.shared.inb);
+            if inb.closed.is_none() {
+                inb.closed = Some(LinkClosed {
+                    peer: self.shared.peer.clone(),
+                    reason,
+                });
+            }
+        }
+        self.shared.inb_ready.notify_one();
+    }
+
+    pub(crate) fn inbound_ended(&self) -> bool {
+        self.inbound_ended
+    }
+
+    /// Closes the link for its handles after delivering what the stack
+    /// still holds.
+    pub(crate) fn close(mut self, reason: CloseReason) {
+        self.deliver();
+        let unsent = self.outq.len() + usize::from(self.held.is_some());
+        if unsent > 0 {
+            tracing::warn!(peer = %self.shared.peer, unsent, "link closed with messages not sent");
+        }
+        tracing::debug!(peer = %self.shared.peer, %reason, "link closed");
+        self.shared.close(reason);
+    }
+}

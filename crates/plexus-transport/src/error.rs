@@ -1,0 +1,224 @@
+//! Errors of the transport operations: one enum per operation, each naming
+//! the address involved so a log line says what to fix.
+
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use plexus_net::{LinkError, TransportKind};
+
+/// Why [`bind`](crate::tcp::TcpListener::bind) (or another transport's bind)
+/// failed. Nothing is listening afterwards.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BindError {
+    /// The spec names another transport than the one bound.
+    #[error("bind {addr}: the stack spec is for `{spec}`, not `{expected}`; use a `{expected} / ...` spec")]
+    WrongTransport {
+        /// The address, with its scheme.
+        addr: String,
+        /// The spec's transport.
+        spec: TransportKind,
+        /// The transport being bound.
+        expected: TransportKind,
+    },
+    /// The operating system refused (address in use, permission denied...).
+    #[error("bind {addr}: {source}")]
+    Io {
+        /// The address, with its scheme.
+        addr: String,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// The in-memory name is already bound on this hub.
+    #[error("bind {addr}: name already bound on this hub")]
+    AddrInUse {
+        /// The address, with its scheme.
+        addr: String,
+    },
+}
+
+/// Why a `connect` failed. No link exists afterwards.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConnectError {
+    /// The spec names another transport than the one connected.
+    #[error("connect {addr}: the stack spec is for `{spec}`, not `{expected}`; use a `{expected} / ...` spec")]
+    WrongTransport {
+        /// The address, with its scheme.
+        addr: String,
+        /// The spec's transport.
+        spec: TransportKind,
+        /// The transport being connected.
+        expected: TransportKind,
+    },
+    /// The operating system refused (connection refused, unreachable...).
+    #[error("connect {addr}: {source}")]
+    Io {
+        /// The address, with its scheme.
+        addr: String,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// Nothing is bound under this in-memory name, or it stopped listening.
+    #[error("connect {addr}: no listener bound under this name")]
+    NoListener {
+        /// The address, with its scheme.
+        addr: String,
+    },
+    /// The UDP endpoint already holds its maximum number of peers.
+    #[error("connect {addr}: peer table full ({max} peers); raise UdpConfig::max_peers or close idle links")]
+    PeerTableFull {
+        /// The address, with its scheme.
+        addr: String,
+        /// The configured bound.
+        max: usize,
+    },
+    /// The UDP endpoint already has a link to this peer.
+    #[error("connect {addr}: a link to this peer already exists on the endpoint")]
+    AlreadyConnected {
+        /// The address, with its scheme.
+        addr: String,
+    },
+    /// The endpoint was shut down.
+    #[error("connect {addr}: the endpoint is shut down")]
+    EndpointClosed {
+        /// The address, with its scheme.
+        addr: String,
+    },
+}
+
+/// Why `accept` failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AcceptError {
+    /// The listening socket reported an error. The listener may be retried;
+    /// per-connection errors (e.g. a reset before accept) show up here too.
+    #[error("accept on {addr}: {source}")]
+    Io {
+        /// The local address, with its scheme.
+        addr: String,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// The listener or endpoint was shut down; no more links will come.
+    #[error("accept on {addr}: listener shut down")]
+    Closed {
+        /// The local address, with its scheme.
+        addr: String,
+    },
+}
+
+/// Why a link was closed.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum CloseReason {
+    /// Every sender handle and the receiver were dropped, or
+    /// [`Link::close`](crate::Link::close) was called.
+    #[error("closed locally")]
+    Local,
+    /// The peer closed its side of the connection (end of stream).
+    #[error("peer closed the connection")]
+    PeerClosed,
+    /// The stack closed the link (corrupt input, delivery failure, stalled
+    /// ordering).
+    #[error("{0}")]
+    Protocol(#[from] LinkError),
+    /// The socket failed.
+    #[error("{0}")]
+    Io(Arc<io::Error>),
+    /// A UDP peer sent nothing for this long; its state was dropped.
+    #[error("peer silent for {0:?}; state dropped")]
+    IdleTimeout(Duration),
+    /// The endpoint (UDP socket task, in-memory hub) that served the link
+    /// was shut down.
+    #[error("endpoint shut down")]
+    EndpointClosed,
+}
+
+impl From<io::Error> for CloseReason {
+    fn from(e: io::Error) -> Self {
+        CloseReason::Io(Arc::new(e))
+    }
+}
+
+/// A closed link: which peer, and why. Returned by
+/// [`LinkReceiver::recv`](crate::LinkReceiver::recv) once every message that
+/// arrived before the close has been received.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("link to {peer} closed: {reason}")]
+pub struct LinkClosed {
+    /// The peer address, with its scheme (`tcp://127.0.0.1:4000`).
+    pub peer: Arc<str>,
+    /// Why.
+    pub reason: CloseReason,
+}
+
+/// A refused [`send`](crate::LinkSender::send). The message is handed back.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SendError {
+    /// The message is larger than the stack carries
+    /// ([`LinkSender::max_message_len`](crate::LinkSender::max_message_len)).
+    /// Nothing was sent; split the message or use a stack with `slicing`.
+    #[error("send to {peer}: message of {} bytes exceeds the stack's limit of {max} bytes", message.len())]
+    TooLarge {
+        /// The peer address.
+        peer: Arc<str>,
+        /// The refused message.
+        message: Bytes,
+        /// The limit in bytes.
+        max: usize,
+    },
+    /// The link is closed; the message was not sent.
+    #[error("send failed: {closed}")]
+    Closed {
+        /// The refused message.
+        message: Bytes,
+        /// Why the link closed.
+        closed: LinkClosed,
+    },
+}
+
+impl SendError {
+    /// The message handed back.
+    pub fn into_message(self) -> Bytes {
+        match self {
+            SendError::TooLarge { message, .. } | SendError::Closed { message, .. } => message,
+        }
+    }
+}
+
+/// A refused [`try_send`](crate::LinkSender::try_send). The message is handed
+/// back.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TrySendError {
+    /// The link's send buffer is full (the peer or the network is slower
+    /// than the sender). Nothing changed; retry later or use the async
+    /// [`send`](crate::LinkSender::send), which waits for room.
+    #[error("send to {peer}: send buffer full; retry later or await send()")]
+    Full {
+        /// The peer address.
+        peer: Arc<str>,
+        /// The refused message.
+        message: Bytes,
+    },
+    /// See [`SendError`].
+    #[error(transparent)]
+    Send(#[from] SendError),
+}
+
+impl TrySendError {
+    /// The message handed back.
+    pub fn into_message(self) -> Bytes {
+        match self {
+            TrySendError::Full { message, .. } => message,
+            TrySendError::Send(e) => e.into_message(),
+        }
+    }
+}

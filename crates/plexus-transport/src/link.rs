@@ -1,0 +1,492 @@
+//! [`Link`]: the application's handle on one peer connection, and the
+//! bounded queues it shares with the link's driver.
+//!
+//! ```text
+//!  LinkSender ──send──▶ [outbound queue, ≤ send_buffer bytes] ──▶ driver ──▶ Stack ──▶ socket
+//!  LinkReceiver ◀─recv── [inbound queue, ≤ recv_buffer bytes] ◀── driver ◀── Stack ◀── socket
+//! ```
+//!
+//! Both queues are a mutex-protected `VecDeque` that each side empties in one
+//! batch (one lock per batch, not per message). The outbound queue is bounded
+//! by a byte semaphore: a full queue makes [`LinkSender::send`] wait and
+//! [`LinkSender::try_send`] fail. The inbound queue is bounded by the driver:
+//! once it holds `recv_buffer` bytes the driver stops reading the socket, so a
+//! slow application pushes back on the peer through the transport's own
+//! flow control (UDP: datagrams are dropped before the stack sees them, and
+//! `delivery` retransmits them).
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use bytes::Bytes;
+use plexus_net::LinkEvent;
+use tokio::sync::{Notify, Semaphore, TryAcquireError};
+
+use crate::error::{CloseReason, LinkClosed, SendError, TrySendError};
+
+/// Bookkeeping bytes charged per queued message on top of its length, so a
+/// flood of empty messages is bounded too.
+pub(crate) const MESSAGE_OVERHEAD: usize = 64;
+
+/// Per-link buffer sizes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinkConfig {
+    /// Bytes of messages (plus 64 bytes each) accepted by
+    /// [`LinkSender::send`] and not yet taken by the driver. Default 1 MiB.
+    /// A full buffer makes `send` wait and `try_send` fail.
+    pub send_buffer: usize,
+    /// Bytes of received messages (plus 64 bytes each) waiting for
+    /// [`LinkReceiver::recv`] before the driver stops reading. Default 1 MiB.
+    /// Soft bound: the messages a single read releases are always queued (at
+    /// most one read buffer's worth, or what the stack's ordering layer
+    /// releases at once).
+    pub recv_buffer: usize,
+}
+
+impl Default for LinkConfig {
+    fn default() -> Self {
+        Self {
+            send_buffer: 1 << 20,
+            recv_buffer: 1 << 20,
+        }
+    }
+}
+
+/// What a link hands the application.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Received {
+    /// A whole message, byte-identical to what the peer sent.
+    Message(Bytes),
+    /// A stack event (heartbeat suspicion, skipped gap, delivery failure).
+    Event(LinkEvent),
+}
+
+/// Wakes the driver that serves a link.
+pub(crate) type DriverWaker = Box<dyn Fn() + Send + Sync>;
+
+pub(crate) struct OutState {
+    pub(crate) queue: VecDeque<Bytes>,
+    /// The driver found the queue empty and waits for a push.
+    pub(crate) driver_waiting: bool,
+    pub(crate) senders: usize,
+    /// [`Link::close`] was called.
+    pub(crate) close_requested: bool,
+}
+
+pub(crate) struct InState {
+    pub(crate) queue: VecDeque<Received>,
+    pub(crate) bytes: usize,
+    pub(crate) closed: Option<LinkClosed>,
+    pub(crate) receiver_waiting: bool,
+    /// The driver stopped reading because the queue is full.
+    pub(crate) driver_waiting: bool,
+    pub(crate) receiver_alive: bool,
+}
+
+/// State shared by a link's handles and its driver.
+pub(crate) struct Shared {
+    pub(crate) peer: Arc<str>,
+    pub(crate) max_message_len: Option<usize>,
+    pub(crate) config: LinkConfig,
+    pub(crate) out: Mutex<OutState>,
+    /// Byte permits for the outbound queue.
+    pub(crate) out_space: Semaphore,
+    pub(crate) inb: Mutex<InState>,
+    pub(crate) inb_ready: Notify,
+    pub(crate) wake_driver: DriverWaker,
+}
+
+/// Locks `m`; a poisoned lock only means another thread panicked while
+/// holding it, and the queues stay consistent at every await-free step.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Shared {
+    pub(crate) fn new(
+        peer: Arc<str>,
+        max_message_len: Option<usize>,
+        config: LinkConfig,
+        wake_driver: DriverWaker,
+    ) -> Arc<Self> {
+        let send_buffer = config
+            .send_buffer
+            .clamp(MESSAGE_OVERHEAD, u32::MAX as usize);
+        Arc::new(Self {
+            peer,
+            max_message_len,
+            config: LinkConfig {
+                send_buffer,
+                ..config
+            },
+            out: Mutex::new(OutState {
+                queue: VecDeque::with_capacity(256),
+                driver_waiting: false,
+                senders: 0,
+                close_requested: false,
+            }),
+            out_space: Semaphore::new(send_buffer),
+            inb: Mutex::new(InState {
+                queue: VecDeque::with_capacity(256),
+                bytes: 0,
+                closed: None,
+                receiver_waiting: false,
+                driver_waiting: false,
+                receiver_alive: true,
+            }),
+            inb_ready: Notify::new(),
+            wake_driver,
+        })
+    }
+
+    /// Permits a message of `len` bytes costs.
+    pub(crate) fn cost(&self, len: usize) -> usize {
+        (len + MESSAGE_OVERHEAD).min(self.config.send_buffer)
+    }
+
+    /// Marks the link closed for its handles: receivers get `reason` after
+    /// the queued messages, senders get [`SendError::Closed`]. Returns how
+    /// many accepted messages were never sent. The first reason wins.
+    pub(crate) fn close(&self, reason: CloseReason) -> usize {
+        {
+            let mut inb = lock(&self.inb);
+            if inb.closed.is_none() {
+                inb.closed = Some(LinkClosed {
+                    peer: self.peer.clone(),
+                    reason,
+                });
+            }
+        }
+        self.inb_ready.notify_one();
+        self.out_space.close();
+        let unsent = std::mem::take(&mut lock(&self.out).queue).len();
+        if unsent > 0 {
+            tracing::warn!(peer = %self.peer, unsent, "link closed with messages not sent");
+        }
+        unsent
+    }
+
+    pub(crate) fn closed(&self) -> LinkClosed {
+        lock(&self.inb)
+            .closed
+            .clone()
+            .unwrap_or_else(|| LinkClosed {
+                peer: self.peer.clone(),
+                reason: CloseReason::Local,
+            })
+    }
+}
+
+/// The sending half of a link. Cheap to clone; the link closes (after
+/// flushing) once every sender and the receiver are dropped.
+pub struct LinkSender {
+    shared: Arc<Shared>,
+}
+
+impl LinkSender {
+    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+        lock(&shared.out).senders += 1;
+        Self { shared }
+    }
+
+    /// The peer address, with its scheme (`tcp://127.0.0.1:4000`).
+    pub fn peer(&self) -> &str {
+        &self.shared.peer
+    }
+
+    /// The largest message the link's stack carries (`None`: unbounded).
+    pub fn max_message_len(&self) -> Option<usize> {
+        self.shared.max_message_len
+    }
+
+    fn check_len(&self, message: Bytes) -> Result<Bytes, SendError> {
+        match self.shared.max_message_len {
+            Some(max) if message.len() > max => Err(SendError::TooLarge {
+                peer: self.shared.peer.clone(),
+                message,
+                max,
+            }),
+            _ => Ok(message),
+        }
+    }
+
+    fn push(&self, message: Bytes) {
+        let wake = {
+            let mut out = lock(&self.shared.out);
+            out.queue.push_back(message);
+            std::mem::take(&mut out.driver_waiting)
+        };
+        if wake {
+            (self.shared.wake_driver)();
+        }
+    }
+
+    /// Queues `message` for the peer, waiting while the send buffer is full.
+    ///
+    /// # Errors
+    ///
+    /// [`SendError::TooLarge`] or [`SendError::Closed`], handing the message
+    /// back. Success means the message was queued, not that it arrived.
+    ///
+    /// # Backpressure
+    ///
+    /// Waits while [`LinkConfig::send_buffer`] bytes are queued: the driver
+    /// takes messages only as fast as the socket (and a `delivery` window)
+    /// accepts them, so a peer that never reads makes this wait instead of
+    /// growing memory.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: if the future is dropped before completing, the message
+    /// was not queued.
+    pub async fn send(&self, message: Bytes) -> Result<(), SendError> {
+        let message = self.check_len(message)?;
+        let cost = self.shared.cost(message.len()) as u32;
+        match self.shared.out_space.acquire_many(cost).await {
+            Ok(permit) => permit.forget(),
+            Err(_) => {
+                return Err(SendError::Closed {
+                    message,
+                    closed: self.shared.closed(),
+                })
+            }
+        }
+        self.push(message);
+        Ok(())
+    }
+
+    /// Queues `message` if the send buffer has room, without waiting.
+    ///
+    /// # Errors
+    ///
+    /// [`TrySendError::Full`] when the buffer is full, otherwise as
+    /// [`send`](LinkSender::send); the message is handed back.
+    pub fn try_send(&self, message: Bytes) -> Result<(), TrySendError> {
+        let message = self.check_len(message)?;
+        let cost = self.shared.cost(message.len()) as u32;
+        match self.shared.out_space.try_acquire_many(cost) {
+            Ok(permit) => permit.forget(),
+            Err(TryAcquireError::NoPermits) => {
+                return Err(TrySendError::Full {
+                    peer: self.shared.peer.clone(),
+                    message,
+                })
+            }
+            Err(TryAcquireError::Closed) => {
+                return Err(SendError::Closed {
+                    message,
+                    closed: self.shared.closed(),
+                }
+                .into())
+            }
+        }
+        self.push(message);
+        Ok(())
+    }
+
+    /// Closes the link gracefully: messages already queued are still sent,
+    /// later sends fail, and the transport is shut down once they are out.
+    pub fn close(&self) {
+        lock(&self.shared.out).close_requested = true;
+        (self.shared.wake_driver)();
+    }
+}
+
+impl Clone for LinkSender {
+    fn clone(&self) -> Self {
+        Self::new(self.shared.clone())
+    }
+}
+
+impl Drop for LinkSender {
+    fn drop(&mut self) {
+        let last = {
+            let mut out = lock(&self.shared.out);
+            out.senders -= 1;
+            out.senders == 0
+        };
+        if last {
+            (self.shared.wake_driver)();
+        }
+    }
+}
+
+impl std::fmt::Debug for LinkSender {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LinkSender")
+            .field("peer", &self.shared.peer)
+            .finish()
+    }
+}
+
+/// The receiving half of a link.
+pub struct LinkReceiver {
+    shared: Arc<Shared>,
+    /// A batch taken from the shared queue in one lock.
+    local: VecDeque<Received>,
+}
+
+impl LinkReceiver {
+    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+        Self {
+            shared,
+            local: VecDeque::with_capacity(256),
+        }
+    }
+
+    /// The peer address, with its scheme.
+    pub fn peer(&self) -> &str {
+        &self.shared.peer
+    }
+
+    /// The next message or event, waiting until one arrives.
+    ///
+    /// # Errors
+    ///
+    /// [`LinkClosed`] once the link is closed and everything that arrived
+    /// before has been received; every later call returns it again.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: nothing is lost if the future is dropped.
+    pub async fn recv(&mut self) -> Result<Received, LinkClosed> {
+        loop {
+            if let Some(item) = self.local.pop_front() {
+                return Ok(item);
+            }
+            let wake_driver = {
+                let mut inb = lock(&self.shared.inb);
+                std::mem::swap(&mut inb.queue, &mut self.local);
+                inb.bytes = 0;
+                if self.local.is_empty() {
+                    if let Some(closed) = &inb.closed {
+                        return Err(closed.clone());
+                    }
+                    inb.receiver_waiting = true;
+                }
+                std::mem::take(&mut inb.driver_waiting)
+            };
+            if wake_driver {
+                (self.shared.wake_driver)();
+            }
+            if self.local.is_empty() {
+                self.shared.inb_ready.notified().await;
+            }
+        }
+    }
+
+    /// The next message, skipping events (each skipped event is logged at
+    /// debug level). For applications that do not watch link events.
+    ///
+    /// # Errors
+    ///
+    /// As [`recv`](LinkReceiver::recv).
+    pub async fn recv_message(&mut self) -> Result<Bytes, LinkClosed> {
+        loop {
+            match self.recv().await? {
+                Received::Message(m) => return Ok(m),
+                Received::Event(event) => {
+                    tracing::debug!(peer = %self.shared.peer, ?event, "link event skipped");
+                }
+            }
+        }
+    }
+}
+
+impl Drop for LinkReceiver {
+    fn drop(&mut self) {
+        {
+            let mut inb = lock(&self.shared.inb);
+            inb.receiver_alive = false;
+            inb.queue.clear();
+            inb.bytes = 0;
+        }
+        (self.shared.wake_driver)();
+    }
+}
+
+impl std::fmt::Debug for LinkReceiver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LinkReceiver")
+            .field("peer", &self.shared.peer)
+            .finish()
+    }
+}
+
+/// A connection to one peer: send whole messages, receive whole messages
+/// and [`LinkEvent`]s. [`split`](Link::split) it to send and receive from
+/// different tasks.
+///
+/// The link's driver task runs until the link closes: when the peer closes,
+/// the stack fails (corrupt input, delivery failure), the socket fails, or
+/// every handle is dropped (after queued messages are sent).
+#[derive(Debug)]
+pub struct Link {
+    sender: LinkSender,
+    receiver: LinkReceiver,
+}
+
+impl Link {
+    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+        Self {
+            sender: LinkSender::new(shared.clone()),
+            receiver: LinkReceiver::new(shared),
+        }
+    }
+
+    /// The peer address, with its scheme (`udp://127.0.0.1:4001`).
+    pub fn peer(&self) -> &str {
+        self.sender.peer()
+    }
+
+    /// See [`LinkSender::max_message_len`].
+    pub fn max_message_len(&self) -> Option<usize> {
+        self.sender.max_message_len()
+    }
+
+    /// See [`LinkSender::send`].
+    ///
+    /// # Errors
+    ///
+    /// As [`LinkSender::send`].
+    pub async fn send(&self, message: Bytes) -> Result<(), SendError> {
+        self.sender.send(message).await
+    }
+
+    /// See [`LinkSender::try_send`].
+    ///
+    /// # Errors
+    ///
+    /// As [`LinkSender::try_send`].
+    pub fn try_send(&self, message: Bytes) -> Result<(), TrySendError> {
+        self.sender.try_send(message)
+    }
+
+    /// See [`LinkReceiver::recv`].
+    ///
+    /// # Errors
+    ///
+    /// As [`LinkReceiver::recv`].
+    pub async fn recv(&mut self) -> Result<Received, LinkClosed> {
+        self.receiver.recv().await
+    }
+
+    /// See [`LinkReceiver::recv_message`].
+    ///
+    /// # Errors
+    ///
+    /// As [`LinkReceiver::recv`].
+    pub async fn recv_message(&mut self) -> Result<Bytes, LinkClosed> {
+        self.receiver.recv_message().await
+    }
+
+    /// See [`LinkSender::close`].
+    pub fn close(&self) {
+        self.sender.close();
+    }
+
+    /// The two halves, to send and receive from different tasks.
+    pub fn split(self) -> (LinkSender, LinkReceiver) {
+        (self.sender, self.receiver)
+    }
+}

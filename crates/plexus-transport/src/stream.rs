@@ -1,0 +1,232 @@
+//! The driver of one byte-stream link (TCP, Unix socket): one task, one
+//! loop that moves bytes between the socket and the link's [`Conn`].
+//!
+//! Each turn: move queued messages into the stack (as many as the write
+//! budget allows), write every pending frame with vectored writes (up to
+//! [`MAX_IOV`] slices per call, partial writes resumed with
+//! [`Frame::advance`]), hand received messages up, then wait for the first
+//! of: socket readable (read up to 64 KiB+ in one call), socket writable,
+//! a wake-up from the link handles, the stack's next deadline.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::io::{self, IoSlice};
+use std::sync::Arc;
+
+use bytes::BytesMut;
+use plexus_net::frame::INLINE_SEGMENTS;
+use plexus_net::{Frame, Stack};
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpStream, UnixStream};
+use tokio::sync::Notify;
+
+use crate::conn::{now, Conn};
+use crate::error::CloseReason;
+use crate::link::{Link, LinkConfig, Shared};
+
+/// Bytes read per system call (at least).
+pub(crate) const READ_BUF: usize = 128 << 10;
+/// Slices per vectored write (Linux `IOV_MAX` is 1024).
+pub(crate) const MAX_IOV: usize = 512;
+/// Bytes of frames the driver holds for the socket before it stops taking
+/// messages from the application (the rest wait in the link's send buffer).
+pub(crate) const WRITE_BUDGET: usize = 256 << 10;
+
+/// A connected byte-stream socket the driver can use without splitting it.
+pub(crate) trait StreamSocket: Send + 'static {
+    fn readable(&self) -> impl Future<Output = io::Result<()>> + Send;
+    fn writable(&self) -> impl Future<Output = io::Result<()>> + Send;
+    fn try_read_buf(&self, buf: &mut BytesMut) -> io::Result<usize>;
+    fn try_write_vectored(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize>;
+    fn shutdown_write(&mut self) -> impl Future<Output = io::Result<()>> + Send;
+}
+
+macro_rules! stream_socket {
+    ($t:ty) => {
+        impl StreamSocket for $t {
+            fn readable(&self) -> impl Future<Output = io::Result<()>> + Send {
+                <$t>::readable(self)
+            }
+            fn writable(&self) -> impl Future<Output = io::Result<()>> + Send {
+                <$t>::writable(self)
+            }
+            fn try_read_buf(&self, buf: &mut BytesMut) -> io::Result<usize> {
+                <$t>::try_read_buf(self, buf)
+            }
+            fn try_write_vectored(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+                <$t>::try_write_vectored(self, bufs)
+            }
+            fn shutdown_write(&mut self) -> impl Future<Output = io::Result<()>> + Send {
+                AsyncWriteExt::shutdown(self)
+            }
+        }
+    };
+}
+
+stream_socket!(TcpStream);
+stream_socket!(UnixStream);
+
+/// Starts the driver task of a stream link and returns its handle.
+pub(crate) fn spawn<S: StreamSocket>(
+    socket: S,
+    stack: Stack,
+    peer: Arc<str>,
+    config: LinkConfig,
+) -> Link {
+    let notify = Arc::new(Notify::new());
+    let waker = notify.clone();
+    let shared = Shared::new(
+        peer,
+        stack.max_message_len(),
+        config,
+        Box::new(move || waker.notify_one()),
+    );
+    let link = Link::new(shared.clone());
+    tokio::spawn(drive(socket, Conn::new(stack, shared), notify));
+    link
+}
+
+async fn drive<S: StreamSocket>(mut socket: S, mut conn: Conn, notify: Arc<Notify>) {
+    let reason = run(&mut socket, &mut conn, &notify).await;
+    conn.close(reason);
+}
+
+async fn run<S: StreamSocket>(socket: &mut S, conn: &mut Conn, notify: &Notify) -> CloseReason {
+    let mut rbuf = BytesMut::with_capacity(READ_BUF);
+    let mut out = WriteQueue::default();
+    let mut shut = false;
+    let sleep = tokio::time::sleep(std::time::Duration::ZERO);
+    tokio::pin!(sleep);
+    let mut spins = 0u32;
+    loop {
+        let more = conn.pump_send(now(), WRITE_BUDGET.saturating_sub(out.bytes));
+        while let Some(frame) = conn.stack.poll_transmit() {
+            out.push(frame);
+        }
+        conn.deliver();
+        if let Some(reason) = conn.stack.close_reason() {
+            // Best effort: a final ack or close notice may still get out.
+            let _ = out.write_to(socket);
+            return reason.clone().into();
+        }
+        if let Err(e) = out.write_to(socket) {
+            return e.into();
+        }
+        if !shut && out.frames.is_empty() && conn.send_done() {
+            if let Err(e) = socket.shutdown_write().await {
+                return e.into();
+            }
+            shut = true;
+        }
+        if shut && (conn.inbound_ended() || !conn.receiver_alive()) {
+            return if conn.inbound_ended() {
+                CloseReason::PeerClosed
+            } else {
+                CloseReason::Local
+            };
+        }
+        if more && out.bytes < WRITE_BUDGET {
+            // The socket took everything: go on with the queued messages
+            // (nothing else would wake us for them), yielding now and then.
+            spins += 1;
+            if spins % 16 == 0 {
+                tokio::task::yield_now().await;
+            }
+            continue;
+        }
+        let deadline = conn.stack.poll_timeout();
+        if let Some(d) = deadline {
+            sleep.as_mut().reset(d.into());
+        }
+        let can_read = !conn.inbound_ended() && !conn.inbox_full;
+        tokio::select! {
+            r = socket.readable(), if can_read => {
+                if let Err(e) = r {
+                    return e.into();
+                }
+                if rbuf.capacity() < READ_BUF / 2 {
+                    rbuf.reserve(READ_BUF);
+                }
+                match socket.try_read_buf(&mut rbuf) {
+                    Ok(0) => conn.end_inbound(CloseReason::PeerClosed),
+                    Ok(_) => {
+                        // An error closes the stack; close_reason() above
+                        // picks it up.
+                        let _ = conn.stack.handle_receive(now(), rbuf.split().freeze());
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(e) => return e.into(),
+                }
+            }
+            r = socket.writable(), if !out.frames.is_empty() => {
+                if let Err(e) = r {
+                    return e.into();
+                }
+            }
+            () = notify.notified() => conn.refresh_inbox(),
+            () = &mut sleep, if deadline.is_some() => {
+                let _ = conn.stack.handle_timeout(now());
+            }
+        }
+    }
+}
+
+/// Frames waiting for the socket, written with vectored writes.
+#[derive(Default)]
+pub(crate) struct WriteQueue {
+    pub(crate) frames: VecDeque<Frame>,
+    pub(crate) bytes: usize,
+}
+
+impl WriteQueue {
+    pub(crate) fn push(&mut self, frame: Frame) {
+        self.bytes += frame.len();
+        self.frames.push_back(frame);
+    }
+
+    /// Writes until the queue is empty or the socket would block.
+    pub(crate) fn write_to<S: StreamSocket>(&mut self, socket: &S) -> io::Result<()> {
+        while !self.frames.is_empty() {
+            let (written, offered) = {
+                let mut slices = [IoSlice::new(&[]); MAX_IOV];
+                let mut n = 0;
+                let mut offered = 0;
+                for frame in &self.frames {
+                    if n + 1 + INLINE_SEGMENTS > MAX_IOV {
+                        break;
+                    }
+                    n += frame.io_slices(&mut slices[n..]);
+                    offered += frame.len();
+                }
+                match socket.try_write_vectored(&slices[..n]) {
+                    Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                    Ok(written) => (written, offered),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                    Err(e) => return Err(e),
+                }
+            };
+            self.consume(written);
+            if written < offered {
+                // The socket buffer is full; wait for writability.
+                return Ok(());
+            }
+        }
+        Ok(())
+    }
+
+    fn consume(&mut self, mut n: usize) {
+        self.bytes -= n;
+        while n > 0 {
+            // n never exceeds the bytes offered, which the queue holds.
+            let Some(front) = self.frames.front_mut() else {
+                break;
+            };
+            if n < front.len() {
+                front.advance(n);
+                return;
+            }
+            n -= front.len();
+            self.frames.pop_front();
+        }
+    }
+}

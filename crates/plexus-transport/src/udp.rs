@@ -1,0 +1,599 @@
+//! UDP: one socket serving many peers (the CAF thesis' UDP dispatcher).
+//!
+//! ```text
+//!             ┌──────────── socket task ────────────┐
+//!  datagram ─▶│ source addr ─▶ peer table ─▶ Stack  │─▶ Link (per peer)
+//!             │   unknown: new peer, if room        │
+//!  send_to  ◀─│ tx queue ◀── poll_transmit ◀── Stack│◀─ Link::send
+//!             │ timers: BTreeSet<(deadline, peer)>  │
+//!             └─────────────────────────────────────┘
+//! ```
+//!
+//! Each peer (source address) gets its own [`Stack`] built from the
+//! endpoint's spec, so garbage from one source only ever reaches that
+//! source's stack. A datagram from an unknown source creates a peer only if
+//! the table has room ([`UdpConfig::max_peers`]), the accept backlog has
+//! room, and the stack accepts the datagram (garbage is counted, not
+//! admitted); otherwise it is dropped and counted ([`UdpStats`]). A peer
+//! silent for [`UdpConfig::idle_timeout`] is dropped, closing its link with
+//! [`CloseReason::IdleTimeout`]. While a peer's receive buffer is full its
+//! datagrams are dropped before its stack sees them, so `delivery`
+//! retransmits them later and memory stays bounded.
+//!
+//! There is no connection handshake: [`UdpEndpoint::connect`] only creates
+//! local peer state, and the remote endpoint sees the peer when its first
+//! datagram arrives ([`UdpEndpoint::accept`]).
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use plexus_net::{Frame, LinkContext, StackSpec, TransportKind};
+use tokio::net::UdpSocket;
+use tokio::sync::{mpsc, oneshot, Notify};
+
+use crate::conn::{now, Conn};
+use crate::error::{AcceptError, BindError, CloseReason, ConnectError};
+use crate::link::{lock, Link, LinkConfig, Shared};
+
+/// Bytes of datagrams queued for the socket before peers stop being pumped.
+const TX_BUDGET: usize = 256 << 10;
+/// Datagrams read per readiness event before other work gets a turn.
+const RX_BATCH: usize = 64;
+/// Receive buffer: datagrams are read into it and split off without copies.
+const RX_BUF: usize = 256 << 10;
+/// How long a link whose handles are all dropped keeps its state to finish
+/// delivery (at most; it goes as soon as the stack has no timer).
+const LINGER: Duration = Duration::from_secs(5);
+
+fn url(addr: SocketAddr) -> String {
+    format!("udp://{addr}")
+}
+
+/// Settings of a UDP endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UdpConfig {
+    /// Buffers of every link.
+    pub link: LinkConfig,
+    /// Peers (links) held at once. Default 1024. Memory per peer is its
+    /// stack's bounds plus [`LinkConfig`]'s buffers.
+    pub max_peers: usize,
+    /// A peer that sent nothing for this long is dropped. Default 60 s.
+    pub idle_timeout: Duration,
+    /// New peers waiting for [`UdpEndpoint::accept`]; beyond, new peers are
+    /// refused. Default 128.
+    pub accept_backlog: usize,
+}
+
+impl Default for UdpConfig {
+    fn default() -> Self {
+        Self {
+            link: LinkConfig::default(),
+            max_peers: 1024,
+            idle_timeout: Duration::from_secs(60),
+            accept_backlog: 128,
+        }
+    }
+}
+
+/// Counters of a UDP endpoint.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct UdpStats {
+    /// Peers currently held.
+    pub peers: usize,
+    /// Peers created by an inbound datagram.
+    pub accepted: u64,
+    /// Datagrams from new sources refused because the peer table or the
+    /// accept backlog was full.
+    pub refused_peers: u64,
+    /// Datagrams from new sources that the stack rejected (garbage): no
+    /// peer state was created for them.
+    pub rejected_datagrams: u64,
+    /// Datagrams of known peers dropped before their stack because the
+    /// peer's receive buffer was full.
+    pub dropped_datagrams: u64,
+    /// Peers dropped after [`UdpConfig::idle_timeout`].
+    pub idle_timeouts: u64,
+    /// Datagrams the socket refused to send (other than would-block).
+    pub send_errors: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    peers: AtomicUsize,
+    accepted: AtomicU64,
+    refused_peers: AtomicU64,
+    rejected_datagrams: AtomicU64,
+    dropped_datagrams: AtomicU64,
+    idle_timeouts: AtomicU64,
+    send_errors: AtomicU64,
+}
+
+/// State shared by the endpoint handle, the link wakers and the task.
+struct EpShared {
+    ready: Mutex<Vec<u64>>,
+    commands: Mutex<VecDeque<(SocketAddr, oneshot::Sender<Result<Link, ConnectError>>)>>,
+    notify: Notify,
+    closed: AtomicBool,
+    counters: Counters,
+}
+
+impl EpShared {
+    fn wake(&self, peer: u64) {
+        lock(&self.ready).push(peer);
+        self.notify.notify_one();
+    }
+}
+
+/// A UDP socket serving many peers, each a [`Link`] with its own stack.
+/// Dropping the endpoint closes every link with
+/// [`CloseReason::EndpointClosed`].
+pub struct UdpEndpoint {
+    shared: Arc<EpShared>,
+    accept_rx: tokio::sync::Mutex<mpsc::Receiver<Link>>,
+    local: SocketAddr,
+}
+
+impl std::fmt::Debug for UdpEndpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UdpEndpoint")
+            .field("local", &self.local)
+            .finish_non_exhaustive()
+    }
+}
+
+impl UdpEndpoint {
+    /// Binds a UDP socket on `addr` serving links built from `spec` (a
+    /// `udp / ...` spec), with default settings.
+    ///
+    /// # Errors
+    ///
+    /// [`BindError`] if the spec is not for UDP or the OS refuses the
+    /// address.
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime (the socket task is spawned).
+    pub async fn bind(spec: &StackSpec, addr: SocketAddr) -> Result<Self, BindError> {
+        Self::bind_with(spec, addr, UdpConfig::default()).await
+    }
+
+    /// As [`bind`](UdpEndpoint::bind), with `config`.
+    ///
+    /// # Errors
+    ///
+    /// As [`bind`](UdpEndpoint::bind).
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime.
+    pub async fn bind_with(
+        spec: &StackSpec,
+        addr: SocketAddr,
+        config: UdpConfig,
+    ) -> Result<Self, BindError> {
+        if spec.transport() != TransportKind::Udp {
+            return Err(BindError::WrongTransport {
+                addr: url(addr),
+                spec: spec.transport(),
+                expected: TransportKind::Udp,
+            });
+        }
+        let io_err = |source| BindError::Io {
+            addr: url(addr),
+            source,
+        };
+        let socket = UdpSocket::bind(addr).await.map_err(io_err)?;
+        let local = socket.local_addr().map_err(io_err)?;
+        let shared = Arc::new(EpShared {
+            ready: Mutex::new(Vec::new()),
+            commands: Mutex::new(VecDeque::new()),
+            notify: Notify::new(),
+            closed: AtomicBool::new(false),
+            counters: Counters::default(),
+        });
+        let (accept_tx, accept_rx) = mpsc::channel(config.accept_backlog.max(1));
+        let task = Dispatcher {
+            socket,
+            spec: spec.clone(),
+            config,
+            shared: shared.clone(),
+            accept_tx,
+            peers: HashMap::new(),
+            by_addr: HashMap::new(),
+            timers: BTreeSet::new(),
+            tx: VecDeque::new(),
+            tx_bytes: 0,
+            deferred: Vec::new(),
+            next_id: 0,
+            scratch: BytesMut::with_capacity(64 << 10),
+        };
+        tokio::spawn(task.run());
+        Ok(Self {
+            shared,
+            accept_rx: tokio::sync::Mutex::new(accept_rx),
+            local,
+        })
+    }
+
+    /// The bound address (with the actual port when bound to port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> UdpStats {
+        let c = &self.shared.counters;
+        UdpStats {
+            peers: c.peers.load(Relaxed),
+            accepted: c.accepted.load(Relaxed),
+            refused_peers: c.refused_peers.load(Relaxed),
+            rejected_datagrams: c.rejected_datagrams.load(Relaxed),
+            dropped_datagrams: c.dropped_datagrams.load(Relaxed),
+            idle_timeouts: c.idle_timeouts.load(Relaxed),
+            send_errors: c.send_errors.load(Relaxed),
+        }
+    }
+
+    /// A link to `addr` served by this endpoint's socket. No datagram is
+    /// sent until the link sends a message.
+    ///
+    /// # Errors
+    ///
+    /// [`ConnectError::PeerTableFull`], [`ConnectError::AlreadyConnected`]
+    /// or [`ConnectError::EndpointClosed`].
+    pub async fn connect(&self, addr: SocketAddr) -> Result<Link, ConnectError> {
+        let (reply, rx) = oneshot::channel();
+        lock(&self.shared.commands).push_back((addr, reply));
+        self.shared.notify.notify_one();
+        rx.await
+            .unwrap_or_else(|_| Err(ConnectError::EndpointClosed { addr: url(addr) }))
+    }
+
+    /// The link of the next new peer: a source whose first datagram was
+    /// accepted.
+    ///
+    /// # Errors
+    ///
+    /// [`AcceptError::Closed`] if the socket task ended.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn accept(&self) -> Result<Link, AcceptError> {
+        self.accept_rx
+            .lock()
+            .await
+            .recv()
+            .await
+            .ok_or_else(|| AcceptError::Closed {
+                addr: url(self.local),
+            })
+    }
+}
+
+impl Drop for UdpEndpoint {
+    fn drop(&mut self) {
+        self.shared.closed.store(true, Relaxed);
+        self.shared.notify.notify_one();
+    }
+}
+
+struct Peer {
+    conn: Conn,
+    addr: SocketAddr,
+    last_heard: Instant,
+    /// Set once every handle is dropped: drop the state by then.
+    linger_until: Option<Instant>,
+    /// The entry this peer has in the timer set.
+    timer: Option<Instant>,
+    deferred: bool,
+}
+
+/// The socket task.
+struct Dispatcher {
+    socket: UdpSocket,
+    spec: StackSpec,
+    config: UdpConfig,
+    shared: Arc<EpShared>,
+    accept_tx: mpsc::Sender<Link>,
+    peers: HashMap<u64, Peer>,
+    by_addr: HashMap<SocketAddr, u64>,
+    timers: BTreeSet<(Instant, u64)>,
+    tx: VecDeque<(SocketAddr, Frame)>,
+    tx_bytes: usize,
+    /// Peers not pumped because the tx queue was over budget.
+    deferred: Vec<u64>,
+    next_id: u64,
+    scratch: BytesMut,
+}
+
+impl Dispatcher {
+    async fn run(mut self) {
+        let mut rbuf = BytesMut::with_capacity(RX_BUF);
+        let mut ready = Vec::new();
+        let sleep = tokio::time::sleep(Duration::ZERO);
+        tokio::pin!(sleep);
+        while !self.shared.closed.load(Relaxed) {
+            let commands = std::mem::take(&mut *lock(&self.shared.commands));
+            for (addr, reply) in commands {
+                // The caller may have given up; nothing to do then.
+                let _ = reply.send(self.connect(addr));
+            }
+            std::mem::swap(&mut *lock(&self.shared.ready), &mut ready);
+            for id in ready.drain(..) {
+                if let Some(peer) = self.peers.get_mut(&id) {
+                    peer.conn.refresh_inbox();
+                    self.service(id);
+                }
+            }
+            self.flush();
+            if self.tx_bytes < TX_BUDGET && !self.deferred.is_empty() {
+                for id in std::mem::take(&mut self.deferred) {
+                    if let Some(peer) = self.peers.get_mut(&id) {
+                        peer.deferred = false;
+                        self.service(id);
+                    }
+                }
+                self.flush();
+            }
+            let deadline = self.timers.first().map(|(t, _)| *t);
+            if let Some(d) = deadline {
+                sleep.as_mut().reset(d.into());
+            }
+            tokio::select! {
+                r = self.socket.readable() => {
+                    if let Err(error) = r {
+                        tracing::warn!(%error, "udp socket failed");
+                        break;
+                    }
+                    self.read(&mut rbuf);
+                }
+                r = self.socket.writable(), if !self.tx.is_empty() => {
+                    if let Err(error) = r {
+                        tracing::warn!(%error, "udp socket failed");
+                        break;
+                    }
+                }
+                () = self.shared.notify.notified() => {}
+                // Deferred peers with an idle socket: serve them next turn.
+                () = tokio::task::yield_now(), if !self.deferred.is_empty() && self.tx.is_empty() => {}
+                () = &mut sleep, if deadline.is_some() => self.fire_timers(),
+            }
+        }
+        for (_, peer) in self.peers.drain() {
+            peer.conn.close(CloseReason::EndpointClosed);
+        }
+        self.shared.counters.peers.store(0, Relaxed);
+    }
+
+    fn read(&mut self, rbuf: &mut BytesMut) {
+        for _ in 0..RX_BATCH {
+            if rbuf.capacity() < 65_536 {
+                rbuf.reserve(RX_BUF);
+            }
+            match self.socket.try_recv_buf_from(rbuf) {
+                Ok((_, src)) => {
+                    let datagram = rbuf.split().freeze();
+                    self.on_datagram(src, datagram);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(error) => {
+                    // ICMP errors of earlier sends surface here (Linux
+                    // reports connection refused); they concern one peer.
+                    tracing::debug!(%error, "udp receive error");
+                }
+            }
+        }
+    }
+
+    fn on_datagram(&mut self, src: SocketAddr, datagram: Bytes) {
+        let t = now();
+        let Some(&id) = self.by_addr.get(&src) else {
+            self.on_new_peer(src, datagram, t);
+            return;
+        };
+        // The id is in by_addr, so it is in peers.
+        let Some(peer) = self.peers.get_mut(&id) else {
+            return;
+        };
+        if peer.conn.inbox_full {
+            self.shared.counters.dropped_datagrams.fetch_add(1, Relaxed);
+            return;
+        }
+        peer.last_heard = t;
+        // An error closes the stack; service() removes the peer.
+        let _ = peer.conn.stack.handle_receive(t, datagram);
+        self.service(id);
+    }
+
+    fn on_new_peer(&mut self, src: SocketAddr, datagram: Bytes, t: Instant) {
+        let ep = self.shared.clone();
+        let counters = &ep.counters;
+        if self.peers.len() >= self.config.max_peers {
+            counters.refused_peers.fetch_add(1, Relaxed);
+            tracing::debug!(%src, max = self.config.max_peers, "peer table full; datagram refused");
+            return;
+        }
+        let Ok(permit) = self.accept_tx.clone().try_reserve_owned() else {
+            counters.refused_peers.fetch_add(1, Relaxed);
+            tracing::debug!(%src, "accept backlog full; datagram refused");
+            return;
+        };
+        let mut stack = self.spec.build_link(LinkContext {
+            now: t,
+            link_id: self.next_id,
+        });
+        let accepted = stack.handle_receive(t, datagram).is_ok() && stack.stats().dropped == 0;
+        if !accepted {
+            counters.rejected_datagrams.fetch_add(1, Relaxed);
+            tracing::trace!(%src, "garbage from a new source; no peer created");
+            return;
+        }
+        let (id, link) = self.insert(src, stack, t);
+        counters.accepted.fetch_add(1, Relaxed);
+        permit.send(link);
+        self.service(id);
+    }
+
+    fn connect(&mut self, addr: SocketAddr) -> Result<Link, ConnectError> {
+        if self.by_addr.contains_key(&addr) {
+            return Err(ConnectError::AlreadyConnected { addr: url(addr) });
+        }
+        if self.peers.len() >= self.config.max_peers {
+            return Err(ConnectError::PeerTableFull {
+                addr: url(addr),
+                max: self.config.max_peers,
+            });
+        }
+        let t = now();
+        let stack = self.spec.build_link(LinkContext {
+            now: t,
+            link_id: self.next_id,
+        });
+        let (id, link) = self.insert(addr, stack, t);
+        self.service(id);
+        Ok(link)
+    }
+
+    fn insert(&mut self, addr: SocketAddr, stack: plexus_net::Stack, t: Instant) -> (u64, Link) {
+        let id = self.next_id;
+        self.next_id += 1;
+        let ep = Arc::downgrade(&self.shared);
+        let shared = Shared::new(
+            url(addr).into(),
+            stack.max_message_len(),
+            self.config.link,
+            Box::new(move || {
+                if let Some(ep) = ep.upgrade() {
+                    ep.wake(id);
+                }
+            }),
+        );
+        let link = Link::new(shared.clone());
+        self.peers.insert(
+            id,
+            Peer {
+                conn: Conn::new(stack, shared),
+                addr,
+                last_heard: t,
+                linger_until: None,
+                timer: None,
+                deferred: false,
+            },
+        );
+        self.by_addr.insert(addr, id);
+        self.shared.counters.peers.store(self.peers.len(), Relaxed);
+        (id, link)
+    }
+
+    /// Runs one peer's outputs after any input: pump its messages into the
+    /// stack, queue its datagrams, deliver, and re-arm its timer.
+    fn service(&mut self, id: u64) {
+        let Some(peer) = self.peers.get_mut(&id) else {
+            return;
+        };
+        let t = now();
+        let budget = TX_BUDGET.saturating_sub(self.tx_bytes);
+        let more = peer.conn.pump_send(t, budget);
+        while let Some(frame) = peer.conn.stack.poll_transmit() {
+            self.tx_bytes += frame.len();
+            self.tx.push_back((peer.addr, frame));
+        }
+        peer.conn.deliver();
+        if (more || self.tx_bytes >= TX_BUDGET) && !peer.deferred {
+            peer.deferred = true;
+            self.deferred.push(id);
+        }
+        if let Some(reason) = peer.conn.stack.close_reason() {
+            let reason = reason.clone().into();
+            self.remove(id, reason);
+            return;
+        }
+        let idle = peer.conn.send_done() && !peer.conn.receiver_alive();
+        if idle && peer.linger_until.is_none() {
+            peer.linger_until = Some(t + LINGER.min(self.config.idle_timeout));
+        }
+        let stack_deadline = peer.conn.stack.poll_timeout();
+        if peer.linger_until.is_some() && stack_deadline.is_none() {
+            self.remove(id, CloseReason::Local);
+            return;
+        }
+        let mut deadline = peer.last_heard + self.config.idle_timeout;
+        for d in [stack_deadline, peer.linger_until].into_iter().flatten() {
+            deadline = deadline.min(d);
+        }
+        if peer.timer != Some(deadline) {
+            if let Some(old) = peer.timer.replace(deadline) {
+                self.timers.remove(&(old, id));
+            }
+            self.timers.insert((deadline, id));
+        }
+    }
+
+    fn fire_timers(&mut self) {
+        let t = now();
+        while let Some(&(deadline, id)) = self.timers.first() {
+            if deadline > t {
+                break;
+            }
+            self.timers.pop_first();
+            let Some(peer) = self.peers.get_mut(&id) else {
+                continue;
+            };
+            peer.timer = None;
+            if t >= peer.last_heard + self.config.idle_timeout {
+                self.shared.counters.idle_timeouts.fetch_add(1, Relaxed);
+                let reason = CloseReason::IdleTimeout(self.config.idle_timeout);
+                self.remove(id, reason);
+                continue;
+            }
+            if peer.linger_until.is_some_and(|l| t >= l) {
+                self.remove(id, CloseReason::Local);
+                continue;
+            }
+            let _ = peer.conn.stack.handle_timeout(t);
+            self.service(id);
+        }
+    }
+
+    fn remove(&mut self, id: u64, reason: CloseReason) {
+        if let Some(peer) = self.peers.remove(&id) {
+            self.by_addr.remove(&peer.addr);
+            if let Some(t) = peer.timer {
+                self.timers.remove(&(t, id));
+            }
+            peer.conn.close(reason);
+            self.shared.counters.peers.store(self.peers.len(), Relaxed);
+        }
+    }
+
+    /// Sends queued datagrams until the socket would block.
+    fn flush(&mut self) {
+        while let Some((addr, frame)) = self.tx.front() {
+            let chunks = frame.chunks().count();
+            let buf: &[u8] = if chunks == 1 {
+                frame.first_chunk()
+            } else {
+                self.scratch.clear();
+                frame.extend_into(&mut self.scratch);
+                &self.scratch
+            };
+            match self.socket.try_send_to(buf, *addr) {
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(error) => {
+                    self.shared.counters.send_errors.fetch_add(1, Relaxed);
+                    tracing::debug!(%addr, %error, "udp send failed; datagram dropped");
+                }
+            }
+            self.tx_bytes -= frame.len();
+            self.tx.pop_front();
+        }
+    }
+}
