@@ -1,0 +1,2 @@
+//! Link emulator (work in progress).
+#![deny(missing_docs)]

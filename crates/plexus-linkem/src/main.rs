@@ -1,0 +1,2 @@
+//! `plexus-linkem` command line.
+fn main() {}
