@@ -19,21 +19,33 @@ use std::sync::Arc;
 use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 
+use std::sync::Mutex;
+
+use bytes::Bytes;
+use serde::{de::DeserializeOwned, Deserialize, Serialize};
 use tokio::sync::{oneshot, Semaphore};
 
 use crate::dead_letters::DeadLetterReason;
 use crate::mailbox::{Control, Mailbox, Refusal, Signal, Watcher};
+use crate::remote::{ActorPath, CodecError, ReceiptError, RemoteReply, ReplyPath};
 use crate::{ActorId, AskError, Down, ExitReason, SendError, TrySendError};
 
 /// Where the messages of a ref go: a local mailbox, a narrowing adapter, or
-/// (later) a remote proxy.
-pub(crate) trait Sink<M>: Control {
+/// a node's proxy for a remote actor.
+pub trait Sink<M>: Control {
     /// Enqueues a message for which room was taken with
     /// [`Control::try_acquire`]; a message for an actor that stopped in
     /// between becomes a dead letter.
     fn push(&self, msg: M);
     /// Records a message that could not be enqueued as a dead letter.
     fn reject(&self, msg: M, reason: DeadLetterReason);
+    /// Like [`push`](Self::push), and reports whether the message reached
+    /// the actor's mailbox.
+    fn push_with_receipt(&self, msg: M) -> ReceiptFuture;
+    /// The path of a remote actor (`None` for local ones).
+    fn remote_path(&self) -> Option<ActorPath> {
+        None
+    }
 }
 
 impl<M: Send + 'static> Sink<M> for Mailbox<M> {
@@ -43,6 +55,63 @@ impl<M: Send + 'static> Sink<M> for Mailbox<M> {
 
     fn reject(&self, msg: M, reason: DeadLetterReason) {
         self.dead_letter(msg, reason);
+    }
+
+    fn push_with_receipt(&self, msg: M) -> ReceiptFuture {
+        ReceiptFuture::ready(if Mailbox::push(self, msg) {
+            Ok(())
+        } else {
+            Err(ReceiptError::Stopped)
+        })
+    }
+}
+
+/// Completes when a delivery receipt arrives; see
+/// [`ActorRef::tell_with_receipt`].
+#[must_use = "a receipt does nothing unless awaited"]
+#[derive(Debug)]
+pub struct ReceiptFuture {
+    state: ReceiptState,
+}
+
+#[derive(Debug)]
+enum ReceiptState {
+    Ready(Option<Result<(), ReceiptError>>),
+    Pending(oneshot::Receiver<Result<(), ReceiptError>>),
+}
+
+impl ReceiptFuture {
+    /// A receipt known at once.
+    pub fn ready(result: Result<(), ReceiptError>) -> Self {
+        Self {
+            state: ReceiptState::Ready(Some(result)),
+        }
+    }
+
+    /// A receipt that another party will send.
+    pub fn pending(rx: oneshot::Receiver<Result<(), ReceiptError>>) -> Self {
+        Self {
+            state: ReceiptState::Pending(rx),
+        }
+    }
+}
+
+impl Future for ReceiptFuture {
+    type Output = Result<(), ReceiptError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
+        match &mut self.state {
+            ReceiptState::Ready(r) => Poll::Ready(r.take().unwrap_or(Err(
+                ReceiptError::LinkClosed("receipt already taken".into()),
+            ))),
+            ReceiptState::Pending(rx) => Pin::new(rx).poll(cx).map(|r| {
+                r.unwrap_or_else(|_| {
+                    Err(ReceiptError::LinkClosed(
+                        "the node dropped the message before confirming it".into(),
+                    ))
+                })
+            }),
+        }
     }
 }
 
@@ -70,7 +139,7 @@ impl<M: Send + 'static> Sink<M> for Mailbox<M> {
 /// ```
 pub struct ActorRef<M> {
     id: ActorId,
-    sink: Arc<dyn Sink<M>>,
+    pub(crate) sink: Arc<dyn Sink<M>>,
 }
 
 impl<M: Send + 'static> ActorRef<M> {
@@ -79,6 +148,15 @@ impl<M: Send + 'static> ActorRef<M> {
             id: mailbox.id(),
             sink: mailbox,
         }
+    }
+
+    pub(crate) fn from_sink(id: ActorId, sink: Arc<dyn Sink<M>>) -> Self {
+        Self { id, sink }
+    }
+
+    /// Whether this ref points to an actor on another node.
+    pub fn is_remote(&self) -> bool {
+        self.sink.remote_path().is_some()
     }
 
     /// The actor's stable id.
@@ -136,6 +214,24 @@ impl<M: Send + 'static> ActorRef<M> {
                 target: self.id,
                 message: msg,
             }),
+        }
+    }
+
+    /// Sends a message and waits until it is in the actor's mailbox (on
+    /// whichever node that is).
+    ///
+    /// For a local actor this completes at once. For a remote one the
+    /// receiving node confirms the enqueue; a message for an actor it does
+    /// not know is a dead letter there and an error here.
+    ///
+    /// # Errors
+    ///
+    /// [`ReceiptError`] saying why the message did not reach the mailbox.
+    pub async fn tell_with_receipt(&self, msg: M) -> Result<(), ReceiptError> {
+        match self.sink.try_acquire() {
+            Ok(()) => self.sink.push_with_receipt(msg).await,
+            Err(Refusal::Full) => Err(ReceiptError::MailboxFull),
+            Err(Refusal::Stopped) => Err(ReceiptError::Stopped),
         }
     }
 
@@ -208,7 +304,7 @@ impl<M: Send + 'static> ActorRef<M> {
         let (tx, rx) = oneshot::channel();
         let target = self.id;
         match self.sink.try_acquire() {
-            Ok(()) => self.sink.push(make(ReplyTo { tx })),
+            Ok(()) => self.sink.push(make(ReplyTo::local(tx))),
             Err(Refusal::Full) => return Err(AskError::MailboxFull { target }),
             Err(Refusal::Stopped) => return Err(AskError::Stopped { target }),
         }
@@ -351,6 +447,14 @@ where
     fn reject(&self, msg: S, reason: DeadLetterReason) {
         self.inner.sink.reject(msg.into(), reason);
     }
+
+    fn push_with_receipt(&self, msg: S) -> ReceiptFuture {
+        self.inner.sink.push_with_receipt(msg.into())
+    }
+
+    fn remote_path(&self) -> Option<ActorPath> {
+        self.inner.sink.remote_path()
+    }
 }
 
 impl<S, M> Control for Narrowed<S, M>
@@ -403,26 +507,117 @@ where
 ///
 /// Dropping it without replying makes the ask fail with
 /// [`AskError::NoReply`] (or [`AskError::Stopped`] if the actor stopped).
+/// Inside a message to another node it travels as a path, and the reply
+/// goes back over the link.
 pub struct ReplyTo<R> {
-    tx: oneshot::Sender<R>,
+    inner: ReplyInner<R>,
+}
+
+enum ReplyInner<R> {
+    // A mutex because serde serializes through `&self` and a handle that is
+    // sent to another node must give its sender up.
+    Local(Mutex<Option<oneshot::Sender<R>>>),
+    Remote {
+        target: Arc<dyn RemoteReply>,
+        path: ReplyPath,
+        encode: fn(&R) -> Result<Bytes, CodecError>,
+    },
 }
 
 impl<R> ReplyTo<R> {
+    fn local(tx: oneshot::Sender<R>) -> Self {
+        Self {
+            inner: ReplyInner::Local(Mutex::new(Some(tx))),
+        }
+    }
+
     /// Sends the reply. If the asker stopped waiting (timed out), the value
     /// is dropped: there is nobody to deliver it to.
     pub fn send(self, value: R) {
-        let _ = self.tx.send(value);
+        match self.inner {
+            ReplyInner::Local(tx) => {
+                let tx = tx.into_inner().unwrap_or_else(|e| e.into_inner());
+                if let Some(tx) = tx {
+                    let _ = tx.send(value);
+                }
+            }
+            ReplyInner::Remote {
+                target,
+                path,
+                encode,
+            } => match encode(&value) {
+                Ok(payload) => target.send_reply(path.id, payload),
+                Err(e) => {
+                    tracing::warn!(target: "plexus::remote", "cannot encode a reply: {e}");
+                }
+            },
+        }
     }
 
-    /// Whether the asker stopped waiting.
+    /// Whether the asker stopped waiting (always `false` for an asker on
+    /// another node: that is only known when the reply arrives there).
     pub fn is_closed(&self) -> bool {
-        self.tx.is_closed()
+        match &self.inner {
+            ReplyInner::Local(tx) => tx
+                .lock()
+                .map(|t| t.as_ref().is_none_or(oneshot::Sender::is_closed))
+                .unwrap_or(true),
+            ReplyInner::Remote { .. } => false,
+        }
     }
 }
 
 impl<R> fmt::Debug for ReplyTo<R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "ReplyTo<{}>", std::any::type_name::<R>())
+    }
+}
+
+impl<R: Serialize + DeserializeOwned + Send + 'static> Serialize for ReplyTo<R> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match &self.inner {
+            ReplyInner::Remote { path, .. } => path.serialize(s),
+            ReplyInner::Local(tx) => {
+                let ctx = crate::remote::current_context().ok_or_else(|| {
+                    crate::remote::codec_error::<S::Error>(
+                        "reply handles can only be encoded by a Plexus node",
+                    )
+                })?;
+                let tx = tx.lock().ok().and_then(|mut t| t.take()).ok_or_else(|| {
+                    crate::remote::codec_error::<S::Error>("reply handle already used")
+                })?;
+                let path =
+                    ctx.export_reply(Box::new(
+                        move |payload: Bytes| match crate::remote::decode::<R>(&payload) {
+                            Ok(value) => {
+                                let _ = tx.send(value);
+                            }
+                            Err(e) => {
+                                tracing::warn!(target: "plexus::remote", "dropping a reply: {e}")
+                            }
+                        },
+                    ));
+                path.serialize(s)
+            }
+        }
+    }
+}
+
+impl<'de, R: Serialize + DeserializeOwned + Send + 'static> Deserialize<'de> for ReplyTo<R> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let path = ReplyPath::deserialize(d)?;
+        let ctx = crate::remote::current_context().ok_or_else(|| {
+            crate::remote::codec_de_error::<D::Error>(
+                "reply handles can only be decoded by a Plexus node",
+            )
+        })?;
+        Ok(Self {
+            inner: ReplyInner::Remote {
+                target: ctx.import_reply(&path),
+                path,
+                encode: |v: &R| crate::remote::encode(v),
+            },
+        })
     }
 }
 

@@ -21,6 +21,8 @@ pub enum DeadLetterReason {
     /// The target's bounded mailbox was full and the message was sent with
     /// [`ActorRef::tell`](crate::ActorRef::tell), which does not wait.
     MailboxFull,
+    /// The message could not be encoded for, or carried to, another node.
+    Undeliverable,
 }
 
 /// One undeliverable message.
@@ -38,8 +40,9 @@ pub struct DeadLetter {
 /// oldest ones (and learn so from `broadcast::error::RecvError::Lagged`).
 const SUBSCRIBER_BUFFER: usize = 1024;
 
-/// The dead-letter office of one actor system.
-pub(crate) struct DeadLetterOffice {
+/// The dead-letter office of one actor system (see
+/// [`SystemRef::dead_letters`](crate::SystemRef::dead_letters)).
+pub struct DeadLetterOffice {
     count: AtomicU64,
     tx: broadcast::Sender<DeadLetter>,
 }
@@ -52,12 +55,8 @@ impl DeadLetterOffice {
         }
     }
 
-    pub(crate) fn record(
-        &self,
-        target: ActorId,
-        message_type: &'static str,
-        reason: DeadLetterReason,
-    ) {
+    /// Records one dead letter: count, log, publish.
+    pub fn record(&self, target: ActorId, message_type: &'static str, reason: DeadLetterReason) {
         self.count.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(target: "plexus::dead_letters", %target, message_type, ?reason, "dead letter");
         if self.tx.receiver_count() > 0 {

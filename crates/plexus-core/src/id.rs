@@ -10,11 +10,13 @@ use std::collections::hash_map::RandomState;
 use std::fmt;
 use std::hash::{BuildHasher, Hasher};
 
+use serde::{Deserialize, Serialize};
+
 /// Identity of one actor system (one node of a distributed system).
 ///
 /// Chosen at random when the system is created, so two processes, or two
 /// systems in one process, practically never share one.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct NodeId(u64);
 
 impl NodeId {
@@ -54,7 +56,7 @@ impl fmt::Display for NodeId {
 /// Stable identity of one actor: the node that spawned it and a serial number.
 ///
 /// Displayed as `<serial>@<node>`, e.g. `17@5e0c1d2a9b3f4e61`.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct ActorId {
     node: NodeId,
     serial: u64,

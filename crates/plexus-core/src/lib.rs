@@ -36,6 +36,7 @@ mod id;
 mod mailbox;
 mod reason;
 mod registry;
+pub mod remote;
 mod run;
 mod supervision;
 mod system;
@@ -43,7 +44,7 @@ mod system;
 pub use actor::{Actor, FnActor};
 pub use actor_ref::{ActorRef, Monitor, ReplyTo};
 pub use context::{Context, MonitorRef, TimerRef};
-pub use dead_letters::{DeadLetter, DeadLetterReason};
+pub use dead_letters::{DeadLetter, DeadLetterOffice, DeadLetterReason};
 pub use error::{
     AskError, LookupError, RegistryError, SendError, SpawnError, SystemError, TrySendError,
 };

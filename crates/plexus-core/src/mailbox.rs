@@ -30,7 +30,8 @@ use crate::{ActorId, Down, Exit, ExitReason};
 
 /// A system signal. Signals are queued apart from user messages and handled
 /// first.
-pub(crate) enum Signal {
+#[derive(Debug)]
+pub enum Signal {
     /// Stop gracefully after the current message.
     Stop(ExitReason),
     /// Stop at once (detached actors, which cannot be aborted, see this).
@@ -42,15 +43,25 @@ pub(crate) enum Signal {
 }
 
 /// Who is told when an actor stops.
-pub(crate) enum Watcher {
+pub enum Watcher {
     /// Another actor, via a [`Signal::Down`].
     Actor(Arc<dyn Control>),
     /// A future waiting outside any actor.
     Future(oneshot::Sender<Down>),
 }
 
+impl std::fmt::Debug for Watcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Actor(c) => write!(f, "Watcher::Actor({})", c.id()),
+            Self::Future(_) => f.write_str("Watcher::Future"),
+        }
+    }
+}
+
 impl Watcher {
-    fn notify(self, down: Down) {
+    /// Delivers the `Down` notification.
+    pub fn notify(self, down: Down) {
         match self {
             Self::Actor(c) => {
                 c.signal(Signal::Down(down));
@@ -65,16 +76,20 @@ impl Watcher {
 
 /// Why a mailbox refused a message before it was converted and pushed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Refusal {
+pub enum Refusal {
+    /// No room (bounded mailbox, or a remote link's send buffer).
     Full,
+    /// The actor has stopped (or its node is down).
     Stopped,
 }
 
 /// The part of an actor that does not depend on its message type: lifecycle,
-/// signals, monitors, links. Implemented by [`Mailbox`] for local actors; a
-/// remote proxy implements it for actors on other nodes.
-pub(crate) trait Control: Send + Sync + 'static {
+/// signals, monitors, links. Implemented by the mailbox of local actors; a
+/// node's proxy implements it for actors on other nodes.
+pub trait Control: Send + Sync + 'static {
+    /// The actor's id.
     fn id(&self) -> ActorId;
+    /// Whether the actor (as far as this node knows) is running.
     fn is_alive(&self) -> bool;
     /// Takes room for one message (a permit of a bounded mailbox).
     fn try_acquire(&self) -> Result<(), Refusal>;
@@ -87,13 +102,16 @@ pub(crate) trait Control: Send + Sync + 'static {
     /// Adds a watcher; if the actor has stopped, notifies it at once and
     /// returns `None`.
     fn watch(&self, watcher: Watcher) -> Option<u64>;
+    /// Removes a watcher added with [`watch`](Self::watch).
     fn unwatch(&self, token: u64);
     /// Records a link to `other`; `Err(reason)` if this actor has stopped.
     fn add_link(&self, other: Arc<dyn Control>) -> Result<(), ExitReason>;
+    /// Forgets a link.
     fn remove_link(&self, other: ActorId);
     /// Records a registered name, removed from the registry when the actor
     /// stops. False if it has stopped.
     fn add_name(&self, name: &str) -> bool;
+    /// Forgets a registered name.
     fn remove_name(&self, name: &str);
     /// The runtime of the actor's system (for timers of calls made from
     /// outside it).
@@ -247,13 +265,14 @@ impl<M: Send + 'static> Mailbox<M> {
 
     /// Enqueues a message for which room was taken with
     /// [`Control::try_acquire`] (or a semaphore permit). If the actor stopped
-    /// in between, the message becomes a dead letter.
-    pub(crate) fn push(&self, msg: M) {
+    /// in between, the message becomes a dead letter and `false` is
+    /// returned.
+    pub(crate) fn push(&self, msg: M) -> bool {
         let mut st = self.lock();
         if st.is_stopped() {
             drop(st);
             self.dead_letter(msg, DeadLetterReason::Stopped);
-            return;
+            return false;
         }
         if st.first.is_none() && st.queue.is_empty() {
             st.first = Some(msg);
@@ -265,6 +284,7 @@ impl<M: Send + 'static> Mailbox<M> {
         if let Some(w) = waker {
             w.wake();
         }
+        true
     }
 
     pub(crate) fn dead_letter(&self, msg: M, reason: DeadLetterReason) {

@@ -3,14 +3,16 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::ActorId;
+use serde::{Deserialize, Serialize};
+
+use crate::{ActorId, NodeId};
 
 /// Why an actor stopped.
 ///
 /// Reasons are *normal* (the actor finished, or was asked to stop) or
 /// *abnormal* (it failed). Only abnormal reasons propagate over links and
 /// trigger [`Restart::OnFailure`](crate::RestartPolicy::OnFailure).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub enum ExitReason {
     /// The actor stopped itself with [`Context::stop`](crate::Context::stop).
@@ -44,6 +46,14 @@ pub enum ExitReason {
         /// The failure that exceeded the limit.
         last: Box<ExitReason>,
     },
+    /// The actor's node became unreachable: its link closed or its
+    /// heartbeat failed. Abnormal. The actor may still be running there.
+    NodeDown {
+        /// The node.
+        node: NodeId,
+        /// What the link reported.
+        cause: Box<str>,
+    },
 }
 
 impl ExitReason {
@@ -72,13 +82,14 @@ impl fmt::Display for ExitReason {
                 f,
                 "restart limit reached ({max_restarts} restarts within {within:?}); last failure: {last}"
             ),
+            Self::NodeDown { node, cause } => write!(f, "node {node} unreachable: {cause}"),
         }
     }
 }
 
 /// Notification that a monitored actor stopped. Delivered exactly once per
 /// monitor.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Down {
     /// The actor that stopped.
     pub id: ActorId,
@@ -88,7 +99,7 @@ pub struct Down {
 
 /// Exit signal from a linked actor, seen by actors that trap exits
 /// (see [`Context::trap_exits`](crate::Context::trap_exits)).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Exit {
     /// The linked actor that exited.
     pub from: ActorId,

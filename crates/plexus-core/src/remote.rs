@@ -1,0 +1,518 @@
+//! The extension point through which a node (crate `plexus-remote`) makes
+//! [`ActorRef`]s reach actors on other nodes. Most programs never use this
+//! module directly; they use [`RemoteMessage`] (usually through
+//! [`remote_message!`](crate::remote_message)) and the node's API.
+//!
+//! ```text
+//!  ActorRef<M> ──► Sink<M> ──► Mailbox<M>                   (local)
+//!                        └──► RemoteSink<M> ──► RemoteEndpoint (a node's
+//!                              encodes M         per-actor proxy, untyped)
+//! ```
+//!
+//! Refs and reply handles inside messages travel as paths. While a node
+//! encodes or decodes a payload it installs a [`WireContext`] for the
+//! current thread ([`with_context`]); the serde impls of [`ActorRef`] and
+//! [`ReplyTo`](crate::ReplyTo) use it to export local actors and pending
+//! replies, and to turn received paths back into refs.
+
+use std::any::Any;
+use std::cell::RefCell;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+/// Payloads are `bytes::Bytes` (re-exported for the macro).
+pub use bytes::Bytes;
+use serde::{de::DeserializeOwned, Deserialize, Serialize};
+use tokio::sync::{oneshot, Semaphore};
+
+pub use crate::actor_ref::{ReceiptFuture, Sink};
+use crate::dead_letters::DeadLetterReason;
+pub use crate::mailbox::{Control, Refusal, Signal, Watcher};
+use crate::{ActorId, ActorRef, ExitReason};
+
+/// A message type that can cross nodes, with a stable name on the wire.
+///
+/// Implement it with [`remote_message!`](crate::remote_message) for serde
+/// types (encoded with postcard), or by hand for types whose payload is
+/// already bytes (see [`Bulk`]), which then travel without a copy.
+pub trait RemoteMessage: Send + Sized + 'static {
+    /// Stable, unique name of the type on the wire, e.g. `"chat.Post"`.
+    /// Renaming the Rust type does not change it; changing it breaks
+    /// compatibility with nodes that use the old name.
+    const TYPE_NAME: &'static str;
+    /// The 64-bit id carried in each message (FNV-1a of the name).
+    const TYPE_ID: u64 = type_id_of(Self::TYPE_NAME);
+
+    /// Encodes the message.
+    ///
+    /// # Errors
+    ///
+    /// [`CodecError`] if the value cannot be encoded.
+    fn into_payload(self) -> Result<Bytes, CodecError>;
+
+    /// Decodes a message received from another node.
+    ///
+    /// # Errors
+    ///
+    /// [`CodecError`] if the bytes are not a valid encoding.
+    fn from_payload(payload: Bytes) -> Result<Self, CodecError>;
+}
+
+/// FNV-1a, 64 bit: the wire id of a type name.
+pub const fn type_id_of(name: &str) -> u64 {
+    let bytes = name.as_bytes();
+    let mut hash = 0xcbf2_9ce4_8422_2325u64;
+    let mut i = 0;
+    while i < bytes.len() {
+        hash ^= bytes[i] as u64;
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+        i += 1;
+    }
+    hash
+}
+
+/// Implements [`RemoteMessage`] for a serde type under a stable name.
+///
+/// ```
+/// use serde::{Deserialize, Serialize};
+///
+/// #[derive(Serialize, Deserialize)]
+/// struct Ping(u64);
+/// plexus_core::remote_message!(Ping = "bench.Ping");
+/// ```
+#[macro_export]
+macro_rules! remote_message {
+    ($ty:ty = $name:expr) => {
+        impl $crate::remote::RemoteMessage for $ty {
+            const TYPE_NAME: &'static str = $name;
+            fn into_payload(
+                self,
+            ) -> ::std::result::Result<$crate::remote::Bytes, $crate::remote::CodecError> {
+                $crate::remote::encode(&self)
+            }
+            fn from_payload(
+                payload: $crate::remote::Bytes,
+            ) -> ::std::result::Result<Self, $crate::remote::CodecError> {
+                $crate::remote::decode(&payload)
+            }
+        }
+    };
+}
+
+/// A message payload could not be encoded or decoded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{context}: {detail}")]
+pub struct CodecError {
+    /// What was being done ("encode chat.Post", "decode chat.Post").
+    pub context: String,
+    /// What went wrong.
+    pub detail: String,
+}
+
+/// Encodes a serde value with the wire codec (postcard).
+///
+/// # Errors
+///
+/// [`CodecError`] if serialization fails (e.g. a ref serialized outside a
+/// node's wire context).
+pub fn encode<T: Serialize>(value: &T) -> Result<Bytes, CodecError> {
+    postcard::to_allocvec(value)
+        .map(Bytes::from)
+        .map_err(|e| CodecError {
+            context: format!("encode {}", std::any::type_name::<T>()),
+            detail: take_error_note().unwrap_or_else(|| e.to_string()),
+        })
+}
+
+/// Decodes a serde value with the wire codec (postcard).
+///
+/// # Errors
+///
+/// [`CodecError`] if the bytes are not a valid encoding of `T`.
+pub fn decode<T: DeserializeOwned>(payload: &[u8]) -> Result<T, CodecError> {
+    postcard::from_bytes(payload).map_err(|e| CodecError {
+        context: format!("decode {}", std::any::type_name::<T>()),
+        detail: take_error_note().unwrap_or_else(|| e.to_string()),
+    })
+}
+
+thread_local! {
+    // postcard replaces custom serde error messages with a generic one; the
+    // impls in this crate leave theirs here so `encode`/`decode` can report it.
+    static ERROR_NOTE: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
+fn take_error_note() -> Option<String> {
+    ERROR_NOTE.with(|n| n.borrow_mut().take())
+}
+
+/// A serde error with a message that survives the codec.
+pub(crate) fn codec_error<E: serde::ser::Error>(msg: &str) -> E {
+    ERROR_NOTE.with(|n| *n.borrow_mut() = Some(msg.to_owned()));
+    E::custom(msg)
+}
+
+/// A serde error with a message that survives the codec.
+pub(crate) fn codec_de_error<E: serde::de::Error>(msg: &str) -> E {
+    ERROR_NOTE.with(|n| *n.borrow_mut() = Some(msg.to_owned()));
+    E::custom(msg)
+}
+
+/// Bulk data: its payload is the bytes themselves, sent and received
+/// without encoding or copying.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bulk(pub Bytes);
+
+impl RemoteMessage for Bulk {
+    const TYPE_NAME: &'static str = "plexus.Bulk";
+    fn into_payload(self) -> Result<Bytes, CodecError> {
+        Ok(self.0)
+    }
+    fn from_payload(payload: Bytes) -> Result<Self, CodecError> {
+        Ok(Bulk(payload))
+    }
+}
+
+/// Where an actor lives, as carried on the wire.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ActorPath {
+    /// The actor's id (its node and serial).
+    pub id: ActorId,
+    /// A URI the hosting node listens on (`tcp://127.0.0.1:4000`), or empty
+    /// if it only reaches out (then only an existing link leads to it).
+    pub addr: String,
+}
+
+/// Where a pending reply waits, as carried on the wire.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ReplyPath {
+    /// The node waiting for the reply.
+    pub node: crate::NodeId,
+    /// The request's number on that node.
+    pub id: u64,
+    /// A URI the waiting node listens on, or empty.
+    pub addr: String,
+}
+
+/// An actor on another node, as a node presents it: the untyped half of a
+/// remote [`ActorRef`].
+pub trait RemoteEndpoint: Control {
+    /// The actor's path, for refs that are passed on.
+    fn path(&self) -> ActorPath;
+    /// The context for encoding messages to this actor (refs inside them are
+    /// exported relative to its node).
+    fn wire_context(&self) -> Arc<dyn WireContext>;
+    /// Sends an encoded message, for which room was taken with
+    /// [`Control::try_acquire`].
+    fn send(&self, type_id: u64, type_name: &'static str, payload: Bytes);
+    /// Like [`send`](Self::send), but asks the receiving node to confirm
+    /// that the message is in the actor's mailbox.
+    fn send_with_receipt(
+        &self,
+        type_id: u64,
+        type_name: &'static str,
+        payload: Bytes,
+    ) -> oneshot::Receiver<Result<(), ReceiptError>>;
+    /// Records a message that could not be sent as a dead letter.
+    fn dead_letter(&self, type_name: &'static str, reason: DeadLetterReason);
+}
+
+/// Where a remote [`ReplyTo`](crate::ReplyTo) sends its value.
+pub trait RemoteReply: Send + Sync + 'static {
+    /// Sends the encoded reply for request `id`.
+    fn send_reply(&self, id: u64, payload: Bytes);
+}
+
+/// Delivery of messages that arrive from other nodes to a local actor
+/// exported under one message type.
+pub trait Inbound: Send + Sync + 'static {
+    /// The local actor.
+    fn id(&self) -> ActorId;
+    /// The exported ref, as `ActorRef<M>` for the exported type.
+    fn as_any(&self) -> &dyn Any;
+    /// Decodes and enqueues one message.
+    ///
+    /// # Errors
+    ///
+    /// [`ReceiptError`] saying why the message was not enqueued.
+    fn deliver(&self, payload: Bytes) -> Result<(), ReceiptError>;
+    /// Whether the actor is alive.
+    fn is_alive(&self) -> bool;
+}
+
+/// The [`Inbound`] of a local `ActorRef<M>`.
+pub fn inbound<M: RemoteMessage>(target: ActorRef<M>) -> Arc<dyn Inbound> {
+    Arc::new(TypedInbound { target })
+}
+
+struct TypedInbound<M> {
+    target: ActorRef<M>,
+}
+
+impl<M: RemoteMessage> Inbound for TypedInbound<M> {
+    fn id(&self) -> ActorId {
+        self.target.id()
+    }
+    fn as_any(&self) -> &dyn Any {
+        &self.target
+    }
+    fn deliver(&self, payload: Bytes) -> Result<(), ReceiptError> {
+        let msg = M::from_payload(payload).map_err(ReceiptError::Decode)?;
+        self.target.try_tell(msg).map_err(|e| match e {
+            crate::TrySendError::Full { .. } => ReceiptError::MailboxFull,
+            _ => ReceiptError::Stopped,
+        })
+    }
+    fn is_alive(&self) -> bool {
+        self.target.is_alive()
+    }
+}
+
+/// Why a delivery receipt reports failure.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum ReceiptError {
+    /// The receiving node has no live actor with that id and type.
+    #[error("no such actor on the receiving node")]
+    NoSuchActor,
+    /// The actor stopped.
+    #[error("actor has stopped")]
+    Stopped,
+    /// The actor's bounded mailbox was full.
+    #[error("mailbox full")]
+    MailboxFull,
+    /// The payload did not decode as the registered type.
+    #[error("{0}")]
+    Decode(CodecError),
+    /// The link to the node closed before the receipt came.
+    #[error("link to node closed: {0}")]
+    LinkClosed(String),
+}
+
+impl Serialize for CodecError {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        (&self.context, &self.detail).serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for CodecError {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let (context, detail) = <(String, String)>::deserialize(d)?;
+        Ok(Self { context, detail })
+    }
+}
+
+/// What a node provides while it encodes or decodes one message.
+pub trait WireContext: Send + Sync {
+    /// Exports a local actor under one message type so messages for it can
+    /// come back; returns its path.
+    fn export(
+        &self,
+        id: ActorId,
+        type_id: u64,
+        inbound: &dyn Fn() -> Arc<dyn Inbound>,
+    ) -> ActorPath;
+    /// Resolves a received path: the exported local actor, if the path is
+    /// this node's.
+    fn import_local(&self, path: &ActorPath, type_id: u64) -> Option<Arc<dyn Inbound>>;
+    /// Resolves a received path to a remote actor (or a stopped one).
+    fn import_remote(&self, path: &ActorPath) -> Arc<dyn RemoteEndpoint>;
+    /// Keeps a pending reply until its value arrives from the peer; returns
+    /// its path.
+    fn export_reply(&self, deliver: Box<dyn FnOnce(Bytes) + Send>) -> ReplyPath;
+    /// Where to send the reply of a received reply path.
+    fn import_reply(&self, path: &ReplyPath) -> Arc<dyn RemoteReply>;
+}
+
+thread_local! {
+    static CONTEXT: RefCell<Option<Arc<dyn WireContext>>> = const { RefCell::new(None) };
+}
+
+/// Runs `f` with `ctx` as the wire context of this thread (for the serde
+/// impls of refs and reply handles), restoring the previous one after.
+pub fn with_context<T>(ctx: Arc<dyn WireContext>, f: impl FnOnce() -> T) -> T {
+    struct Restore(Option<Arc<dyn WireContext>>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let prev = self.0.take();
+            CONTEXT.with(|c| *c.borrow_mut() = prev);
+        }
+    }
+    let prev = CONTEXT.with(|c| c.borrow_mut().replace(ctx));
+    let _restore = Restore(prev);
+    f()
+}
+
+pub(crate) fn current_context() -> Option<Arc<dyn WireContext>> {
+    CONTEXT.with(|c| c.borrow().clone())
+}
+
+const NO_CONTEXT: &str =
+    "actor refs and reply handles can only be encoded by a Plexus node (no wire context on this thread)";
+
+impl<M: RemoteMessage> Serialize for ActorRef<M> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        if let Some(path) = self.sink.remote_path() {
+            return path.serialize(s);
+        }
+        let ctx = current_context().ok_or_else(|| codec_error::<S::Error>(NO_CONTEXT))?;
+        let me = self.clone();
+        ctx.export(self.id(), M::TYPE_ID, &|| inbound(me.clone()))
+            .serialize(s)
+    }
+}
+
+impl<'de, M: RemoteMessage> Deserialize<'de> for ActorRef<M> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let path = ActorPath::deserialize(d)?;
+        let ctx = current_context().ok_or_else(|| codec_de_error::<D::Error>(NO_CONTEXT))?;
+        if let Some(local) = ctx.import_local(&path, M::TYPE_ID) {
+            if let Some(r) = local.as_any().downcast_ref::<ActorRef<M>>() {
+                return Ok(r.clone());
+            }
+        }
+        Ok(remote_ref(ctx.import_remote(&path)))
+    }
+}
+
+/// A typed ref to a remote actor.
+pub fn remote_ref<M: RemoteMessage>(endpoint: Arc<dyn RemoteEndpoint>) -> ActorRef<M> {
+    ActorRef::from_sink(
+        endpoint.id(),
+        Arc::new(RemoteSink::<M> {
+            endpoint,
+            _msg: PhantomData,
+        }),
+    )
+}
+
+/// The typed half of a remote ref: encodes `M`, hands bytes to the endpoint.
+struct RemoteSink<M> {
+    endpoint: Arc<dyn RemoteEndpoint>,
+    _msg: PhantomData<fn(M)>,
+}
+
+impl<M: RemoteMessage> RemoteSink<M> {
+    fn encode(&self, msg: M) -> Option<Bytes> {
+        match with_context(self.endpoint.wire_context(), || msg.into_payload()) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                tracing::warn!(target: "plexus::remote", actor = %self.endpoint.id(), "cannot send: {e}");
+                self.endpoint
+                    .dead_letter(M::TYPE_NAME, DeadLetterReason::Undeliverable);
+                None
+            }
+        }
+    }
+}
+
+impl<M: RemoteMessage> Sink<M> for RemoteSink<M> {
+    fn push(&self, msg: M) {
+        if let Some(payload) = self.encode(msg) {
+            self.endpoint.send(M::TYPE_ID, M::TYPE_NAME, payload);
+        }
+    }
+
+    fn reject(&self, _msg: M, reason: DeadLetterReason) {
+        self.endpoint.dead_letter(M::TYPE_NAME, reason);
+    }
+
+    fn push_with_receipt(&self, msg: M) -> ReceiptFuture {
+        match self.encode(msg) {
+            Some(payload) => ReceiptFuture::pending(self.endpoint.send_with_receipt(
+                M::TYPE_ID,
+                M::TYPE_NAME,
+                payload,
+            )),
+            None => ReceiptFuture::ready(Err(ReceiptError::Decode(CodecError {
+                context: format!("encode {}", M::TYPE_NAME),
+                detail: "see the log".into(),
+            }))),
+        }
+    }
+
+    fn remote_path(&self) -> Option<ActorPath> {
+        Some(self.endpoint.path())
+    }
+}
+
+impl<M: RemoteMessage> Control for RemoteSink<M> {
+    fn id(&self) -> ActorId {
+        self.endpoint.id()
+    }
+    fn is_alive(&self) -> bool {
+        self.endpoint.is_alive()
+    }
+    fn try_acquire(&self) -> Result<(), Refusal> {
+        self.endpoint.try_acquire()
+    }
+    fn semaphore(&self) -> Option<&Semaphore> {
+        self.endpoint.semaphore()
+    }
+    fn signal(&self, signal: Signal) -> bool {
+        self.endpoint.signal(signal)
+    }
+    fn kill(&self) {
+        self.endpoint.kill();
+    }
+    fn watch(&self, watcher: Watcher) -> Option<u64> {
+        self.endpoint.watch(watcher)
+    }
+    fn unwatch(&self, token: u64) {
+        self.endpoint.unwatch(token);
+    }
+    fn add_link(&self, other: Arc<dyn Control>) -> Result<(), ExitReason> {
+        self.endpoint.add_link(other)
+    }
+    fn remove_link(&self, other: ActorId) {
+        self.endpoint.remove_link(other);
+    }
+    fn add_name(&self, name: &str) -> bool {
+        self.endpoint.add_name(name)
+    }
+    fn remove_name(&self, name: &str) {
+        self.endpoint.remove_name(name);
+    }
+    fn runtime(&self) -> &tokio::runtime::Handle {
+        self.endpoint.runtime()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn type_ids_are_stable_fnv1a() {
+        // Reference values of FNV-1a 64.
+        assert_eq!(type_id_of(""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(type_id_of("a"), 0xaf63_dc4c_8601_ec8c);
+        assert_ne!(type_id_of("bench.Ping"), type_id_of("bench.Pong"));
+    }
+
+    #[test]
+    fn bulk_payload_is_not_copied() {
+        let data = Bytes::from(vec![7u8; 4096]);
+        let ptr = data.as_ptr();
+        let out = Bulk(data).into_payload().unwrap();
+        assert_eq!(out.as_ptr(), ptr);
+        assert_eq!(Bulk::from_payload(out.clone()).unwrap().0.as_ptr(), ptr);
+    }
+
+    #[test]
+    fn refs_do_not_encode_outside_a_node() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let system = crate::ActorSystem::new();
+            let r: ActorRef<Bulk> = system.spawn_fn(|_b: Bulk, _ctx| {});
+            let err = encode(&r).unwrap_err();
+            assert!(
+                err.detail.contains("only be encoded by a Plexus node"),
+                "{err}"
+            );
+        });
+    }
+}
