@@ -97,13 +97,10 @@ fn probability(setting: &'static str, pct: f64) -> Result<f64, ConfigError> {
 }
 
 fn duration_ms(setting: &'static str, ms: f64) -> Result<Duration, ConfigError> {
-    if ms.is_finite() && ms >= 0.0 && ms < 1e9 {
+    if (0.0..1e9).contains(&ms) {
         Ok(Duration::from_secs_f64(ms / 1000.0))
     } else {
-        Err(ConfigError::InvalidDuration {
-            setting,
-            value: ms,
-        })
+        Err(ConfigError::InvalidDuration { setting, value: ms })
     }
 }
 
@@ -330,7 +327,11 @@ mod tests {
             c.set_queue_packets(0),
             Err(ConfigError::ZeroQueue { .. })
         ));
-        assert_eq!(c, DirectionConfig::default(), "a refused setter changes nothing");
+        assert_eq!(
+            c,
+            DirectionConfig::default(),
+            "a refused setter changes nothing"
+        );
     }
 
     #[test]

@@ -42,7 +42,12 @@ impl Forwarder {
     ///
     /// # Errors
     /// If the thread cannot be spawned.
-    pub fn start(rt: Runtime, tun_a: Tun, tun_b: Tun, config: LinkConfig) -> Result<Forwarder, SetupError> {
+    pub fn start(
+        rt: Runtime,
+        tun_a: Tun,
+        tun_b: Tun,
+        config: LinkConfig,
+    ) -> Result<Forwarder, SetupError> {
         let (stop_tx, stop_rx) = oneshot::channel();
         let (fail_tx, fail_rx) = oneshot::channel();
         let ab = LinkModel::new(config.a_to_b, config.seed);

@@ -29,9 +29,6 @@ pub mod model;
 pub mod netns;
 pub mod probe;
 
-
-
 pub use config::{ConfigError, DirectionConfig, LinkConfig};
 pub use model::{LinkModel, LinkStats, Verdict};
 pub use netns::{Link, SetupError, Side};
-

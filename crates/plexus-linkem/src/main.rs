@@ -6,7 +6,7 @@
 //! if it was killed by signal N).
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -17,7 +17,11 @@ use plexus_linkem::{netns, ConfigError, Link, LinkConfig, SetupError, Side};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
 #[derive(Parser)]
-#[command(name = "plexus-linkem", version, about = "Two network namespaces joined by an emulated link (loss, delay, jitter, rate cap, reordering, duplication), forwarded in user space through TUN devices. Side a is 198.51.100.1, side b is 198.51.100.2.")]
+#[command(
+    name = "plexus-linkem",
+    version,
+    about = "Two network namespaces joined by an emulated link (loss, delay, jitter, rate cap, reordering, duplication), forwarded in user space through TUN devices. Side a is 198.51.100.1, side b is 198.51.100.2."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Cmd,
@@ -192,14 +196,27 @@ impl From<ConfigError> for Outcome {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let outcome = match cli.command {
-        Cmd::ProbeSend { to, count, interval_us, payload } => {
-            match probe::send(to, count, Duration::from_micros(interval_us), payload) {
-                Ok(()) => Outcome::Ok,
-                Err(e) => Outcome::Fail(format!("probe sender: {e}"), 1),
-            }
-        }
-        Cmd::ProbeRecv { bind, expect, idle_ms, deadline_ms } => {
-            match probe::receive(bind, expect, Duration::from_millis(idle_ms), Duration::from_millis(deadline_ms)) {
+        Cmd::ProbeSend {
+            to,
+            count,
+            interval_us,
+            payload,
+        } => match probe::send(to, count, Duration::from_micros(interval_us), payload) {
+            Ok(()) => Outcome::Ok,
+            Err(e) => Outcome::Fail(format!("probe sender: {e}"), 1),
+        },
+        Cmd::ProbeRecv {
+            bind,
+            expect,
+            idle_ms,
+            deadline_ms,
+        } => {
+            match probe::receive(
+                bind,
+                expect,
+                Duration::from_millis(idle_ms),
+                Duration::from_millis(deadline_ms),
+            ) {
                 Ok(line) => {
                     println!("{line}");
                     Outcome::Ok
@@ -207,7 +224,11 @@ fn main() -> ExitCode {
                 Err(e) => Outcome::Fail(format!("probe receiver on {bind}: {e}"), 1),
             }
         }
-        Cmd::Exec { side, prefix, command } => exec(side, &prefix, &command),
+        Cmd::Exec {
+            side,
+            prefix,
+            command,
+        } => exec(side, &prefix, &command),
         Cmd::Cleanup { prefix } => match netns::cleanup(prefix.as_deref()) {
             Ok(removed) if removed.is_empty() => {
                 println!("plexus-linkem: nothing to remove");
@@ -220,7 +241,9 @@ fn main() -> ExitCode {
             Err(e) => e.into(),
         },
         cmd => {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build();
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build();
             match rt {
                 Ok(rt) => rt.block_on(async_main(cmd)),
                 Err(e) => Outcome::Fail(format!("starting the runtime: {e}"), 1),
@@ -252,7 +275,14 @@ fn exec(side: Side, prefix: &str, command: &[String]) -> Outcome {
     };
     match cmd.status() {
         Ok(s) if s.success() => Outcome::Ok,
-        Ok(s) => Outcome::Fail(format!("`{}` in side {} failed ({s})", command.join(" "), side.letter()), exit_code(s)),
+        Ok(s) => Outcome::Fail(
+            format!(
+                "`{}` in side {} failed ({s})",
+                command.join(" "),
+                side.letter()
+            ),
+            exit_code(s),
+        ),
         Err(e) => Outcome::Fail(format!("running `ip netns exec`: {e}"), 1),
     }
 }
@@ -337,9 +367,15 @@ async fn serve(link: &mut Link, signals: &mut Signals) -> Outcome {
 
 async fn run_commands(link: &mut Link, signals: &mut Signals, commands: &[String]) -> Outcome {
     let mut parts = commands.split(|a| a == ":::");
-    let (cmd_a, cmd_b) = (parts.next().unwrap_or_default(), parts.next().unwrap_or_default());
+    let (cmd_a, cmd_b) = (
+        parts.next().unwrap_or_default(),
+        parts.next().unwrap_or_default(),
+    );
     if parts.next().is_some() || (cmd_a.is_empty() && cmd_b.is_empty()) {
-        return Outcome::Fail("expected `-- CMD_A ARGS... ::: CMD_B ARGS...` (one `:::` at most)".into(), 2);
+        return Outcome::Fail(
+            "expected `-- CMD_A ARGS... ::: CMD_B ARGS...` (one `:::` at most)".into(),
+            2,
+        );
     }
     let spawn = |side: Side, cmd: &[String]| -> Option<std::io::Result<tokio::process::Child>> {
         let (program, args) = cmd.split_first()?;
@@ -350,7 +386,16 @@ async fn run_commands(link: &mut Link, signals: &mut Signals, commands: &[String
     for (side, cmd) in [(Side::A, cmd_a), (Side::B, cmd_b)] {
         match spawn(side, cmd) {
             Some(Ok(child)) => children.push((side, cmd.join(" "), child)),
-            Some(Err(e)) => return Outcome::Fail(format!("starting `{}` in side {}: {e}", cmd.join(" "), side.letter()), 1),
+            Some(Err(e)) => {
+                return Outcome::Fail(
+                    format!(
+                        "starting `{}` in side {}: {e}",
+                        cmd.join(" "),
+                        side.letter()
+                    ),
+                    1,
+                )
+            }
             None => {}
         }
     }
@@ -379,7 +424,9 @@ async fn run_commands(link: &mut Link, signals: &mut Signals, commands: &[String
 ///
 /// # Cancel safety
 /// Cancel safe (`Child::wait` is).
-async fn futures_wait_any(children: &mut [(Side, String, tokio::process::Child)]) -> (usize, std::io::Result<std::process::ExitStatus>) {
+async fn futures_wait_any(
+    children: &mut [(Side, String, tokio::process::Child)],
+) -> (usize, std::io::Result<std::process::ExitStatus>) {
     let mut iter = children.iter_mut();
     match (iter.next(), iter.next()) {
         (Some(a), None) => (0, a.2.wait().await),
@@ -397,7 +444,9 @@ async fn selftest(link: Link, signals: &mut Signals, config: &LinkConfig, count:
         Err(e) => return Outcome::Fail(format!("finding this binary: {e}"), 1),
     };
     let cfg = config.a_to_b.clone();
-    let task = tokio::task::spawn_blocking(move || run_probes(&link, &exe, &cfg, count).map(|r| (r, link)));
+    let task = tokio::task::spawn_blocking(move || {
+        run_probes(&link, &exe, &cfg, count).map(|r| (r, link))
+    });
     let abort = task.abort_handle();
     let (reports, link) = tokio::select! {
         r = task => match r {
@@ -440,7 +489,12 @@ async fn selftest(link: Link, signals: &mut Signals, config: &LinkConfig, count:
 
 type Reports = (probe::ProbeReport, Option<probe::ProbeReport>);
 
-fn run_probes(link: &Link, exe: &PathBuf, cfg: &plexus_linkem::DirectionConfig, count: u32) -> Result<Reports, probe::ProbeError> {
+fn run_probes(
+    link: &Link,
+    exe: &Path,
+    cfg: &plexus_linkem::DirectionConfig,
+    count: u32,
+) -> Result<Reports, probe::ProbeError> {
     let slack = cfg.delay() + cfg.jitter() + cfg.reorder_gap();
     let idle = Duration::from_millis(300) + slack * 2;
     let timing = probe::run(
@@ -462,7 +516,16 @@ fn run_probes(link: &Link, exe: &PathBuf, cfg: &plexus_linkem::DirectionConfig, 
             let bits = ((payload + IP_UDP_HEADERS) * 8) as f64;
             let interval = Duration::from_secs_f64(bits / (bps as f64 * 1.3));
             let count = ((1.5 / interval.as_secs_f64()) as u32).clamp(50, 200_000);
-            Some(probe::run(link, exe, &ProbePlan { count, interval, payload, idle })?)
+            Some(probe::run(
+                link,
+                exe,
+                &ProbePlan {
+                    count,
+                    interval,
+                    payload,
+                    idle,
+                },
+            )?)
         }
     };
     Ok((timing, rate))

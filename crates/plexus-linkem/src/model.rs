@@ -194,11 +194,7 @@ impl<P: AsRef<[u8]> + Clone> LinkModel<P> {
 
     fn draw_copy(&mut self) -> Draw {
         let j = self.config.jitter().as_nanos() as i64;
-        let jitter_ns = if j > 0 {
-            self.rng.gen_range(-j..=j)
-        } else {
-            0
-        };
+        let jitter_ns = if j > 0 { self.rng.gen_range(-j..=j) } else { 0 };
         let reordered = self.rng.gen::<f64>() < self.config.reorder();
         Draw {
             jitter_ns,

@@ -29,7 +29,11 @@ fn id(p: &[u8]) -> u32 {
 /// Drives the model on virtual time: packets `(arrival offset, len)` go in
 /// at their times, and every packet out is recorded with the virtual time
 /// it left. Returns `(id, left)` in the order they left.
-fn drive(model: &mut LinkModel, t0: Instant, arrivals: &[(Duration, usize)]) -> Vec<(u32, Instant)> {
+fn drive(
+    model: &mut LinkModel,
+    t0: Instant,
+    arrivals: &[(Duration, usize)],
+) -> Vec<(u32, Instant)> {
     let mut out = Vec::new();
     let mut next = 0;
     loop {
@@ -84,7 +88,10 @@ fn jitter_spreads_the_delay_within_its_bounds_but_keeps_fifo_order() {
         assert!(d >= ms(15) && d <= ms(25), "delay {d:?} outside 20 ± 5 ms");
         spread = (spread.0.min(d), spread.1.max(d));
     }
-    assert!(spread.0 < ms(16) && spread.1 > ms(24), "jitter used its range: {spread:?}");
+    assert!(
+        spread.0 < ms(16) && spread.1 > ms(24),
+        "jitter used its range: {spread:?}"
+    );
 }
 
 #[test]
@@ -124,26 +131,43 @@ fn rate_cap_adds_the_delay_after_serialization() {
 #[test]
 fn full_rate_queue_drops_the_tail_until_it_drains() {
     let t0 = Instant::now();
-    let c = cfg(|c| drop(c.set_rate_mbit(Some(1.0)).and_then(|c| c.set_queue_packets(3))));
+    let c = cfg(|c| {
+        drop(
+            c.set_rate_mbit(Some(1.0))
+                .and_then(|c| c.set_queue_packets(3)),
+        )
+    });
     let mut m = LinkModel::new(c, 1);
     let verdicts: Vec<_> = (0..5).map(|i| m.handle_packet(t0, pkt(i, 1250))).collect();
     assert!(matches!(verdicts[2], Verdict::Scheduled { .. }));
     assert_eq!(&verdicts[3..], &[Verdict::QueueFull, Verdict::QueueFull]);
     assert_eq!(m.stats().queue_dropped, 2);
     // After the first packet is on the wire (10 ms) there is room for one.
-    assert!(matches!(m.handle_packet(t0 + ms(10), pkt(5, 1250)), Verdict::Scheduled { at, .. } if at == t0 + ms(40)));
-    assert_eq!(m.handle_packet(t0 + ms(10), pkt(6, 1250)), Verdict::QueueFull);
+    assert!(
+        matches!(m.handle_packet(t0 + ms(10), pkt(5, 1250)), Verdict::Scheduled { at, .. } if at == t0 + ms(40))
+    );
+    assert_eq!(
+        m.handle_packet(t0 + ms(10), pkt(6, 1250)),
+        Verdict::QueueFull
+    );
 }
 
 #[test]
 fn reordered_packets_are_overtaken_by_later_ones() {
     let t0 = Instant::now();
     let c = cfg(|c| {
-        drop(c.set_reorder_percent(100.0).and_then(|c| c.set_reorder_gap_ms(5.0)))
+        drop(
+            c.set_reorder_percent(100.0)
+                .and_then(|c| c.set_reorder_gap_ms(5.0)),
+        )
     });
     let mut m = LinkModel::new(c, 1);
-    assert!(matches!(m.handle_packet(t0, pkt(0, 64)), Verdict::Scheduled { reordered: true, at, .. } if at == t0 + ms(5)));
-    m.config.set_reorder_percent(0.0).expect("0 is a valid probability");
+    assert!(
+        matches!(m.handle_packet(t0, pkt(0, 64)), Verdict::Scheduled { reordered: true, at, .. } if at == t0 + ms(5))
+    );
+    m.config
+        .set_reorder_percent(0.0)
+        .expect("0 is a valid probability");
     m.handle_packet(t0 + ms(1), pkt(1, 64));
     let out = drive(&mut m, t0 + ms(1), &[]);
     assert_eq!(out, vec![(1, t0 + ms(1)), (0, t0 + ms(5))]);
@@ -164,7 +188,12 @@ fn some_packets_are_reordered_at_a_partial_probability() {
 #[test]
 fn duplicated_packets_leave_twice_one_after_the_other() {
     let t0 = Instant::now();
-    let c = cfg(|c| drop(c.set_duplicate_percent(100.0).and_then(|c| c.set_delay_ms(2.0))));
+    let c = cfg(|c| {
+        drop(
+            c.set_duplicate_percent(100.0)
+                .and_then(|c| c.set_delay_ms(2.0)),
+        )
+    });
     let mut m = LinkModel::new(c, 1);
     let v = m.handle_packet(t0, pkt(9, 64));
     assert!(matches!(v, Verdict::Scheduled { duplicate_at: Some(d), at, .. } if d == at));
@@ -191,10 +220,15 @@ fn busy_config() -> DirectionConfig {
 #[test]
 fn same_seed_gives_the_same_schedule_and_another_seed_does_not() {
     let t0 = Instant::now();
-    let arrivals: Vec<_> = (0..500).map(|i| (Duration::from_micros(i * 700), 200 + (i as usize % 900))).collect();
+    let arrivals: Vec<_> = (0..500)
+        .map(|i| (Duration::from_micros(i * 700), 200 + (i as usize % 900)))
+        .collect();
     let run = |seed| {
         let mut m = LinkModel::new(busy_config(), seed);
-        let out: Vec<_> = drive(&mut m, t0, &arrivals).into_iter().map(|(i, t)| (i, t - t0)).collect();
+        let out: Vec<_> = drive(&mut m, t0, &arrivals)
+            .into_iter()
+            .map(|(i, t)| (i, t - t0))
+            .collect();
         (out, m.stats())
     };
     assert_eq!(run(11), run(11));

@@ -154,7 +154,8 @@ fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> SetupError 
 /// # Errors
 /// [`SetupError::MissingPrivilege`] naming what is missing.
 pub fn check_privileges() -> Result<(), SetupError> {
-    let status = std::fs::read_to_string("/proc/self/status").map_err(io_err("reading /proc/self/status"))?;
+    let status = std::fs::read_to_string("/proc/self/status")
+        .map_err(io_err("reading /proc/self/status"))?;
     let eff = status
         .lines()
         .find_map(|l| l.strip_prefix("CapEff:"))
@@ -252,8 +253,14 @@ fn pid_file(prefix: &str) -> PathBuf {
 
 /// The pid of the process running the link with this prefix, if it lives.
 pub fn running_pid(prefix: &str) -> Option<u32> {
-    let pid: u32 = std::fs::read_to_string(pid_file(prefix)).ok()?.trim().parse().ok()?;
-    PathBuf::from(format!("/proc/{pid}")).exists().then_some(pid)
+    let pid: u32 = std::fs::read_to_string(pid_file(prefix))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    PathBuf::from(format!("/proc/{pid}"))
+        .exists()
+        .then_some(pid)
 }
 
 /// A command that runs `program args` inside a side of the running link
@@ -261,7 +268,12 @@ pub fn running_pid(prefix: &str) -> Option<u32> {
 ///
 /// # Errors
 /// [`SetupError::NotRunning`] if no link with this prefix is running.
-pub fn side_command(prefix: &str, side: Side, program: &str, args: &[String]) -> Result<Command, SetupError> {
+pub fn side_command(
+    prefix: &str,
+    side: Side,
+    program: &str,
+    args: &[String],
+) -> Result<Command, SetupError> {
     check_prefix(prefix)?;
     running_pid(prefix).ok_or_else(|| SetupError::NotRunning(prefix.to_owned()))?;
     Ok(netns_exec(&namespace_name(prefix, side), program, args))
@@ -288,8 +300,14 @@ pub fn cleanup(prefix: Option<&str>) -> Result<Vec<String>, SetupError> {
         }
         None => std::fs::read_dir(STATE_DIR)
             .map(|dir| {
-                dir.filter_map(|e| e.ok()?.file_name().to_str()?.strip_suffix(".pid").map(str::to_owned))
-                    .collect()
+                dir.filter_map(|e| {
+                    e.ok()?
+                        .file_name()
+                        .to_str()?
+                        .strip_suffix(".pid")
+                        .map(str::to_owned)
+                })
+                .collect()
             })
             .unwrap_or_default(),
     };
@@ -376,11 +394,13 @@ impl Link {
         for side in [Side::A, Side::B] {
             let ns = namespace_name(prefix, side);
             ip(&["netns", "add", &ns]).map_err(|e| match e {
-                SetupError::Command { ref stderr, .. } if stderr.contains("exists") => SetupError::AlreadyExists {
-                    kind: "network namespace",
-                    name: ns.clone(),
-                    prefix: prefix.to_owned(),
-                },
+                SetupError::Command { ref stderr, .. } if stderr.contains("exists") => {
+                    SetupError::AlreadyExists {
+                        kind: "network namespace",
+                        name: ns.clone(),
+                        prefix: prefix.to_owned(),
+                    }
+                }
                 e => e,
             })?;
             link.created_namespaces.push(ns.clone());
@@ -404,7 +424,11 @@ impl Link {
                         source: std::io::Error::other(e.to_string()),
                     })?
                     .pop()
-                    .ok_or_else(|| io_err(format!("creating TUN device {name}"))(std::io::Error::other("no queue")))?;
+                    .ok_or_else(|| {
+                        io_err(format!("creating TUN device {name}"))(std::io::Error::other(
+                            "no queue",
+                        ))
+                    })?;
                 tuns.push(tun);
             }
             tuns
@@ -415,7 +439,16 @@ impl Link {
             ip(&["link", "set", "dev", &name, "netns", &name])?;
             // No IPv6 link-local address: keeps router solicitations and
             // DAD packets off the emulated link.
-            ip(&["-n", &name, "link", "set", "dev", &name, "addrgenmode", "none"])?;
+            ip(&[
+                "-n",
+                &name,
+                "link",
+                "set",
+                "dev",
+                &name,
+                "addrgenmode",
+                "none",
+            ])?;
             ip(&["-n", &name, "addr", "add", &addr, "dev", &name])?;
             ip(&["-n", &name, "link", "set", "dev", &name, "up"])?;
         }
@@ -500,7 +533,10 @@ mod tests {
 
     #[test]
     fn missing_capabilities_are_named() {
-        assert_eq!(missing_capabilities(0), vec!["CAP_NET_ADMIN", "CAP_SYS_ADMIN"]);
+        assert_eq!(
+            missing_capabilities(0),
+            vec!["CAP_NET_ADMIN", "CAP_SYS_ADMIN"]
+        );
         assert_eq!(missing_capabilities(1 << 12), vec!["CAP_SYS_ADMIN"]);
         assert!(missing_capabilities(u64::MAX).is_empty());
     }

@@ -122,12 +122,23 @@ pub fn run(link: &Link, exe: &Path, plan: &ProbePlan) -> Result<ProbeReport, Pro
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|source| ProbeError::Io { what: "starting the receiver", source })?;
+        .map_err(|source| ProbeError::Io {
+            what: "starting the receiver",
+            source,
+        })?;
     // Piped above.
     let mut lines = BufReader::new(receiver.stdout.take().expect("piped stdout")).lines();
-    let ready = lines.next().transpose().map_err(|source| ProbeError::Io { what: "reading the receiver", source })?;
+    let ready = lines.next().transpose().map_err(|source| ProbeError::Io {
+        what: "reading the receiver",
+        source,
+    })?;
     if ready.as_deref() != Some("ready") {
-        let out = receiver.wait_with_output().map_err(|source| ProbeError::Io { what: "waiting for the receiver", source })?;
+        let out = receiver
+            .wait_with_output()
+            .map_err(|source| ProbeError::Io {
+                what: "waiting for the receiver",
+                source,
+            })?;
         return Err(ProbeError::Failed {
             role: "receiver",
             status: out.status.to_string(),
@@ -145,7 +156,10 @@ pub fn run(link: &Link, exe: &Path, plan: &ProbePlan) -> Result<ProbeReport, Pro
         .command(Side::A, &exe, &send_args)
         .stderr(Stdio::piped())
         .output()
-        .map_err(|source| ProbeError::Io { what: "running the sender", source })?;
+        .map_err(|source| ProbeError::Io {
+            what: "running the sender",
+            source,
+        })?;
     if !sender.status.success() {
         let _ = receiver.kill();
         let _ = receiver.wait();
@@ -155,8 +169,16 @@ pub fn run(link: &Link, exe: &Path, plan: &ProbePlan) -> Result<ProbeReport, Pro
             stderr: String::from_utf8_lossy(&sender.stderr).trim().to_owned(),
         });
     }
-    let report = lines.next().transpose().map_err(|source| ProbeError::Io { what: "reading the receiver", source })?;
-    let out = receiver.wait_with_output().map_err(|source| ProbeError::Io { what: "waiting for the receiver", source })?;
+    let report = lines.next().transpose().map_err(|source| ProbeError::Io {
+        what: "reading the receiver",
+        source,
+    })?;
+    let out = receiver
+        .wait_with_output()
+        .map_err(|source| ProbeError::Io {
+            what: "waiting for the receiver",
+            source,
+        })?;
     let report = report.unwrap_or_default();
     let mut r = parse_report(&report).ok_or_else(|| {
         if out.status.success() {
@@ -195,7 +217,9 @@ fn parse_report(line: &str) -> Option<ProbeReport> {
 
 fn unix_ns() -> u64 {
     // The clock is after 1970 on any machine this runs on.
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
 }
 
 /// The sender (`plexus-linkem probe-send`): `count` packets of `payload`
@@ -227,7 +251,12 @@ pub fn send(to: SocketAddr, count: u32, interval: Duration, payload: usize) -> s
 ///
 /// # Errors
 /// If the socket cannot be made.
-pub fn receive(bind: SocketAddr, expect: u32, idle: Duration, deadline: Duration) -> std::io::Result<String> {
+pub fn receive(
+    bind: SocketAddr,
+    expect: u32,
+    idle: Duration,
+    deadline: Duration,
+) -> std::io::Result<String> {
     let socket = UdpSocket::bind(bind)?;
     println!("ready");
     let start = Instant::now();
@@ -240,7 +269,9 @@ pub fn receive(bind: SocketAddr, expect: u32, idle: Duration, deadline: Duration
     loop {
         let now = Instant::now();
         let until_deadline = deadline.saturating_sub(now - start);
-        let wait = last.map_or(until_deadline, |l| idle.saturating_sub(now - l).min(until_deadline));
+        let wait = last.map_or(until_deadline, |l| {
+            idle.saturating_sub(now - l).min(until_deadline)
+        });
         if wait.is_zero() {
             break;
         }
@@ -248,11 +279,21 @@ pub fn receive(bind: SocketAddr, expect: u32, idle: Duration, deadline: Duration
         let n = match socket.recv(&mut buf) {
             Ok(n) if n >= MIN_PAYLOAD => n,
             Ok(_) => continue,
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => continue,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                continue
+            }
             Err(e) => return Err(e),
         };
         let at = Instant::now();
-        let delay_us = unix_ns().saturating_sub(u64::from_be_bytes(buf[4..12].try_into().expect("8 bytes"))) as f64 / 1e3;
+        let delay_us = unix_ns()
+            .saturating_sub(u64::from_be_bytes(buf[4..12].try_into().expect("8 bytes")))
+            as f64
+            / 1e3;
         let seq = u32::from_be_bytes(buf[..4].try_into().expect("4 bytes"));
         r.received += 1;
         if first.is_some() {
@@ -337,7 +378,11 @@ fn probability_tolerance(p: f64, n: f64) -> f64 {
 
 /// Compares the delay/loss probe (`timing`) and, with a rate cap, the rate
 /// probe with the settings of the a→b direction.
-pub fn evaluate(config: &DirectionConfig, timing: &ProbeReport, rate: Option<&ProbeReport>) -> Vec<Check> {
+pub fn evaluate(
+    config: &DirectionConfig,
+    timing: &ProbeReport,
+    rate: Option<&ProbeReport>,
+) -> Vec<Check> {
     let n = f64::from(timing.sent);
     let loss = config.loss();
     let mut checks = vec![Check {
@@ -396,7 +441,10 @@ mod tests {
     fn report_line_round_trips_through_the_parser() {
         let line = "probe received=10 distinct=9 duplicates=1 reordered=2 delay_mean_us=10012.5 delay_min_us=10001.0 delay_max_us=10100.0 ip_bytes_after_first=9000 span_us=1000.0";
         let r = parse_report(line).expect("a valid line");
-        assert_eq!((r.received, r.distinct, r.duplicates, r.reordered), (10, 9, 1, 2));
+        assert_eq!(
+            (r.received, r.distinct, r.duplicates, r.reordered),
+            (10, 9, 1, 2)
+        );
         assert_eq!(r.throughput_bps(), Some(72e6));
         assert!(parse_report("probe received=x").is_none());
     }
@@ -405,8 +453,16 @@ mod tests {
     fn evaluation_flags_a_loss_far_from_the_setting() {
         let mut c = DirectionConfig::default();
         c.set_loss_percent(5.0).expect("valid");
-        let near = ProbeReport { sent: 2000, distinct: 1900, ..Default::default() };
-        let far = ProbeReport { sent: 2000, distinct: 1700, ..Default::default() };
+        let near = ProbeReport {
+            sent: 2000,
+            distinct: 1900,
+            ..Default::default()
+        };
+        let far = ProbeReport {
+            sent: 2000,
+            distinct: 1700,
+            ..Default::default()
+        };
         assert!(evaluate(&c, &near, None).iter().all(Check::ok));
         assert!(!evaluate(&c, &far, None)[0].ok());
     }
