@@ -1,0 +1,361 @@
+//! The handshake: protocol version, node ids, the cluster cookie, and
+//! capabilities, as a sans-IO state machine.
+//!
+//! Both sides send [`Hello`] at once. On the peer's `HELLO` a side checks
+//! the version and node id and answers with `AUTH`: a keyed BLAKE3 hash of
+//! the peer's fresh nonce and both node ids, keyed by the hash of the
+//! cookie. The cookie itself never crosses the wire, a proof cannot be
+//! replayed to another connection (fresh nonce), and proofs are compared in
+//! constant time (`blake3::Hash` equality). A failure is sent to the peer as
+//! `REJECT` with the reason, so both sides report what did not match.
+//!
+//! Driver order: send [`Handshake::hello`], then feed every received frame
+//! to [`Handshake::handle_frame`], send what it returns, until it reports
+//! the peer (done) or an error (send the `REJECT` it gives, then close).
+
+use plexus_core::NodeId;
+
+use crate::wire::{capabilities, Frame, Hello, RejectCode, PROTOCOL_VERSION};
+
+/// What the handshake learned about the peer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Peer {
+    /// The peer's node id, proven by its cookie proof.
+    pub node: NodeId,
+    /// Capabilities both sides offer.
+    pub capabilities: u64,
+    /// URIs the peer listens on.
+    pub listen: Vec<String>,
+}
+
+/// Why a handshake failed. Both sides of a failed handshake report it: the
+/// side that found the mismatch directly, the other as [`Rejected`].
+///
+/// [`Rejected`]: HandshakeError::Rejected
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum HandshakeError {
+    /// The peer speaks another protocol version.
+    #[error("protocol version mismatch: we speak {ours}, the peer speaks {theirs}")]
+    VersionMismatch {
+        /// Ours.
+        ours: u16,
+        /// Theirs.
+        theirs: u16,
+    },
+    /// The peer's proof does not match our cookie.
+    #[error("cluster cookie mismatch")]
+    CookieMismatch,
+    /// The peer claims our own node id (a node connected to itself, or a
+    /// clone).
+    #[error("the peer claims our own node id {0}")]
+    SameNode(NodeId),
+    /// The peer refused the handshake.
+    #[error("refused by the peer: {detail}")]
+    Rejected {
+        /// The peer's reason code.
+        code: RejectCode,
+        /// The peer's words.
+        detail: String,
+    },
+    /// The peer sent something other than the next handshake frame.
+    #[error("protocol violation: {0}")]
+    Protocol(String),
+}
+
+impl HandshakeError {
+    /// The `REJECT` frame that tells the peer about this failure, if it is
+    /// ours to send.
+    pub fn reject_frame(&self) -> Option<Frame> {
+        let code = match self {
+            Self::VersionMismatch { .. } => RejectCode::Version,
+            Self::CookieMismatch => RejectCode::Cookie,
+            Self::SameNode(_) => RejectCode::SameNode,
+            Self::Protocol(_) => RejectCode::Protocol,
+            Self::Rejected { .. } => return None,
+        };
+        Some(Frame::Reject {
+            code,
+            detail: self.to_string(),
+        })
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    AwaitHello,
+    AwaitAuth,
+    Done,
+    Failed,
+}
+
+/// One side of a handshake.
+#[derive(Debug)]
+pub struct Handshake {
+    hello: Hello,
+    key: [u8; 32],
+    state: State,
+    peer: Option<Hello>,
+}
+
+impl Handshake {
+    /// Starts a handshake for `node` with a fresh random `nonce`.
+    pub fn new(node: NodeId, cookie: &str, nonce: [u8; 16], listen: Vec<String>) -> Self {
+        Self {
+            hello: Hello {
+                version: PROTOCOL_VERSION,
+                node,
+                nonce,
+                capabilities: capabilities::ALL,
+                listen,
+            },
+            key: *blake3::hash(cookie.as_bytes()).as_bytes(),
+            state: State::AwaitHello,
+            peer: None,
+        }
+    }
+
+    /// Our `HELLO`, to send first.
+    pub fn hello(&self) -> Frame {
+        Frame::Hello(self.hello.clone())
+    }
+
+    /// Handles one received frame. Returns the frame to send in answer (if
+    /// any) and, once the peer is proven, the peer.
+    ///
+    /// # Errors
+    ///
+    /// [`HandshakeError`]; send its [`reject_frame`](HandshakeError::reject_frame)
+    /// and close the link.
+    pub fn handle_frame(
+        &mut self,
+        frame: Frame,
+    ) -> Result<(Option<Frame>, Option<Peer>), HandshakeError> {
+        let result = self.step(frame);
+        if result.is_err() {
+            self.state = State::Failed;
+        }
+        result
+    }
+
+    fn step(&mut self, frame: Frame) -> Result<(Option<Frame>, Option<Peer>), HandshakeError> {
+        match (self.state, frame) {
+            (_, Frame::Reject { code, detail }) => Err(HandshakeError::Rejected { code, detail }),
+            (State::AwaitHello, Frame::Hello(peer)) => {
+                if peer.version != PROTOCOL_VERSION {
+                    return Err(HandshakeError::VersionMismatch {
+                        ours: PROTOCOL_VERSION,
+                        theirs: peer.version,
+                    });
+                }
+                if peer.node == self.hello.node {
+                    return Err(HandshakeError::SameNode(peer.node));
+                }
+                let proof = self.proof(&peer.nonce, self.hello.node, peer.node);
+                self.peer = Some(peer);
+                self.state = State::AwaitAuth;
+                Ok((Some(Frame::Auth { proof }), None))
+            }
+            (State::AwaitAuth, Frame::Auth { proof }) => {
+                let Some(peer) = self.peer.take() else {
+                    return Err(HandshakeError::Protocol("AUTH before HELLO".into()));
+                };
+                let expected =
+                    blake3::Hash::from(self.proof(&self.hello.nonce, peer.node, self.hello.node));
+                // `blake3::Hash` compares in constant time.
+                if expected != blake3::Hash::from(proof) {
+                    return Err(HandshakeError::CookieMismatch);
+                }
+                self.state = State::Done;
+                Ok((
+                    None,
+                    Some(Peer {
+                        node: peer.node,
+                        capabilities: peer.capabilities & self.hello.capabilities,
+                        listen: peer.listen,
+                    }),
+                ))
+            }
+            (state, frame) => Err(HandshakeError::Protocol(format!(
+                "unexpected {} while {}",
+                frame_name(&frame),
+                match state {
+                    State::AwaitHello => "waiting for HELLO",
+                    State::AwaitAuth => "waiting for AUTH",
+                    State::Done => "already connected",
+                    State::Failed => "already failed",
+                }
+            ))),
+        }
+    }
+
+    /// Proof that `prover` knows the cookie, for `verifier`'s `nonce`.
+    fn proof(&self, nonce: &[u8; 16], prover: NodeId, verifier: NodeId) -> [u8; 32] {
+        let mut data = [0u8; 32];
+        data[..16].copy_from_slice(nonce);
+        data[16..24].copy_from_slice(&prover.as_u64().to_le_bytes());
+        data[24..].copy_from_slice(&verifier.as_u64().to_le_bytes());
+        *blake3::keyed_hash(&self.key, &data).as_bytes()
+    }
+}
+
+fn frame_name(f: &Frame) -> &'static str {
+    match f {
+        Frame::Hello(_) => "HELLO",
+        Frame::Auth { .. } => "AUTH",
+        Frame::Reject { .. } => "REJECT",
+        Frame::Message { .. } => "MESSAGE",
+        Frame::Receipt { .. } => "RECEIPT",
+        Frame::Reply { .. } => "REPLY",
+        Frame::Resolve { .. } => "RESOLVE",
+        Frame::Resolved { .. } => "RESOLVED",
+        Frame::Monitor { .. } => "MONITOR",
+        Frame::Demonitor { .. } => "DEMONITOR",
+        Frame::Down { .. } => "DOWN",
+        Frame::Link { .. } => "LINK",
+        Frame::Unlink { .. } => "UNLINK",
+        Frame::Exit { .. } => "EXIT",
+        Frame::Stop { .. } => "STOP",
+        Frame::Goodbye { .. } => "GOODBYE",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pair(cookie_a: &str, cookie_b: &str) -> (Handshake, Handshake) {
+        (
+            Handshake::new(
+                NodeId::from_u64(1),
+                cookie_a,
+                [1; 16],
+                vec!["tcp://a".into()],
+            ),
+            Handshake::new(NodeId::from_u64(2), cookie_b, [2; 16], vec![]),
+        )
+    }
+
+    /// Runs both sides to the end; returns each side's outcome.
+    fn run(
+        a: &mut Handshake,
+        b: &mut Handshake,
+    ) -> (Result<Peer, HandshakeError>, Result<Peer, HandshakeError>) {
+        let mut to_a = vec![b.hello()];
+        let mut to_b = vec![a.hello()];
+        let (mut ra, mut rb) = (None, None);
+        while ra.is_none() || rb.is_none() {
+            let mut progressed = false;
+            for f in std::mem::take(&mut to_a) {
+                progressed = true;
+                if ra.is_some() {
+                    continue;
+                }
+                match a.handle_frame(f) {
+                    Ok((reply, done)) => {
+                        to_b.extend(reply);
+                        ra = done.map(Ok);
+                    }
+                    Err(e) => {
+                        to_b.extend(e.reject_frame());
+                        ra = Some(Err(e));
+                    }
+                }
+            }
+            for f in std::mem::take(&mut to_b) {
+                progressed = true;
+                if rb.is_some() {
+                    continue;
+                }
+                match b.handle_frame(f) {
+                    Ok((reply, done)) => {
+                        to_a.extend(reply);
+                        rb = done.map(Ok);
+                    }
+                    Err(e) => {
+                        to_a.extend(e.reject_frame());
+                        rb = Some(Err(e));
+                    }
+                }
+            }
+            assert!(progressed, "handshake stalled");
+        }
+        (ra.unwrap(), rb.unwrap())
+    }
+
+    #[test]
+    fn same_cookie_connects_and_learns_the_peer() {
+        let (mut a, mut b) = pair("secret", "secret");
+        let (ra, rb) = run(&mut a, &mut b);
+        assert_eq!(ra.unwrap().node, NodeId::from_u64(2));
+        let pb = rb.unwrap();
+        assert_eq!(pb.node, NodeId::from_u64(1));
+        assert_eq!(pb.listen, vec!["tcp://a".to_string()]);
+    }
+
+    #[test]
+    fn cookie_mismatch_is_reported_on_both_sides() {
+        let (mut a, mut b) = pair("secret", "other");
+        let (ra, rb) = run(&mut a, &mut b);
+        for r in [ra, rb] {
+            let e = r.unwrap_err();
+            assert!(e.to_string().contains("cluster cookie mismatch"), "{e}");
+        }
+    }
+
+    #[test]
+    fn version_mismatch_names_both_versions() {
+        let (mut a, _) = pair("s", "s");
+        let mut hello = match a.hello() {
+            Frame::Hello(h) => h,
+            _ => unreachable!(),
+        };
+        hello.version = 99;
+        hello.node = NodeId::from_u64(5);
+        let e = a.handle_frame(Frame::Hello(hello)).unwrap_err();
+        assert_eq!(
+            e,
+            HandshakeError::VersionMismatch {
+                ours: 1,
+                theirs: 99
+            }
+        );
+        assert!(matches!(
+            e.reject_frame(),
+            Some(Frame::Reject {
+                code: RejectCode::Version,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn a_replayed_proof_from_another_connection_fails() {
+        // Record b's proof for nonce [1; 16]; replay it against a handshake
+        // with a fresh nonce.
+        let (mut a, mut b) = pair("secret", "secret");
+        let (auth_from_b, _) = b.handle_frame(a.hello()).unwrap();
+        let mut a2 = Handshake::new(NodeId::from_u64(1), "secret", [9; 16], vec![]);
+        a2.handle_frame(b.hello()).unwrap();
+        assert_eq!(
+            a2.handle_frame(auth_from_b.unwrap()).unwrap_err(),
+            HandshakeError::CookieMismatch
+        );
+        let _ = a.handle_frame(b.hello());
+    }
+
+    #[test]
+    fn messages_before_the_handshake_and_self_connections_are_refused() {
+        let (mut a, _) = pair("s", "s");
+        let e = a
+            .handle_frame(Frame::Goodbye { reason: "x".into() })
+            .unwrap_err();
+        assert!(matches!(e, HandshakeError::Protocol(_)), "{e}");
+        let (mut a, _) = pair("s", "s");
+        let own = a.hello();
+        assert_eq!(
+            a.handle_frame(own).unwrap_err(),
+            HandshakeError::SameNode(NodeId::from_u64(1))
+        );
+    }
+}

@@ -1,0 +1,3 @@
+//! Remote actors.
+pub mod handshake;
+pub mod wire;

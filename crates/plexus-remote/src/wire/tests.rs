@@ -1,0 +1,236 @@
+use super::*;
+use proptest::prelude::*;
+
+fn id(n: u64, s: u64) -> ActorId {
+    ActorId::new(NodeId::from_u64(n), s)
+}
+
+fn samples() -> Vec<Frame> {
+    vec![
+        Frame::Hello(Hello {
+            version: PROTOCOL_VERSION,
+            node: NodeId::from_u64(0xdead_beef),
+            nonce: [7; 16],
+            capabilities: capabilities::ALL,
+            listen: vec!["tcp://127.0.0.1:4000".into(), "udp://127.0.0.1:4001".into()],
+        }),
+        Frame::Auth { proof: [9; 32] },
+        Frame::Reject {
+            code: RejectCode::Cookie,
+            detail: "cluster cookie mismatch".into(),
+        },
+        Frame::Message {
+            to: 300,
+            type_id: u64::MAX,
+            receipt: 0,
+            payload: Bytes::from_static(b"hello"),
+        },
+        Frame::Receipt {
+            id: 5,
+            status: ReceiptStatus::NoSuchActor,
+        },
+        Frame::Reply {
+            id: 1 << 40,
+            payload: Bytes::new(),
+        },
+        Frame::Resolve {
+            request: 1,
+            type_id: 42,
+            type_name: "bench.Ping".into(),
+            name: "pong".into(),
+        },
+        Frame::Resolved {
+            request: 1,
+            resolution: Resolution::WrongType {
+                actual: "bench.Other".into(),
+            },
+        },
+        Frame::Resolved {
+            request: 2,
+            resolution: Resolution::Found(17),
+        },
+        Frame::Monitor {
+            target: 1,
+            token: 2,
+        },
+        Frame::Demonitor {
+            target: 1,
+            token: 2,
+        },
+        Frame::Down {
+            token: 2,
+            reason: ExitReason::Linked {
+                from: id(3, 4),
+                reason: Box::new(ExitReason::Panicked("boom".into())),
+            },
+        },
+        Frame::Link { from: 1, to: 2 },
+        Frame::Unlink { from: 1, to: 2 },
+        Frame::Exit {
+            from: 1,
+            to: 2,
+            reason: ExitReason::NodeDown {
+                node: NodeId::from_u64(9),
+                cause: "link closed".into(),
+            },
+        },
+        Frame::Stop {
+            target: 8,
+            kill: true,
+        },
+        Frame::Goodbye {
+            reason: "shutdown".into(),
+        },
+    ]
+}
+
+#[test]
+fn every_frame_kind_round_trips() {
+    for f in samples() {
+        assert_eq!(Frame::decode(f.encode()), Ok(f.clone()), "{f:?}");
+    }
+}
+
+#[test]
+fn every_truncation_is_a_typed_error() {
+    for f in samples() {
+        let bytes = f.encode();
+        for cut in 0..bytes.len() {
+            let r = Frame::decode(bytes.slice(..cut));
+            // Frames ending in a payload decode at every cut past their
+            // header; all others must fail.
+            if let Ok(g) = &r {
+                assert!(
+                    matches!(g, Frame::Message { .. } | Frame::Reply { .. }),
+                    "{f:?} cut at {cut} decoded as {g:?}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn payload_is_a_slice_of_the_input() {
+    let frame = Frame::Message {
+        to: 1,
+        type_id: 2,
+        receipt: 0,
+        payload: Bytes::from(vec![1u8; 1000]),
+    }
+    .encode();
+    let base = frame.as_ptr() as usize;
+    match Frame::decode(frame.clone()) {
+        Ok(Frame::Message { payload, .. }) => {
+            let p = payload.as_ptr() as usize;
+            assert!(p > base && p < base + frame.len());
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn oversized_strings_and_lists_are_refused_before_allocation() {
+    let mut b = BytesMut::new();
+    b.put_u8(kind::GOODBYE);
+    put_varint(&mut b, u64::MAX / 2);
+    assert!(matches!(
+        Frame::decode(b.freeze()),
+        Err(WireError::TooLong { .. })
+    ));
+    let mut b = BytesMut::new();
+    b.put_u8(kind::HELLO);
+    b.put_slice(&MAGIC);
+    b.put_u16_le(1);
+    b.put_u64_le(1);
+    b.put_slice(&[0; 16]);
+    b.put_u64_le(0);
+    put_varint(&mut b, 1_000_000);
+    assert!(matches!(
+        Frame::decode(b.freeze()),
+        Err(WireError::TooLong {
+            field: "listen addresses",
+            ..
+        })
+    ));
+}
+
+#[test]
+fn deeply_nested_exit_reasons_are_refused_and_never_encoded() {
+    let mut reason = ExitReason::Killed;
+    for i in 0..100 {
+        reason = ExitReason::Linked {
+            from: id(1, i),
+            reason: Box::new(reason),
+        };
+    }
+    // Encoding cuts the chain; the result decodes within the bound.
+    let f = Frame::Down { token: 1, reason };
+    assert!(Frame::decode(f.encode()).is_ok());
+    // A hand-made frame nesting past the bound is refused.
+    let mut b = BytesMut::new();
+    b.put_u8(kind::DOWN);
+    put_varint(&mut b, 1);
+    for _ in 0..MAX_REASON_DEPTH + 1 {
+        b.put_u8(reason_kind::LINKED);
+        b.put_u64_le(1);
+        put_varint(&mut b, 1);
+    }
+    b.put_u8(reason_kind::KILLED);
+    assert!(matches!(
+        Frame::decode(b.freeze()),
+        Err(WireError::TooLong {
+            field: "exit reason nesting",
+            ..
+        })
+    ));
+}
+
+#[test]
+fn malformed_varints_bad_magic_and_trailing_bytes_are_refused() {
+    let mut b = BytesMut::new();
+    b.put_u8(kind::RECEIPT);
+    b.put_slice(&[0xff; 11]);
+    assert!(matches!(
+        Frame::decode(b.freeze()),
+        Err(WireError::BadVarint { .. })
+    ));
+    let mut hello = samples()[0].encode().to_vec();
+    hello[1] = b'X';
+    assert!(matches!(
+        Frame::decode(Bytes::from(hello)),
+        Err(WireError::Invalid { field: "magic", .. })
+    ));
+    let mut auth = Frame::Auth { proof: [0; 32] }.encode().to_vec();
+    auth.push(0);
+    assert_eq!(
+        Frame::decode(Bytes::from(auth)),
+        Err(WireError::Trailing(1))
+    );
+    assert_eq!(
+        Frame::decode(Bytes::from_static(&[0xee])),
+        Err(WireError::UnknownKind(0xee))
+    );
+    assert!(Frame::decode(Bytes::new()).is_err());
+}
+
+proptest! {
+    #[test]
+    fn decoding_arbitrary_bytes_never_panics(data in proptest::collection::vec(any::<u8>(), 0..256)) {
+        let _ = Frame::decode(Bytes::from(data));
+    }
+
+    #[test]
+    fn messages_round_trip(to in any::<u64>(), type_id in any::<u64>(), receipt in any::<u64>(),
+                           payload in proptest::collection::vec(any::<u8>(), 0..512)) {
+        let f = Frame::Message { to, type_id, receipt, payload: Bytes::from(payload) };
+        prop_assert_eq!(Frame::decode(f.encode()), Ok(f));
+    }
+
+    #[test]
+    fn varints_round_trip(v in any::<u64>()) {
+        let mut b = BytesMut::new();
+        put_varint(&mut b, v);
+        let mut r = Reader { b: b.freeze() };
+        prop_assert_eq!(r.varint("v"), Ok(v));
+    }
+}
