@@ -242,6 +242,12 @@ impl LinkSender {
     pub async fn send(&self, message: Bytes) -> Result<(), SendError> {
         let message = self.check_len(message)?;
         let cost = self.shared.cost(message.len()) as u32;
+        // Fast path without the future machinery: room is usually there.
+        if let Ok(permit) = self.shared.out_space.try_acquire_many(cost) {
+            permit.forget();
+            self.push(message);
+            return Ok(());
+        }
         match self.shared.out_space.acquire_many(cost).await {
             Ok(permit) => permit.forget(),
             Err(_) => {

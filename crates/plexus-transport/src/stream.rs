@@ -112,7 +112,7 @@ async fn run<S: StreamSocket>(socket: &mut S, conn: &mut Conn, notify: &Notify) 
         if let Err(e) = out.write_to(socket) {
             return e.into();
         }
-        if !shut && out.frames.is_empty() && conn.send_done() {
+        if !shut && out.is_empty() && conn.send_done() {
             if let Err(e) = socket.shutdown_write().await {
                 return e.into();
             }
@@ -158,7 +158,7 @@ async fn run<S: StreamSocket>(socket: &mut S, conn: &mut Conn, notify: &Notify) 
                     Err(e) => return e.into(),
                 }
             }
-            r = socket.writable(), if !out.frames.is_empty() => {
+            r = socket.writable(), if !out.is_empty() => {
                 if let Err(e) = r {
                     return e.into();
                 }
@@ -171,32 +171,82 @@ async fn run<S: StreamSocket>(socket: &mut S, conn: &mut Conn, notify: &Notify) 
     }
 }
 
+/// Frames up to this length are copied into the write buffer instead of
+/// taking their own slices: for small frames one copy is cheaper than the
+/// kernel's per-slice work (and than moving the frame struct around).
+const COPY_MAX: usize = 1024;
+
+/// What waits for the socket: runs of small frames coalesced into one
+/// buffer, and large frames kept as chains (their payload is not copied).
+enum Item {
+    Copied(bytes::Bytes),
+    Chain(Frame),
+}
+
+impl Item {
+    fn len(&self) -> usize {
+        match self {
+            Item::Copied(b) => b.len(),
+            Item::Chain(f) => f.len(),
+        }
+    }
+}
+
 /// Frames waiting for the socket, written with vectored writes.
 #[derive(Default)]
 pub(crate) struct WriteQueue {
-    pub(crate) frames: VecDeque<Frame>,
+    items: VecDeque<Item>,
+    /// Small frames not yet sealed into an item.
+    staging: BytesMut,
     pub(crate) bytes: usize,
 }
 
 impl WriteQueue {
     pub(crate) fn push(&mut self, frame: Frame) {
         self.bytes += frame.len();
-        self.frames.push_back(frame);
+        if frame.len() <= COPY_MAX {
+            if self.staging.capacity() - self.staging.len() < frame.len() {
+                self.seal();
+                self.staging.reserve(64 << 10);
+            }
+            frame.extend_into(&mut self.staging);
+        } else {
+            self.seal();
+            self.items.push_back(Item::Chain(frame));
+        }
+    }
+
+    fn seal(&mut self) {
+        if !self.staging.is_empty() {
+            self.items
+                .push_back(Item::Copied(self.staging.split().freeze()));
+        }
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.bytes == 0
     }
 
     /// Writes until the queue is empty or the socket would block.
     pub(crate) fn write_to<S: StreamSocket>(&mut self, socket: &S) -> io::Result<()> {
-        while !self.frames.is_empty() {
+        self.seal();
+        while !self.items.is_empty() {
             let (written, offered) = {
                 let mut slices = [IoSlice::new(&[]); MAX_IOV];
                 let mut n = 0;
                 let mut offered = 0;
-                for frame in &self.frames {
+                for item in &self.items {
                     if n + 1 + INLINE_SEGMENTS > MAX_IOV {
                         break;
                     }
-                    n += frame.io_slices(&mut slices[n..]);
-                    offered += frame.len();
+                    match item {
+                        Item::Copied(b) => {
+                            slices[n] = IoSlice::new(b);
+                            n += 1;
+                        }
+                        Item::Chain(f) => n += f.io_slices(&mut slices[n..]),
+                    }
+                    offered += item.len();
                 }
                 match socket.try_write_vectored(&slices[..n]) {
                     Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
@@ -218,15 +268,18 @@ impl WriteQueue {
         self.bytes -= n;
         while n > 0 {
             // n never exceeds the bytes offered, which the queue holds.
-            let Some(front) = self.frames.front_mut() else {
+            let Some(front) = self.items.front_mut() else {
                 break;
             };
             if n < front.len() {
-                front.advance(n);
+                match front {
+                    Item::Copied(b) => bytes::Buf::advance(b, n),
+                    Item::Chain(f) => f.advance(n),
+                }
                 return;
             }
             n -= front.len();
-            self.frames.pop_front();
+            self.items.pop_front();
         }
     }
 }
