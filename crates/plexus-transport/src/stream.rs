@@ -180,7 +180,9 @@ const COPY_MAX: usize = 1024;
 /// buffer, and large frames kept as chains (their payload is not copied).
 enum Item {
     Copied(bytes::Bytes),
-    Chain(Frame),
+    /// Boxed: only frames over `COPY_MAX` get here, so the allocation is
+    /// small next to the payload, and the queue's slots stay small.
+    Chain(Box<Frame>),
 }
 
 impl Item {
@@ -212,7 +214,7 @@ impl WriteQueue {
             frame.extend_into(&mut self.staging);
         } else {
             self.seal();
-            self.items.push_back(Item::Chain(frame));
+            self.items.push_back(Item::Chain(Box::new(frame)));
         }
     }
 

@@ -114,10 +114,13 @@ struct Counters {
     send_errors: AtomicU64,
 }
 
+/// A pending `connect` and where to send its result.
+type ConnectRequest = (SocketAddr, oneshot::Sender<Result<Link, ConnectError>>);
+
 /// State shared by the endpoint handle, the link wakers and the task.
 struct EpShared {
     ready: Mutex<Vec<u64>>,
-    commands: Mutex<VecDeque<(SocketAddr, oneshot::Sender<Result<Link, ConnectError>>)>>,
+    commands: Mutex<VecDeque<ConnectRequest>>,
     notify: Notify,
     closed: AtomicBool,
     counters: Counters,
