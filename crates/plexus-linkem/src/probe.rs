@@ -290,6 +290,7 @@ pub fn receive(
             Err(e) => return Err(e),
         };
         let at = Instant::now();
+        // Both slices are in range: n >= MIN_PAYLOAD (12) was checked above.
         let delay_us = unix_ns()
             .saturating_sub(u64::from_be_bytes(buf[4..12].try_into().expect("8 bytes")))
             as f64

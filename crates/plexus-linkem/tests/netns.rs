@@ -57,6 +57,16 @@ impl Drop for Leftovers {
     }
 }
 
+/// Kills the link process if the test fails before it ends it.
+struct Server(std::process::Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 fn assert_nothing_left(prefix: &str) {
     let ns = ip(&["netns", "list"]);
     assert!(!ns.contains(&format!("{prefix}-")), "namespaces left: {ns}");
@@ -240,13 +250,15 @@ fn a_serving_link_runs_exec_commands_and_is_removed_on_sigterm() {
     }
     let p = prefix('s');
     let _leftovers = Leftovers(p.clone());
-    let mut server = Command::new(EXE)
-        .args(["run", "--prefix", &p, "--loss", "0"])
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("runs");
+    let mut server = Server(
+        Command::new(EXE)
+            .args(["run", "--prefix", &p, "--loss", "0"])
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("runs"),
+    );
     // Piped above.
-    let mut lines = BufReader::new(server.stderr.take().expect("piped")).lines();
+    let mut lines = BufReader::new(server.0.stderr.take().expect("piped")).lines();
     let ready = lines
         .by_ref()
         .map_while(Result::ok)
@@ -270,10 +282,10 @@ fn a_serving_link_runs_exec_commands_and_is_removed_on_sigterm() {
         "cleanup must refuse a live link"
     );
     Command::new("kill")
-        .args(["-TERM", &server.id().to_string()])
+        .args(["-TERM", &server.0.id().to_string()])
         .status()
         .expect("kill runs");
-    let status = server.wait().expect("server exits");
+    let status = server.0.wait().expect("server exits");
     assert!(status.success(), "{status}");
     assert_nothing_left(&p);
 }
