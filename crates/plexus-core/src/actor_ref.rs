@@ -586,20 +586,31 @@ impl<R: Serialize + DeserializeOwned + Send + 'static> Serialize for ReplyTo<R> 
                 let tx = tx.lock().ok().and_then(|mut t| t.take()).ok_or_else(|| {
                     crate::remote::codec_error::<S::Error>("reply handle already used")
                 })?;
-                let path =
-                    ctx.export_reply(Box::new(
-                        move |payload: Bytes| match crate::remote::decode::<R>(&payload) {
-                            Ok(value) => {
-                                let _ = tx.send(value);
-                            }
-                            Err(e) => {
-                                tracing::warn!(target: "plexus::remote", "dropping a reply: {e}")
-                            }
-                        },
-                    ));
+                let path = ctx.export_reply(Box::new(PendingAsk { tx }));
                 path.serialize(s)
             }
         }
+    }
+}
+
+/// An ask waiting for a reply from another node.
+struct PendingAsk<R> {
+    tx: oneshot::Sender<R>,
+}
+
+impl<R: DeserializeOwned + Send + 'static> crate::remote::PendingReply for PendingAsk<R> {
+    fn deliver(self: Box<Self>, payload: Bytes) {
+        match crate::remote::decode::<R>(&payload) {
+            Ok(value) => {
+                let _ = self.tx.send(value);
+            }
+            // Dropping the sender makes the ask fail with NoReply.
+            Err(e) => tracing::warn!(target: "plexus::remote", "dropping a reply: {e}"),
+        }
+    }
+
+    fn is_abandoned(&self) -> bool {
+        self.tx.is_closed()
     }
 }
 

@@ -48,6 +48,8 @@ pub enum Watcher {
     Actor(Arc<dyn Control>),
     /// A future waiting outside any actor.
     Future(oneshot::Sender<Down>),
+    /// A callback, e.g. a node that forwards the `Down` to another node.
+    Callback(Box<dyn FnOnce(Down) + Send>),
 }
 
 impl std::fmt::Debug for Watcher {
@@ -55,6 +57,7 @@ impl std::fmt::Debug for Watcher {
         match self {
             Self::Actor(c) => write!(f, "Watcher::Actor({})", c.id()),
             Self::Future(_) => f.write_str("Watcher::Future"),
+            Self::Callback(_) => f.write_str("Watcher::Callback"),
         }
     }
 }
@@ -70,6 +73,7 @@ impl Watcher {
                 // The waiting future may have been dropped; nobody is left to tell.
                 let _ = tx.send(down);
             }
+            Self::Callback(f) => f(down),
         }
     }
 }

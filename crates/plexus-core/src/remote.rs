@@ -238,6 +238,8 @@ pub trait Inbound: Send + Sync + 'static {
     fn deliver(&self, payload: Bytes) -> Result<(), ReceiptError>;
     /// Whether the actor is alive.
     fn is_alive(&self) -> bool;
+    /// The actor's control block (monitors, links, stop).
+    fn control(&self) -> Arc<dyn Control>;
 }
 
 /// The [`Inbound`] of a local `ActorRef<M>`.
@@ -265,6 +267,9 @@ impl<M: RemoteMessage> Inbound for TypedInbound<M> {
     }
     fn is_alive(&self) -> bool {
         self.target.is_alive()
+    }
+    fn control(&self) -> Arc<dyn Control> {
+        self.target.control_arc()
     }
 }
 
@@ -302,6 +307,15 @@ impl<'de> Deserialize<'de> for CodecError {
     }
 }
 
+/// A reply a local asker waits for from another node.
+pub trait PendingReply: Send + 'static {
+    /// Decodes the value and hands it to the asker.
+    fn deliver(self: Box<Self>, payload: Bytes);
+    /// Whether the asker stopped waiting (timed out, dropped), so the entry
+    /// can be forgotten.
+    fn is_abandoned(&self) -> bool;
+}
+
 /// What a node provides while it encodes or decodes one message.
 pub trait WireContext: Send + Sync {
     /// Exports a local actor under one message type so messages for it can
@@ -319,7 +333,7 @@ pub trait WireContext: Send + Sync {
     fn import_remote(&self, path: &ActorPath) -> Arc<dyn RemoteEndpoint>;
     /// Keeps a pending reply until its value arrives from the peer; returns
     /// its path.
-    fn export_reply(&self, deliver: Box<dyn FnOnce(Bytes) + Send>) -> ReplyPath;
+    fn export_reply(&self, pending: Box<dyn PendingReply>) -> ReplyPath;
     /// Where to send the reply of a received reply path.
     fn import_reply(&self, path: &ReplyPath) -> Arc<dyn RemoteReply>;
 }
@@ -373,6 +387,11 @@ impl<'de, M: RemoteMessage> Deserialize<'de> for ActorRef<M> {
         }
         Ok(remote_ref(ctx.import_remote(&path)))
     }
+}
+
+/// The control block behind a ref (monitors, links, stop), for nodes.
+pub fn control_of<M: Send + 'static>(actor: &ActorRef<M>) -> Arc<dyn Control> {
+    actor.control_arc()
 }
 
 /// A typed ref to a remote actor.

@@ -538,6 +538,17 @@ impl DeadLetters<'_> {
         self.office.count()
     }
 
+    /// Records a dead letter found outside the runtime (e.g. by a node: a
+    /// message for an unknown actor): counted, logged, published.
+    pub fn record(
+        &self,
+        target: ActorId,
+        message_type: &'static str,
+        reason: crate::DeadLetterReason,
+    ) {
+        self.office.record(target, message_type, reason);
+    }
+
     /// Receives every dead letter from now on. A subscriber more than 1,024
     /// behind loses the oldest (`RecvError::Lagged` says how many).
     pub fn subscribe(&self) -> broadcast::Receiver<DeadLetter> {

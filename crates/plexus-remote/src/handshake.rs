@@ -205,6 +205,7 @@ fn frame_name(f: &Frame) -> &'static str {
         Frame::Auth { .. } => "AUTH",
         Frame::Reject { .. } => "REJECT",
         Frame::Message { .. } => "MESSAGE",
+        Frame::Named { .. } => "NAMED",
         Frame::Receipt { .. } => "RECEIPT",
         Frame::Reply { .. } => "REPLY",
         Frame::Resolve { .. } => "RESOLVE",

@@ -1,3 +1,42 @@
-//! Remote actors.
+//! Remote actors: nodes that publish, resolve and forge actor refs by URI,
+//! over any stack of the composable network stack.
+//!
+//! ```text
+//!  ActorRef<M> (plexus-core) ──► RemoteSink<M> ──► proxy (this crate)
+//!                                                   │ MESSAGE / STOP / MONITOR / LINK ...
+//!  node: peers (one link per node and scheme) ─────┤ wire codec, handshake
+//!  plexus-transport: Link over tcp | udp | uds | mem, stack from the scheme
+//! ```
+//!
+//! Start a [`Node`] on an actor system, [`listen`](Node::listen) on URIs,
+//! [`publish`](Node::publish) actors by name, and
+//! [`resolve`](Node::resolve) `scheme://host:port/name` into the same
+//! `ActorRef<M>` local actors use. Message types cross nodes through
+//! [`RemoteMessage`](plexus_core::remote::RemoteMessage) (usually
+//! [`remote_message!`](plexus_core::remote_message)).
+//!
+//! Guarantees: at-most-once, FIFO per sender-receiver pair on a scheme
+//! (the stack decides what the link guarantees: `tcp` and the default `udp`
+//! stack are reliable and ordered). A message that cannot be delivered is a
+//! dead letter on the node that finds out, and an error to the sender if a
+//! receipt was asked for. A lost link delivers `Down` (`NodeDown`) to every
+//! monitor of that node's actors, `Exit` to linked actors, and fails
+//! pending asks.
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+
+mod config;
+mod context;
+mod error;
 pub mod handshake;
+mod node;
+mod peer;
+mod proxy;
+mod transport;
+pub mod uri;
 pub mod wire;
+
+pub use config::NodeConfig;
+pub use error::{LinkError, NodeError, PublishError, ResolveError};
+pub use node::Node;
+pub use uri::{Uri, UriError};

@@ -209,6 +209,18 @@ pub enum Frame {
         /// The encoded message (rest of the frame).
         payload: Bytes,
     },
+    /// An actor message addressed by published name (sent by forged refs
+    /// until their first resolve completes).
+    Named {
+        /// The published name.
+        name: String,
+        /// Wire id of the message type.
+        type_id: u64,
+        /// Non-zero: confirm the enqueue with a `RECEIPT` of this id.
+        receipt: u64,
+        /// The encoded message (rest of the frame).
+        payload: Bytes,
+    },
     /// Answer to a message that asked for a receipt.
     Receipt {
         /// The message's receipt id.
@@ -305,6 +317,7 @@ mod kind {
     pub const REJECT: u8 = 0x03;
     pub const MESSAGE: u8 = 0x10;
     pub const RECEIPT: u8 = 0x11;
+    pub const NAMED: u8 = 0x13;
     pub const REPLY: u8 = 0x12;
     pub const RESOLVE: u8 = 0x20;
     pub const RESOLVED: u8 = 0x21;
@@ -328,7 +341,9 @@ impl Frame {
 
     fn encoded_len_hint(&self) -> usize {
         match self {
-            Self::Message { payload, .. } | Self::Reply { payload, .. } => 32 + payload.len(),
+            Self::Message { payload, .. }
+            | Self::Reply { payload, .. }
+            | Self::Named { payload, .. } => 300 + payload.len(),
             _ => 64,
         }
     }
@@ -365,6 +380,18 @@ impl Frame {
             } => {
                 b.put_u8(kind::MESSAGE);
                 put_varint(b, *to);
+                b.put_u64_le(*type_id);
+                put_varint(b, *receipt);
+                b.put_slice(payload);
+            }
+            Self::Named {
+                name,
+                type_id,
+                receipt,
+                payload,
+            } => {
+                b.put_u8(kind::NAMED);
+                put_str(b, name);
                 b.put_u64_le(*type_id);
                 put_varint(b, *receipt);
                 b.put_slice(payload);
@@ -499,6 +526,17 @@ impl Frame {
                 let receipt = r.varint("receipt id")?;
                 return Ok(Frame::Message {
                     to,
+                    type_id,
+                    receipt,
+                    payload: r.rest(),
+                });
+            }
+            kind::NAMED => {
+                let name = r.string("actor name", MAX_NAME)?;
+                let type_id = r.u64("type id")?;
+                let receipt = r.varint("receipt id")?;
+                return Ok(Frame::Named {
+                    name,
                     type_id,
                     receipt,
                     payload: r.rest(),

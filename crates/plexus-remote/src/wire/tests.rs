@@ -25,6 +25,12 @@ fn samples() -> Vec<Frame> {
             receipt: 0,
             payload: Bytes::from_static(b"hello"),
         },
+        Frame::Named {
+            name: "pong".into(),
+            type_id: 3,
+            receipt: 9,
+            payload: Bytes::from_static(b"x"),
+        },
         Frame::Receipt {
             id: 5,
             status: ReceiptStatus::NoSuchActor,
@@ -101,7 +107,10 @@ fn every_truncation_is_a_typed_error() {
             // header; all others must fail.
             if let Ok(g) = &r {
                 assert!(
-                    matches!(g, Frame::Message { .. } | Frame::Reply { .. }),
+                    matches!(
+                        g,
+                        Frame::Message { .. } | Frame::Reply { .. } | Frame::Named { .. }
+                    ),
                     "{f:?} cut at {cut} decoded as {g:?}"
                 );
             }

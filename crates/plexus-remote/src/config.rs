@@ -1,0 +1,115 @@
+//! Node configuration: cookie, schemes and their stacks, timeouts, bounds.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use plexus_net::StackSpec;
+use plexus_transport::LinkConfig;
+
+/// How a node connects, authenticates and bounds its links.
+///
+/// Schemes map URI schemes to stack specs. Built in:
+///
+/// | scheme | stack |
+/// | --- | --- |
+/// | `tcp` | `tcp / framing` |
+/// | `udp` | `udp / heartbeat / slicing / delivery / ordering` |
+/// | `uds` | `uds / framing` |
+/// | `mem` | `mem / ordering` |
+///
+/// Add your own with [`scheme`](Self::scheme), e.g.
+/// `config.scheme("rudp-fast", "udp / slicing / delivery")`.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    pub(crate) cookie: String,
+    pub(crate) schemes: HashMap<String, String>,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) request_timeout: Duration,
+    pub(crate) pending_messages: usize,
+    pub(crate) reconnect_min: Duration,
+    pub(crate) reconnect_max: Duration,
+    pub(crate) link: LinkConfig,
+}
+
+impl Default for NodeConfig {
+    fn default() -> Self {
+        let schemes = [
+            ("tcp", "tcp / framing"),
+            ("udp", "udp / heartbeat / slicing / delivery / ordering"),
+            ("uds", "uds / framing"),
+            ("mem", "mem / ordering"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        Self {
+            cookie: "plexus".into(),
+            schemes,
+            connect_timeout: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(5),
+            pending_messages: 10_000,
+            reconnect_min: Duration::from_millis(100),
+            reconnect_max: Duration::from_secs(5),
+            link: LinkConfig {
+                // Remote tells never block; this much may queue per peer
+                // link before further messages become dead letters.
+                send_buffer: 64 << 20,
+                recv_buffer: 4 << 20,
+            },
+        }
+    }
+}
+
+impl NodeConfig {
+    /// The cluster cookie: nodes connect only if theirs match. Default
+    /// `"plexus"`; set your own for anything but a demo.
+    pub fn cookie(mut self, cookie: impl Into<String>) -> Self {
+        self.cookie = cookie.into();
+        self
+    }
+
+    /// Maps `scheme` to a stack spec (validated when the node starts).
+    pub fn scheme(mut self, scheme: impl Into<String>, spec: impl Into<String>) -> Self {
+        self.schemes.insert(scheme.into(), spec.into());
+        self
+    }
+
+    /// Time to connect and complete the handshake. Default 5 s.
+    pub fn connect_timeout(mut self, t: Duration) -> Self {
+        self.connect_timeout = t;
+        self
+    }
+
+    /// Time a resolve waits for the remote node's answer. Default 5 s.
+    pub fn request_timeout(mut self, t: Duration) -> Self {
+        self.request_timeout = t;
+        self
+    }
+
+    /// Messages held per peer while its link is being (re)connected;
+    /// beyond, they become dead letters. Default 10,000.
+    pub fn pending_messages(mut self, n: usize) -> Self {
+        self.pending_messages = n;
+        self
+    }
+
+    /// Backoff between reconnect attempts: doubles from `min` to `max`.
+    /// Default 100 ms to 5 s.
+    pub fn reconnect_backoff(mut self, min: Duration, max: Duration) -> Self {
+        self.reconnect_min = min;
+        self.reconnect_max = max;
+        self
+    }
+
+    /// Buffers of every link. Default: 64 MiB to send (a remote `tell` never
+    /// blocks; beyond this a peer that does not keep up costs dead letters),
+    /// 4 MiB received.
+    pub fn link_buffers(mut self, link: LinkConfig) -> Self {
+        self.link = link;
+        self
+    }
+
+    pub(crate) fn spec(&self, scheme: &str) -> Option<Result<StackSpec, plexus_net::SpecError>> {
+        self.schemes.get(scheme).map(|s| s.parse::<StackSpec>())
+    }
+}

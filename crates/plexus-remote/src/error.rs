@@ -1,0 +1,163 @@
+//! Errors of node operations. Each names the URI it concerns and what went
+//! wrong, e.g. `resolve tcp://198.51.100.2:4000/pong: handshake failed:
+//! cluster cookie mismatch`.
+
+use plexus_net::SpecError;
+use plexus_transport::{BindError, ConnectError};
+
+use crate::handshake::HandshakeError;
+use crate::uri::UriError;
+
+/// Why a node could not start or listen.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum NodeError {
+    /// A URI did not parse.
+    #[error(transparent)]
+    Uri(#[from] UriError),
+    /// The scheme is neither built in nor configured.
+    #[error("listen {uri}: unknown scheme {scheme:?}; configure it with NodeConfig::scheme")]
+    UnknownScheme {
+        /// The URI.
+        uri: String,
+        /// Its scheme.
+        scheme: String,
+    },
+    /// The scheme's stack spec is invalid.
+    #[error("scheme {scheme:?}: {source}")]
+    Spec {
+        /// The scheme.
+        scheme: String,
+        /// Why the spec is invalid.
+        source: SpecError,
+    },
+    /// The address could not be bound.
+    #[error("listen {uri}: {source}")]
+    Bind {
+        /// The URI.
+        uri: String,
+        /// The transport's error.
+        source: BindError,
+    },
+    /// The address is not valid for the scheme's transport.
+    #[error("listen {uri}: {why}")]
+    Address {
+        /// The URI.
+        uri: String,
+        /// What is wrong.
+        why: String,
+    },
+    /// Systems run on a tokio runtime; none was running.
+    #[error("start node: no tokio runtime is running on this thread")]
+    NoRuntime,
+}
+
+/// Why connecting to a node failed.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum LinkError {
+    /// The transport could not connect (with the OS error).
+    #[error("cannot connect: {0}")]
+    Connect(String),
+    /// The handshake failed.
+    #[error("handshake failed: {0}")]
+    Handshake(#[from] HandshakeError),
+    /// No answer within the connect timeout.
+    #[error("no handshake within {0:?}")]
+    Timeout(std::time::Duration),
+    /// The link closed.
+    #[error("link closed: {0}")]
+    Closed(String),
+    /// The address is not valid for the scheme's transport.
+    #[error("bad address: {0}")]
+    Address(String),
+    /// The node is shutting down.
+    #[error("node is shutting down")]
+    ShuttingDown,
+}
+
+impl From<ConnectError> for LinkError {
+    fn from(e: ConnectError) -> Self {
+        Self::Connect(e.to_string())
+    }
+}
+
+/// Why a resolve failed.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum ResolveError {
+    /// The URI did not parse, or names no actor.
+    #[error("resolve {uri}: {why}")]
+    BadUri {
+        /// The text given.
+        uri: String,
+        /// What is wrong.
+        why: String,
+    },
+    /// The scheme is neither built in nor configured.
+    #[error("resolve {uri}: unknown scheme {scheme:?}")]
+    UnknownScheme {
+        /// The URI.
+        uri: String,
+        /// Its scheme.
+        scheme: String,
+    },
+    /// No link to the node (cannot connect, handshake failed, ...).
+    #[error("resolve {uri}: {source}")]
+    Link {
+        /// The URI.
+        uri: String,
+        /// Why.
+        source: LinkError,
+    },
+    /// The node has nothing published under the name.
+    #[error("resolve {uri}: no actor named {name:?} on that node")]
+    NoSuchName {
+        /// The URI.
+        uri: String,
+        /// The name.
+        name: String,
+    },
+    /// The actor published there takes other message types.
+    #[error("resolve {uri}: wrong message type: expected {expected}, the actor accepts {actual}")]
+    WrongType {
+        /// The URI.
+        uri: String,
+        /// The type asked for.
+        expected: &'static str,
+        /// The types it is published for.
+        actual: String,
+    },
+    /// The node did not answer in time.
+    #[error("resolve {uri}: no answer within {timeout:?}")]
+    Timeout {
+        /// The URI.
+        uri: String,
+        /// The timeout.
+        timeout: std::time::Duration,
+    },
+}
+
+/// Why a publish failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PublishError {
+    /// Another actor is published under the name.
+    #[error("publish {name:?}: already published for another actor")]
+    NameTaken {
+        /// The name.
+        name: String,
+    },
+    /// Names are one non-empty URI path segment of at most 255 bytes.
+    #[error("publish {name:?}: names must be one non-empty path segment of at most 255 bytes")]
+    BadName {
+        /// The name.
+        name: String,
+    },
+    /// The actor has stopped.
+    #[error("publish {name:?}: the actor has stopped")]
+    Stopped {
+        /// The name.
+        name: String,
+    },
+}

@@ -1,0 +1,930 @@
+//! One link to one remote node over one scheme: connecting (lazily, with
+//! backoff), the handshake, the reader that dispatches frames, and what a
+//! lost link means (monitors see `Down`, links `Exit`, asks and receipts
+//! fail).
+//!
+//! A peer is first known either by the address we dial or, once a
+//! handshake completes, by its node id. If a dialled address turns out to
+//! be a node we already have a peer for, the new peer forwards to that one,
+//! so every proxy reaches the node through one link. Two links to one node
+//! (both sides dialled at once) settle on the one dialled by the lower node
+//! id: both sides apply the same rule.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use plexus_core::remote::{self, Control, ReceiptError, Signal, Watcher};
+use plexus_core::{ActorId, DeadLetterReason, Down, Exit, ExitReason, NodeId};
+use plexus_net::{LinkEvent, TransportKind};
+use plexus_transport::{Link, LinkSender, Received, TrySendError};
+use rustc_hash::FxHashMap;
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use crate::context::PeerContext;
+use crate::error::LinkError;
+use crate::handshake::{self, Handshake};
+use crate::node::{lock, NodeInner};
+use crate::wire::{Frame, ReceiptStatus, Resolution};
+
+pub(crate) struct Peer {
+    inner: Weak<NodeInner>,
+    pub(crate) scheme: String,
+    dial: Mutex<Option<String>>,
+    state: Mutex<State>,
+    forward: OnceLock<Arc<Peer>>,
+    ctx: OnceLock<Arc<PeerContext>>,
+    epoch: AtomicU64,
+}
+
+#[derive(Default)]
+enum Phase {
+    #[default]
+    Idle,
+    Connecting,
+    Up {
+        sender: LinkSender,
+        epoch: u64,
+        dialed_by: NodeId,
+    },
+    Down,
+}
+
+#[derive(Default)]
+struct State {
+    phase: Phase,
+    remote: Option<NodeId>,
+    pending: VecDeque<Bytes>,
+    waiters: Vec<oneshot::Sender<Result<NodeId, LinkError>>>,
+    resolves: FxHashMap<u64, oneshot::Sender<Result<Resolution, LinkError>>>,
+    receipts: FxHashMap<u64, oneshot::Sender<Result<(), ReceiptError>>>,
+    /// Local watchers of remote actors, by token.
+    watchers: FxHashMap<u64, (ActorId, Watcher)>,
+    /// Remote watchers of local actors: token -> (actor, local watch token).
+    remote_monitors: FxHashMap<u64, (Arc<dyn Control>, Option<u64>)>,
+    /// Local actors linked to remote ones.
+    links: Vec<(Arc<dyn Control>, ActorId)>,
+    failures: u32,
+    last_error: Option<LinkError>,
+    retry_at: Option<Instant>,
+}
+
+/// A frame could not be queued for the peer; the caller dead-letters it.
+#[derive(Debug)]
+pub(crate) struct Undelivered;
+
+impl Peer {
+    pub(crate) fn new(inner: &Arc<NodeInner>, scheme: &str, dial: Option<String>) -> Arc<Self> {
+        Arc::new(Self {
+            inner: Arc::downgrade(inner),
+            scheme: scheme.to_owned(),
+            dial: Mutex::new(dial),
+            state: Mutex::default(),
+            forward: OnceLock::new(),
+            ctx: OnceLock::new(),
+            epoch: AtomicU64::new(0),
+        })
+    }
+
+    /// The peer that actually holds the link (see the module docs).
+    pub(crate) fn canonical(self: &Arc<Self>) -> Arc<Peer> {
+        let mut p = self.clone();
+        while let Some(next) = p.forward.get() {
+            p = next.clone();
+        }
+        p
+    }
+
+    pub(crate) fn context(self: &Arc<Self>) -> Arc<PeerContext> {
+        self.ctx
+            .get_or_init(|| Arc::new(PeerContext::new(self.inner.clone(), Arc::downgrade(self))))
+            .clone()
+    }
+
+    pub(crate) fn dial_uri(&self) -> String {
+        lock(&self.dial)
+            .as_ref()
+            .map(|a| format!("{}://{}", self.scheme, a))
+            .unwrap_or_default()
+    }
+
+    pub(crate) fn remote(self: &Arc<Self>) -> Option<NodeId> {
+        lock(&self.canonical().state).remote
+    }
+
+    pub(crate) fn is_up(&self) -> bool {
+        matches!(lock(&self.state).phase, Phase::Up { .. })
+    }
+
+    /// Whether actors of `node` may be reached through this peer: it is up
+    /// or reconnecting, and the node behind it has not changed.
+    pub(crate) fn node_alive(self: &Arc<Self>, node: NodeId) -> bool {
+        let p = self.canonical();
+        let st = lock(&p.state);
+        match st.phase {
+            Phase::Up { .. } | Phase::Connecting | Phase::Idle => {
+                st.remote.is_none_or(|r| r == node)
+            }
+            Phase::Down => false,
+        }
+    }
+
+    /// Starts connecting if idle or down (after the backoff).
+    pub(crate) fn ensure_connected(self: &Arc<Self>) {
+        let p = self.canonical();
+        let mut st = lock(&p.state);
+        if !matches!(st.phase, Phase::Idle | Phase::Down) || lock(&p.dial).is_none() {
+            return;
+        }
+        st.phase = Phase::Connecting;
+        let delay = st.retry_at;
+        drop(st);
+        let peer = p.clone();
+        tokio::spawn(async move { peer.connect(delay).await });
+    }
+
+    /// Waits until the link is up; returns the node behind it.
+    pub(crate) async fn wait_up(self: &Arc<Self>) -> Result<NodeId, LinkError> {
+        let p = self.canonical();
+        let rx = {
+            let mut st = lock(&p.state);
+            if let (Phase::Up { .. }, Some(n)) = (&st.phase, st.remote) {
+                return Ok(n);
+            }
+            if lock(&p.dial).is_none() {
+                return Err(st
+                    .last_error
+                    .clone()
+                    .unwrap_or_else(|| LinkError::Closed("no address to reconnect to".into())));
+            }
+            let (tx, rx) = oneshot::channel();
+            st.waiters.push(tx);
+            rx
+        };
+        p.ensure_connected();
+        rx.await
+            .unwrap_or_else(|_| Err(LinkError::Closed("node dropped".into())))
+    }
+
+    async fn connect(self: Arc<Self>, delay: Option<Instant>) {
+        let Some(inner) = self.inner.upgrade() else {
+            return;
+        };
+        if let Some(at) = delay {
+            tokio::time::sleep_until(at).await;
+        }
+        let timeout = inner.config.connect_timeout;
+        let attempt = async {
+            let spec = inner
+                .spec(&self.scheme)
+                .ok_or_else(|| LinkError::Address(format!("unknown scheme {}", self.scheme)))?
+                .clone();
+            let addr = lock(&self.dial).clone().unwrap_or_default();
+            let udp = if spec.transport() == TransportKind::Udp {
+                Some(
+                    inner
+                        .udp_endpoint(&self.scheme)
+                        .await
+                        .map_err(LinkError::Connect)?,
+                )
+            } else {
+                None
+            };
+            let mut link = crate::transport::dial(&spec, &addr, inner.config.link, udp).await?;
+            let hs = handshake_on(&inner, &mut link).await?;
+            Ok::<_, LinkError>((link, hs))
+        };
+        match tokio::time::timeout(timeout, attempt).await {
+            Ok(Ok((link, hs))) => established(&inner, Some(self), link, hs, inner.id),
+            Ok(Err(e)) => self.failed(&inner, e),
+            Err(_) => self.failed(&inner, LinkError::Timeout(timeout)),
+        }
+    }
+
+    fn failed(self: &Arc<Self>, inner: &Arc<NodeInner>, error: LinkError) {
+        tracing::debug!(target: "plexus::remote", peer = %self.dial_uri(), %error, "connect failed");
+        let mut st = lock(&self.state);
+        st.phase = Phase::Down;
+        st.failures += 1;
+        let exp = st.failures.saturating_sub(1).min(16);
+        let backoff = inner
+            .config
+            .reconnect_min
+            .saturating_mul(1 << exp)
+            .min(inner.config.reconnect_max);
+        st.retry_at = Some(Instant::now() + backoff);
+        st.last_error = Some(error.clone());
+        let waiters = std::mem::take(&mut st.waiters);
+        let pending = std::mem::take(&mut st.pending);
+        let resolves = std::mem::take(&mut st.resolves);
+        let receipts = std::mem::take(&mut st.receipts);
+        drop(st);
+        for w in waiters {
+            let _ = w.send(Err(error.clone()));
+        }
+        for r in resolves.into_values() {
+            let _ = r.send(Err(error.clone()));
+        }
+        for r in receipts.into_values() {
+            let _ = r.send(Err(ReceiptError::LinkClosed(error.to_string())));
+        }
+        let dead = inner.system.dead_letters();
+        for _ in pending {
+            dead.record(
+                ActorId::new(NodeId::from_u64(0), 0),
+                "remote message (link never came up)",
+                DeadLetterReason::Undeliverable,
+            );
+        }
+    }
+
+    /// Queues an encoded frame for the peer (held while connecting, up to
+    /// the configured bound).
+    pub(crate) fn send_frame(self: &Arc<Self>, frame: Bytes) -> Result<(), Undelivered> {
+        let p = self.canonical();
+        let mut st = lock(&p.state);
+        if let Phase::Up { sender, .. } = &st.phase {
+            return match sender.try_send(frame) {
+                Ok(()) => Ok(()),
+                Err(TrySendError::Full { .. }) => Err(Undelivered),
+                Err(TrySendError::Send(plexus_transport::SendError::Closed {
+                    message, ..
+                })) => {
+                    // The reader will mark the link down; hold the frame
+                    // for the reconnect like any other.
+                    st.pending.push_back(message);
+                    Ok(())
+                }
+                Err(_) => Err(Undelivered),
+            };
+        }
+        let bound = p.inner.upgrade().map_or(0, |i| i.config.pending_messages);
+        if st.pending.len() >= bound {
+            return Err(Undelivered);
+        }
+        st.pending.push_back(frame);
+        drop(st);
+        p.ensure_connected();
+        Ok(())
+    }
+
+    pub(crate) fn send(self: &Arc<Self>, frame: &Frame) -> Result<(), Undelivered> {
+        self.send_frame(frame.encode())
+    }
+
+    /// Sends a `RESOLVE`; the answer arrives on the returned channel.
+    pub(crate) fn resolve(
+        self: &Arc<Self>,
+        type_id: u64,
+        type_name: &str,
+        name: &str,
+    ) -> Result<oneshot::Receiver<Result<Resolution, LinkError>>, LinkError> {
+        let p = self.canonical();
+        let Some(inner) = p.inner.upgrade() else {
+            return Err(LinkError::ShuttingDown);
+        };
+        let request = inner.next_id();
+        let (tx, rx) = oneshot::channel();
+        lock(&p.state).resolves.insert(request, tx);
+        p.send(&Frame::Resolve {
+            request,
+            type_id,
+            type_name: type_name.to_owned(),
+            name: name.to_owned(),
+        })
+        .map_err(|_| LinkError::Closed("send buffer full".into()))?;
+        Ok(rx)
+    }
+
+    /// Sends a message frame that asks for a receipt.
+    pub(crate) fn send_with_receipt(
+        self: &Arc<Self>,
+        build: impl FnOnce(u64) -> Bytes,
+    ) -> oneshot::Receiver<Result<(), ReceiptError>> {
+        let p = self.canonical();
+        let (tx, rx) = oneshot::channel();
+        let Some(inner) = p.inner.upgrade() else {
+            let _ = tx.send(Err(ReceiptError::LinkClosed("node dropped".into())));
+            return rx;
+        };
+        let id = inner.next_id();
+        lock(&p.state).receipts.insert(id, tx);
+        if p.send_frame(build(id)).is_err() {
+            if let Some(tx) = lock(&p.state).receipts.remove(&id) {
+                let _ = tx.send(Err(ReceiptError::LinkClosed("send buffer full".into())));
+            }
+        }
+        rx
+    }
+
+    /// Registers a local watcher of a remote actor and sends `MONITOR`.
+    pub(crate) fn watch(self: &Arc<Self>, target: ActorId, watcher: Watcher) -> Option<u64> {
+        let p = self.canonical();
+        let Some(inner) = p.inner.upgrade() else {
+            watcher.notify(node_down(target, "node dropped"));
+            return None;
+        };
+        let token = inner.next_id();
+        {
+            let mut st = lock(&p.state);
+            if matches!(st.phase, Phase::Down) || st.remote.is_some_and(|r| r != target.node()) {
+                drop(st);
+                watcher.notify(node_down(target, "no link to the node"));
+                return None;
+            }
+            st.watchers.insert(token, (target, watcher));
+        }
+        let _ = p.send(&Frame::Monitor {
+            target: target.serial(),
+            token,
+        });
+        Some(token)
+    }
+
+    pub(crate) fn unwatch(self: &Arc<Self>, target: ActorId, token: u64) {
+        let p = self.canonical();
+        if lock(&p.state).watchers.remove(&token).is_some() {
+            let _ = p.send(&Frame::Demonitor {
+                target: target.serial(),
+                token,
+            });
+        }
+    }
+
+    pub(crate) fn add_link(self: &Arc<Self>, local: Arc<dyn Control>, remote: ActorId) {
+        let p = self.canonical();
+        let from = local.id().serial();
+        lock(&p.state).links.push((local, remote));
+        let _ = p.send(&Frame::Link {
+            from,
+            to: remote.serial(),
+        });
+    }
+
+    pub(crate) fn remove_link(self: &Arc<Self>, local: ActorId, remote: ActorId) {
+        let p = self.canonical();
+        lock(&p.state)
+            .links
+            .retain(|(l, r)| !(l.id() == local && *r == remote));
+        let _ = p.send(&Frame::Unlink {
+            from: local.serial(),
+            to: remote.serial(),
+        });
+    }
+
+    /// Sends `GOODBYE` and closes the link.
+    pub(crate) async fn goodbye(self: &Arc<Self>, reason: &str) {
+        let sender = match &lock(&self.state).phase {
+            Phase::Up { sender, .. } => Some(sender.clone()),
+            _ => None,
+        };
+        if let Some(s) = sender {
+            let _ = s
+                .send(
+                    Frame::Goodbye {
+                        reason: reason.to_owned(),
+                    }
+                    .encode(),
+                )
+                .await;
+            s.close();
+        }
+    }
+
+    /// The link of `epoch` is gone: tell everyone who depended on it.
+    fn link_down(self: &Arc<Self>, epoch: u64, cause: &str) {
+        let Some(inner) = self.inner.upgrade() else {
+            return;
+        };
+        let mut st = lock(&self.state);
+        match &st.phase {
+            Phase::Up { epoch: e, .. } if *e == epoch => {}
+            _ => return,
+        }
+        st.phase = Phase::Down;
+        st.failures = 0;
+        st.retry_at = None;
+        st.last_error = Some(LinkError::Closed(cause.to_owned()));
+        let node = st.remote;
+        let watchers = std::mem::take(&mut st.watchers);
+        let links = std::mem::take(&mut st.links);
+        let receipts = std::mem::take(&mut st.receipts);
+        let resolves = std::mem::take(&mut st.resolves);
+        let monitors = std::mem::take(&mut st.remote_monitors);
+        drop(st);
+        tracing::info!(target: "plexus::remote", node = ?node, peer = %self.dial_uri(), cause, "link down");
+        for (_, (id, w)) in watchers {
+            w.notify(node_down(id, cause));
+        }
+        for (local, remote) in links {
+            local.remove_link(remote);
+            local.signal(Signal::Exit(Exit {
+                from: remote,
+                reason: node_down(remote, cause).reason,
+            }));
+        }
+        for r in receipts.into_values() {
+            let _ = r.send(Err(ReceiptError::LinkClosed(cause.to_owned())));
+        }
+        for r in resolves.into_values() {
+            let _ = r.send(Err(LinkError::Closed(cause.to_owned())));
+        }
+        for (control, token) in monitors.into_values() {
+            if let Some(t) = token {
+                control.unwatch(t);
+            }
+        }
+        if let Some(n) = node {
+            inner.drop_replies_of(n);
+        }
+    }
+}
+
+fn node_down(id: ActorId, cause: &str) -> Down {
+    Down {
+        id,
+        reason: ExitReason::NodeDown {
+            node: id.node(),
+            cause: cause.into(),
+        },
+    }
+}
+
+/// Runs the handshake on a fresh link.
+async fn handshake_on(
+    inner: &Arc<NodeInner>,
+    link: &mut Link,
+) -> Result<handshake::Peer, LinkError> {
+    let mut nonce = [0u8; 16];
+    rand::Rng::fill(&mut rand::thread_rng(), &mut nonce);
+    let mut hs = Handshake::new(inner.id, &inner.config.cookie, nonce, inner.listen_uris());
+    let closed = |e: plexus_transport::LinkClosed| LinkError::Closed(e.to_string());
+    let send_err = |e: plexus_transport::SendError| LinkError::Closed(e.to_string());
+    link.send(hs.hello().encode()).await.map_err(send_err)?;
+    loop {
+        let bytes = link.recv_message().await.map_err(closed)?;
+        let frame = match Frame::decode(bytes) {
+            Ok(f) => f,
+            Err(e) => {
+                let err = handshake::HandshakeError::Protocol(e.to_string());
+                if let Some(r) = err.reject_frame() {
+                    let _ = link.send(r.encode()).await;
+                }
+                return Err(err.into());
+            }
+        };
+        match hs.handle_frame(frame) {
+            Ok((reply, done)) => {
+                if let Some(r) = reply {
+                    link.send(r.encode()).await.map_err(send_err)?;
+                }
+                if let Some(peer) = done {
+                    return Ok(peer);
+                }
+            }
+            Err(e) => {
+                if let Some(r) = e.reject_frame() {
+                    let _ = link.send(r.encode()).await;
+                }
+                // Let the REJECT reach the peer before the link closes.
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                return Err(e.into());
+            }
+        }
+    }
+}
+
+/// Serves an accepted link: handshake, then as a peer.
+pub(crate) async fn accept(inner: Arc<NodeInner>, scheme: String, mut link: Link) {
+    let timeout = inner.config.connect_timeout;
+    let hs = match tokio::time::timeout(timeout, handshake_on(&inner, &mut link)).await {
+        Ok(Ok(hs)) => hs,
+        Ok(Err(e)) => {
+            tracing::warn!(target: "plexus::remote", peer = %link.peer(), "refused a connection: handshake failed: {e}");
+            link.close();
+            return;
+        }
+        Err(_) => {
+            tracing::warn!(target: "plexus::remote", peer = %link.peer(), "refused a connection: no handshake within {timeout:?}");
+            link.close();
+            return;
+        }
+    };
+    let dial = hs
+        .listen
+        .iter()
+        .find_map(|u| u.strip_prefix(&format!("{scheme}://")).map(str::to_owned));
+    let peer = {
+        let mut peers = lock(&inner.peers);
+        peers
+            .by_node
+            .entry((hs.node, scheme.clone()))
+            .or_insert_with(|| Peer::new(&inner, &scheme, dial.clone()))
+            .clone()
+    };
+    if lock(&peer.dial).is_none() {
+        *lock(&peer.dial) = dial;
+    }
+    let dialer = hs.node;
+    established(&inner, Some(peer), link, hs, dialer);
+}
+
+/// A handshake completed on `link` (dialled by `dialed_by`): attach it to
+/// the node's peer for that node and scheme, and start reading.
+fn established(
+    inner: &Arc<NodeInner>,
+    via: Option<Arc<Peer>>,
+    link: Link,
+    hs: handshake::Peer,
+    dialed_by: NodeId,
+) {
+    let via = via.expect("established is called with the peer that made the link");
+    let scheme = via.scheme.clone();
+    // Find or become the canonical peer for this node and scheme.
+    let canonical = {
+        let mut peers = lock(&inner.peers);
+        let key = (hs.node, scheme.clone());
+        match peers.by_node.get(&key) {
+            Some(p) if !Arc::ptr_eq(p, &via) => p.clone(),
+            _ => {
+                peers.by_node.insert(key, via.clone());
+                via.clone()
+            }
+        }
+    };
+    if !Arc::ptr_eq(&canonical, &via) {
+        // Hand what waited on `via` to the canonical peer.
+        let (pending, waiters, resolves, receipts) = {
+            let mut st = lock(&via.state);
+            st.phase = Phase::Idle;
+            (
+                std::mem::take(&mut st.pending),
+                std::mem::take(&mut st.waiters),
+                std::mem::take(&mut st.resolves),
+                std::mem::take(&mut st.receipts),
+            )
+        };
+        let _ = via.forward.set(canonical.clone());
+        let mut st = lock(&canonical.state);
+        st.pending.extend(pending);
+        st.waiters.extend(waiters);
+        st.resolves.extend(resolves);
+        st.receipts.extend(receipts);
+        if lock(&canonical.dial).is_none() {
+            *lock(&canonical.dial) = lock(&via.dial).clone();
+        }
+    }
+    canonical.attach(inner, link, hs, dialed_by);
+}
+
+impl Peer {
+    fn attach(
+        self: &Arc<Self>,
+        inner: &Arc<NodeInner>,
+        link: Link,
+        hs: handshake::Peer,
+        dialed_by: NodeId,
+    ) {
+        let (sender, receiver) = link.split();
+        let mut st = lock(&self.state);
+        if let Phase::Up {
+            dialed_by: existing,
+            ..
+        } = &st.phase
+        {
+            if *existing < dialed_by {
+                // Keep the link dialled by the lower node id.
+                drop(st);
+                let _ = sender.try_send(
+                    Frame::Goodbye {
+                        reason: "duplicate link".into(),
+                    }
+                    .encode(),
+                );
+                sender.close();
+                return;
+            }
+        }
+        if st.remote.is_some_and(|r| r != hs.node) {
+            tracing::info!(target: "plexus::remote", old = ?st.remote, new = %hs.node, "a different node answers at this address");
+        }
+        let epoch = self.epoch.fetch_add(1, Ordering::Relaxed) + 1;
+        let old = std::mem::replace(
+            &mut st.phase,
+            Phase::Up {
+                sender: sender.clone(),
+                epoch,
+                dialed_by,
+            },
+        );
+        st.remote = Some(hs.node);
+        st.failures = 0;
+        st.retry_at = None;
+        st.last_error = None;
+        let pending = std::mem::take(&mut st.pending);
+        let waiters = std::mem::take(&mut st.waiters);
+        // Flush while holding the lock, so nothing sent meanwhile overtakes.
+        for frame in pending {
+            if sender.try_send(frame).is_err() {
+                inner.system.dead_letters().record(
+                    ActorId::new(hs.node, 0),
+                    "remote message (send buffer full on reconnect)",
+                    DeadLetterReason::Undeliverable,
+                );
+            }
+        }
+        drop(st);
+        if let Phase::Up { sender: old, .. } = old {
+            old.close();
+        }
+        for w in waiters {
+            let _ = w.send(Ok(hs.node));
+        }
+        tracing::debug!(target: "plexus::remote", node = %inner.id, peer = %hs.node, scheme = %self.scheme, "link up");
+        let peer = self.clone();
+        let inner = inner.clone();
+        tokio::spawn(async move { peer.read(inner, receiver, epoch, hs.node).await });
+    }
+
+    async fn read(
+        self: Arc<Self>,
+        inner: Arc<NodeInner>,
+        mut rx: plexus_transport::LinkReceiver,
+        epoch: u64,
+        remote: NodeId,
+    ) {
+        let cause = loop {
+            match rx.recv().await {
+                Ok(Received::Message(bytes)) => {
+                    if let Err(cause) = self.dispatch(&inner, remote, bytes) {
+                        tracing::warn!(target: "plexus::remote", peer = %remote, "closing the link: {cause}");
+                        self.close_link(epoch);
+                        break cause;
+                    }
+                }
+                Ok(Received::Event(LinkEvent::Unreachable { phi })) => {
+                    self.close_link(epoch);
+                    break format!("heartbeat: node unreachable (phi {phi:.1})");
+                }
+                Ok(Received::Event(event)) => {
+                    tracing::debug!(target: "plexus::remote", peer = %remote, ?event, "link event");
+                }
+                Err(closed) => break closed.reason.to_string(),
+            }
+        };
+        self.link_down(epoch, &cause);
+    }
+
+    fn close_link(&self, epoch: u64) {
+        if let Phase::Up {
+            sender, epoch: e, ..
+        } = &lock(&self.state).phase
+        {
+            if *e == epoch {
+                sender.close();
+            }
+        }
+    }
+
+    /// Handles one frame. `Err` closes the link (the peer broke the
+    /// protocol).
+    fn dispatch(
+        self: &Arc<Self>,
+        inner: &Arc<NodeInner>,
+        remote: NodeId,
+        bytes: Bytes,
+    ) -> Result<(), String> {
+        let frame = Frame::decode(bytes).map_err(|e| format!("protocol error: {e}"))?;
+        match frame {
+            Frame::Message {
+                to,
+                type_id,
+                receipt,
+                payload,
+            } => self.deliver(inner, to, type_id, receipt, payload),
+            Frame::Named {
+                name,
+                type_id,
+                receipt,
+                payload,
+            } => match inner.resolve_name(&name, type_id) {
+                Resolution::Found(serial) => self.deliver(inner, serial, type_id, receipt, payload),
+                _ => {
+                    inner.system.dead_letters().record(
+                        ActorId::new(inner.id, 0),
+                        "message for an unpublished name",
+                        DeadLetterReason::Undeliverable,
+                    );
+                    self.receipt(receipt, ReceiptStatus::NoSuchActor);
+                }
+            },
+            Frame::Receipt { id, status } => {
+                if let Some(tx) = lock(&self.state).receipts.remove(&id) {
+                    let _ = tx.send(match status {
+                        ReceiptStatus::Delivered => Ok(()),
+                        ReceiptStatus::NoSuchActor => Err(ReceiptError::NoSuchActor),
+                        ReceiptStatus::Stopped => Err(ReceiptError::Stopped),
+                        ReceiptStatus::MailboxFull => Err(ReceiptError::MailboxFull),
+                        ReceiptStatus::Undecodable => {
+                            Err(ReceiptError::Decode(remote::CodecError {
+                                context: "deliver".into(),
+                                detail: "the receiving node could not decode the payload".into(),
+                            }))
+                        }
+                    });
+                }
+            }
+            Frame::Reply { id, payload } => {
+                if let Some(pending) = inner.take_reply(id) {
+                    remote::with_context(self.context(), || pending.deliver(payload));
+                }
+            }
+            Frame::Resolve {
+                request,
+                type_id,
+                name,
+                ..
+            } => {
+                let resolution = inner.resolve_name(&name, type_id);
+                if let Resolution::Found(serial) = resolution {
+                    // Resolved actors can be linked, monitored and stopped.
+                    if inner.control(serial).is_none() {
+                        tracing::debug!(target: "plexus::remote", serial, "resolved actor has no control");
+                    }
+                }
+                let _ = self.send(&Frame::Resolved {
+                    request,
+                    resolution,
+                });
+            }
+            Frame::Resolved {
+                request,
+                resolution,
+            } => {
+                if let Some(tx) = lock(&self.state).resolves.remove(&request) {
+                    let _ = tx.send(Ok(resolution));
+                }
+            }
+            Frame::Monitor { target, token } => match inner.control(target) {
+                Some(control) => {
+                    let peer = Arc::downgrade(self);
+                    let watch = control.watch(Watcher::Callback(Box::new(move |down: Down| {
+                        if let Some(p) = peer.upgrade() {
+                            lock(&p.state).remote_monitors.remove(&token);
+                            let _ = p.send(&Frame::Down {
+                                token,
+                                reason: down.reason,
+                            });
+                        }
+                    })));
+                    if watch.is_some() {
+                        lock(&self.state)
+                            .remote_monitors
+                            .insert(token, (control, watch));
+                    }
+                }
+                None => {
+                    let _ = self.send(&Frame::Down {
+                        token,
+                        reason: no_such_actor(inner),
+                    });
+                }
+            },
+            Frame::Demonitor { token, .. } => {
+                if let Some((control, Some(t))) = lock(&self.state).remote_monitors.remove(&token) {
+                    control.unwatch(t);
+                }
+            }
+            Frame::Down { token, reason } => {
+                let entry = lock(&self.state).watchers.remove(&token);
+                if let Some((id, w)) = entry {
+                    w.notify(Down { id, reason });
+                }
+            }
+            Frame::Link { from, to } => {
+                let remote_id = ActorId::new(remote, from);
+                let proxy: Arc<dyn Control> = inner.proxy(remote_id, self, None);
+                match inner.control(to) {
+                    Some(local) => match local.add_link(proxy) {
+                        Ok(()) => lock(&self.state).links.push((local, remote_id)),
+                        Err(reason) => {
+                            let _ = self.send(&Frame::Exit {
+                                from: to,
+                                to: from,
+                                reason,
+                            });
+                        }
+                    },
+                    None => {
+                        let _ = self.send(&Frame::Exit {
+                            from: to,
+                            to: from,
+                            reason: no_such_actor(inner),
+                        });
+                    }
+                }
+            }
+            Frame::Unlink { from, to } => {
+                let remote_id = ActorId::new(remote, from);
+                if let Some(local) = inner.control(to) {
+                    local.remove_link(remote_id);
+                }
+                lock(&self.state)
+                    .links
+                    .retain(|(l, r)| !(l.id().serial() == to && *r == remote_id));
+            }
+            Frame::Exit { from, to, reason } => {
+                let remote_id = ActorId::new(remote, from);
+                lock(&self.state)
+                    .links
+                    .retain(|(l, r)| !(l.id().serial() == to && *r == remote_id));
+                if let Some(local) = inner.control(to) {
+                    local.remove_link(remote_id);
+                    local.signal(Signal::Exit(Exit {
+                        from: remote_id,
+                        reason,
+                    }));
+                }
+            }
+            Frame::Stop { target, kill } => {
+                if let Some(c) = inner.control(target) {
+                    if kill {
+                        c.kill();
+                    } else {
+                        c.signal(Signal::Stop(ExitReason::Stopped));
+                    }
+                }
+            }
+            Frame::Goodbye { reason } => return Err(format!("peer said goodbye: {reason}")),
+            Frame::Hello(_) | Frame::Auth { .. } | Frame::Reject { .. } => {
+                return Err("protocol error: handshake frame on an established link".into())
+            }
+        }
+        Ok(())
+    }
+
+    fn deliver(
+        self: &Arc<Self>,
+        inner: &Arc<NodeInner>,
+        to: u64,
+        type_id: u64,
+        receipt: u64,
+        payload: Bytes,
+    ) {
+        let target = ActorId::new(inner.id, to);
+        let Some(inbound) = inner.inbound(to, type_id) else {
+            inner.system.dead_letters().record(
+                target,
+                "message of a type the actor is not exported for, or for an unknown actor",
+                DeadLetterReason::Undeliverable,
+            );
+            self.receipt(receipt, ReceiptStatus::NoSuchActor);
+            return;
+        };
+        let outcome = remote::with_context(self.context(), || inbound.deliver(payload));
+        let status = match outcome {
+            Ok(()) => ReceiptStatus::Delivered,
+            Err(e) => {
+                let (status, reason) = match &e {
+                    ReceiptError::MailboxFull => {
+                        (ReceiptStatus::MailboxFull, DeadLetterReason::MailboxFull)
+                    }
+                    ReceiptError::Decode(_) => {
+                        (ReceiptStatus::Undecodable, DeadLetterReason::Undeliverable)
+                    }
+                    _ => (ReceiptStatus::Stopped, DeadLetterReason::Stopped),
+                };
+                if let ReceiptError::Decode(err) = &e {
+                    tracing::warn!(target: "plexus::remote", actor = %target, "undecodable message: {err}");
+                }
+                inner
+                    .system
+                    .dead_letters()
+                    .record(target, "remote message", reason);
+                status
+            }
+        };
+        self.receipt(receipt, status);
+    }
+
+    fn receipt(self: &Arc<Self>, id: u64, status: ReceiptStatus) {
+        if id != 0 {
+            let _ = self.send(&Frame::Receipt { id, status });
+        }
+    }
+}
+
+fn no_such_actor(inner: &NodeInner) -> ExitReason {
+    ExitReason::Failed(format!("no such actor on node {}", inner.id))
+}
+
+/// Builds a `MESSAGE` frame around an encoded payload.
+pub(crate) fn message_frame(to: u64, type_id: u64, receipt: u64, payload: &[u8]) -> Bytes {
+    let mut b = BytesMut::with_capacity(24 + payload.len());
+    crate::wire::put_message_header(&mut b, to, type_id, receipt);
+    b.extend_from_slice(payload);
+    b.freeze()
+}

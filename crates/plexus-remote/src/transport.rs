@@ -1,0 +1,124 @@
+//! Listening and dialling per transport kind: the only place that knows
+//! which `plexus-transport` module serves a scheme.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+
+use plexus_net::{StackSpec, TransportKind};
+use plexus_transport::udp::{UdpConfig, UdpEndpoint};
+use plexus_transport::{mem, tcp, uds, AcceptError, Link, LinkConfig};
+
+use crate::error::LinkError;
+
+/// The in-memory namespace shared by every node of this process (`mem://`).
+pub(crate) fn mem_hub() -> &'static mem::MemHub {
+    static HUB: OnceLock<mem::MemHub> = OnceLock::new();
+    HUB.get_or_init(mem::MemHub::new)
+}
+
+/// A bound listener.
+pub(crate) enum Listener {
+    Tcp(tcp::TcpListener),
+    Uds(uds::UdsListener),
+    Udp(Arc<UdpEndpoint>),
+    Mem(mem::MemListener),
+}
+
+impl Listener {
+    pub(crate) async fn accept(&self) -> Result<Link, AcceptError> {
+        match self {
+            Self::Tcp(l) => l.accept().await,
+            Self::Uds(l) => l.accept().await,
+            Self::Udp(l) => l.accept().await,
+            Self::Mem(l) => l.accept().await,
+        }
+    }
+}
+
+/// Binds `addr` for `spec`; returns the listener and the address actually
+/// bound (port 0 resolved).
+pub(crate) async fn bind(
+    spec: &StackSpec,
+    addr: &str,
+    link: LinkConfig,
+) -> Result<(Listener, String), String> {
+    match spec.transport() {
+        TransportKind::Tcp => {
+            let sa = socket_addr(addr)?;
+            let l = tcp::TcpListener::bind_with(spec, sa, link)
+                .await
+                .map_err(|e| e.to_string())?;
+            let bound = l.local_addr().to_string();
+            Ok((Listener::Tcp(l), bound))
+        }
+        TransportKind::Udp => {
+            let sa = socket_addr(addr)?;
+            let config = UdpConfig {
+                link,
+                ..UdpConfig::default()
+            };
+            let ep = UdpEndpoint::bind_with(spec, sa, config)
+                .await
+                .map_err(|e| e.to_string())?;
+            let bound = ep.local_addr().to_string();
+            Ok((Listener::Udp(Arc::new(ep)), bound))
+        }
+        TransportKind::Uds => {
+            let l = uds::UdsListener::bind_with(spec, PathBuf::from(addr), link)
+                .map_err(|e| e.to_string())?;
+            Ok((Listener::Uds(l), addr.to_owned()))
+        }
+        TransportKind::Mem => {
+            let l = mem_hub()
+                .bind_with(spec, addr, link)
+                .map_err(|e| e.to_string())?;
+            Ok((Listener::Mem(l), addr.to_owned()))
+        }
+        other => Err(format!(
+            "transport {other:?} is not available in this build"
+        )),
+    }
+}
+
+/// Dials `addr`. UDP links go out through `udp`, the node's UDP endpoint
+/// for this spec (one socket for all peers).
+pub(crate) async fn dial(
+    spec: &StackSpec,
+    addr: &str,
+    link: LinkConfig,
+    udp: Option<Arc<UdpEndpoint>>,
+) -> Result<Link, LinkError> {
+    match spec.transport() {
+        TransportKind::Tcp => {
+            let sa = resolve_host(addr).await?;
+            Ok(tcp::connect_with(spec, sa, link).await?)
+        }
+        TransportKind::Udp => {
+            let sa = resolve_host(addr).await?;
+            let ep = udp.ok_or_else(|| LinkError::Connect("no UDP endpoint".into()))?;
+            Ok(ep.connect(sa).await?)
+        }
+        TransportKind::Uds => Ok(uds::connect_with(spec, addr, link).await?),
+        TransportKind::Mem => Ok(mem_hub().connect(spec, addr)?),
+        other => Err(LinkError::Address(format!(
+            "transport {other:?} is not available in this build"
+        ))),
+    }
+}
+
+fn socket_addr(addr: &str) -> Result<SocketAddr, String> {
+    addr.parse()
+        .map_err(|_| format!("{addr:?} is not an IP address and port (like 127.0.0.1:4000)"))
+}
+
+async fn resolve_host(addr: &str) -> Result<SocketAddr, LinkError> {
+    if let Ok(sa) = addr.parse() {
+        return Ok(sa);
+    }
+    tokio::net::lookup_host(addr)
+        .await
+        .map_err(|e| LinkError::Connect(format!("cannot resolve {addr}: {e}")))?
+        .next()
+        .ok_or_else(|| LinkError::Connect(format!("{addr} resolves to no address")))
+}

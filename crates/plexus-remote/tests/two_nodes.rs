@@ -1,0 +1,240 @@
+//! Two nodes in one process over real links: publish, resolve, tell, ask,
+//! refs inside messages, monitors, links, receipts, forged refs, errors.
+
+use std::time::Duration;
+
+use plexus_core::remote::ReceiptError;
+use plexus_core::{Actor, ActorRef, ActorSystem, Context, Down, ExitReason, ReplyTo};
+use plexus_remote::{Node, NodeConfig, ResolveError};
+use serde::{Deserialize, Serialize};
+
+#[derive(Serialize, Deserialize)]
+enum Counter {
+    Add(u64),
+    Get(ReplyTo<u64>),
+    /// Reply to the ref inside the message.
+    Report(ActorRef<Total>),
+    Crash,
+}
+plexus_core::remote_message!(Counter = "test.Counter");
+
+#[derive(Serialize, Deserialize, Debug, PartialEq)]
+struct Total(u64);
+plexus_core::remote_message!(Total = "test.Total");
+
+#[derive(Serialize, Deserialize)]
+struct Other;
+plexus_core::remote_message!(Other = "test.Other");
+
+#[derive(Default)]
+struct CounterActor(u64);
+
+impl Actor for CounterActor {
+    type Msg = Counter;
+    async fn handle(&mut self, msg: Counter, ctx: &mut Context<Counter>) {
+        match msg {
+            Counter::Add(n) => self.0 += n,
+            Counter::Get(r) => r.send(self.0),
+            Counter::Report(to) => to.tell(Total(self.0)),
+            Counter::Crash => ctx.fail("asked to crash"),
+        }
+    }
+}
+
+const T: Duration = Duration::from_secs(5);
+
+struct World {
+    _a: ActorSystem,
+    b: ActorSystem,
+    na: Node,
+    nb: Node,
+    uri_b: String,
+}
+
+async fn world(scheme_listen: &str) -> World {
+    let a = ActorSystem::new();
+    let b = ActorSystem::new();
+    let cfg = NodeConfig::default().cookie("test-cookie");
+    let na = Node::start(&a, cfg.clone()).unwrap();
+    let nb = Node::start(&b, cfg).unwrap();
+    let uri_b = nb.listen(scheme_listen).await.unwrap();
+    World {
+        _a: a,
+        b,
+        na,
+        nb,
+        uri_b,
+    }
+}
+
+async fn basic_exchange(scheme_listen: &str) {
+    let w = world(scheme_listen).await;
+    let counter = w.b.spawn(CounterActor::default());
+    w.nb.publish(&counter, "counter").unwrap();
+    let remote: ActorRef<Counter> = w.na.resolve(&format!("{}/counter", w.uri_b)).await.unwrap();
+    assert!(remote.is_remote());
+    assert_eq!(remote.id(), counter.id());
+    for i in 1..=100 {
+        remote.tell(Counter::Add(i));
+    }
+    assert_eq!(remote.ask(Counter::Get, T).await, Ok(5050));
+
+    // A ref inside a message: the remote actor answers a local one.
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let sink = w._a.spawn_fn(move |t: Total, _ctx| {
+        let _ = tx.send(t);
+    });
+    remote.tell(Counter::Report(sink));
+    assert_eq!(rx.recv().await, Some(Total(5050)));
+
+    // Receipts.
+    assert_eq!(remote.tell_with_receipt(Counter::Add(1)).await, Ok(()));
+
+    // Monitor across nodes, Down when the actor stops.
+    let down = remote.monitor();
+    remote.tell(Counter::Crash);
+    let down: Down = tokio::time::timeout(T, down).await.unwrap();
+    assert_eq!(down.reason, ExitReason::Failed("asked to crash".into()));
+    assert_eq!(down.id, counter.id());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tell_ask_refs_receipts_and_monitor_over_mem() {
+    basic_exchange("mem://two-nodes-b").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tell_ask_refs_receipts_and_monitor_over_tcp() {
+    basic_exchange("tcp://127.0.0.1:0").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tell_ask_refs_receipts_and_monitor_over_udp() {
+    basic_exchange("udp://127.0.0.1:0").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resolve_errors_are_precise() {
+    let w = world("tcp://127.0.0.1:0").await;
+    let counter = w.b.spawn(CounterActor::default());
+    w.nb.publish(&counter, "counter").unwrap();
+    match w
+        .na
+        .resolve::<Counter>(&format!("{}/nobody", w.uri_b))
+        .await
+    {
+        Err(ResolveError::NoSuchName { name, .. }) => assert_eq!(name, "nobody"),
+        other => panic!("{other:?}"),
+    }
+    match w.na.resolve::<Other>(&format!("{}/counter", w.uri_b)).await {
+        Err(e @ ResolveError::WrongType { .. }) => {
+            let text = e.to_string();
+            assert!(text.contains("expected test.Other"), "{text}");
+            assert!(text.contains("accepts test.Counter"), "{text}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // Nothing listens on this port.
+    let free = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let err =
+        w.na.resolve::<Counter>(&format!("tcp://{free}/counter"))
+            .await
+            .unwrap_err();
+    assert!(err.to_string().contains("cannot connect"), "{err}");
+    assert!(err.to_string().contains("refused"), "{err}");
+    assert!(matches!(
+        w.na.resolve::<Counter>("tcp://127.0.0.1:1/x").await,
+        Err(ResolveError::Link { .. })
+    ));
+    assert!(matches!(
+        w.na.resolve::<Counter>("nope://127.0.0.1:1/x").await,
+        Err(ResolveError::UnknownScheme { .. })
+    ));
+    assert!(matches!(
+        w.na.resolve::<Counter>(&w.uri_b).await,
+        Err(ResolveError::BadUri { .. })
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cookie_mismatch_is_named_on_both_sides() {
+    let a = ActorSystem::new();
+    let b = ActorSystem::new();
+    let na = Node::start(&a, NodeConfig::default().cookie("one")).unwrap();
+    let nb = Node::start(&b, NodeConfig::default().cookie("two")).unwrap();
+    let uri = nb.listen("tcp://127.0.0.1:0").await.unwrap();
+    let err = na
+        .resolve::<Counter>(&format!("{uri}/counter"))
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("handshake failed"), "{text}");
+    assert!(text.contains("cookie mismatch"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_ref_works_and_a_wrong_one_goes_down() {
+    let w = world("tcp://127.0.0.1:0").await;
+    let counter = w.b.spawn(CounterActor::default());
+    w.nb.publish(&counter, "counter").unwrap();
+    let forged: ActorRef<Counter> = w.na.forge(&format!("{}/counter", w.uri_b)).unwrap();
+    forged.tell(Counter::Add(2));
+    forged.tell(Counter::Add(3));
+    assert_eq!(forged.ask(Counter::Get, T).await, Ok(5));
+    let bad: ActorRef<Counter> = w.na.forge(&format!("{}/ghost", w.uri_b)).unwrap();
+    let down = bad.monitor();
+    bad.tell(Counter::Add(1));
+    let down = tokio::time::timeout(T, down).await.unwrap();
+    assert!(
+        down.reason.to_string().contains("no actor named"),
+        "{}",
+        down.reason
+    );
+    assert!(!bad.is_alive());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn receipt_for_a_stopped_remote_actor_is_an_error() {
+    let w = world("mem://receipts-b").await;
+    let counter = w.b.spawn(CounterActor::default());
+    w.nb.publish(&counter, "counter").unwrap();
+    let remote: ActorRef<Counter> = w.na.resolve(&format!("{}/counter", w.uri_b)).await.unwrap();
+    counter.stop();
+    counter.monitor().await;
+    let r = remote.tell_with_receipt(Counter::Add(1)).await;
+    assert!(
+        matches!(r, Err(ReceiptError::NoSuchActor | ReceiptError::Stopped)),
+        "{r:?}"
+    );
+    assert!(w.b.dead_letters().count() >= 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_shutdown_delivers_node_down_and_fails_asks() {
+    let w = world("tcp://127.0.0.1:0").await;
+    #[derive(Serialize, Deserialize)]
+    struct Ask(ReplyTo<u64>);
+    plexus_core::remote_message!(Ask = "test.Ask");
+    let mut held = Vec::new();
+    let silent = w.b.spawn_fn(move |Ask(r), _ctx| held.push(r));
+    w.nb.publish(&silent, "silent").unwrap();
+    let remote: ActorRef<Ask> = w.na.resolve(&format!("{}/silent", w.uri_b)).await.unwrap();
+    let down = remote.monitor();
+    let pending = {
+        let r = remote.clone();
+        tokio::spawn(async move { r.ask(Ask, Duration::from_secs(30)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    w.nb.shutdown().await;
+    let down = tokio::time::timeout(T, down).await.unwrap();
+    assert!(
+        matches!(down.reason, ExitReason::NodeDown { .. }),
+        "{:?}",
+        down.reason
+    );
+    let asked = tokio::time::timeout(T, pending).await.unwrap().unwrap();
+    assert!(asked.is_err(), "{asked:?}");
+}
