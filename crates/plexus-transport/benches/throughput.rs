@@ -34,13 +34,17 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
-    let cases: [(&str, usize, usize); 8] = [
+    let cases: [(&str, usize, usize); 9] = [
         ("tcp", 64, 2_000_000),
         ("tcp", 64 << 10, 20_000),
         ("uds", 64, 2_000_000),
         ("uds", 64 << 10, 20_000),
         ("udp", 64, 300_000),
         ("udp", 8 << 10, 50_000),
+        // The same with a delivery window that fits the default socket
+        // receive buffer (64 x 8 KiB in flight overflow it; there is no
+        // congestion control yet).
+        ("udp-w16", 8 << 10, 50_000),
         ("mem", 64, 1_000_000),
         ("mem", 64 << 10, 100_000),
     ];
@@ -107,8 +111,14 @@ async fn plexus(transport: &str, size: usize, n: usize) -> (usize, Duration) {
             let a = uds::connect(&spec, &path).await.expect("connect");
             (a, l.accept().await.expect("accept"))
         }
-        "udp" => {
-            let spec: StackSpec = "udp / slicing / delivery / ordering".parse().expect("spec");
+        "udp" | "udp-w16" => {
+            let spec: StackSpec = if transport == "udp" {
+                "udp / slicing / delivery / ordering"
+            } else {
+                "udp / slicing / delivery(send_window=16) / ordering"
+            }
+            .parse()
+            .expect("spec");
             let ea = UdpEndpoint::bind(&spec, local()).await.expect("bind");
             let eb = UdpEndpoint::bind(&spec, local()).await.expect("bind");
             let a = ea.connect(eb.local_addr()).await.expect("connect");
@@ -174,7 +184,7 @@ async fn baseline(transport: &str, size: usize, n: usize) -> (usize, Duration) {
             let (b, _) = l.accept().await.expect("accept");
             stream_baseline(a, b, message, n).await
         }
-        "udp" => {
+        "udp" | "udp-w16" => {
             let a = UdpSocket::bind(local()).await.expect("bind");
             let b = UdpSocket::bind(local()).await.expect("bind");
             let to = b.local_addr().expect("addr");

@@ -9,7 +9,7 @@
 //!             └─────────────────────────────────────┘
 //! ```
 //!
-//! Each peer (source address) gets its own [`Stack`] built from the
+//! Each peer (source address) gets its own [`Stack`](plexus_net::Stack) built from the
 //! endpoint's spec, so garbage from one source only ever reaches that
 //! source's stack. A datagram from an unknown source creates a peer only if
 //! the table has room ([`UdpConfig::max_peers`]), the accept backlog has
