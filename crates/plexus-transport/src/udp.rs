@@ -445,8 +445,17 @@ impl Dispatcher {
     }
 
     fn connect(&mut self, addr: SocketAddr) -> Result<Link, ConnectError> {
-        if self.by_addr.contains_key(&addr) {
-            return Err(ConnectError::AlreadyConnected { addr: url(addr) });
+        if let Some(&id) = self.by_addr.get(&addr) {
+            let abandoned = self
+                .peers
+                .get(&id)
+                .is_some_and(|p| p.conn.send_done() && !p.conn.receiver_alive());
+            if !abandoned {
+                return Err(ConnectError::AlreadyConnected { addr: url(addr) });
+            }
+            // The application let go of that link (e.g. its peer died); a
+            // new connect replaces whatever of it still lingers.
+            self.remove(id, CloseReason::Local);
         }
         if self.peers.len() >= self.config.max_peers {
             return Err(ConnectError::PeerTableFull {
