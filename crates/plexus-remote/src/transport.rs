@@ -65,6 +65,7 @@ pub(crate) async fn bind(
             Ok((Listener::Udp(Arc::new(ep)), bound))
         }
         TransportKind::Uds => {
+            remove_stale_socket(addr);
             let l = uds::UdsListener::bind_with(spec, PathBuf::from(addr), link)
                 .map_err(|e| e.to_string())?;
             Ok((Listener::Uds(l), addr.to_owned()))
@@ -104,6 +105,23 @@ pub(crate) async fn dial(
         other => Err(LinkError::Address(format!(
             "transport {other:?} is not available in this build"
         ))),
+    }
+}
+
+/// A socket file left by a process that died (nothing accepts on it) is
+/// removed so a restarted node can bind its address again. A live one is
+/// left alone, and the bind then fails with "address in use".
+fn remove_stale_socket(path: &str) {
+    use std::os::unix::fs::FileTypeExt;
+    let is_socket = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket());
+    if !is_socket {
+        return;
+    }
+    if let Err(e) = std::os::unix::net::UnixStream::connect(path) {
+        if e.kind() == std::io::ErrorKind::ConnectionRefused {
+            tracing::info!(target: "plexus::remote", path, "removing a stale socket file");
+            let _ = std::fs::remove_file(path);
+        }
     }
 }
 

@@ -1,0 +1,65 @@
+//! A standalone node serving a counter actor, for multi-process tests and
+//! for trying Plexus from a shell:
+//!
+//! ```text
+//! plexus-node --listen tcp://127.0.0.1:4000 [--listen udp://127.0.0.1:4001]
+//!             [--cookie SECRET] [--name counter]
+//! ```
+//!
+//! Prints `LISTENING <uri>` for each bound URI, then serves until killed.
+
+#[path = "../../tests/common/service.rs"]
+mod service;
+
+use plexus_core::ActorSystem;
+use plexus_remote::{Node, NodeConfig};
+
+fn usage() -> ! {
+    eprintln!("usage: plexus-node --listen URI [--listen URI ...] [--cookie SECRET] [--name NAME]");
+    std::process::exit(2);
+}
+
+#[tokio::main]
+async fn main() {
+    let mut listen = Vec::new();
+    let mut cookie = "plexus".to_owned();
+    let mut name = "counter".to_owned();
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        let mut value = || args.next().unwrap_or_else(|| usage());
+        match a.as_str() {
+            "--listen" => listen.push(value()),
+            "--cookie" => cookie = value(),
+            "--name" => name = value(),
+            _ => usage(),
+        }
+    }
+    if listen.is_empty() {
+        usage();
+    }
+    let system = ActorSystem::new();
+    let node = match Node::start(&system, NodeConfig::default().cookie(cookie)) {
+        Ok(n) => n,
+        Err(e) => {
+            eprintln!("plexus-node: {e}");
+            std::process::exit(1);
+        }
+    };
+    for uri in &listen {
+        match node.listen(uri).await {
+            Ok(bound) => println!("LISTENING {bound}"),
+            Err(e) => {
+                eprintln!("plexus-node: {e}");
+                std::process::exit(1);
+            }
+        }
+    }
+    let counter = system.spawn(service::CounterActor::default());
+    if let Err(e) = node.publish(&counter, &name) {
+        eprintln!("plexus-node: {e}");
+        std::process::exit(1);
+    }
+    println!("NODE {}", node.id());
+    // Serve until killed.
+    std::future::pending::<()>().await;
+}

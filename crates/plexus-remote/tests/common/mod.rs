@@ -1,0 +1,2 @@
+//! Shared by the multi-process tests.
+pub mod service;
