@@ -1,5 +1,8 @@
-//! A tour of the local runtime: ask, supervision, monitors, links,
-//! narrowed refs, the registry, dead letters and shutdown.
+//! A tour of Plexus: first the local runtime (ask, supervision, monitors,
+//! narrowed refs, dead letters), then three nodes in this process talking
+//! over real TCP and UDP sockets on 127.0.0.1 (publish, resolve by URI,
+//! tell, ask, a ref inside a message, forged refs, precise errors, and a
+//! node failure seen by a monitor).
 //!
 //! Run with `cargo run --release --example demo`.
 
@@ -7,6 +10,7 @@ use std::time::Duration;
 
 use plexus::prelude::*;
 use plexus::{Backoff, DeadLetterReason};
+use serde::{Deserialize, Serialize};
 
 const TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -27,7 +31,11 @@ impl Actor for Account {
     type Msg = Bank;
 
     async fn started(&mut self, ctx: &mut Context<Bank>) {
-        println!("  account {} started (restart #{})", ctx.id(), ctx.restarts());
+        println!(
+            "  account {} started (restart #{})",
+            ctx.id(),
+            ctx.restarts()
+        );
     }
 
     async fn handle(&mut self, msg: Bank, ctx: &mut Context<Bank>) {
@@ -120,7 +128,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     watchdog.tell(Watch::Monitor(account.clone()));
     account.tell(Bank::Withdraw(1_000));
     let (balance, restarts) = account.ask(Bank::Balance, TIMEOUT).await?;
-    println!("  after the overdraft: balance {balance}, restarts {restarts}, same id {}", account.id());
+    println!(
+        "  after the overdraft: balance {balance}, restarts {restarts}, same id {}",
+        account.id()
+    );
     let looked_up = system.lookup::<Bank>("account")?;
     println!("  registry still finds it: {}", looked_up == account);
 
@@ -174,5 +185,103 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("  live actors before: {}", system.live_actors());
     system.shutdown().await;
     println!("  live actors after: {}", system.live_actors());
+
+    remote_tour().await
+}
+
+// ------------------------------------------------------------------ remote
+
+/// Messages to a chat room; they cross nodes, so they have wire names.
+#[derive(Serialize, Deserialize)]
+enum Room {
+    /// Post a line, signed by the sender's ref (a ref inside a message).
+    Post(String, ActorRef<Line>),
+    /// How many lines so far.
+    Count(ReplyTo<usize>),
+}
+remote_message!(Room = "demo.Room");
+
+/// A line the room sends back to the poster.
+#[derive(Serialize, Deserialize)]
+struct Line(String);
+remote_message!(Line = "demo.Line");
+
+#[derive(Default)]
+struct ChatRoom {
+    lines: usize,
+}
+
+impl Actor for ChatRoom {
+    type Msg = Room;
+    async fn handle(&mut self, msg: Room, ctx: &mut Context<Room>) {
+        match msg {
+            Room::Post(text, from) => {
+                self.lines += 1;
+                println!("  room on node {} got: {text:?}", ctx.system().node_id());
+                from.tell(Line(format!("ack #{} for {text:?}", self.lines)));
+            }
+            Room::Count(reply) => reply.send(self.lines),
+        }
+    }
+}
+
+async fn remote_tour() -> Result<(), Box<dyn std::error::Error>> {
+    println!("\n7. nodes: three actor systems in this process, linked by real sockets");
+    let cfg = NodeConfig::default().cookie("demo-cookie");
+    let (alpha_sys, beta_sys) = (ActorSystem::new(), ActorSystem::new());
+    let alpha = Node::start(&alpha_sys, cfg.clone())?;
+    let beta = Node::start(&beta_sys, cfg.clone())?;
+    let beta_tcp = beta.listen("tcp://127.0.0.1:0").await?;
+    let beta_udp = beta.listen("udp://127.0.0.1:0").await?;
+    println!("  beta {} listens on {beta_tcp} and {beta_udp}", beta.id());
+    let room = beta_sys.spawn(ChatRoom::default());
+    beta.publish(&room, "room")?;
+
+    println!("\n8. resolve by URI, then tell and ask across nodes (TCP, then UDP with reliability layers)");
+    let (acks_tx, mut acks) = tokio::sync::mpsc::unbounded_channel();
+    let me = alpha_sys.spawn_fn(move |Line(l), _ctx| {
+        let _ = acks_tx.send(l);
+    });
+    for uri in [format!("{beta_tcp}/room"), format!("{beta_udp}/room")] {
+        let remote_room: ActorRef<Room> = alpha.resolve(&uri).await?;
+        println!("  resolved {uri} -> actor {}", remote_room.id());
+        remote_room.tell(Room::Post(format!("hello over {}", &uri[..3]), me.clone()));
+        println!(
+            "  alpha got back: {}",
+            acks.recv().await.unwrap_or_default()
+        );
+        println!(
+            "  ask: the room has {} lines",
+            remote_room.ask(Room::Count, TIMEOUT).await?
+        );
+    }
+
+    println!("\n9. a forged ref: no round trip until first use");
+    let forged: ActorRef<Room> = alpha.forge(&format!("{beta_tcp}/room"))?;
+    forged.tell(Room::Post("sent through a forged ref".into(), me.clone()));
+    println!(
+        "  alpha got back: {}",
+        acks.recv().await.unwrap_or_default()
+    );
+
+    println!("\n10. errors say what went wrong");
+    if let Err(e) = alpha.resolve::<Room>(&format!("{beta_tcp}/lobby")).await {
+        println!("  {e}");
+    }
+    if let Err(e) = alpha.resolve::<Line>(&format!("{beta_tcp}/room")).await {
+        println!("  {e}");
+    }
+    let outsider_sys = ActorSystem::new();
+    let outsider = Node::start(&outsider_sys, NodeConfig::default().cookie("wrong"))?;
+    if let Err(e) = outsider.resolve::<Room>(&format!("{beta_tcp}/room")).await {
+        println!("  {e}");
+    }
+
+    println!("\n11. node failure: beta shuts down, alpha's monitor sees it");
+    let remote_room: ActorRef<Room> = alpha.resolve(&format!("{beta_tcp}/room")).await?;
+    let down = remote_room.monitor();
+    beta.shutdown().await;
+    let down = tokio::time::timeout(Duration::from_secs(5), down).await?;
+    println!("  Down from {}: {}", down.id, down.reason);
     Ok(())
 }

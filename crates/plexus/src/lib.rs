@@ -3,15 +3,34 @@
 //! # Crate map
 //!
 //! ```text
-//!  plexus (this facade)   re-exports the public API
-//!  ├── plexus-core        local actor runtime            (re-exported at the root)
-//!  └── plexus-net         sans-IO protocol layers, stacks (as `plexus::net`)
+//!  plexus (this facade)    re-exports the public API
+//!  ├── plexus-core         local actor runtime              (at the root; its
+//!  │                       remote extension point as `plexus::remote`)
+//!  ├── plexus-remote       nodes: publish / resolve / forge (`Node`, ... at the root)
+//!  ├── plexus-transport    tcp / udp / uds / mem drivers    (as `plexus::transport`)
+//!  └── plexus-net          sans-IO protocol layers, stacks  (as `plexus::net`)
 //! ```
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
 pub use plexus_core::*;
+pub use plexus_remote::{
+    LinkError, Node, NodeConfig, NodeError, PublishError, ResolveError, Uri, UriError,
+};
 
+/// The wire protocol and handshake of nodes (see `docs/PROTOCOL.md`).
+pub mod wire {
+    pub use plexus_remote::handshake;
+    pub use plexus_remote::wire::*;
+}
+
+/// Transport drivers: links over tcp, udp, uds and in-memory channels.
+pub mod transport {
+    pub use plexus_transport::*;
+}
+
+/// Re-exported for [`remote_message!`] users.
+pub use serde;
 /// The composable network stack: sans-IO protocol layers, stack specs and
 /// the layer registry. See the [`plexus_net`] crate docs.
 pub mod net {
@@ -20,8 +39,10 @@ pub mod net {
 
 /// The names most programs need: `use plexus::prelude::*;`.
 pub mod prelude {
+    pub use plexus_core::remote::RemoteMessage;
     pub use plexus_core::{
-        Actor, ActorRef, ActorSystem, AskError, Backoff, Context, Down, Exit, ExitReason, ReplyTo,
-        Supervision, SystemRef,
+        remote_message, Actor, ActorRef, ActorSystem, AskError, Backoff, Context, Down, Exit,
+        ExitReason, ReplyTo, Supervision, SystemRef,
     };
+    pub use plexus_remote::{Node, NodeConfig};
 }
