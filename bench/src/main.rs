@@ -16,7 +16,10 @@
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+mod nodes;
 mod report;
+mod w1;
+mod w2;
 mod w7;
 
 use clap::{Parser, Subcommand};
@@ -33,13 +36,65 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Workload {
+    /// W1 pingpong: round trips of remote messages, 1 ping node and N pong
+    /// node processes.
+    W1(w1::Args),
+    /// W2 stream: small remote messages from N source node processes to one
+    /// sink under credit flow control.
+    W2(w2::Args),
     /// W7 local: spawn, pingpong, fanin on one machine, no network.
     W7(w7::Args),
+    /// (role) a W1 pong node.
+    #[command(hide = true)]
+    W1Pong {
+        #[arg(long)]
+        transport: String,
+    },
+    /// (role) a W1 baseline pong process.
+    #[command(hide = true)]
+    W1PongBaseline,
+    /// (role) a W2 source node.
+    #[command(hide = true)]
+    W2Source {
+        #[arg(long)]
+        sink: String,
+        #[arg(long)]
+        index: u64,
+        #[arg(long)]
+        transport: String,
+    },
+    /// (role) a W2 baseline source process.
+    #[command(hide = true)]
+    W2SourceBaseline {
+        #[arg(long)]
+        sink: String,
+        #[arg(long)]
+        index: u64,
+    },
 }
 
 fn main() {
     let cli = Cli::parse();
+    let role = |f: std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>| {
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .expect("tokio runtime")
+            .block_on(f)
+    };
     match cli.workload {
+        Workload::W1(args) => w1::run(&args),
+        Workload::W2(args) => w2::run(&args),
         Workload::W7(args) => w7::run(&args),
+        Workload::W1Pong { transport } => role(Box::pin(w1::pong_node(transport))),
+        Workload::W1PongBaseline => role(Box::pin(w1::pong_baseline())),
+        Workload::W2Source {
+            sink,
+            index,
+            transport,
+        } => role(Box::pin(w2::source_node(sink, index, transport))),
+        Workload::W2SourceBaseline { sink, index } => {
+            role(Box::pin(w2::source_baseline(sink, index)))
+        }
     }
 }

@@ -56,6 +56,20 @@ pub trait RemoteMessage: Send + Sized + 'static {
     ///
     /// [`CodecError`] if the bytes are not a valid encoding.
     fn from_payload(payload: Bytes) -> Result<Self, CodecError>;
+
+    /// Encodes the message after the frame header already in `buf`, and
+    /// returns the whole frame. The default copies
+    /// [`into_payload`](Self::into_payload)'s bytes; serde types encode in
+    /// place (one allocation per message, no copy).
+    ///
+    /// # Errors
+    ///
+    /// [`CodecError`] if the value cannot be encoded.
+    fn encode_after(self, mut buf: Vec<u8>) -> Result<Bytes, CodecError> {
+        let payload = self.into_payload()?;
+        buf.extend_from_slice(&payload);
+        Ok(Bytes::from(buf))
+    }
 }
 
 /// FNV-1a, 64 bit: the wire id of a type name.
@@ -95,6 +109,12 @@ macro_rules! remote_message {
             ) -> ::std::result::Result<Self, $crate::remote::CodecError> {
                 $crate::remote::decode(&payload)
             }
+            fn encode_after(
+                self,
+                buf: ::std::vec::Vec<u8>,
+            ) -> ::std::result::Result<$crate::remote::Bytes, $crate::remote::CodecError> {
+                $crate::remote::encode_after(&self, buf)
+            }
         }
     };
 }
@@ -117,6 +137,21 @@ pub struct CodecError {
 /// node's wire context).
 pub fn encode<T: Serialize>(value: &T) -> Result<Bytes, CodecError> {
     postcard::to_allocvec(value)
+        .map(Bytes::from)
+        .map_err(|e| CodecError {
+            context: format!("encode {}", std::any::type_name::<T>()),
+            detail: take_error_note().unwrap_or_else(|| e.to_string()),
+        })
+}
+
+/// Encodes a serde value with the wire codec after the bytes already in
+/// `buf` (a frame header).
+///
+/// # Errors
+///
+/// [`CodecError`] if serialization fails.
+pub fn encode_after<T: Serialize>(value: &T, buf: Vec<u8>) -> Result<Bytes, CodecError> {
+    postcard::to_extend(value, buf)
         .map(Bytes::from)
         .map_err(|e| CodecError {
             context: format!("encode {}", std::any::type_name::<T>()),
@@ -201,10 +236,22 @@ pub trait RemoteEndpoint: Control {
     fn path(&self) -> ActorPath;
     /// The context for encoding messages to this actor (refs inside them are
     /// exported relative to its node).
-    fn wire_context(&self) -> Arc<dyn WireContext>;
+    fn wire_context(&self) -> &Arc<dyn WireContext>;
     /// Sends an encoded message, for which room was taken with
     /// [`Control::try_acquire`].
     fn send(&self, type_id: u64, type_name: &'static str, payload: Bytes);
+    /// The frame header of a message of `type_id` to this actor, to encode
+    /// the message after (`None` if it cannot be sent now). Together with
+    /// [`send_frame`](Self::send_frame) this saves a copy per message.
+    fn frame_header(&self, type_id: u64) -> Option<Vec<u8>> {
+        let _ = type_id;
+        None
+    }
+    /// Sends a whole frame built on [`frame_header`](Self::frame_header).
+    fn send_frame(&self, type_name: &'static str, frame: Bytes) {
+        let _ = frame;
+        self.dead_letter(type_name, DeadLetterReason::Undeliverable);
+    }
     /// Like [`send`](Self::send), but asks the receiving node to confirm
     /// that the message is in the actor's mailbox.
     fn send_with_receipt(
@@ -343,17 +390,18 @@ thread_local! {
 }
 
 /// Runs `f` with `ctx` as the wire context of this thread (for the serde
-/// impls of refs and reply handles), restoring the previous one after.
-pub fn with_context<T>(ctx: Arc<dyn WireContext>, f: impl FnOnce() -> T) -> T {
-    struct Restore(Option<Arc<dyn WireContext>>);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            let prev = self.0.take();
-            CONTEXT.with(|c| *c.borrow_mut() = prev);
+/// impls of refs and reply handles).
+///
+/// The context stays installed after `f` (until another one replaces it),
+/// so a thread that keeps encoding for the same peer pays one pointer
+/// comparison per message, not a reference-count round trip.
+pub fn with_context<T>(ctx: &Arc<dyn WireContext>, f: impl FnOnce() -> T) -> T {
+    CONTEXT.with(|c| {
+        let mut current = c.borrow_mut();
+        if !current.as_ref().is_some_and(|cur| Arc::ptr_eq(cur, ctx)) {
+            *current = Some(ctx.clone());
         }
-    }
-    let prev = CONTEXT.with(|c| c.borrow_mut().replace(ctx));
-    let _restore = Restore(prev);
+    });
     f()
 }
 
@@ -427,6 +475,17 @@ impl<M: RemoteMessage> RemoteSink<M> {
 
 impl<M: RemoteMessage> Sink<M> for RemoteSink<M> {
     fn push(&self, msg: M) {
+        if let Some(header) = self.endpoint.frame_header(M::TYPE_ID) {
+            match with_context(self.endpoint.wire_context(), || msg.encode_after(header)) {
+                Ok(frame) => self.endpoint.send_frame(M::TYPE_NAME, frame),
+                Err(e) => {
+                    tracing::warn!(target: "plexus::remote", actor = %self.endpoint.id(), "cannot send: {e}");
+                    self.endpoint
+                        .dead_letter(M::TYPE_NAME, DeadLetterReason::Undeliverable);
+                }
+            }
+            return;
+        }
         if let Some(payload) = self.encode(msg) {
             self.endpoint.send(M::TYPE_ID, M::TYPE_NAME, payload);
         }

@@ -11,12 +11,12 @@
 //! id: both sides apply the same rule.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use plexus_core::remote::{self, Control, ReceiptError, Signal, Watcher};
+use plexus_core::remote::{self, Control, Inbound, ReceiptError, Signal, Watcher, WireContext};
 use plexus_core::{ActorId, DeadLetterReason, Down, Exit, ExitReason, NodeId};
 use plexus_net::{LinkEvent, TransportKind};
 use plexus_transport::{Link, LinkSender, Received, TrySendError};
@@ -36,8 +36,12 @@ pub(crate) struct Peer {
     dial: Mutex<Option<String>>,
     state: Mutex<State>,
     forward: OnceLock<Arc<Peer>>,
-    ctx: OnceLock<Arc<PeerContext>>,
+    ctx: OnceLock<Arc<dyn WireContext>>,
     epoch: AtomicU64,
+    /// Mirrors of `state` read on every send without the lock: whether the
+    /// link is down, and the node behind it (0: not known yet).
+    down: AtomicBool,
+    remote_node: AtomicU64,
 }
 
 #[derive(Default)]
@@ -72,6 +76,11 @@ struct State {
     retry_at: Option<Instant>,
 }
 
+/// The last local target a link delivered to: consecutive messages to one
+/// actor skip the export table's lock.
+#[derive(Default)]
+struct InboundCache(Option<((u64, u64), Arc<dyn Inbound>)>);
+
 /// A frame could not be queued for the peer; the caller dead-letters it.
 #[derive(Debug)]
 pub(crate) struct Undelivered;
@@ -86,22 +95,23 @@ impl Peer {
             forward: OnceLock::new(),
             ctx: OnceLock::new(),
             epoch: AtomicU64::new(0),
+            down: AtomicBool::new(false),
+            remote_node: AtomicU64::new(0),
         })
     }
 
     /// The peer that actually holds the link (see the module docs).
-    pub(crate) fn canonical(self: &Arc<Self>) -> Arc<Peer> {
-        let mut p = self.clone();
+    pub(crate) fn canonical(self: &Arc<Self>) -> &Arc<Peer> {
+        let mut p = self;
         while let Some(next) = p.forward.get() {
-            p = next.clone();
+            p = next;
         }
         p
     }
 
-    pub(crate) fn context(self: &Arc<Self>) -> Arc<PeerContext> {
+    pub(crate) fn context(self: &Arc<Self>) -> &Arc<dyn WireContext> {
         self.ctx
             .get_or_init(|| Arc::new(PeerContext::new(self.inner.clone(), Arc::downgrade(self))))
-            .clone()
     }
 
     pub(crate) fn dial_uri(&self) -> String {
@@ -123,13 +133,17 @@ impl Peer {
     /// or reconnecting, and the node behind it has not changed.
     pub(crate) fn node_alive(self: &Arc<Self>, node: NodeId) -> bool {
         let p = self.canonical();
-        let st = lock(&p.state);
-        match st.phase {
-            Phase::Up { .. } | Phase::Connecting | Phase::Idle => {
-                st.remote.is_none_or(|r| r == node)
-            }
-            Phase::Down => false,
+        if p.down.load(Ordering::Acquire) {
+            return false;
         }
+        let remote = p.remote_node.load(Ordering::Acquire);
+        remote == 0 || remote == node.as_u64()
+    }
+
+    fn set_phase(&self, st: &mut State, phase: Phase) {
+        self.down
+            .store(matches!(phase, Phase::Down), Ordering::Release);
+        st.phase = phase;
     }
 
     /// Starts connecting if idle or down (after the backoff).
@@ -139,7 +153,7 @@ impl Peer {
         if !matches!(st.phase, Phase::Idle | Phase::Down) || lock(&p.dial).is_none() {
             return;
         }
-        st.phase = Phase::Connecting;
+        p.set_phase(&mut st, Phase::Connecting);
         let delay = st.retry_at;
         drop(st);
         let peer = p.clone();
@@ -207,7 +221,7 @@ impl Peer {
     fn failed(self: &Arc<Self>, inner: &Arc<NodeInner>, error: LinkError) {
         tracing::debug!(target: "plexus::remote", peer = %self.dial_uri(), %error, "connect failed");
         let mut st = lock(&self.state);
-        st.phase = Phase::Down;
+        self.set_phase(&mut st, Phase::Down);
         st.failures += 1;
         let exp = st.failures.saturating_sub(1).min(16);
         let backoff = inner
@@ -404,7 +418,7 @@ impl Peer {
             Phase::Up { epoch: e, .. } if *e == epoch => {}
             _ => return,
         }
-        st.phase = Phase::Down;
+        self.set_phase(&mut st, Phase::Down);
         st.failures = 0;
         st.retry_at = None;
         st.last_error = Some(LinkError::Closed(cause.to_owned()));
@@ -559,7 +573,7 @@ fn established(
         // Hand what waited on `via` to the canonical peer.
         let (pending, waiters, resolves, receipts) = {
             let mut st = lock(&via.state);
-            st.phase = Phase::Idle;
+            via.set_phase(&mut st, Phase::Idle);
             (
                 std::mem::take(&mut st.pending),
                 std::mem::take(&mut st.waiters),
@@ -620,6 +634,8 @@ impl Peer {
                 dialed_by,
             },
         );
+        self.down.store(false, Ordering::Release);
+        self.remote_node.store(hs.node.as_u64(), Ordering::Release);
         st.remote = Some(hs.node);
         st.failures = 0;
         st.retry_at = None;
@@ -656,10 +672,11 @@ impl Peer {
         epoch: u64,
         remote: NodeId,
     ) {
+        let mut cache = InboundCache::default();
         let cause = loop {
             match rx.recv().await {
                 Ok(Received::Message(bytes)) => {
-                    if let Err(cause) = self.dispatch(&inner, remote, bytes) {
+                    if let Err(cause) = self.dispatch(&inner, remote, bytes, &mut cache) {
                         tracing::warn!(target: "plexus::remote", peer = %remote, "closing the link: {cause}");
                         self.close_link(epoch);
                         break cause;
@@ -696,6 +713,7 @@ impl Peer {
         inner: &Arc<NodeInner>,
         remote: NodeId,
         bytes: Bytes,
+        cache: &mut InboundCache,
     ) -> Result<(), String> {
         let frame = Frame::decode(bytes).map_err(|e| format!("protocol error: {e}"))?;
         match frame {
@@ -704,7 +722,17 @@ impl Peer {
                 type_id,
                 receipt,
                 payload,
-            } => self.deliver(inner, to, type_id, receipt, payload),
+            } => {
+                let inbound = match &cache.0 {
+                    Some((key, ib)) if *key == (to, type_id) && ib.is_alive() => Some(ib.clone()),
+                    _ => {
+                        let ib = inner.inbound(to, type_id);
+                        cache.0 = ib.clone().map(|ib| ((to, type_id), ib));
+                        ib
+                    }
+                };
+                self.deliver_to(inner, to, inbound, receipt, payload);
+            }
             Frame::Named {
                 name,
                 type_id,
@@ -874,8 +902,20 @@ impl Peer {
         receipt: u64,
         payload: Bytes,
     ) {
+        let inbound = inner.inbound(to, type_id);
+        self.deliver_to(inner, to, inbound, receipt, payload);
+    }
+
+    fn deliver_to(
+        self: &Arc<Self>,
+        inner: &Arc<NodeInner>,
+        to: u64,
+        inbound: Option<Arc<dyn Inbound>>,
+        receipt: u64,
+        payload: Bytes,
+    ) {
         let target = ActorId::new(inner.id, to);
-        let Some(inbound) = inner.inbound(to, type_id) else {
+        let Some(inbound) = inbound else {
             inner.system.dead_letters().record(
                 target,
                 "message of a type the actor is not exported for, or for an unknown actor",

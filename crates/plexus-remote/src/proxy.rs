@@ -213,8 +213,30 @@ impl RemoteEndpoint for RemoteActor {
         }
     }
 
-    fn wire_context(&self) -> Arc<dyn WireContext> {
+    fn wire_context(&self) -> &Arc<dyn WireContext> {
         self.peer.canonical().context()
+    }
+
+    fn frame_header(&self, type_id: u64) -> Option<Vec<u8>> {
+        // Forged proxies still resolving take the general path.
+        let target = match &self.named {
+            None => self.id,
+            Some(n) => match &*lock(&n.state) {
+                NamedState::Resolved(id) => *id,
+                _ => return None,
+            },
+        };
+        let mut b = bytes::BytesMut::with_capacity(64);
+        crate::wire::put_message_header(&mut b, target.serial(), type_id, 0);
+        let mut v = Vec::with_capacity(64);
+        v.extend_from_slice(&b);
+        Some(v)
+    }
+
+    fn send_frame(&self, type_name: &'static str, frame: Bytes) {
+        if self.peer.send_frame(frame).is_err() {
+            self.dead_letter_here(type_name, DeadLetterReason::MailboxFull);
+        }
     }
 
     fn send(&self, type_id: u64, type_name: &'static str, payload: Bytes) {

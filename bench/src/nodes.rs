@@ -1,0 +1,82 @@
+//! Child node processes: the benchmark binary runs itself with a hidden
+//! role subcommand, so every node of a workload is its own OS process.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+
+use plexus::NodeConfig;
+
+/// A child process running one role; killed when dropped.
+pub struct ChildNode {
+    child: Child,
+    /// What the child printed after `READY ` (its listen URI or address).
+    pub ready: String,
+}
+
+impl ChildNode {
+    /// Starts `plexus-bench <args...>` and waits for its `READY` line.
+    pub fn start(args: &[String]) -> ChildNode {
+        let exe = std::env::current_exe().expect("path of the benchmark binary");
+        let mut child = Command::new(exe)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start a child node");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        let ready = loop {
+            match lines.next() {
+                Some(Ok(l)) => {
+                    if let Some(r) = l.strip_prefix("READY ") {
+                        break r.to_owned();
+                    }
+                }
+                _ => panic!("child node {args:?} exited before it was ready"),
+            }
+        };
+        // Keep draining the child's stdout so it never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        ChildNode { child, ready }
+    }
+}
+
+impl Drop for ChildNode {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The node configuration and listen URI for `--transport`: a scheme
+/// (`tcp`, `udp`, `uds`) or a whole stack spec (`udp / slicing / delivery`).
+pub fn transport(spec_or_scheme: &str) -> (NodeConfig, String) {
+    let cfg = NodeConfig::default().cookie("plexus-bench");
+    let t = spec_or_scheme.trim();
+    if !t.contains('/') {
+        let listen = match t {
+            "uds" => format!(
+                "uds://{}",
+                std::env::temp_dir()
+                    .join(format!("plexus-bench-{}.sock", std::process::id()))
+                    .display()
+            ),
+            "mem" => panic!("--transport mem has no meaning across processes"),
+            scheme => format!("{scheme}://127.0.0.1:0"),
+        };
+        return (cfg, listen);
+    }
+    // A stack spec: a private scheme for it, over the spec's transport.
+    let kind = t.split('/').next().unwrap_or("tcp").trim().to_owned();
+    let listen = if kind == "uds" {
+        format!(
+            "bench://{}",
+            std::env::temp_dir()
+                .join(format!("plexus-bench-{}.sock", std::process::id()))
+                .display()
+        )
+    } else {
+        "bench://127.0.0.1:0".to_owned()
+    };
+    (cfg.scheme("bench", t), listen)
+}

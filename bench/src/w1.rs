@@ -1,0 +1,269 @@
+//! W1 pingpong: 1 ping node, N pong node processes, one message in flight
+//! per pong; round trips per second and latency percentiles. The baseline
+//! is the same pattern with plain tokio: length-prefixed frames over TCP,
+//! no actors.
+
+use std::time::{Duration, Instant};
+
+use plexus::prelude::*;
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::nodes::{self, ChildNode};
+use crate::report::ResultLine;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Pong nodes.
+    #[arg(long, default_value_t = 1)]
+    n: usize,
+    /// Scheme (`tcp`, `udp`, `uds`) or stack spec.
+    #[arg(long, default_value = "tcp")]
+    transport: String,
+    /// Seconds of warm-up.
+    #[arg(long, default_value_t = 2.0)]
+    warmup: f64,
+    /// Seconds measured.
+    #[arg(long, default_value_t = 10.0)]
+    duration: f64,
+    /// Run only the plain-tokio baseline.
+    #[arg(long)]
+    baseline: bool,
+}
+
+/// A ping with the ref to answer to.
+#[derive(Serialize, Deserialize)]
+pub struct Ping(pub u64, pub ActorRef<Pong>);
+remote_message!(Ping = "bench.Ping");
+
+/// The answer.
+#[derive(Serialize, Deserialize)]
+pub struct Pong(pub u64);
+remote_message!(Pong = "bench.Pong");
+
+/// Role of a pong node process: serve `pong` until killed.
+pub async fn pong_node(transport: String) {
+    let system = ActorSystem::new();
+    let (cfg, listen) = nodes::transport(&transport);
+    let node = Node::start(&system, cfg).expect("start the pong node");
+    let uri = node.listen(&listen).await.expect("listen");
+    let pong = system.spawn_fn(|Ping(n, to), _ctx| to.tell(Pong(n)));
+    node.publish(&pong, "pong").expect("publish pong");
+    println!("READY {uri}/pong");
+    std::future::pending::<()>().await;
+}
+
+/// Role of a baseline pong process: echo length-prefixed frames.
+pub async fn pong_baseline() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    println!("READY {}", listener.local_addr().expect("local addr"));
+    loop {
+        let (mut s, _) = listener.accept().await.expect("accept");
+        s.set_nodelay(true).expect("nodelay");
+        tokio::spawn(async move {
+            let mut buf = [0u8; 12];
+            while s.read_exact(&mut buf).await.is_ok() {
+                if s.write_all(&buf).await.is_err() {
+                    break;
+                }
+            }
+        });
+    }
+}
+
+/// Per-pinger samples: round-trip times (µs) inside the measured window.
+struct Pinger {
+    pong: ActorRef<Ping>,
+    me: Option<ActorRef<Pong>>,
+    sent_at: Instant,
+    measure_from: Instant,
+    measure_to: Instant,
+    samples: Vec<u32>,
+    done: Option<tokio::sync::oneshot::Sender<Vec<u32>>>,
+}
+
+enum PingerMsg {
+    Start(ActorRef<Pong>),
+    Pong(Pong),
+}
+
+impl From<Pong> for PingerMsg {
+    fn from(p: Pong) -> Self {
+        PingerMsg::Pong(p)
+    }
+}
+
+impl Actor for Pinger {
+    type Msg = PingerMsg;
+    async fn handle(&mut self, msg: PingerMsg, _ctx: &mut Context<PingerMsg>) {
+        match msg {
+            PingerMsg::Start(me) => {
+                self.sent_at = Instant::now();
+                self.pong.tell(Ping(0, me.clone()));
+                self.me = Some(me);
+            }
+            PingerMsg::Pong(Pong(n)) => {
+                let now = Instant::now();
+                if now >= self.measure_from && now < self.measure_to {
+                    let rtt = now.duration_since(self.sent_at).as_micros();
+                    self.samples.push(rtt.min(u32::MAX.into()) as u32);
+                }
+                if now >= self.measure_to {
+                    if let Some(d) = self.done.take() {
+                        let _ = d.send(std::mem::take(&mut self.samples));
+                    }
+                    return;
+                }
+                self.sent_at = now;
+                if let Some(me) = &self.me {
+                    self.pong.tell(Ping(n + 1, me.clone()));
+                }
+            }
+        }
+    }
+}
+
+pub fn run(args: &Args) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let warmup = Duration::from_secs_f64(args.warmup);
+    let duration = Duration::from_secs_f64(args.duration);
+    let base = {
+        let pongs: Vec<ChildNode> = (0..args.n)
+            .map(|_| ChildNode::start(&["w1-pong-baseline".into()]))
+            .collect();
+        let addrs: Vec<String> = pongs.iter().map(|p| p.ready.clone()).collect();
+        rt.block_on(async move { tokio::spawn(ping_baseline(addrs, warmup, duration)).await })
+            .expect("baseline ping task")
+    };
+    report(args, "baseline", &base, None);
+    if args.baseline {
+        return;
+    }
+    let pongs: Vec<ChildNode> = (0..args.n)
+        .map(|_| {
+            ChildNode::start(&[
+                "w1-pong".into(),
+                "--transport".into(),
+                args.transport.clone(),
+            ])
+        })
+        .collect();
+    let uris: Vec<String> = pongs.iter().map(|p| p.ready.clone()).collect();
+    let transport = args.transport.clone();
+    let ours = rt
+        .block_on(async move { tokio::spawn(ping_plexus(uris, transport, warmup, duration)).await })
+        .expect("plexus ping task");
+    report(args, "plexus", &ours, Some(&base));
+}
+
+/// All samples of a run and its measured window.
+struct Run {
+    samples: Vec<u32>,
+    seconds: f64,
+}
+
+async fn ping_plexus(
+    uris: Vec<String>,
+    transport: String,
+    warmup: Duration,
+    duration: Duration,
+) -> Run {
+    let system = ActorSystem::new();
+    let (cfg, _) = nodes::transport(&transport);
+    let node = Node::start(&system, cfg).expect("start the ping node");
+    let start = Instant::now();
+    let (from, to) = (start + warmup, start + warmup + duration);
+    let mut waits = Vec::new();
+    for uri in &uris {
+        let pong: ActorRef<Ping> = node.resolve(uri).await.expect("resolve pong");
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let pinger = system.spawn(Pinger {
+            pong,
+            me: None,
+            sent_at: start,
+            measure_from: from,
+            measure_to: to,
+            samples: Vec::new(),
+            done: Some(tx),
+        });
+        pinger.tell(PingerMsg::Start(pinger.narrow()));
+        waits.push(rx);
+    }
+    let mut samples = Vec::new();
+    for w in waits {
+        samples.extend(w.await.expect("pinger finished"));
+    }
+    node.shutdown().await;
+    system.shutdown().await;
+    Run {
+        samples,
+        seconds: duration.as_secs_f64(),
+    }
+}
+
+async fn ping_baseline(addrs: Vec<String>, warmup: Duration, duration: Duration) -> Run {
+    let start = Instant::now();
+    let (from, to) = (start + warmup, start + warmup + duration);
+    let mut tasks = Vec::new();
+    for a in addrs {
+        tasks.push(tokio::spawn(async move {
+            let mut s = tokio::net::TcpStream::connect(&a)
+                .await
+                .expect("connect pong");
+            s.set_nodelay(true).expect("nodelay");
+            let mut samples = Vec::new();
+            let mut n = 0u64;
+            let mut frame = [0u8; 12];
+            loop {
+                let sent = Instant::now();
+                frame[..4].copy_from_slice(&8u32.to_le_bytes());
+                frame[4..].copy_from_slice(&n.to_le_bytes());
+                s.write_all(&frame).await.expect("write ping");
+                s.read_exact(&mut frame).await.expect("read pong");
+                let now = Instant::now();
+                if now >= from && now < to {
+                    samples.push(now.duration_since(sent).as_micros().min(u32::MAX.into()) as u32);
+                }
+                if now >= to {
+                    break samples;
+                }
+                n += 1;
+            }
+        }));
+    }
+    let mut samples = Vec::new();
+    for t in tasks {
+        samples.extend(t.await.expect("baseline pinger"));
+    }
+    Run {
+        samples,
+        seconds: duration.as_secs_f64(),
+    }
+}
+
+fn report(args: &Args, system: &str, run: &Run, base: Option<&Run>) {
+    let mut s = run.samples.clone();
+    s.sort_unstable();
+    let pct = |p: f64| {
+        s.get(((s.len() as f64 * p) as usize).min(s.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or(0)
+    };
+    let rate = s.len() as f64 / run.seconds;
+    let mut line = ResultLine::new("w1", system)
+        .field("rtt_per_s", format!("{rate:.0}"))
+        .field("p50_us", pct(0.50))
+        .field("p99_us", pct(0.99))
+        .field("n", args.n)
+        .field("transport", args.transport.replace(' ', ""));
+    if let Some(b) = base {
+        let b_rate = b.samples.len() as f64 / b.seconds;
+        line = line.field("vs_baseline", format!("{:.2}", rate / b_rate));
+    }
+    line.print();
+}

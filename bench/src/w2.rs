@@ -1,0 +1,293 @@
+//! W2 stream: N source node processes send `Value(u64)` messages, one value
+//! each, to one sink actor under credit flow control in user code (100,000
+//! at start, 50,000 more per 50,000 received from that source). Reports the
+//! median of the 1-second windows of values received. The baseline is the
+//! same protocol with plain tokio: length-prefixed frames over TCP through
+//! a buffered writer.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use plexus::prelude::*;
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
+
+use crate::nodes::{self, ChildNode};
+use crate::report::{median, ResultLine};
+
+const INITIAL_CREDIT: u64 = 100_000;
+const CREDIT_STEP: u64 = 50_000;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Source nodes.
+    #[arg(long, default_value_t = 1)]
+    n: usize,
+    /// Scheme (`tcp`, `udp`, `uds`) or stack spec.
+    #[arg(long, default_value = "tcp")]
+    transport: String,
+    /// Seconds of warm-up.
+    #[arg(long, default_value_t = 2.0)]
+    warmup: f64,
+    /// Seconds measured (1-second windows).
+    #[arg(long, default_value_t = 10.0)]
+    duration: f64,
+    /// Run only the plain-tokio baseline.
+    #[arg(long)]
+    baseline: bool,
+}
+
+/// A source introduces itself with its index and where to send credit.
+#[derive(Serialize, Deserialize)]
+pub struct Hello(pub u64, pub ActorRef<Credit>);
+remote_message!(Hello = "bench.Hello");
+
+/// Permission to send this many more values.
+#[derive(Serialize, Deserialize)]
+pub struct Credit(pub u64);
+remote_message!(Credit = "bench.Credit");
+
+/// One value; the source index is in the top 16 bits.
+#[derive(Serialize, Deserialize)]
+pub struct Value(pub u64);
+remote_message!(Value = "bench.Value");
+
+enum SinkMsg {
+    Hello(Hello),
+    Value(Value),
+}
+impl From<Hello> for SinkMsg {
+    fn from(h: Hello) -> Self {
+        SinkMsg::Hello(h)
+    }
+}
+impl From<Value> for SinkMsg {
+    fn from(v: Value) -> Self {
+        SinkMsg::Value(v)
+    }
+}
+
+/// Role of a source node process.
+pub async fn source_node(sink: String, index: u64, transport: String) {
+    let system = ActorSystem::new();
+    let (cfg, _) = nodes::transport(&transport);
+    let node = Node::start(&system, cfg).expect("start the source node");
+    let values: ActorRef<Value> = node
+        .resolve(&sink)
+        .await
+        .expect("resolve the sink (values)");
+    let hello: ActorRef<Hello> = node.resolve(&sink).await.expect("resolve the sink (hello)");
+    let mut seq = 0u64;
+    let source = system.spawn_fn(move |Credit(k), _ctx| {
+        for _ in 0..k {
+            values.tell(Value(index << 48 | seq));
+            seq += 1;
+        }
+    });
+    hello.tell(Hello(index, source));
+    println!("READY source {index}");
+    std::future::pending::<()>().await;
+}
+
+/// Role of a baseline source process.
+pub async fn source_baseline(sink: String, index: u64) {
+    let s = tokio::net::TcpStream::connect(&sink)
+        .await
+        .expect("connect the sink");
+    s.set_nodelay(true).expect("nodelay");
+    let (mut rd, wr) = s.into_split();
+    let credit = Arc::new(AtomicU64::new(0));
+    let more = Arc::new(tokio::sync::Notify::new());
+    {
+        let (credit, more) = (credit.clone(), more.clone());
+        tokio::spawn(async move {
+            let mut frame = [0u8; 12];
+            while rd.read_exact(&mut frame).await.is_ok() {
+                let k = u64::from_le_bytes(frame[4..].try_into().expect("8 bytes"));
+                credit.fetch_add(k, Ordering::AcqRel);
+                more.notify_one();
+            }
+        });
+    }
+    let mut w = BufWriter::with_capacity(64 << 10, wr);
+    w.write_all(&frame(index)).await.expect("hello");
+    w.flush().await.expect("flush");
+    println!("READY source {index}");
+    let mut seq = 0u64;
+    loop {
+        let available = credit.swap(0, Ordering::AcqRel);
+        if available == 0 {
+            w.flush().await.expect("flush");
+            more.notified().await;
+            continue;
+        }
+        for _ in 0..available {
+            w.write_all(&frame(index << 48 | seq))
+                .await
+                .expect("write value");
+            seq += 1;
+        }
+    }
+}
+
+fn frame(v: u64) -> [u8; 12] {
+    let mut f = [0u8; 12];
+    f[..4].copy_from_slice(&8u32.to_le_bytes());
+    f[4..].copy_from_slice(&v.to_le_bytes());
+    f
+}
+
+pub fn run(args: &Args) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let warmup = Duration::from_secs_f64(args.warmup);
+    let duration = Duration::from_secs_f64(args.duration);
+    let n = args.n;
+    let base = rt
+        .block_on(async move { tokio::spawn(sink_baseline(n, warmup, duration)).await })
+        .expect("baseline sink");
+    report(args, "baseline", base, None);
+    if args.baseline {
+        return;
+    }
+    let transport = args.transport.clone();
+    let ours = rt
+        .block_on(async move { tokio::spawn(sink_plexus(n, transport, warmup, duration)).await })
+        .expect("plexus sink");
+    report(args, "plexus", ours, Some(base));
+}
+
+/// Samples `total` once a second; returns the median rate over the
+/// measured windows.
+async fn windows(total: &AtomicU64, warmup: Duration, duration: Duration) -> f64 {
+    tokio::time::sleep(warmup).await;
+    let mut rates = Vec::new();
+    let mut last = total.load(Ordering::Acquire);
+    let mut t = Instant::now();
+    let windows = duration.as_secs_f64().round().max(1.0) as usize;
+    for _ in 0..windows {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = total.load(Ordering::Acquire);
+        let elapsed = t.elapsed().as_secs_f64();
+        rates.push((now - last) as f64 / elapsed);
+        last = now;
+        t = Instant::now();
+    }
+    median(&mut rates)
+}
+
+async fn sink_plexus(n: usize, transport: String, warmup: Duration, duration: Duration) -> f64 {
+    let system = ActorSystem::new();
+    let (cfg, listen) = nodes::transport(&transport);
+    let node = Node::start(&system, cfg).expect("start the sink node");
+    let uri = node.listen(&listen).await.expect("listen");
+    let total = Arc::new(AtomicU64::new(0));
+    let counted = total.clone();
+    let mut received: Vec<u64> = Vec::new();
+    let mut credit_to: Vec<Option<ActorRef<Credit>>> = Vec::new();
+    let sink = system.spawn_fn(move |msg: SinkMsg, _ctx| match msg {
+        SinkMsg::Hello(Hello(i, to)) => {
+            let i = i as usize;
+            if credit_to.len() <= i {
+                credit_to.resize(i + 1, None);
+                received.resize(i + 1, 0);
+            }
+            to.tell(Credit(INITIAL_CREDIT));
+            credit_to[i] = Some(to);
+        }
+        SinkMsg::Value(Value(v)) => {
+            let i = (v >> 48) as usize;
+            counted.fetch_add(1, Ordering::Relaxed);
+            if let Some(r) = received.get_mut(i) {
+                *r += 1;
+                if *r % CREDIT_STEP == 0 {
+                    if let Some(Some(to)) = credit_to.get(i) {
+                        to.tell(Credit(CREDIT_STEP));
+                    }
+                }
+            }
+        }
+    });
+    node.publish(&sink.narrow::<Hello>(), "sink")
+        .expect("publish");
+    node.publish(&sink.narrow::<Value>(), "sink")
+        .expect("publish");
+    let sink_uri = format!("{uri}/sink");
+    let _sources: Vec<ChildNode> = (0..n)
+        .map(|i| {
+            ChildNode::start(&[
+                "w2-source".into(),
+                "--sink".into(),
+                sink_uri.clone(),
+                "--index".into(),
+                i.to_string(),
+                "--transport".into(),
+                transport.clone(),
+            ])
+        })
+        .collect();
+    let rate = windows(&total, warmup, duration).await;
+    node.shutdown().await;
+    rate
+}
+
+async fn sink_baseline(n: usize, warmup: Duration, duration: Duration) -> f64 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr").to_string();
+    let total = Arc::new(AtomicU64::new(0));
+    let counted = total.clone();
+    tokio::spawn(async move {
+        loop {
+            let (s, _) = listener.accept().await.expect("accept");
+            s.set_nodelay(true).expect("nodelay");
+            let counted = counted.clone();
+            tokio::spawn(async move {
+                let (rd, mut wr) = s.into_split();
+                let mut rd = BufReader::with_capacity(64 << 10, rd);
+                let mut f = [0u8; 12];
+                if rd.read_exact(&mut f).await.is_err() {
+                    return;
+                }
+                wr.write_all(&frame(INITIAL_CREDIT)).await.expect("credit");
+                let mut received = 0u64;
+                while rd.read_exact(&mut f).await.is_ok() {
+                    counted.fetch_add(1, Ordering::Relaxed);
+                    received += 1;
+                    if received % CREDIT_STEP == 0
+                        && wr.write_all(&frame(CREDIT_STEP)).await.is_err()
+                    {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    let _sources: Vec<ChildNode> = (0..n)
+        .map(|i| {
+            ChildNode::start(&[
+                "w2-source-baseline".into(),
+                "--sink".into(),
+                addr.clone(),
+                "--index".into(),
+                i.to_string(),
+            ])
+        })
+        .collect();
+    windows(&total, warmup, duration).await
+}
+
+fn report(args: &Args, system: &str, rate: f64, base: Option<f64>) {
+    let mut line = ResultLine::new("w2", system)
+        .field("values_per_s", format!("{rate:.0}"))
+        .field("n", args.n)
+        .field("transport", args.transport.replace(' ', ""));
+    if let Some(b) = base {
+        line = line.field("vs_baseline", format!("{:.3}", rate / b));
+    }
+    line.print();
+}
