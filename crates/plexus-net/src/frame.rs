@@ -292,22 +292,6 @@ impl Frame {
         self.to_bytes()
     }
 
-    /// [`into_bytes`](Frame::into_bytes) without moving the frame: takes
-    /// its bytes and leaves it empty (for frames read in place in a queue).
-    pub(crate) fn take_bytes(&mut self) -> Bytes {
-        let bytes = if self.header_len() == 0 && self.nsegs <= 1 {
-            self.segs[0].take().unwrap_or_default()
-        } else {
-            let bytes = self.to_bytes();
-            self.segs = [const { None }; INLINE_SEGMENTS];
-            bytes
-        };
-        self.head_start = HEADROOM as u8;
-        self.nsegs = 0;
-        self.len = 0;
-        bytes
-    }
-
     /// Copies the frame into one new `Bytes`.
     pub fn to_bytes(&self) -> Bytes {
         let mut buf = BytesMut::with_capacity(self.len);

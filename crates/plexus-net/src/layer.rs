@@ -4,6 +4,8 @@
 use std::collections::VecDeque;
 use std::time::Instant;
 
+use bytes::Bytes;
+
 use crate::error::{LinkError, ReceiveError, SendError};
 use crate::frame::Frame;
 
@@ -114,6 +116,11 @@ pub struct Output {
     pub(crate) up: VecDeque<Frame>,
     pub(crate) events: VecDeque<LinkEvent>,
     pub(crate) close: Option<LinkError>,
+    /// Set by the stack on its top layer's output: frames pushed up are
+    /// whole messages for the application, turned into `Bytes` on the spot
+    /// (into `app`) instead of being queued as frames and moved again.
+    pub(crate) to_app: bool,
+    pub(crate) app: VecDeque<Bytes>,
 }
 
 impl Output {
@@ -131,7 +138,11 @@ impl Output {
     /// Passes `frame` to the layer above (or the application).
     #[inline]
     pub fn push_up(&mut self, frame: Frame) {
-        self.up.push_back(frame);
+        if self.to_app {
+            self.app.push_back(frame.into_bytes());
+        } else {
+            self.up.push_back(frame);
+        }
     }
 
     /// Reports `event` to the layers above and the driver.

@@ -121,11 +121,14 @@ impl Stack {
             transport,
             layers,
             outs: (0..n.max(1))
-                .map(|_| Output {
+                .map(|i| Output {
                     down: VecDeque::with_capacity(QUEUE_CAPACITY),
-                    up: VecDeque::with_capacity(QUEUE_CAPACITY),
+                    // The top layer hands messages up as `Bytes` (`app`).
+                    up: VecDeque::with_capacity(if i + 1 == n { 0 } else { QUEUE_CAPACITY }),
                     events: VecDeque::with_capacity(8),
                     close: None,
+                    to_app: i + 1 == n,
+                    app: VecDeque::with_capacity(if i + 1 == n { QUEUE_CAPACITY } else { 0 }),
                 })
                 .collect(),
             raised: VecDeque::with_capacity(8),
@@ -266,6 +269,27 @@ impl Stack {
         Some(frame)
     }
 
+    /// Hands every frame waiting for the transport to `f`, in order, in
+    /// place: the same frames as draining [`poll_transmit`](Stack::poll_transmit),
+    /// without moving each one out of the queue. `f` reads the frame, or
+    /// takes it with [`std::mem::take`] to keep it; the queue is empty
+    /// afterwards.
+    pub fn drain_transmit(&mut self, mut f: impl FnMut(&mut Frame)) {
+        let queue = &mut self.outs[0].down;
+        self.stats.transmitted += queue.len() as u64;
+        for frame in queue.iter_mut() {
+            f(frame);
+        }
+        queue.clear();
+    }
+
+    /// Moves every whole message for the application to the back of `dst`,
+    /// in order: the same messages as draining
+    /// [`poll_receive`](Stack::poll_receive), in one call.
+    pub fn drain_receive(&mut self, dst: &mut VecDeque<Bytes>) {
+        dst.append(&mut self.receive);
+    }
+
     /// The next whole message for the application.
     pub fn poll_receive(&mut self) -> Option<Bytes> {
         self.receive.pop_front()
@@ -300,14 +324,11 @@ impl Stack {
     #[inline(always)]
     fn after_call(&mut self, i: usize) {
         let out = &mut self.outs[i];
-        if i + 1 == self.layers.len() {
-            // Read in place, then popped empty: moving the whole frame out
-            // first would copy it.
-            while let Some(frame) = out.up.front_mut() {
-                self.stats.received += 1;
-                self.receive.push_back(frame.take_bytes());
-                out.up.pop_front();
-            }
+        // Only the top layer's output has `to_app` set: what it pushed up
+        // is already `Bytes`.
+        if !out.app.is_empty() {
+            self.stats.received += out.app.len() as u64;
+            self.receive.append(&mut out.app);
         }
         while let Some(event) = out.events.pop_front() {
             self.raised.push_back((i, event));

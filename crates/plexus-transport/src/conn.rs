@@ -75,7 +75,7 @@ impl Conn {
             };
             moved += message.len() + MESSAGE_OVERHEAD;
             released += self.shared.cost(message.len());
-            self.stack_send(now, message.into());
+            self.stack_send(now, message);
             if self.held.is_some() || self.stack.is_closed() {
                 break;
             }
@@ -97,7 +97,7 @@ impl Conn {
         self.outq.pop_front()
     }
 
-    fn stack_send(&mut self, now: Instant, frame: Frame) {
+    fn stack_send(&mut self, now: Instant, frame: impl Into<Frame>) {
         match self.stack.handle_send(now, frame) {
             Ok(()) => {}
             Err(StackSendError::WouldBlock(frame)) => self.held = Some(frame),

@@ -100,9 +100,7 @@ async fn run<S: StreamSocket>(socket: &mut S, conn: &mut Conn, notify: &Notify) 
     let mut spins = 0u32;
     loop {
         let more = conn.pump_send(now(), WRITE_BUDGET.saturating_sub(out.bytes));
-        while let Some(frame) = conn.stack.poll_transmit() {
-            out.push(frame);
-        }
+        conn.stack.drain_transmit(|frame| out.push(frame));
         conn.deliver();
         if let Some(reason) = conn.stack.close_reason() {
             // Best effort: a final ack or close notice may still get out.
@@ -204,7 +202,9 @@ pub(crate) struct WriteQueue {
 }
 
 impl WriteQueue {
-    pub(crate) fn push(&mut self, frame: Frame) {
+    /// Queues `frame`, read in place: small frames are copied, large ones
+    /// taken (leaving an empty frame behind).
+    pub(crate) fn push(&mut self, frame: &mut Frame) {
         self.bytes += frame.len();
         if frame.len() <= COPY_MAX {
             if self.staging.capacity() - self.staging.len() < frame.len() {
@@ -214,7 +214,8 @@ impl WriteQueue {
             frame.extend_into(&mut self.staging);
         } else {
             self.seal();
-            self.items.push_back(Item::Chain(Box::new(frame)));
+            self.items
+                .push_back(Item::Chain(Box::new(std::mem::take(frame))));
         }
     }
 
