@@ -36,17 +36,23 @@ pub const INLINE_SEGMENTS: usize = 4;
 /// A message or packet in flight through a stack: inline headers followed by
 /// up to [`INLINE_SEGMENTS`] payload segments.
 ///
+/// The first payload segment is held inline, the others out of line (a frame
+/// of two or more segments is rare: a spilled header, a slice of a frame with
+/// headers), so the frame stays small to move through the stack's queues.
+///
 /// Cloning a frame copies the inline headroom and bumps the reference counts
-/// of the payload segments; it never copies payload bytes.
+/// of the payload segments; it never copies payload bytes (nor allocates, for
+/// a frame of at most one segment).
 #[derive(Clone)]
 pub struct Frame {
     head: [u8; HEADROOM],
     /// Headers occupy `head[head_start..]`.
     head_start: u8,
-    nsegs: u8,
-    /// `segs[..nsegs]` are `Some` and non-empty, the rest `None` (so that
-    /// dropping or cloning a frame skips the unused slots).
-    segs: [Option<Bytes>; INLINE_SEGMENTS],
+    /// The first payload segment; empty only when the frame has none.
+    first: Bytes,
+    /// Payload segments after `first`, each non-empty; empty while `first`
+    /// is. At most `INLINE_SEGMENTS - 1`.
+    rest: Vec<Bytes>,
     len: usize,
 }
 
@@ -62,25 +68,20 @@ impl Frame {
         Self {
             head: [0; HEADROOM],
             head_start: HEADROOM as u8,
-            nsegs: 0,
-            segs: [const { None }; INLINE_SEGMENTS],
+            first: Bytes::new(),
+            rest: Vec::new(),
             len: 0,
         }
     }
 
     /// A frame whose payload is `payload`, without copying it.
     pub fn from_payload(payload: Bytes) -> Self {
-        // Built field by field rather than `new` + `push_payload`: the
-        // compiler then writes the frame in place instead of copying an
-        // empty template first (the receive path builds one per datagram).
         let len = payload.len();
-        let mut segs = [const { None }; INLINE_SEGMENTS];
-        segs[0] = (len > 0).then_some(payload);
         Self {
             head: [0; HEADROOM],
             head_start: HEADROOM as u8,
-            nsegs: u8::from(len > 0),
-            segs,
+            first: if len > 0 { payload } else { Bytes::new() },
+            rest: Vec::new(),
             len,
         }
     }
@@ -100,6 +101,36 @@ impl Frame {
         HEADROOM - self.head_start as usize
     }
 
+    /// Number of payload segments.
+    fn segments(&self) -> usize {
+        if self.first.is_empty() {
+            0
+        } else {
+            1 + self.rest.len()
+        }
+    }
+
+    /// The payload segments in order.
+    fn segs(&self) -> impl Iterator<Item = &Bytes> + '_ {
+        std::iter::once(&self.first)
+            .filter(|s| !s.is_empty())
+            .chain(self.rest.iter())
+    }
+
+    /// Merges the last two payload segments into one (allocates; only for
+    /// chains at [`INLINE_SEGMENTS`], so there are at least two).
+    fn coalesce_tail(&mut self) {
+        let last = self.rest.pop().unwrap_or_default();
+        let prev = match self.rest.last_mut() {
+            Some(prev) => prev,
+            None => &mut self.first,
+        };
+        let mut joined = BytesMut::with_capacity(prev.len() + last.len());
+        joined.extend_from_slice(prev);
+        joined.extend_from_slice(&last);
+        *prev = joined.freeze();
+    }
+
     /// Appends a payload segment at the end of the chain, without copying it
     /// unless the chain is already [`INLINE_SEGMENTS`] long (then the last
     /// segment and `segment` are coalesced into one).
@@ -108,16 +139,14 @@ impl Frame {
             return;
         }
         self.len += segment.len();
-        let n = self.nsegs as usize;
-        if n < INLINE_SEGMENTS {
-            self.segs[n] = Some(segment);
-            self.nsegs += 1;
+        let n = self.segments();
+        if n == 0 {
+            self.first = segment;
         } else {
-            let last = self.segs[n - 1].take().unwrap_or_default();
-            let mut joined = BytesMut::with_capacity(last.len() + segment.len());
-            joined.extend_from_slice(&last);
-            joined.extend_from_slice(&segment);
-            self.segs[n - 1] = Some(joined.freeze());
+            self.rest.push(segment);
+            if n == INLINE_SEGMENTS {
+                self.coalesce_tail();
+            }
         }
     }
 
@@ -142,21 +171,14 @@ impl Frame {
         seg.extend_from_slice(header);
         seg.extend_from_slice(&self.head[self.head_start as usize..]);
         self.head_start = HEADROOM as u8;
-        let n = self.nsegs as usize;
-        if n == INLINE_SEGMENTS {
+        if self.segments() == INLINE_SEGMENTS {
             // Make room: coalesce the last two segments.
-            let last = self.segs[n - 1].take().unwrap_or_default();
-            let prev = self.segs[n - 2].take().unwrap_or_default();
-            let mut joined = BytesMut::with_capacity(prev.len() + last.len());
-            joined.extend_from_slice(&prev);
-            joined.extend_from_slice(&last);
-            self.segs[n - 2] = Some(joined.freeze());
-            self.nsegs -= 1;
+            self.coalesce_tail();
         }
-        let n = self.nsegs as usize;
-        self.segs[..=n].rotate_right(1);
-        self.segs[0] = Some(seg.freeze());
-        self.nsegs += 1;
+        let old = std::mem::replace(&mut self.first, seg.freeze());
+        if !old.is_empty() {
+            self.rest.insert(0, old);
+        }
         self.len += header.len();
     }
 
@@ -164,12 +186,9 @@ impl Frame {
     /// non-empty), then each payload segment.
     pub fn chunks(&self) -> impl Iterator<Item = &[u8]> + '_ {
         let head = &self.head[self.head_start as usize..];
-        std::iter::once(head).filter(|h| !h.is_empty()).chain(
-            self.segs[..self.nsegs as usize]
-                .iter()
-                .flatten()
-                .map(|s| &s[..]),
-        )
+        std::iter::once(head)
+            .filter(|h| !h.is_empty())
+            .chain(self.segs().map(|s| &s[..]))
     }
 
     /// Fills `dst` with one [`IoSlice`] per chunk for a vectored write and
@@ -186,7 +205,11 @@ impl Frame {
 
     /// The first contiguous chunk (empty for an empty frame).
     pub fn first_chunk(&self) -> &[u8] {
-        self.chunks().next().unwrap_or(&[])
+        if self.head_start as usize != HEADROOM {
+            &self.head[self.head_start as usize..]
+        } else {
+            &self.first
+        }
     }
 
     /// The first `min(self.len(), scratch.len())` bytes of the frame:
@@ -231,24 +254,25 @@ impl Frame {
         self.head_start += from_head as u8;
         n -= from_head;
         while n > 0 {
-            // n <= remaining payload, so a first segment exists.
-            let Some(first) = &mut self.segs[0] else {
-                break;
-            };
-            if n < first.len() {
-                first.advance(n);
+            // n <= remaining payload, so `first` is non-empty.
+            if self.first.is_empty() {
                 break;
             }
-            n -= first.len();
+            if n < self.first.len() {
+                self.first.advance(n);
+                break;
+            }
+            n -= self.first.len();
             self.remove_first_segment();
         }
     }
 
     fn remove_first_segment(&mut self) {
-        let n = self.nsegs as usize;
-        self.segs[..n].rotate_left(1);
-        self.segs[n - 1] = None;
-        self.nsegs -= 1;
+        self.first = if self.rest.is_empty() {
+            Bytes::new()
+        } else {
+            self.rest.remove(0)
+        };
     }
 
     /// A new frame holding bytes `start..end` of this one, sharing the
@@ -269,7 +293,7 @@ impl Frame {
             }
             pos += head.len();
         }
-        for seg in self.segs[..self.nsegs as usize].iter().flatten() {
+        for seg in self.segs() {
             let (s, e) = (start.max(pos), end.min(pos + seg.len()));
             if s < e {
                 out.push_payload(seg.slice(s - pos..e - pos));
@@ -285,9 +309,9 @@ impl Frame {
     /// The frame as one `Bytes`: free when it is a single payload segment
     /// with no headers (the usual case on the receive path), otherwise one
     /// allocation and copy.
-    pub fn into_bytes(mut self) -> Bytes {
-        if self.header_len() == 0 && self.nsegs <= 1 {
-            return self.segs[0].take().unwrap_or_default();
+    pub fn into_bytes(self) -> Bytes {
+        if self.header_len() == 0 && self.rest.is_empty() {
+            return self.first;
         }
         self.to_bytes()
     }
@@ -319,7 +343,7 @@ impl fmt::Debug for Frame {
         f.debug_struct("Frame")
             .field("len", &self.len)
             .field("header_len", &self.header_len())
-            .field("segments", &self.nsegs)
+            .field("segments", &self.segments())
             .finish()
     }
 }
@@ -336,6 +360,16 @@ mod tests {
 
     fn bytes_of(frame: &Frame) -> Vec<u8> {
         frame.chunks().flatten().copied().collect()
+    }
+
+    #[test]
+    fn frame_stays_small_to_move_through_queues() {
+        // Headroom, one inline segment, the out-of-line tail, the length.
+        assert!(
+            std::mem::size_of::<Frame>() <= HEADROOM + 72,
+            "{}",
+            std::mem::size_of::<Frame>()
+        );
     }
 
     #[test]
