@@ -1,0 +1,24 @@
+//! The handshake fed arbitrary frames (split from the input at 0xff bytes):
+//! never panics, and never completes without a valid cookie proof.
+#![no_main]
+
+use bytes::Bytes;
+use libfuzzer_sys::fuzz_target;
+use plexus_core::NodeId;
+use plexus_remote::handshake::Handshake;
+use plexus_remote::wire::Frame;
+
+fuzz_target!(|data: &[u8]| {
+    let mut hs = Handshake::new(NodeId::from_u64(1), "fuzz-cookie", [3; 16], vec![]);
+    for chunk in data.split(|b| *b == 0xff) {
+        let Ok(frame) = Frame::decode(Bytes::copy_from_slice(chunk)) else {
+            continue;
+        };
+        match hs.handle_frame(frame) {
+            // A random input cannot forge the keyed proof for our nonce.
+            Ok((_, Some(_peer))) => panic!("handshake completed without the cookie"),
+            Ok(_) => {}
+            Err(_) => break,
+        }
+    }
+});
