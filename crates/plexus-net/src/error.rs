@@ -6,6 +6,7 @@
 use crate::frame::Frame;
 use crate::layers::compression::CompressionError;
 use crate::layers::delivery::DeliveryError;
+use crate::layers::encryption::EncryptionError;
 use crate::layers::framing::FramingError;
 use crate::layers::heartbeat::HeartbeatError;
 use crate::layers::ordering::OrderingError;
@@ -81,6 +82,9 @@ pub enum ReceiveError {
     /// See [`HeartbeatError`].
     #[error("heartbeat: {0}")]
     Heartbeat(#[from] HeartbeatError),
+    /// See [`EncryptionError`].
+    #[error("encryption: {0}")]
+    Encryption(#[from] EncryptionError),
     /// An error from a user-defined layer.
     #[error("{layer}: {reason}")]
     Custom {
@@ -101,6 +105,7 @@ impl ReceiveError {
             ReceiveError::Slicing(_) | ReceiveError::Delivery(_) => false,
             ReceiveError::Ordering(e) => e.is_fatal(),
             ReceiveError::Compression(_) | ReceiveError::Heartbeat(_) => false,
+            ReceiveError::Encryption(e) => e.is_fatal(),
             ReceiveError::Custom { fatal, .. } => *fatal,
         }
     }
@@ -124,6 +129,11 @@ pub enum LinkError {
         /// Transmissions attempted.
         attempts: u32,
     },
+    /// The encryption layer gave up: the handshake was not answered in time
+    /// (unreachable peer or a different pre-shared key), or the nonce space
+    /// of the session is used up.
+    #[error("encryption: {0}")]
+    Encryption(#[source] EncryptionError),
     /// Strict ordering waited longer than its gap timeout for a missing
     /// message.
     #[error("strict ordering waited {waited_ms} ms for message {missing}")]

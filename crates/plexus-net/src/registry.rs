@@ -55,9 +55,9 @@ use std::sync::Arc;
 
 use crate::layer::{Interface, Layer, LinkContext};
 use crate::layers::{
-    compression::CompressionConfig, delivery::DeliveryConfig, faults::FaultsConfig,
-    framing::FramingConfig, heartbeat::HeartbeatConfig, ordering::OrderingConfig,
-    slicing::SlicingConfig,
+    compression::CompressionConfig, delivery::DeliveryConfig, encryption::EncryptionConfig,
+    faults::FaultsConfig, framing::FramingConfig, heartbeat::HeartbeatConfig,
+    ordering::OrderingConfig, slicing::SlicingConfig,
 };
 use crate::options::{LayerOptions, OptionError};
 
@@ -119,7 +119,7 @@ impl<C: LayerConfig> LayerConstructor for ConfigConstructor<C> {
 
 /// Layer constructors by name. [`LayerRegistry::default`] holds the built-in
 /// layers: `framing`, `slicing`, `delivery`, `ordering`, `compression`,
-/// `heartbeat`, `faults`.
+/// `heartbeat`, `faults`, `encryption`.
 #[derive(Clone)]
 pub struct LayerRegistry {
     constructors: HashMap<String, Arc<dyn LayerConstructor>>,
@@ -135,6 +135,7 @@ impl Default for LayerRegistry {
         registry.register_config::<CompressionConfig>();
         registry.register_config::<HeartbeatConfig>();
         registry.register_config::<FaultsConfig>();
+        registry.register_config::<EncryptionConfig>();
         registry
     }
 }

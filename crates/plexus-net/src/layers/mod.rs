@@ -4,6 +4,7 @@
 
 pub mod compression;
 pub mod delivery;
+pub mod encryption;
 pub mod faults;
 pub mod framing;
 pub mod heartbeat;
