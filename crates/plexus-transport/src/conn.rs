@@ -10,7 +10,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use plexus_net::{Frame, LinkEvent, SendError as StackSendError, Stack};
 
-use crate::error::{CloseReason, LinkClosed};
+use crate::error::CloseReason;
 use crate::link::{lock, Received, Shared, MESSAGE_OVERHEAD};
 
 /// The current time on tokio's clock (so paused-time tests drive stacks too).
@@ -140,7 +140,7 @@ impl Conn {
             }
             return;
         }
-        let notify = {
+        let receiver = {
             let mut inb = lock(&self.shared.inb);
             self.receiver_alive = inb.receiver_alive;
             if inb.receiver_alive {
@@ -152,10 +152,10 @@ impl Conn {
             }
             self.inbox_full = inb.bytes >= self.shared.config.recv_buffer;
             inb.driver_waiting = self.inbox_full;
-            std::mem::take(&mut inb.receiver_waiting)
+            inb.receiver.take()
         };
-        if notify {
-            self.shared.inb_ready.notify_one();
+        if let Some(receiver) = receiver {
+            receiver.wake();
         }
     }
 
@@ -176,16 +176,7 @@ impl Conn {
     pub(crate) fn end_inbound(&mut self, reason: CloseReason) {
         self.deliver();
         self.inbound_ended = true;
-        {
-            let mut inb = lock(&self.shared.inb);
-            if inb.closed.is_none() {
-                inb.closed = Some(LinkClosed {
-                    peer: self.shared.peer.clone(),
-                    reason,
-                });
-            }
-        }
-        self.shared.inb_ready.notify_one();
+        self.shared.close_inbound(reason);
     }
 
     pub(crate) fn inbound_ended(&self) -> bool {

@@ -16,11 +16,13 @@
 //! `delivery` retransmits them).
 
 use std::collections::VecDeque;
+use std::future::poll_fn;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
 
 use bytes::Bytes;
 use plexus_net::LinkEvent;
-use tokio::sync::{Notify, Semaphore, TryAcquireError};
+use tokio::sync::{Semaphore, TryAcquireError};
 
 use crate::error::{CloseReason, LinkClosed, SendError, TrySendError};
 
@@ -77,7 +79,9 @@ pub(crate) struct InState {
     pub(crate) queue: VecDeque<Received>,
     pub(crate) bytes: usize,
     pub(crate) closed: Option<LinkClosed>,
-    pub(crate) receiver_waiting: bool,
+    /// The receiver found the queue empty and waits to be woken by a push
+    /// or the close. Taken by whoever wakes it.
+    pub(crate) receiver: Option<Waker>,
     /// The driver stopped reading because the queue is full.
     pub(crate) driver_waiting: bool,
     pub(crate) receiver_alive: bool,
@@ -92,7 +96,6 @@ pub(crate) struct Shared {
     /// Byte permits for the outbound queue.
     pub(crate) out_space: Semaphore,
     pub(crate) inb: Mutex<InState>,
-    pub(crate) inb_ready: Notify,
     pub(crate) wake_driver: DriverWaker,
 }
 
@@ -130,11 +133,10 @@ impl Shared {
                 queue: VecDeque::with_capacity(256),
                 bytes: 0,
                 closed: None,
-                receiver_waiting: false,
+                receiver: None,
                 driver_waiting: false,
                 receiver_alive: true,
             }),
-            inb_ready: Notify::new(),
             wake_driver,
         })
     }
@@ -148,7 +150,19 @@ impl Shared {
     /// the queued messages, senders get [`SendError::Closed`]. Returns how
     /// many accepted messages were never sent. The first reason wins.
     pub(crate) fn close(&self, reason: CloseReason) -> usize {
-        {
+        self.close_inbound(reason);
+        self.out_space.close();
+        let unsent = std::mem::take(&mut lock(&self.out).queue).len();
+        if unsent > 0 {
+            tracing::warn!(peer = %self.peer, unsent, "link closed with messages not sent");
+        }
+        unsent
+    }
+
+    /// Marks the inbound side closed (the first reason wins) and wakes the
+    /// receiver: it gets the reason after the queued messages.
+    pub(crate) fn close_inbound(&self, reason: CloseReason) {
+        let receiver = {
             let mut inb = lock(&self.inb);
             if inb.closed.is_none() {
                 inb.closed = Some(LinkClosed {
@@ -156,14 +170,11 @@ impl Shared {
                     reason,
                 });
             }
+            inb.receiver.take()
+        };
+        if let Some(receiver) = receiver {
+            receiver.wake();
         }
-        self.inb_ready.notify_one();
-        self.out_space.close();
-        let unsent = std::mem::take(&mut lock(&self.out).queue).len();
-        if unsent > 0 {
-            tracing::warn!(peer = %self.peer, unsent, "link closed with messages not sent");
-        }
-        unsent
     }
 
     pub(crate) fn closed(&self) -> LinkClosed {
@@ -248,6 +259,12 @@ impl LinkSender {
             self.push(message);
             return Ok(());
         }
+        // Boxed: the semaphore's future is large, and the caller moves this
+        // future on every send; only a send that waits pays for the box.
+        Box::pin(self.send_waiting(message, cost)).await
+    }
+
+    async fn send_waiting(&self, message: Bytes, cost: u32) -> Result<(), SendError> {
         match self.shared.out_space.acquire_many(cost).await {
             Ok(permit) => permit.forget(),
             Err(_) => {
@@ -356,28 +373,38 @@ impl LinkReceiver {
     ///
     /// Cancel safe: nothing is lost if the future is dropped.
     pub async fn recv(&mut self) -> Result<Received, LinkClosed> {
-        loop {
-            if let Some(item) = self.local.pop_front() {
-                return Ok(item);
-            }
-            let wake_driver = {
-                let mut inb = lock(&self.shared.inb);
-                std::mem::swap(&mut inb.queue, &mut self.local);
-                inb.bytes = 0;
-                if self.local.is_empty() {
-                    if let Some(closed) = &inb.closed {
-                        return Err(closed.clone());
-                    }
-                    inb.receiver_waiting = true;
-                }
-                std::mem::take(&mut inb.driver_waiting)
-            };
-            if wake_driver {
-                (self.shared.wake_driver)();
-            }
+        // A hand-written poll keeps the future a pointer wide (the caller
+        // moves it on every call).
+        poll_fn(|cx| self.poll_recv(cx)).await
+    }
+
+    fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Result<Received, LinkClosed>> {
+        if let Some(item) = self.local.pop_front() {
+            return Poll::Ready(Ok(item));
+        }
+        let wake_driver = {
+            let mut inb = lock(&self.shared.inb);
+            std::mem::swap(&mut inb.queue, &mut self.local);
+            inb.bytes = 0;
             if self.local.is_empty() {
-                self.shared.inb_ready.notified().await;
+                if let Some(closed) = &inb.closed {
+                    return Poll::Ready(Err(closed.clone()));
+                }
+                // Registered under the lock the driver pushes under: no
+                // push can slip between the check and the registration.
+                match &mut inb.receiver {
+                    Some(waker) if waker.will_wake(cx.waker()) => {}
+                    slot => *slot = Some(cx.waker().clone()),
+                }
             }
+            std::mem::take(&mut inb.driver_waiting)
+        };
+        if wake_driver {
+            (self.shared.wake_driver)();
+        }
+        match self.local.pop_front() {
+            Some(item) => Poll::Ready(Ok(item)),
+            None => Poll::Pending,
         }
     }
 
@@ -388,14 +415,17 @@ impl LinkReceiver {
     ///
     /// As [`recv`](LinkReceiver::recv).
     pub async fn recv_message(&mut self) -> Result<Bytes, LinkClosed> {
-        loop {
-            match self.recv().await? {
-                Received::Message(m) => return Ok(m),
-                Received::Event(event) => {
+        poll_fn(|cx| loop {
+            match self.poll_recv(cx) {
+                Poll::Ready(Ok(Received::Message(m))) => return Poll::Ready(Ok(m)),
+                Poll::Ready(Ok(Received::Event(event))) => {
                     tracing::debug!(peer = %self.shared.peer, ?event, "link event skipped");
                 }
+                Poll::Ready(Err(closed)) => return Poll::Ready(Err(closed)),
+                Poll::Pending => return Poll::Pending,
             }
-        }
+        })
+        .await
     }
 }
 
