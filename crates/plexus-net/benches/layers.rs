@@ -31,7 +31,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use plexus_net::layers::ordering::{Ordering, OrderingConfig, OrderingHeader};
 use plexus_net::{Frame, Layer, Output, Stack, StackSpec};
 
-const STACKS: [&str; 9] = [
+const STACKS: [&str; 10] = [
     "mem",
     "tcp / framing",
     "mem / slicing",
@@ -41,7 +41,25 @@ const STACKS: [&str; 9] = [
     "mem / heartbeat",
     "tcp / framing / ordering",
     "udp / slicing / delivery / ordering",
+    // Named `mem/encryption` in the results (options are left out of ids).
+    "mem / encryption(psk=000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f)",
 ];
+
+/// The benchmark id of a spec: without spaces and layer options.
+fn label(spec: &str) -> String {
+    let mut out = String::new();
+    let mut depth = 0;
+    for c in spec.chars() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            ' ' => {}
+            c if depth == 0 => out.push(c),
+            _ => {}
+        }
+    }
+    out
+}
 
 const SIZES: [usize; 3] = [128, 1024, 8192];
 
@@ -136,7 +154,7 @@ fn send_receive(c: &mut Criterion) {
         for spec in STACKS {
             for size in SIZES {
                 group.throughput(Throughput::Elements(1));
-                let id = BenchmarkId::new(spec.replace(' ', ""), size);
+                let id = BenchmarkId::new(label(spec), size);
                 group.bench_function(id, |bench| {
                     let mut b = Bench::new(spec, size);
                     bench.iter_custom(|iters| {
