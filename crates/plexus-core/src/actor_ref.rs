@@ -501,6 +501,9 @@ where
     fn runtime(&self) -> &tokio::runtime::Handle {
         self.inner.sink.runtime()
     }
+    fn queued(&self) -> usize {
+        self.inner.sink.queued()
+    }
 }
 
 /// The reply half of an [`ask`](ActorRef::ask): send exactly one value back.

@@ -120,6 +120,11 @@ pub trait Control: Send + Sync + 'static {
     /// The runtime of the actor's system (for timers of calls made from
     /// outside it).
     fn runtime(&self) -> &tokio::runtime::Handle;
+    /// Messages waiting in the mailbox (0 where unknown, e.g. remote).
+    /// A node uses it to stop reading a link while an actor is flooded.
+    fn queued(&self) -> usize {
+        0
+    }
 }
 
 /// Bookkeeping most actors never need, allocated on first use.
@@ -552,5 +557,10 @@ impl<M: Send + 'static> Control for Mailbox<M> {
 
     fn runtime(&self) -> &tokio::runtime::Handle {
         self.sys.runtime()
+    }
+
+    fn queued(&self) -> usize {
+        let st = self.lock();
+        st.queue.len() + usize::from(st.first.is_some())
     }
 }

@@ -287,6 +287,8 @@ pub trait Inbound: Send + Sync + 'static {
     fn is_alive(&self) -> bool;
     /// The actor's control block (monitors, links, stop).
     fn control(&self) -> Arc<dyn Control>;
+    /// Messages waiting in the actor's mailbox.
+    fn queued(&self) -> usize;
 }
 
 /// The [`Inbound`] of a local `ActorRef<M>`.
@@ -317,6 +319,9 @@ impl<M: RemoteMessage> Inbound for TypedInbound<M> {
     }
     fn control(&self) -> Arc<dyn Control> {
         self.target.control_arc()
+    }
+    fn queued(&self) -> usize {
+        self.target.control().queued()
     }
 }
 

@@ -76,6 +76,23 @@ struct State {
     retry_at: Option<Instant>,
 }
 
+/// Above this many queued messages in the actor it last delivered to, a
+/// link stops reading until the actor is down to [`FLOOD_LOW`]: the
+/// transport's bounded buffers then push back on the sending node, whose
+/// own bounded buffers turn the excess into dead letters there. Memory per
+/// flooded actor stays bounded even with an unbounded mailbox.
+const FLOOD_HIGH: usize = 100_000;
+const FLOOD_LOW: usize = 50_000;
+
+async fn wait_drained(target: &Arc<dyn Inbound>) {
+    tracing::debug!(target: "plexus::remote", actor = %target.id(), "actor flooded; pausing the link");
+    // Polled: only a flooded actor gets here, and a millisecond is short
+    // next to the time to drain 50,000 messages.
+    while target.is_alive() && target.queued() > FLOOD_LOW {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
 /// The last local target a link delivered to: consecutive messages to one
 /// actor skip the export table's lock.
 #[derive(Default)]
@@ -680,6 +697,11 @@ impl Peer {
                         tracing::warn!(target: "plexus::remote", peer = %remote, "closing the link: {cause}");
                         self.close_link(epoch);
                         break cause;
+                    }
+                    if let Some((_, target)) = &cache.0 {
+                        if target.queued() > FLOOD_HIGH {
+                            wait_drained(target).await;
+                        }
                     }
                 }
                 Ok(Received::Event(LinkEvent::Unreachable { phi })) => {

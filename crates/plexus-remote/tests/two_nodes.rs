@@ -238,3 +238,52 @@ async fn node_shutdown_delivers_node_down_and_fails_asks() {
     let asked = tokio::time::timeout(T, pending).await.unwrap().unwrap();
     assert!(asked.is_err(), "{asked:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flooded_actor_pauses_the_link_instead_of_growing_without_bound() {
+    let w = world("tcp://127.0.0.1:0").await;
+    let (gate_tx, gate_rx) = tokio::sync::oneshot::channel::<()>();
+    let mut gate = Some(gate_rx);
+    let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel();
+    struct Slow {
+        gate: Option<tokio::sync::oneshot::Receiver<()>>,
+        seen: u64,
+        done: tokio::sync::mpsc::UnboundedSender<u64>,
+    }
+    impl Actor for Slow {
+        type Msg = Total;
+        async fn handle(&mut self, Total(n): Total, _ctx: &mut Context<Total>) {
+            if let Some(g) = self.gate.take() {
+                let _ = g.await;
+            }
+            self.seen += 1;
+            if n == 0 {
+                let _ = self.done.send(self.seen);
+            }
+        }
+    }
+    let slow = w.b.spawn(Slow {
+        gate: gate.take(),
+        seen: 0,
+        done: done_tx,
+    });
+    w.nb.publish(&slow, "slow").unwrap();
+    let remote: ActorRef<Total> = w.na.resolve(&format!("{}/slow", w.uri_b)).await.unwrap();
+    const N: u64 = 300_000;
+    for i in (0..N).rev() {
+        remote.tell(Total(i));
+    }
+    // Give the link time to deliver what it would without the bound.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let queued = plexus_core::remote::control_of(&slow).queued();
+    assert!(
+        queued <= 150_000,
+        "mailbox grew to {queued}: the link must pause above its high-water mark"
+    );
+    gate_tx.send(()).unwrap();
+    let seen = tokio::time::timeout(Duration::from_secs(60), done_rx.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(seen, N, "nothing is lost while the link is paused");
+}

@@ -1,0 +1,179 @@
+//! A peer that completes the handshake and then misbehaves: messages of an
+//! unknown type, payloads that do not decode, garbage. Each gets the
+//! documented answer (receipt error, dead letter, closed link) and other
+//! links carry on.
+
+mod common;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::service::{Counter, CounterActor};
+use plexus_core::remote::RemoteMessage;
+use plexus_core::{ActorRef, ActorSystem, NodeId};
+use plexus_net::StackSpec;
+use plexus_remote::handshake::Handshake;
+use plexus_remote::wire::{Frame, ReceiptStatus, Resolution};
+use plexus_remote::{Node, NodeConfig};
+use plexus_transport::Link;
+
+const T: Duration = Duration::from_secs(5);
+
+/// Dials `addr` and completes the handshake by hand.
+async fn raw_peer(addr: &str, cookie: &str) -> Link {
+    let spec: StackSpec = "tcp / framing".parse().unwrap();
+    let mut link = plexus_transport::tcp::connect(&spec, addr.parse().unwrap())
+        .await
+        .unwrap();
+    let mut hs = Handshake::new(NodeId::from_u64(0x0bad), cookie, [5; 16], vec![]);
+    link.send(hs.hello().encode()).await.unwrap();
+    loop {
+        let f = Frame::decode(link.recv_message().await.unwrap()).unwrap();
+        let (reply, done) = hs.handle_frame(f).unwrap();
+        if let Some(r) = reply {
+            link.send(r.encode()).await.unwrap();
+        }
+        if done.is_some() {
+            return link;
+        }
+    }
+}
+
+async fn next_frame(link: &mut Link) -> Frame {
+    let bytes = tokio::time::timeout(T, link.recv_message())
+        .await
+        .unwrap()
+        .unwrap();
+    Frame::decode(bytes).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_misbehaving_peer_gets_typed_answers_and_only_its_link_closes() {
+    let system = ActorSystem::new();
+    let node = Node::start(&system, NodeConfig::default().cookie("c")).unwrap();
+    let uri = node.listen("tcp://127.0.0.1:0").await.unwrap();
+    let counter = system.spawn(CounterActor::default());
+    node.publish(&counter, "counter").unwrap();
+    let addr = uri.strip_prefix("tcp://").unwrap().to_owned();
+
+    // A well-behaved node, connected before and used after.
+    let other_sys = ActorSystem::new();
+    let other = Node::start(&other_sys, NodeConfig::default().cookie("c")).unwrap();
+    let good: ActorRef<Counter> = other.resolve(&format!("{uri}/counter")).await.unwrap();
+    good.tell(Counter::Add(1));
+
+    let mut bad = raw_peer(&addr, "c").await;
+    bad.send(
+        Frame::Resolve {
+            request: 1,
+            type_id: Counter::TYPE_ID,
+            type_name: Counter::TYPE_NAME.into(),
+            name: "counter".into(),
+        }
+        .encode(),
+    )
+    .await
+    .unwrap();
+    let serial = match next_frame(&mut bad).await {
+        Frame::Resolved {
+            resolution: Resolution::Found(s),
+            ..
+        } => s,
+        other => panic!("{other:?}"),
+    };
+    let dead_before = system.dead_letters().count();
+
+    // An unknown message type id: a receipt error and a dead letter.
+    bad.send(
+        Frame::Message {
+            to: serial,
+            type_id: 0xdead_beef,
+            receipt: 7,
+            payload: Bytes::from_static(b"x"),
+        }
+        .encode(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        next_frame(&mut bad).await,
+        Frame::Receipt {
+            id: 7,
+            status: ReceiptStatus::NoSuchActor
+        }
+    );
+
+    // The right type id, a payload that does not decode as it.
+    bad.send(
+        Frame::Message {
+            to: serial,
+            type_id: Counter::TYPE_ID,
+            receipt: 8,
+            payload: Bytes::from_static(&[0xff, 0xff, 0xff]),
+        }
+        .encode(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        next_frame(&mut bad).await,
+        Frame::Receipt {
+            id: 8,
+            status: ReceiptStatus::Undecodable
+        }
+    );
+    assert_eq!(system.dead_letters().count(), dead_before + 2);
+
+    // Garbage: the node closes this link.
+    bad.send(Bytes::from_static(&[0xee, 1, 2, 3]))
+        .await
+        .unwrap();
+    let closed = tokio::time::timeout(T, async {
+        loop {
+            if bad.recv_message().await.is_err() {
+                break;
+            }
+        }
+    })
+    .await;
+    assert!(
+        closed.is_ok(),
+        "the node must close a link that sent garbage"
+    );
+
+    // The well-behaved node and the actor are unaffected.
+    assert_eq!(good.ask(Counter::Get, T).await, Ok(1));
+    assert!(counter.is_alive());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_without_the_cookie_never_reaches_an_actor() {
+    let system = ActorSystem::new();
+    let node = Node::start(&system, NodeConfig::default().cookie("right")).unwrap();
+    let uri = node.listen("tcp://127.0.0.1:0").await.unwrap();
+    let spec: StackSpec = "tcp / framing".parse().unwrap();
+    let mut link =
+        plexus_transport::tcp::connect(&spec, uri.strip_prefix("tcp://").unwrap().parse().unwrap())
+            .await
+            .unwrap();
+    // Skip the handshake and send a message at once.
+    link.send(
+        Frame::Message {
+            to: 1,
+            type_id: Counter::TYPE_ID,
+            receipt: 1,
+            payload: Bytes::new(),
+        }
+        .encode(),
+    )
+    .await
+    .unwrap();
+    let mut saw_reject = false;
+    while let Ok(Ok(bytes)) = tokio::time::timeout(T, link.recv_message()).await {
+        if let Ok(Frame::Reject { detail, .. }) = Frame::decode(bytes) {
+            assert!(detail.contains("protocol violation"), "{detail}");
+            saw_reject = true;
+        }
+    }
+    assert!(saw_reject, "the node answers with REJECT and closes");
+}
