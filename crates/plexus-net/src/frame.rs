@@ -349,8 +349,13 @@ impl Frame {
     /// Appends every byte of the frame to `buf` (a driver's reusable write
     /// buffer).
     pub fn extend_into(&self, buf: &mut BytesMut) {
-        for chunk in self.chunks() {
-            buf.extend_from_slice(chunk);
+        // Straight-line for the usual shape (headers + one segment): one
+        // reservation, no chunk iterator.
+        buf.reserve(self.len());
+        buf.extend_from_slice(&self.head[self.head_start as usize..]);
+        buf.extend_from_slice(&self.first);
+        for seg in self.rest() {
+            buf.extend_from_slice(seg);
         }
     }
 }

@@ -216,7 +216,7 @@ impl Stack {
         self.layers[top].handle_send(now, frame, &mut self.outs[top])?;
         self.stats.sent += 1;
         self.after_call(top);
-        self.run(now, Start::Down);
+        self.run_if_needed(now, Start::Down);
         Ok(())
     }
 
@@ -239,7 +239,7 @@ impl Stack {
         // call of the first pass: layer 0 takes the frame straight away.
         self.receive_at(0, now, Frame::from_payload(data));
         self.after_call(0);
-        self.run(now, Start::Up);
+        self.run_if_needed(now, Start::Up);
         self.status()
     }
 
@@ -287,7 +287,11 @@ impl Stack {
     /// in order: the same messages as draining
     /// [`poll_receive`](Stack::poll_receive), in one call.
     pub fn drain_receive(&mut self, dst: &mut VecDeque<Bytes>) {
-        dst.append(&mut self.receive);
+        if dst.is_empty() {
+            std::mem::swap(dst, &mut self.receive);
+        } else {
+            dst.append(&mut self.receive);
+        }
     }
 
     /// The next whole message for the application.
@@ -328,7 +332,11 @@ impl Stack {
         // is already `Bytes`.
         if !out.app.is_empty() {
             self.stats.received += out.app.len() as u64;
-            self.receive.append(&mut out.app);
+            if self.receive.is_empty() {
+                std::mem::swap(&mut self.receive, &mut out.app);
+            } else {
+                self.receive.append(&mut out.app);
+            }
         }
         while let Some(event) = out.events.pop_front() {
             self.raised.push_back((i, event));
@@ -366,6 +374,16 @@ impl Stack {
                 self.stats.dropped += 1;
                 tracing::trace!(layer = self.layers[i].name(), %error, "frame dropped");
             }
+        }
+    }
+
+    /// [`run`](Stack::run), skipped when it has nothing to do: a single
+    /// layer has no queue between layers, so only raised events or a
+    /// blocked sender give `run` work (the usual `tcp / framing` case).
+    #[inline(always)]
+    fn run_if_needed(&mut self, now: Instant, start: Start) {
+        if self.layers.len() > 1 || !self.raised.is_empty() || self.blocked {
+            self.run(now, start);
         }
     }
 

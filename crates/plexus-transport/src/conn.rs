@@ -144,7 +144,13 @@ impl Conn {
             let mut inb = lock(&self.shared.inb);
             self.receiver_alive = inb.receiver_alive;
             if inb.receiver_alive {
-                inb.queue.append(&mut self.staged);
+                if inb.queue.is_empty() {
+                    // The receiver took the last batch: hand over the whole
+                    // buffer instead of copying each entry.
+                    std::mem::swap(&mut inb.queue, &mut self.staged);
+                } else {
+                    inb.queue.append(&mut self.staged);
+                }
                 inb.bytes += bytes;
             } else {
                 tracing::trace!(peer = %self.shared.peer, n = self.staged.len(), "receiver dropped; discarding");
