@@ -349,9 +349,8 @@ impl Frame {
     /// Appends every byte of the frame to `buf` (a driver's reusable write
     /// buffer).
     pub fn extend_into(&self, buf: &mut BytesMut) {
-        // Straight-line for the usual shape (headers + one segment): one
-        // reservation, no chunk iterator.
-        buf.reserve(self.len());
+        // Straight-line for the usual shape (headers + one segment), no
+        // chunk iterator.
         buf.extend_from_slice(&self.head[self.head_start as usize..]);
         buf.extend_from_slice(&self.first);
         for seg in self.rest() {

@@ -205,9 +205,10 @@ impl WriteQueue {
     /// Queues `frame`, read in place: small frames are copied, large ones
     /// taken (leaving an empty frame behind).
     pub(crate) fn push(&mut self, frame: &mut Frame) {
-        self.bytes += frame.len();
-        if frame.len() <= COPY_MAX {
-            if self.staging.capacity() - self.staging.len() < frame.len() {
+        let len = frame.len();
+        self.bytes += len;
+        if len <= COPY_MAX {
+            if self.staging.capacity() - self.staging.len() < len {
                 self.seal();
                 self.staging.reserve(64 << 10);
             }
