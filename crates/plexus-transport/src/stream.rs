@@ -28,6 +28,9 @@ use crate::link::{Link, LinkConfig, Shared};
 pub(crate) const READ_BUF: usize = 128 << 10;
 /// Slices per vectored write (Linux `IOV_MAX` is 1024).
 pub(crate) const MAX_IOV: usize = 512;
+/// Bytes of messages moved into the stack between two drains of its
+/// transmit queue.
+const PUMP_STEP: usize = 8 << 10;
 /// Bytes of frames the driver holds for the socket before it stops taking
 /// messages from the application (the rest wait in the link's send buffer).
 pub(crate) const WRITE_BUDGET: usize = 256 << 10;
@@ -99,8 +102,17 @@ async fn run<S: StreamSocket>(socket: &mut S, conn: &mut Conn, notify: &Notify) 
     tokio::pin!(sleep);
     let mut spins = 0u32;
     loop {
-        let more = conn.pump_send(now(), WRITE_BUDGET.saturating_sub(out.bytes));
-        conn.stack.drain_transmit(|frame| out.push(frame));
+        // In steps, each drained right away: the stack's transmit queue
+        // stays a few KiB (hot in cache) instead of a whole budget of frames.
+        let at = now();
+        let more = loop {
+            let budget = WRITE_BUDGET.saturating_sub(out.bytes);
+            let more = conn.pump_send(at, budget.min(PUMP_STEP));
+            conn.stack.drain_transmit(|frame| out.push(frame));
+            if !more || budget <= PUMP_STEP {
+                break more;
+            }
+        };
         conn.deliver();
         if let Some(reason) = conn.stack.close_reason() {
             // Best effort: a final ack or close notice may still get out.
