@@ -18,8 +18,10 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod nodes;
 mod report;
+mod runner;
 mod w1;
 mod w2;
+mod w3;
 mod w7;
 
 use clap::{Parser, Subcommand};
@@ -42,8 +44,15 @@ enum Workload {
     /// W2 stream: small remote messages from N source node processes to one
     /// sink under credit flow control.
     W2(w2::Args),
+    /// W3 lossy: 2 node processes bounce one message over an emulated lossy,
+    /// slow link (needs root and /dev/net/tun).
+    W3(w3::Args),
     /// W7 local: spawn, pingpong, fanin on one machine, no network.
     W7(w7::Args),
+    /// Runs a set of workloads as child processes and writes the tables
+    /// (docs/benchmarks.md, between its report markers) and plots
+    /// (docs/img/).
+    Report(runner::Args),
     /// (role) a W1 pong node.
     #[command(hide = true)]
     W1Pong {
@@ -62,6 +71,22 @@ enum Workload {
         index: u64,
         #[arg(long)]
         transport: String,
+    },
+    /// (role) W3 side b: serves `bounce`.
+    #[command(hide = true)]
+    W3SideB {
+        #[arg(long)]
+        transport: String,
+    },
+    /// (role) W3 side a: bounces the message `count` times.
+    #[command(hide = true)]
+    W3SideA {
+        #[arg(long)]
+        transport: String,
+        #[arg(long)]
+        peer: String,
+        #[arg(long)]
+        count: u64,
     },
     /// (role) a W2 baseline source process.
     #[command(hide = true)]
@@ -85,7 +110,9 @@ fn main() {
     match cli.workload {
         Workload::W1(args) => w1::run(&args),
         Workload::W2(args) => w2::run(&args),
+        Workload::W3(args) => w3::run(&args),
         Workload::W7(args) => w7::run(&args),
+        Workload::Report(args) => runner::run(&args),
         Workload::W1Pong { transport } => role(Box::pin(w1::pong_node(transport))),
         Workload::W1PongBaseline => role(Box::pin(w1::pong_baseline())),
         Workload::W2Source {
@@ -93,6 +120,12 @@ fn main() {
             index,
             transport,
         } => role(Box::pin(w2::source_node(sink, index, transport))),
+        Workload::W3SideB { transport } => role(Box::pin(w3::side_b(transport))),
+        Workload::W3SideA {
+            transport,
+            peer,
+            count,
+        } => role(Box::pin(w3::side_a(transport, peer, count))),
         Workload::W2SourceBaseline { sink, index } => {
             role(Box::pin(w2::source_baseline(sink, index)))
         }
