@@ -135,6 +135,18 @@ impl Output {
         self.down.push_back(frame);
     }
 
+    /// Prepends `header` to `frame` (as [`Frame::push_header`]) and passes
+    /// it to the layer below. The header is written in the queue's slot after
+    /// the frame is moved there: a few bytes written just before the move
+    /// would stall the wide loads that copy the frame.
+    #[inline]
+    pub fn push_down_with_header(&mut self, frame: Frame, header: &[u8]) {
+        self.down.push_back(frame);
+        if let Some(frame) = self.down.back_mut() {
+            frame.push_header(header);
+        }
+    }
+
     /// Passes `frame` to the layer above (or the application).
     #[inline]
     pub fn push_up(&mut self, frame: Frame) {

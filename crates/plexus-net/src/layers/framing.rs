@@ -203,19 +203,17 @@ impl Layer for Framing {
     fn handle_send(
         &mut self,
         _now: Instant,
-        mut frame: Frame,
+        frame: Frame,
         out: &mut Output,
     ) -> Result<(), SendError> {
         let max = self.config.max_frame_len;
-        if frame.len() > max {
+        let len = frame.len();
+        if len > max {
             return Err(SendError::TooLarge { frame, max });
         }
         // Fits u32: max_frame_len is capped at u32::MAX when configured.
-        let header = FrameHeader {
-            len: frame.len() as u32,
-        };
-        frame.push_header(&header.emit());
-        out.push_down(frame);
+        let header = FrameHeader { len: len as u32 };
+        out.push_down_with_header(frame, &header.emit());
         Ok(())
     }
 
