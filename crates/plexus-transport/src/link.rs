@@ -18,7 +18,7 @@
 use std::collections::VecDeque;
 use std::future::poll_fn;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::{Context, Poll, Waker};
+use std::task::{ready, Context, Poll, Waker};
 
 use bytes::Bytes;
 use plexus_net::LinkEvent;
@@ -375,13 +375,21 @@ impl LinkReceiver {
     pub async fn recv(&mut self) -> Result<Received, LinkClosed> {
         // A hand-written poll keeps the future a pointer wide (the caller
         // moves it on every call).
-        poll_fn(|cx| self.poll_recv(cx)).await
+        poll_fn(|cx| loop {
+            if let Some(item) = self.local.pop_front() {
+                return Poll::Ready(Ok(item));
+            }
+            if let Err(closed) = ready!(self.poll_refill(cx)) {
+                return Poll::Ready(Err(closed));
+            }
+        })
+        .await
     }
 
-    fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Result<Received, LinkClosed>> {
-        if let Some(item) = self.local.pop_front() {
-            return Poll::Ready(Ok(item));
-        }
+    /// Takes the shared queue's batch into `local`: `Ready(Ok)` once
+    /// `local` is non-empty, `Ready(Err)` once the link is closed and
+    /// drained, `Pending` (waker registered) otherwise.
+    fn poll_refill(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), LinkClosed>> {
         let wake_driver = {
             let mut inb = lock(&self.shared.inb);
             std::mem::swap(&mut inb.queue, &mut self.local);
@@ -402,9 +410,10 @@ impl LinkReceiver {
         if wake_driver {
             (self.shared.wake_driver)();
         }
-        match self.local.pop_front() {
-            Some(item) => Poll::Ready(Ok(item)),
-            None => Poll::Pending,
+        if self.local.is_empty() {
+            Poll::Pending
+        } else {
+            Poll::Ready(Ok(()))
         }
     }
 
@@ -416,13 +425,16 @@ impl LinkReceiver {
     /// As [`recv`](LinkReceiver::recv).
     pub async fn recv_message(&mut self) -> Result<Bytes, LinkClosed> {
         poll_fn(|cx| loop {
-            match self.poll_recv(cx) {
-                Poll::Ready(Ok(Received::Message(m))) => return Poll::Ready(Ok(m)),
-                Poll::Ready(Ok(Received::Event(event))) => {
+            match self.local.pop_front() {
+                Some(Received::Message(m)) => return Poll::Ready(Ok(m)),
+                Some(Received::Event(event)) => {
                     tracing::debug!(peer = %self.shared.peer, ?event, "link event skipped");
                 }
-                Poll::Ready(Err(closed)) => return Poll::Ready(Err(closed)),
-                Poll::Pending => return Poll::Pending,
+                None => {
+                    if let Err(closed) = ready!(self.poll_refill(cx)) {
+                        return Poll::Ready(Err(closed));
+                    }
+                }
             }
         })
         .await
