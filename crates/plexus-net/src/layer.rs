@@ -157,6 +157,24 @@ impl Output {
         }
     }
 
+    /// Passes a payload without headers to the layer above (or the
+    /// application): the same as `push_up(Frame::from_payload(payload))`,
+    /// without building the frame when it goes straight to the application.
+    #[inline]
+    pub fn push_up_payload(&mut self, payload: Bytes) {
+        if self.to_app {
+            // As `Frame::from_payload(..).into_bytes()`: an empty payload
+            // keeps no reference to its buffer.
+            self.app.push_back(if payload.is_empty() {
+                Bytes::new()
+            } else {
+                payload
+            });
+        } else {
+            self.up.push_back(Frame::from_payload(payload));
+        }
+    }
+
     /// Reports `event` to the layers above and the driver.
     #[inline]
     pub fn push_event(&mut self, event: LinkEvent) {

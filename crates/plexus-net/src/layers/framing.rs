@@ -185,7 +185,7 @@ impl Framing {
         if self.partial.len() == total {
             let mut frame = self.partial.split().freeze();
             frame.advance(FrameHeader::LEN);
-            out.push_up(Frame::from_payload(frame));
+            out.push_up_payload(frame);
         }
         Ok(())
     }
@@ -238,9 +238,9 @@ impl Layer for Framing {
                         // a reference count, or allocate one for a
                         // vector-backed chunk.
                         data.advance(FrameHeader::LEN);
-                        out.push_up(Frame::from_payload(std::mem::take(&mut data)));
+                        out.push_up_payload(std::mem::take(&mut data));
                     } else {
-                        out.push_up(Frame::from_payload(data.slice(FrameHeader::LEN..end)));
+                        out.push_up_payload(data.slice(FrameHeader::LEN..end));
                         data.advance(end);
                     }
                 }
