@@ -92,11 +92,27 @@ pub(crate) struct Shared {
     pub(crate) peer: Arc<str>,
     pub(crate) max_message_len: Option<usize>,
     pub(crate) config: LinkConfig,
-    pub(crate) out: Mutex<OutState>,
-    /// Byte permits for the outbound queue.
-    pub(crate) out_space: Semaphore,
-    pub(crate) inb: Mutex<InState>,
     pub(crate) wake_driver: DriverWaker,
+    // Each on its own cache lines: the sender, the driver and the receiver
+    // update them from different threads, and must not also invalidate the
+    // read-only fields above (read on every send) or each other.
+    pub(crate) out: CachePadded<Mutex<OutState>>,
+    /// Byte permits for the outbound queue.
+    pub(crate) out_space: CachePadded<Semaphore>,
+    pub(crate) inb: CachePadded<Mutex<InState>>,
+}
+
+/// `T` alone on its cache lines (128 bytes: two lines, for the adjacent-line
+/// prefetcher).
+#[repr(align(128))]
+pub(crate) struct CachePadded<T>(T);
+
+impl<T> std::ops::Deref for CachePadded<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.0
+    }
 }
 
 /// Locks `m`; a poisoned lock only means another thread panicked while
@@ -122,21 +138,21 @@ impl Shared {
                 send_buffer,
                 ..config
             },
-            out: Mutex::new(OutState {
+            out: CachePadded(Mutex::new(OutState {
                 queue: VecDeque::with_capacity(256),
                 driver_waiting: false,
                 senders: 0,
                 close_requested: false,
-            }),
-            out_space: Semaphore::new(send_buffer),
-            inb: Mutex::new(InState {
+            })),
+            out_space: CachePadded(Semaphore::new(send_buffer)),
+            inb: CachePadded(Mutex::new(InState {
                 queue: VecDeque::with_capacity(256),
                 bytes: 0,
                 closed: None,
                 receiver: None,
                 driver_waiting: false,
                 receiver_alive: true,
-            }),
+            })),
             wake_driver,
         })
     }
