@@ -255,8 +255,10 @@ pub fn w3_table(w: &W3) -> String {
                 let cell = w.cell(d, p, t);
                 let text = match (w.spread(d, p, t), cell) {
                     (Some(sp), Some(c)) => {
+                        // Three decimals for sub-second runtimes.
+                        let dp = if sp.median < 1.0 { 3 } else { 2 };
                         let mut x = format!(
-                            "{:.2} [{:.2}–{:.2}] ({} runs)",
+                            "{:.dp$} [{:.dp$}–{:.dp$}] ({} runs)",
                             sp.median, sp.p5, sp.p95, sp.runs
                         );
                         if c.failed > 0 {
