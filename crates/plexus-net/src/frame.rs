@@ -78,6 +78,7 @@ impl Frame {
     }
 
     /// A frame whose payload is `payload`, without copying it.
+    #[inline]
     pub fn from_payload(payload: Bytes) -> Self {
         Self {
             head: [0; HEADROOM],
@@ -92,17 +93,20 @@ impl Frame {
     }
 
     /// Total length in bytes (headers and payload).
+    #[inline]
     pub fn len(&self) -> usize {
         // Not stored: one field less to move, and the sum is short.
         self.header_len() + self.first.len() + self.rest().iter().map(Bytes::len).sum::<usize>()
     }
 
     /// Whether the frame holds no bytes.
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.header_len() == 0 && self.first.is_empty()
     }
 
     /// Bytes of headers currently held in the inline headroom.
+    #[inline]
     pub fn header_len(&self) -> usize {
         HEADROOM - self.head_start as usize
     }
@@ -117,6 +121,7 @@ impl Frame {
     }
 
     /// The payload segments after the first.
+    #[inline]
     fn rest(&self) -> &[Bytes] {
         self.rest.as_deref().map_or(&[], Vec::as_slice)
     }
@@ -172,6 +177,7 @@ impl Frame {
     ///
     /// Copies `header` into the inline headroom; if it does not fit, the
     /// headroom and `header` are moved into a new leading segment (allocates).
+    #[inline]
     pub fn push_header(&mut self, header: &[u8]) {
         let start = self.head_start as usize;
         if header.len() <= start {
@@ -332,6 +338,7 @@ impl Frame {
     /// The frame as one `Bytes`: free when it is a single payload segment
     /// with no headers (the usual case on the receive path), otherwise one
     /// allocation and copy.
+    #[inline]
     pub fn into_bytes(self) -> Bytes {
         if self.header_len() == 0 && self.rest.is_none() {
             return self.first;
@@ -348,6 +355,7 @@ impl Frame {
 
     /// Appends every byte of the frame to `buf` (a driver's reusable write
     /// buffer).
+    #[inline]
     pub fn extend_into(&self, buf: &mut BytesMut) {
         // Straight-line for the usual shape (headers + one segment), no
         // chunk iterator.
@@ -360,6 +368,7 @@ impl Frame {
 }
 
 impl From<Bytes> for Frame {
+    #[inline]
     fn from(payload: Bytes) -> Self {
         Frame::from_payload(payload)
     }
