@@ -361,6 +361,12 @@ impl Node {
         v
     }
 
+    /// Working links to other nodes (one per node and scheme).
+    pub fn link_count(&self) -> usize {
+        let peers = lock(&self.inner.peers);
+        peers.by_node.values().filter(|p| p.is_up()).count()
+    }
+
     /// Says goodbye to every peer, closes every link and listener. Remote
     /// monitors of this node's actors see `NodeDown`.
     pub async fn shutdown(&self) {

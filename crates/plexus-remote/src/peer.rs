@@ -76,6 +76,11 @@ struct State {
     retry_at: Option<Instant>,
 }
 
+/// The `GOODBYE` reason of a link closed because another link to the same
+/// node won the tie-break.
+const DUPLICATE: &str = "duplicate link";
+const GOODBYE_PREFIX: &str = "peer said goodbye: ";
+
 /// Above this many queued messages in the actor it last delivered to, a
 /// link stops reading until the actor is down to [`FLOOD_LOW`]: the
 /// transport's bounded buffers then push back on the sending node, whose
@@ -196,8 +201,16 @@ impl Peer {
             rx
         };
         p.ensure_connected();
-        rx.await
-            .unwrap_or_else(|_| Err(LinkError::Closed("node dropped".into())))
+        // The connect attempt has its own timeout; this only guards against
+        // a waiter that nothing answers.
+        let limit = p
+            .inner
+            .upgrade()
+            .map_or(Duration::from_secs(5), |i| i.config.connect_timeout * 3);
+        match tokio::time::timeout(limit, rx).await {
+            Ok(r) => r.unwrap_or_else(|_| Err(LinkError::Closed("node dropped".into()))),
+            Err(_) => Err(LinkError::Timeout(limit)),
+        }
     }
 
     async fn connect(self: Arc<Self>, delay: Option<Instant>) {
@@ -627,15 +640,39 @@ impl Peer {
         } = &st.phase
         {
             if *existing < dialed_by {
-                // Keep the link dialled by the lower node id.
+                // Keep the link dialled by the lower node id. The peer may
+                // have sent on this one already: keep reading it until the
+                // peer, told by GOODBYE, closes it. What waited for a link
+                // (handed over from a forwarding peer) goes out on the kept
+                // one.
+                let waiters = std::mem::take(&mut st.waiters);
+                let pending = std::mem::take(&mut st.pending);
+                if let Phase::Up { sender: kept, .. } = &st.phase {
+                    for frame in pending {
+                        if kept.try_send(frame).is_err() {
+                            inner.system.dead_letters().record(
+                                ActorId::new(hs.node, 0),
+                                "remote message (send buffer full)",
+                                DeadLetterReason::Undeliverable,
+                            );
+                        }
+                    }
+                }
                 drop(st);
+                for w in waiters {
+                    let _ = w.send(Ok(hs.node));
+                }
                 let _ = sender.try_send(
                     Frame::Goodbye {
-                        reason: "duplicate link".into(),
+                        reason: DUPLICATE.into(),
                     }
                     .encode(),
                 );
-                sender.close();
+                drop(sender);
+                let draining = self.epoch.fetch_add(1, Ordering::Relaxed) + 1;
+                let peer = self.clone();
+                let inner = inner.clone();
+                tokio::spawn(async move { peer.read(inner, receiver, draining, hs.node).await });
                 return;
             }
         }
@@ -670,9 +707,10 @@ impl Peer {
             }
         }
         drop(st);
-        if let Phase::Up { sender: old, .. } = old {
-            old.close();
-        }
+        // A replaced link is not closed here: its reader drains what the
+        // peer sent on it until the peer (which applies the same rule) says
+        // GOODBYE and closes it.
+        drop(old);
         for w in waiters {
             let _ = w.send(Ok(hs.node));
         }
@@ -714,7 +752,42 @@ impl Peer {
                 Err(closed) => break closed.reason.to_string(),
             }
         };
-        self.link_down(epoch, &cause);
+        if cause == format!("{GOODBYE_PREFIX}{DUPLICATE}") {
+            self.superseded(&inner, epoch);
+        } else {
+            self.link_down(epoch, &cause);
+        }
+    }
+
+    /// The peer closed our current link as the duplicate of one it dialled:
+    /// that link is about to come up here. Hold what is sent meanwhile (as
+    /// while connecting) and keep every pending request, which the peer
+    /// answers over the surviving link; give up if it never comes.
+    fn superseded(self: &Arc<Self>, inner: &Arc<NodeInner>, epoch: u64) {
+        {
+            let mut st = lock(&self.state);
+            match &st.phase {
+                Phase::Up { epoch: e, .. } if *e == epoch => {}
+                _ => return,
+            }
+            self.set_phase(&mut st, Phase::Connecting);
+        }
+        let peer = self.clone();
+        let timeout = inner.config.connect_timeout;
+        let inner = inner.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(timeout).await;
+            let stuck = matches!(lock(&peer.state).phase, Phase::Connecting)
+                && peer.epoch.load(Ordering::Relaxed) <= epoch + 1;
+            if stuck {
+                peer.failed(
+                    &inner,
+                    LinkError::Closed(
+                        "a duplicate link was closed and the other never came up".into(),
+                    ),
+                );
+            }
+        });
     }
 
     fn close_link(&self, epoch: u64) {
@@ -908,7 +981,7 @@ impl Peer {
                     }
                 }
             }
-            Frame::Goodbye { reason } => return Err(format!("peer said goodbye: {reason}")),
+            Frame::Goodbye { reason } => return Err(format!("{GOODBYE_PREFIX}{reason}")),
             Frame::Hello(_) | Frame::Auth { .. } | Frame::Reject { .. } => {
                 return Err("protocol error: handshake frame on an established link".into())
             }

@@ -287,3 +287,52 @@ async fn a_flooded_actor_pauses_the_link_instead_of_growing_without_bound() {
         .unwrap();
     assert_eq!(seen, N, "nothing is lost while the link is paused");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn simultaneous_connects_settle_on_one_link() {
+    for round in 0..5 {
+        let (a, b) = (ActorSystem::new(), ActorSystem::new());
+        let cfg = NodeConfig::default().cookie("sim");
+        let na = Node::start(&a, cfg.clone()).unwrap();
+        let nb = Node::start(&b, cfg).unwrap();
+        let ua = na.listen("tcp://127.0.0.1:0").await.unwrap();
+        let ub = nb.listen("tcp://127.0.0.1:0").await.unwrap();
+        let ca = a.spawn(CounterActor::default());
+        let cb = b.spawn(CounterActor::default());
+        na.publish(&ca, "c").unwrap();
+        nb.publish(&cb, "c").unwrap();
+        // Both dial each other at the same time.
+        let (to_b, to_a) = (format!("{ub}/c"), format!("{ua}/c"));
+        let (ra, rb) = tokio::join!(na.resolve::<Counter>(&to_b), nb.resolve::<Counter>(&to_a));
+        let (ra, rb) = (ra.unwrap(), rb.unwrap());
+        ra.tell(Counter::Add(2));
+        rb.tell(Counter::Add(3));
+        assert_eq!(ra.ask(Counter::Get, T).await, Ok(2), "round {round}");
+        assert_eq!(rb.ask(Counter::Get, T).await, Ok(3), "round {round}");
+        // Duplicates are closed as soon as both handshakes are done.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(na.link_count(), 1, "round {round}");
+        assert_eq!(nb.link_count(), 1, "round {round}");
+        assert_eq!(ra.ask(Counter::Get, T).await, Ok(2), "round {round}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_held_while_connecting_are_bounded_and_then_dead_letters() {
+    let a = ActorSystem::new();
+    let na = Node::start(&a, NodeConfig::default().pending_messages(8)).unwrap();
+    let free = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    // Nothing listens there: the connect fails after the messages queued.
+    let r: ActorRef<Counter> = na.forge(&format!("tcp://{free}/c")).unwrap();
+    let down = r.monitor();
+    for i in 0..20 {
+        r.tell(Counter::Add(i));
+    }
+    tokio::time::timeout(T, down).await.unwrap();
+    // 8 held then dropped when the connect failed, 12 refused at once.
+    let dead = a.dead_letters().count();
+    assert!(dead >= 20, "every message is a dead letter, got {dead}");
+}
