@@ -30,7 +30,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 // A refused send hands its frame back by value (no allocation under
-// back-pressure); the frame is a few hundred bytes, so the Err is large.
+// back-pressure); the frame is 128 bytes, so the Err is large.
 #![allow(clippy::result_large_err)]
 
 pub mod error;
