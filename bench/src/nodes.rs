@@ -6,6 +6,26 @@ use std::process::{Child, Command, Stdio};
 
 use plexus::NodeConfig;
 
+/// Options of the remote workloads (W1, W2).
+#[derive(clap::Args)]
+pub struct RemoteArgs {
+    /// Remote nodes besides this one: pong nodes (W1), source nodes (W2).
+    #[arg(long, default_value_t = 1)]
+    pub n: usize,
+    /// Scheme (`tcp`, `udp`, `uds`) or stack spec.
+    #[arg(long, default_value = "tcp")]
+    pub transport: String,
+    /// Seconds of warm-up.
+    #[arg(long, default_value_t = 2.0)]
+    pub warmup: f64,
+    /// Seconds measured (W2: in 1-second windows).
+    #[arg(long, default_value_t = 10.0)]
+    pub duration: f64,
+    /// Run only the plain-tokio baseline.
+    #[arg(long)]
+    pub baseline: bool,
+}
+
 /// A child process running one role; killed when dropped.
 pub struct ChildNode {
     child: Child,

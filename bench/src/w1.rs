@@ -12,24 +12,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use crate::nodes::{self, ChildNode};
 use crate::report::ResultLine;
 
-#[derive(clap::Args)]
-pub struct Args {
-    /// Pong nodes.
-    #[arg(long, default_value_t = 1)]
-    n: usize,
-    /// Scheme (`tcp`, `udp`, `uds`) or stack spec.
-    #[arg(long, default_value = "tcp")]
-    transport: String,
-    /// Seconds of warm-up.
-    #[arg(long, default_value_t = 2.0)]
-    warmup: f64,
-    /// Seconds measured.
-    #[arg(long, default_value_t = 10.0)]
-    duration: f64,
-    /// Run only the plain-tokio baseline.
-    #[arg(long)]
-    baseline: bool,
-}
+pub use crate::nodes::RemoteArgs as Args;
 
 /// A ping with the ref to answer to.
 #[derive(Serialize, Deserialize)]

@@ -19,24 +19,7 @@ use crate::report::{median, ResultLine};
 const INITIAL_CREDIT: u64 = 100_000;
 const CREDIT_STEP: u64 = 50_000;
 
-#[derive(clap::Args)]
-pub struct Args {
-    /// Source nodes.
-    #[arg(long, default_value_t = 1)]
-    n: usize,
-    /// Scheme (`tcp`, `udp`, `uds`) or stack spec.
-    #[arg(long, default_value = "tcp")]
-    transport: String,
-    /// Seconds of warm-up.
-    #[arg(long, default_value_t = 2.0)]
-    warmup: f64,
-    /// Seconds measured (1-second windows).
-    #[arg(long, default_value_t = 10.0)]
-    duration: f64,
-    /// Run only the plain-tokio baseline.
-    #[arg(long)]
-    baseline: bool,
-}
+pub use crate::nodes::RemoteArgs as Args;
 
 /// A source introduces itself with its index and where to send credit.
 #[derive(Serialize, Deserialize)]
