@@ -55,6 +55,9 @@ pub(crate) struct NodeInner {
     proxies: Mutex<FxHashMap<ActorId, std::sync::Weak<RemoteActor>>>,
     next_id: AtomicU64,
     pub(crate) shutting_down: AtomicBool,
+    /// The runtime the node was started on: tasks it spawns (connects,
+    /// forged resolves) run there, whichever thread asks.
+    runtime: tokio::runtime::Handle,
 }
 
 #[derive(Default)]
@@ -97,7 +100,7 @@ impl Node {
     /// [`NodeError::Spec`] if a configured scheme's stack is invalid,
     /// [`NodeError::NoRuntime`] outside a tokio runtime.
     pub fn start(system: &SystemRef, config: NodeConfig) -> Result<Node, NodeError> {
-        tokio::runtime::Handle::try_current().map_err(|_| NodeError::NoRuntime)?;
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| NodeError::NoRuntime)?;
         let mut specs = HashMap::new();
         for scheme in config.schemes.keys() {
             let spec = config
@@ -125,6 +128,7 @@ impl Node {
                 proxies: Mutex::default(),
                 next_id: AtomicU64::new(1),
                 shutting_down: AtomicBool::new(false),
+                runtime,
             }),
         })
     }
@@ -597,7 +601,7 @@ impl NodeInner {
     }
 
     pub(crate) fn system_runtime(&self) -> tokio::runtime::Handle {
-        tokio::runtime::Handle::current()
+        self.runtime.clone()
     }
 
     /// Fails every ask waiting on `node` (its reply senders are dropped).

@@ -179,7 +179,12 @@ impl Peer {
         let delay = st.retry_at;
         drop(st);
         let peer = p.clone();
-        tokio::spawn(async move { peer.connect(delay).await });
+        // A tell from any thread may get here: spawn on the node's runtime.
+        if let Some(inner) = p.inner.upgrade() {
+            inner
+                .system_runtime()
+                .spawn(async move { peer.connect(delay).await });
+        }
     }
 
     /// Waits until the link is up; returns the node behind it.

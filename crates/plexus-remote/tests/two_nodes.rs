@@ -336,3 +336,36 @@ async fn messages_held_while_connecting_are_bounded_and_then_dead_letters() {
     let dead = a.dead_letters().count();
     assert!(dead >= 20, "every message is a dead letter, got {dead}");
 }
+
+#[test]
+fn refs_to_remote_actors_work_from_plain_threads() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (w, counter) = rt.block_on(async {
+        let w = world("tcp://127.0.0.1:0").await;
+        let counter = w.b.spawn(CounterActor::default());
+        w.nb.publish(&counter, "counter").unwrap();
+        (w, counter)
+    });
+    // Forged on a plain thread: its connect starts on the node's runtime.
+    let uri = format!("{}/counter", w.uri_b);
+    let na = w.na.clone();
+    std::thread::spawn(move || {
+        let forged: ActorRef<Counter> = na.forge(&uri).unwrap();
+        for i in 1..=4 {
+            forged.tell(Counter::Add(i));
+        }
+    })
+    .join()
+    .unwrap();
+    let total = rt.block_on(async {
+        let r: ActorRef<Counter> = w.na.resolve(&format!("{}/counter", w.uri_b)).await.unwrap();
+        // One peer link, FIFO: the forged tells were queued before this ask.
+        r.ask(Counter::Get, T).await
+    });
+    assert_eq!(total, Ok(10));
+    drop(counter);
+}
