@@ -1,0 +1,285 @@
+//! Inbound frames of an established link: messages to local actors,
+//! receipts, replies, resolves, monitors, links, stops, goodbyes.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use plexus_core::remote::{self, Control, Inbound, ReceiptError, Signal, Watcher};
+use plexus_core::{ActorId, DeadLetterReason, Down, Exit, ExitReason, NodeId};
+
+use super::{Peer, GOODBYE_PREFIX};
+use crate::node::{lock, NodeInner};
+use crate::wire::{Frame, ReceiptStatus, Resolution};
+
+/// Above this many queued messages in the actor it last delivered to, a
+/// link stops reading until the actor is down to [`FLOOD_LOW`]: the
+/// transport's bounded buffers then push back on the sending node, whose
+/// own bounded buffers turn the excess into dead letters there. Memory per
+/// flooded actor stays bounded even with an unbounded mailbox.
+pub(super) const FLOOD_HIGH: usize = 100_000;
+const FLOOD_LOW: usize = 50_000;
+
+pub(super) async fn wait_drained(target: &Arc<dyn Inbound>) {
+    tracing::debug!(target: "plexus::remote", actor = %target.id(), "actor flooded; pausing the link");
+    // Polled: only a flooded actor gets here, and a millisecond is short
+    // next to the time to drain 50,000 messages.
+    while target.is_alive() && target.queued() > FLOOD_LOW {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// The last local target a link delivered to: consecutive messages to one
+/// actor skip the export table's lock.
+#[derive(Default)]
+pub(super) struct InboundCache(pub(super) Option<((u64, u64), Arc<dyn Inbound>)>);
+
+impl Peer {
+    /// Handles one frame. `Err` closes the link (the peer broke the
+    /// protocol).
+    pub(super) fn dispatch(
+        self: &Arc<Self>,
+        inner: &Arc<NodeInner>,
+        remote: NodeId,
+        bytes: Bytes,
+        cache: &mut InboundCache,
+    ) -> Result<(), String> {
+        let frame = Frame::decode(bytes).map_err(|e| format!("protocol error: {e}"))?;
+        match frame {
+            Frame::Message {
+                to,
+                type_id,
+                receipt,
+                payload,
+            } => {
+                let inbound = match &cache.0 {
+                    Some((key, ib)) if *key == (to, type_id) && ib.is_alive() => Some(ib.clone()),
+                    _ => {
+                        let ib = inner.inbound(to, type_id);
+                        cache.0 = ib.clone().map(|ib| ((to, type_id), ib));
+                        ib
+                    }
+                };
+                self.deliver_to(inner, to, inbound, receipt, payload);
+            }
+            Frame::Named {
+                name,
+                type_id,
+                receipt,
+                payload,
+            } => match inner.resolve_name(&name, type_id) {
+                Resolution::Found(serial) => self.deliver(inner, serial, type_id, receipt, payload),
+                _ => {
+                    inner.system.dead_letters().record(
+                        ActorId::new(inner.id, 0),
+                        "message for an unpublished name",
+                        DeadLetterReason::Undeliverable,
+                    );
+                    self.receipt(receipt, ReceiptStatus::NoSuchActor);
+                }
+            },
+            Frame::Receipt { id, status } => {
+                if let Some(tx) = lock(&self.state).receipts.remove(&id) {
+                    let _ = tx.send(match status {
+                        ReceiptStatus::Delivered => Ok(()),
+                        ReceiptStatus::NoSuchActor => Err(ReceiptError::NoSuchActor),
+                        ReceiptStatus::Stopped => Err(ReceiptError::Stopped),
+                        ReceiptStatus::MailboxFull => Err(ReceiptError::MailboxFull),
+                        ReceiptStatus::Undecodable => {
+                            Err(ReceiptError::Decode(remote::CodecError {
+                                context: "deliver".into(),
+                                detail: "the receiving node could not decode the payload".into(),
+                            }))
+                        }
+                    });
+                }
+            }
+            Frame::Reply { id, payload } => {
+                if let Some(pending) = inner.take_reply(id) {
+                    remote::with_context(self.context(), || pending.deliver(payload));
+                }
+            }
+            Frame::Resolve {
+                request,
+                type_id,
+                name,
+                ..
+            } => {
+                let resolution = inner.resolve_name(&name, type_id);
+                let _ = self.send(&Frame::Resolved {
+                    request,
+                    resolution,
+                });
+            }
+            Frame::Resolved {
+                request,
+                resolution,
+            } => {
+                if let Some(tx) = lock(&self.state).resolves.remove(&request) {
+                    let _ = tx.send(Ok(resolution));
+                }
+            }
+            Frame::Monitor { target, token } => match inner.control(target) {
+                Some(control) => {
+                    let peer = Arc::downgrade(self);
+                    let watch = control.watch(Watcher::Callback(Box::new(move |down: Down| {
+                        if let Some(p) = peer.upgrade() {
+                            lock(&p.state).remote_monitors.remove(&token);
+                            let _ = p.send(&Frame::Down {
+                                token,
+                                reason: down.reason,
+                            });
+                        }
+                    })));
+                    if watch.is_some() {
+                        lock(&self.state)
+                            .remote_monitors
+                            .insert(token, (control, watch));
+                    }
+                }
+                None => {
+                    let _ = self.send(&Frame::Down {
+                        token,
+                        reason: no_such_actor(inner),
+                    });
+                }
+            },
+            Frame::Demonitor { token, .. } => {
+                if let Some((control, Some(t))) = lock(&self.state).remote_monitors.remove(&token) {
+                    control.unwatch(t);
+                }
+            }
+            Frame::Down { token, reason } => {
+                let entry = lock(&self.state).watchers.remove(&token);
+                if let Some((id, w)) = entry {
+                    w.notify(Down { id, reason });
+                }
+            }
+            Frame::Link { from, to } => {
+                let remote_id = ActorId::new(remote, from);
+                let proxy: Arc<dyn Control> = inner.proxy(remote_id, self, None);
+                match inner.control(to) {
+                    Some(local) => match local.add_link(proxy) {
+                        Ok(()) => lock(&self.state).links.push((local, remote_id)),
+                        Err(reason) => {
+                            let _ = self.send(&Frame::Exit {
+                                from: to,
+                                to: from,
+                                reason,
+                            });
+                        }
+                    },
+                    None => {
+                        let _ = self.send(&Frame::Exit {
+                            from: to,
+                            to: from,
+                            reason: no_such_actor(inner),
+                        });
+                    }
+                }
+            }
+            Frame::Unlink { from, to } => {
+                let remote_id = ActorId::new(remote, from);
+                if let Some(local) = inner.control(to) {
+                    local.remove_link(remote_id);
+                }
+                lock(&self.state)
+                    .links
+                    .retain(|(l, r)| !(l.id().serial() == to && *r == remote_id));
+            }
+            Frame::Exit { from, to, reason } => {
+                let remote_id = ActorId::new(remote, from);
+                lock(&self.state)
+                    .links
+                    .retain(|(l, r)| !(l.id().serial() == to && *r == remote_id));
+                if let Some(local) = inner.control(to) {
+                    local.remove_link(remote_id);
+                    local.signal(Signal::Exit(Exit {
+                        from: remote_id,
+                        reason,
+                    }));
+                }
+            }
+            Frame::Stop { target, kill } => {
+                if let Some(c) = inner.control(target) {
+                    if kill {
+                        c.kill();
+                    } else {
+                        c.signal(Signal::Stop(ExitReason::Stopped));
+                    }
+                }
+            }
+            Frame::Goodbye { reason } => return Err(format!("{GOODBYE_PREFIX}{reason}")),
+            Frame::Hello(_) | Frame::Auth { .. } | Frame::Reject { .. } => {
+                return Err("protocol error: handshake frame on an established link".into())
+            }
+        }
+        Ok(())
+    }
+
+    fn deliver(
+        self: &Arc<Self>,
+        inner: &Arc<NodeInner>,
+        to: u64,
+        type_id: u64,
+        receipt: u64,
+        payload: Bytes,
+    ) {
+        let inbound = inner.inbound(to, type_id);
+        self.deliver_to(inner, to, inbound, receipt, payload);
+    }
+
+    fn deliver_to(
+        self: &Arc<Self>,
+        inner: &Arc<NodeInner>,
+        to: u64,
+        inbound: Option<Arc<dyn Inbound>>,
+        receipt: u64,
+        payload: Bytes,
+    ) {
+        let target = ActorId::new(inner.id, to);
+        let Some(inbound) = inbound else {
+            inner.system.dead_letters().record(
+                target,
+                "message of a type the actor is not exported for, or for an unknown actor",
+                DeadLetterReason::Undeliverable,
+            );
+            self.receipt(receipt, ReceiptStatus::NoSuchActor);
+            return;
+        };
+        let outcome = remote::with_context(self.context(), || inbound.deliver(payload));
+        let status = match outcome {
+            Ok(()) => ReceiptStatus::Delivered,
+            Err(e) => {
+                let (status, reason) = match &e {
+                    ReceiptError::MailboxFull => {
+                        (ReceiptStatus::MailboxFull, DeadLetterReason::MailboxFull)
+                    }
+                    ReceiptError::Decode(_) => {
+                        (ReceiptStatus::Undecodable, DeadLetterReason::Undeliverable)
+                    }
+                    _ => (ReceiptStatus::Stopped, DeadLetterReason::Stopped),
+                };
+                if let ReceiptError::Decode(err) = &e {
+                    tracing::warn!(target: "plexus::remote", actor = %target, "undecodable message: {err}");
+                }
+                inner
+                    .system
+                    .dead_letters()
+                    .record(target, "remote message", reason);
+                status
+            }
+        };
+        self.receipt(receipt, status);
+    }
+
+    fn receipt(self: &Arc<Self>, id: u64, status: ReceiptStatus) {
+        if id != 0 {
+            let _ = self.send(&Frame::Receipt { id, status });
+        }
+    }
+}
+
+fn no_such_actor(inner: &NodeInner) -> ExitReason {
+    ExitReason::Failed(format!("no such actor on node {}", inner.id))
+}
