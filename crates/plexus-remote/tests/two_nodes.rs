@@ -369,3 +369,64 @@ fn refs_to_remote_actors_work_from_plain_threads() {
     assert_eq!(total, Ok(10));
     drop(counter);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn encrypted_udp_scheme_carries_tell_ask_and_refs() {
+    let psk = "7f".repeat(32);
+    let spec = format!("udp / slicing / encryption(psk={psk}) / delivery / ordering");
+    let (a, b) = (ActorSystem::new(), ActorSystem::new());
+    let cfg = NodeConfig::default().cookie("enc").scheme("sudp", spec);
+    let na = Node::start(&a, cfg.clone()).unwrap();
+    let nb = Node::start(&b, cfg).unwrap();
+    let uri = nb.listen("sudp://127.0.0.1:0").await.unwrap();
+    assert!(uri.starts_with("sudp://127.0.0.1:"), "{uri}");
+    let counter = b.spawn(CounterActor::default());
+    nb.publish(&counter, "counter").unwrap();
+    let remote: ActorRef<Counter> = na.resolve(&format!("{uri}/counter")).await.unwrap();
+    for i in 1..=100 {
+        remote.tell(Counter::Add(i));
+    }
+    assert_eq!(remote.ask(Counter::Get, T).await, Ok(5050));
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let sink = a.spawn_fn(move |t: Total, _ctx| {
+        let _ = tx.send(t);
+    });
+    remote.tell(Counter::Report(sink));
+    assert_eq!(
+        tokio::time::timeout(T, rx.recv()).await.unwrap(),
+        Some(Total(5050))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn encrypted_scheme_with_another_key_never_connects() {
+    let spec = |k: &str| {
+        format!(
+            "udp / slicing / encryption(psk={}, handshake_timeout=1s) / delivery / ordering",
+            k.repeat(32)
+        )
+    };
+    let (a, b) = (ActorSystem::new(), ActorSystem::new());
+    let na = Node::start(
+        &a,
+        NodeConfig::default()
+            .scheme("sudp", spec("11"))
+            .connect_timeout(Duration::from_secs(3)),
+    )
+    .unwrap();
+    let nb = Node::start(&b, NodeConfig::default().scheme("sudp", spec("22"))).unwrap();
+    let uri = nb.listen("sudp://127.0.0.1:0").await.unwrap();
+    let counter = b.spawn(CounterActor::default());
+    nb.publish(&counter, "counter").unwrap();
+    let err = na
+        .resolve::<Counter>(&format!("{uri}/counter"))
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.starts_with(&format!("resolve {uri}/counter")),
+        "{text}"
+    );
+    assert_eq!(b.dead_letters().count(), 0);
+    assert!(counter.is_alive());
+}
