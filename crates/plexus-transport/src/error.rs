@@ -83,6 +83,17 @@ pub enum ConnectError {
         /// The address, with its scheme.
         addr: String,
     },
+    /// The TLS handshake failed or timed out: the server's certificate is
+    /// untrusted, expired or not valid for the name, or the server refused
+    /// ours. Nothing was sent.
+    #[error("connect {addr}: TLS handshake failed: {source}")]
+    Handshake {
+        /// The address, with its scheme.
+        addr: String,
+        /// The cause (a rustls error inside an `io::Error`, or a timeout).
+        #[source]
+        source: io::Error,
+    },
     /// The endpoint was shut down.
     #[error("connect {addr}: the endpoint is shut down")]
     EndpointClosed {
@@ -102,6 +113,19 @@ pub enum AcceptError {
         /// The local address, with its scheme.
         addr: String,
         /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// A peer was refused during the TLS handshake (plain TCP bytes, no or
+    /// an untrusted or expired certificate, timeout). Only that connection
+    /// was dropped; the listener stays usable.
+    #[error("accept {addr}: handshake with {peer} failed: {source}")]
+    Handshake {
+        /// The local address, with its scheme.
+        addr: String,
+        /// The peer's address.
+        peer: String,
+        /// The cause (a rustls error inside an `io::Error`, or a timeout).
         #[source]
         source: io::Error,
     },

@@ -19,6 +19,7 @@
 //! | spec | module | listening | connecting |
 //! | --- | --- | --- | --- |
 //! | `tcp / framing` | [`tcp`] | [`tcp::TcpListener::bind`] | [`tcp::connect`] |
+//! | `tls / framing` | [`tls`] | [`tls::TlsListener::bind`] | [`tls::connect`] |
 //! | `uds / framing` | [`uds`] | [`uds::UdsListener::bind`] | [`uds::connect`] |
 //! | `udp / slicing / delivery / ordering` | [`udp`] | [`udp::UdpEndpoint::bind`] + `accept` | [`udp::UdpEndpoint::connect`] |
 //! | `mem / ordering` | [`mem`] | [`mem::MemHub::bind`] | [`mem::MemHub::connect`], [`mem::pair`] |
@@ -51,6 +52,7 @@ mod link;
 pub mod mem;
 mod stream;
 pub mod tcp;
+pub mod tls;
 pub mod udp;
 pub mod uds;
 
@@ -72,6 +74,8 @@ mod tests {
         assert_send_sync::<LinkReceiver>();
         assert_send_sync::<tcp::TcpListener>();
         assert_send_sync::<uds::UdsListener>();
+        assert_send_sync::<tls::TlsListener>();
+        assert_send_sync::<tls::TlsConfig>();
         assert_send_sync::<udp::UdpEndpoint>();
         assert_send_sync::<mem::MemHub>();
         assert_send_sync::<mem::MemListener>();

@@ -42,6 +42,17 @@ pub(crate) trait StreamSocket: Send + 'static {
     fn try_read_buf(&self, buf: &mut BytesMut) -> io::Result<usize>;
     fn try_write_vectored(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize>;
     fn shutdown_write(&mut self) -> impl Future<Output = io::Result<()>> + Send;
+    /// Bytes the socket holds below the application (TLS records) and
+    /// still has to write; the driver then waits for writability even with
+    /// an empty queue.
+    fn pending_write(&self) -> bool {
+        false
+    }
+    /// Writes what [`pending_write`](StreamSocket::pending_write) reports,
+    /// until done or the socket would block.
+    fn flush_pending(&self) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 macro_rules! stream_socket {
@@ -168,7 +179,7 @@ async fn run<S: StreamSocket>(socket: &mut S, conn: &mut Conn, notify: &Notify) 
                     Err(e) => return e.into(),
                 }
             }
-            r = socket.writable(), if !out.is_empty() => {
+            r = socket.writable(), if !out.is_empty() || socket.pending_write() => {
                 if let Err(e) = r {
                     return e.into();
                 }
@@ -246,6 +257,7 @@ impl WriteQueue {
     /// Writes until the queue is empty or the socket would block.
     pub(crate) fn write_to<S: StreamSocket>(&mut self, socket: &S) -> io::Result<()> {
         self.seal();
+        socket.flush_pending()?;
         while !self.items.is_empty() {
             let (written, offered) = {
                 let mut slices = [IoSlice::new(&[]); MAX_IOV];

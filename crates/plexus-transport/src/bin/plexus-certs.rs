@@ -1,0 +1,139 @@
+//! `plexus-certs`: a development CA for the `tls` transport.
+//!
+//! ```text
+//! plexus-certs ca --out DIR
+//!     DIR/ca.pem, DIR/ca.key: a self-signed CA ("Plexus dev CA").
+//! plexus-certs node --ca DIR --name NAME --out DIR [--days N]
+//!     DIR/NAME.pem, DIR/NAME.key: a certificate signed by the CA in --ca,
+//!     valid for DNS NAME, DNS localhost and IP 127.0.0.1, for both server
+//!     and client authentication, for N days (default 365).
+//! ```
+//!
+//! For development and tests only: keys are written unencrypted.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use rcgen::{
+    BasicConstraints, Certificate, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa,
+    KeyPair, KeyUsagePurpose, SanType,
+};
+
+const USAGE: &str = "usage:
+  plexus-certs ca --out DIR
+  plexus-certs node --ca DIR --name NAME --out DIR [--days N]";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("plexus-certs: {e}\n{USAGE}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: &[String]) -> Result<(), String> {
+    let (command, rest) = args.split_first().ok_or("missing command")?;
+    let flag = |name: &str| -> Option<&str> {
+        rest.iter()
+            .position(|a| a == name)
+            .and_then(|i| rest.get(i + 1))
+            .map(String::as_str)
+    };
+    let required = |name: &str| flag(name).ok_or_else(|| format!("missing {name}"));
+    match command.as_str() {
+        "ca" => {
+            let out = PathBuf::from(required("--out")?);
+            let key = KeyPair::generate().map_err(|e| format!("generate CA key: {e}"))?;
+            let cert = ca_cert(&key)?;
+            write(&out, "ca.pem", &cert.pem())?;
+            write(&out, "ca.key", &key.serialize_pem())?;
+            println!("wrote {0}/ca.pem and {0}/ca.key", out.display());
+            Ok(())
+        }
+        "node" => {
+            let ca_dir = PathBuf::from(required("--ca")?);
+            let name = required("--name")?;
+            let out = PathBuf::from(required("--out")?);
+            let days: i64 = match flag("--days") {
+                Some(d) => d.parse().map_err(|_| format!("--days {d}: not a number"))?,
+                None => 365,
+            };
+            let ca_key_path = ca_dir.join("ca.key");
+            let ca_key_pem = std::fs::read_to_string(&ca_key_path)
+                .map_err(|e| format!("read {}: {e}", ca_key_path.display()))?;
+            let ca_key = KeyPair::from_pem(&ca_key_pem)
+                .map_err(|e| format!("{}: {e}", ca_key_path.display()))?;
+            // The issuer is rebuilt from the CA key: same name, same key
+            // identifier as the ca.pem `plexus-certs ca` wrote.
+            let ca = ca_cert(&ca_key)?;
+            let key = KeyPair::generate().map_err(|e| format!("generate node key: {e}"))?;
+            let mut params = node_params(name)?;
+            let now = time::OffsetDateTime::now_utc();
+            params.not_before = now - time::Duration::hours(1);
+            params.not_after = now + time::Duration::days(days);
+            let cert = params
+                .signed_by(&key, &ca, &ca_key)
+                .map_err(|e| format!("sign node certificate: {e}"))?;
+            write(&out, &format!("{name}.pem"), &cert.pem())?;
+            write(&out, &format!("{name}.key"), &key.serialize_pem())?;
+            println!(
+                "wrote {0}/{name}.pem and {0}/{name}.key (valid {days} days)",
+                out.display()
+            );
+            Ok(())
+        }
+        other => Err(format!("unknown command {other:?}")),
+    }
+}
+
+fn ca_cert(key: &KeyPair) -> Result<Certificate, String> {
+    let mut params =
+        CertificateParams::new(Vec::<String>::new()).map_err(|e| format!("CA params: {e}"))?;
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "Plexus dev CA");
+    params
+        .self_signed(key)
+        .map_err(|e| format!("sign CA certificate: {e}"))
+}
+
+fn node_params(name: &str) -> Result<CertificateParams, String> {
+    let mut params = CertificateParams::new(vec![name.to_owned(), "localhost".to_owned()])
+        .map_err(|e| format!("--name {name:?}: {e}"))?;
+    params
+        .subject_alt_names
+        .push(SanType::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST)));
+    params.distinguished_name.push(DnType::CommonName, name);
+    params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    params.extended_key_usages = vec![
+        ExtendedKeyUsagePurpose::ServerAuth,
+        ExtendedKeyUsagePurpose::ClientAuth,
+    ];
+    Ok(params)
+}
+
+fn write(dir: &Path, file: &str, contents: &str) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
+    let path = dir.join(file);
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    if file.ends_with(".key") {
+        // Private keys: readable by their owner only.
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    }
+    options
+        .open(&path)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, contents.as_bytes()))
+        .map_err(|e| format!("write {}: {e}", path.display()))
+}

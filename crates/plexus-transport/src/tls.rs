@@ -1,0 +1,641 @@
+//! TLS 1.3 over TCP (rustls, `ring` provider), mutual authentication
+//! required: each side presents a certificate signed by the trusted CA.
+//!
+//! The handshake runs on `tokio-rustls`; the established connection is
+//! then driven by the same stream driver as TCP: the rustls
+//! [`Connection`] (a sans-IO state machine) sits between the driver's
+//! readiness-based reads/writes and the TCP socket.
+//!
+//! ```text
+//!  driver ── plaintext ──▶ rustls::Connection ── TLS records ──▶ TcpStream
+//! ```
+//!
+//! **Hostile peers.** The listener accepts TCP connections in a background
+//! task and runs each handshake in its own task, at most
+//! [`MAX_HANDSHAKES`] at once, each bounded by
+//! [`TlsConfig::handshake_timeout`] (default 10 s). A failed handshake
+//! (plain TCP bytes, no client certificate, untrusted issuer, expired
+//! certificate, timeout) is logged and returned by
+//! [`TlsListener::accept`] as [`AcceptError::Handshake`]; the listener
+//! keeps serving other peers.
+//!
+//! # Development certificates
+//!
+//! The `plexus-certs` binary of this crate makes a dev CA and node
+//! certificates (valid for the node's name, `localhost` and `127.0.0.1`,
+//! for both server and client authentication):
+//!
+//! ```text
+//! plexus-certs ca --out certs/                       # certs/ca.pem, certs/ca.key
+//! plexus-certs node --ca certs/ --name n1 --out certs/n1 [--days 365]
+//!                                                    # certs/n1/n1.pem, certs/n1/n1.key
+//! ```
+//!
+//! A node then loads `TlsConfig::from_pem_files("certs/n1/n1.pem",
+//! "certs/n1/n1.key", "certs/ca.pem")`.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use plexus_net::StackSpec;
+//! use plexus_transport::tls::{self, TlsConfig, TlsListener};
+//! use plexus_transport::LinkConfig;
+//!
+//! let tls = TlsConfig::from_pem_files("n1.pem", "n1.key", "ca.pem")?;
+//! let spec: StackSpec = "tls / framing".parse()?;
+//! let link_config = LinkConfig::default();
+//! let listener = TlsListener::bind(&spec, "127.0.0.1:0".parse()?, &tls, link_config).await?;
+//! let client = tls::connect(&spec, listener.local_addr(), "localhost", &tls, link_config).await?;
+//! let server = listener.accept().await?;
+//! # Ok(()) }
+//! ```
+
+use std::future::Future;
+use std::io::{self, IoSlice, Read, Write};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use bytes::BytesMut;
+use plexus_net::{LinkContext, StackSpec, TransportKind};
+use rustls::client::WebPkiServerVerifier;
+use rustls::server::WebPkiClientVerifier;
+use rustls::{ClientConfig, Connection, RootCertStore, ServerConfig};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, Semaphore};
+use tokio::task::AbortHandle;
+
+use crate::conn::now;
+use crate::error::{AcceptError, BindError, ConnectError};
+use crate::link::{Link, LinkConfig};
+use crate::stream::{self, StreamSocket};
+
+/// Handshakes a listener runs at once; further connections wait in the
+/// kernel's accept queue.
+pub const MAX_HANDSHAKES: usize = 64;
+/// Finished handshakes (links or errors) waiting for
+/// [`TlsListener::accept`].
+const ACCEPT_QUEUE: usize = 16;
+
+fn url(addr: SocketAddr) -> String {
+    format!("tls://{addr}")
+}
+
+/// Why a [`TlsConfig`] could not be built.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TlsConfigError {
+    /// A PEM file could not be read.
+    #[error("read {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// A PEM input is malformed or holds nothing usable.
+    #[error("{what}: {detail}")]
+    Pem {
+        /// Which input (`certificate chain`, `private key`, `CA roots`).
+        what: &'static str,
+        /// What is wrong.
+        detail: String,
+    },
+    /// rustls refused the material (key does not match the certificate,
+    /// unsupported key type, CA certificate unparsable...).
+    #[error("TLS configuration refused: {0}")]
+    Rustls(#[from] rustls::Error),
+    /// The certificate verifier could not be built from the CA roots.
+    #[error("certificate verifier: {0}")]
+    Verifier(String),
+}
+
+/// A node's TLS identity and trust: its certificate chain and private key
+/// (presented both as server and as client: mutual TLS) and the CA roots
+/// its peers' certificates must chain to. TLS 1.3 only.
+///
+/// Cheap to clone (the rustls configurations are shared).
+#[derive(Clone)]
+pub struct TlsConfig {
+    server: Arc<ServerConfig>,
+    client: Arc<ClientConfig>,
+    handshake_timeout: Duration,
+}
+
+impl std::fmt::Debug for TlsConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsConfig")
+            .field("handshake_timeout", &self.handshake_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TlsConfig {
+    /// Builds the configuration from in-memory PEM: `cert_chain` (the
+    /// node's certificate first, then intermediates), `key` (PKCS#8, PKCS#1
+    /// or SEC1) and `ca_roots` (one or more CA certificates).
+    ///
+    /// # Errors
+    ///
+    /// [`TlsConfigError`] if a PEM input is malformed or empty, or rustls
+    /// refuses the material (e.g. the key does not match the certificate).
+    pub fn from_pem(
+        cert_chain: &[u8],
+        key: &[u8],
+        ca_roots: &[u8],
+    ) -> Result<Self, TlsConfigError> {
+        let chain = certs("certificate chain", cert_chain)?;
+        let key = PrivateKeyDer::from_pem_slice(key).map_err(|e| TlsConfigError::Pem {
+            what: "private key",
+            detail: e.to_string(),
+        })?;
+        let mut roots = RootCertStore::empty();
+        for ca in certs("CA roots", ca_roots)? {
+            roots.add(ca)?;
+        }
+        let roots = Arc::new(roots);
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let client_verifier =
+            WebPkiClientVerifier::builder_with_provider(roots.clone(), provider.clone())
+                .build()
+                .map_err(|e| TlsConfigError::Verifier(e.to_string()))?;
+        let server_verifier =
+            WebPkiServerVerifier::builder_with_provider(roots.clone(), provider.clone())
+                .build()
+                .map_err(|e| TlsConfigError::Verifier(e.to_string()))?;
+        let server = ServerConfig::builder_with_provider(provider.clone())
+            .with_protocol_versions(&[&rustls::version::TLS13])?
+            .with_client_cert_verifier(client_verifier)
+            .with_single_cert(chain.clone(), key.clone_key())?;
+        let client = ClientConfig::builder_with_provider(provider)
+            .with_protocol_versions(&[&rustls::version::TLS13])?
+            .with_webpki_verifier(server_verifier)
+            .with_client_auth_cert(chain, key)?;
+        Ok(Self {
+            server: Arc::new(server),
+            client: Arc::new(client),
+            handshake_timeout: Duration::from_secs(10),
+        })
+    }
+
+    /// As [`from_pem`](TlsConfig::from_pem), reading the three PEM files.
+    ///
+    /// # Errors
+    ///
+    /// [`TlsConfigError::Read`] naming the file that could not be read, or
+    /// as [`from_pem`](TlsConfig::from_pem).
+    pub fn from_pem_files(
+        cert_chain: impl AsRef<Path>,
+        key: impl AsRef<Path>,
+        ca_roots: impl AsRef<Path>,
+    ) -> Result<Self, TlsConfigError> {
+        let read = |path: &Path| {
+            std::fs::read(path).map_err(|source| TlsConfigError::Read {
+                path: path.to_owned(),
+                source,
+            })
+        };
+        Self::from_pem(
+            &read(cert_chain.as_ref())?,
+            &read(key.as_ref())?,
+            &read(ca_roots.as_ref())?,
+        )
+    }
+
+    /// How long a handshake may take before the connection is dropped.
+    /// Default 10 s. Bounds how long a silent peer holds one of the
+    /// listener's [`MAX_HANDSHAKES`] slots.
+    pub fn handshake_timeout(mut self, timeout: Duration) -> Self {
+        self.handshake_timeout = timeout;
+        self
+    }
+}
+
+fn certs(what: &'static str, pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, TlsConfigError> {
+    let certs = CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| TlsConfigError::Pem {
+            what,
+            detail: e.to_string(),
+        })?;
+    if certs.is_empty() {
+        return Err(TlsConfigError::Pem {
+            what,
+            detail: "no PEM certificate found".into(),
+        });
+    }
+    Ok(certs)
+}
+
+/// Accepts TLS connections, each becoming a [`Link`] with its own stack
+/// built from the listener's spec once the handshake succeeded.
+///
+/// Dropping the listener stops accepting and aborts pending handshakes.
+#[derive(Debug)]
+pub struct TlsListener {
+    local: SocketAddr,
+    incoming: tokio::sync::Mutex<mpsc::Receiver<Result<Link, AcceptError>>>,
+    task: AbortHandle,
+}
+
+impl Drop for TlsListener {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl TlsListener {
+    /// Listens on `addr` with links built from `spec` (a `tls / ...` spec),
+    /// `tls` as identity and trust, and `config` for every accepted link.
+    ///
+    /// # Errors
+    ///
+    /// [`BindError`] if the spec is not for TLS or the OS refuses the
+    /// address.
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime (the accepting task is spawned).
+    pub async fn bind(
+        spec: &StackSpec,
+        addr: SocketAddr,
+        tls: &TlsConfig,
+        config: LinkConfig,
+    ) -> Result<Self, BindError> {
+        if spec.transport() != TransportKind::Tls {
+            return Err(BindError::WrongTransport {
+                addr: url(addr),
+                spec: spec.transport(),
+                expected: TransportKind::Tls,
+            });
+        }
+        let inner = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|source| BindError::Io {
+                addr: url(addr),
+                source,
+            })?;
+        let local = inner.local_addr().map_err(|source| BindError::Io {
+            addr: url(addr),
+            source,
+        })?;
+        let (tx, rx) = mpsc::channel(ACCEPT_QUEUE);
+        let task = tokio::spawn(accept_loop(
+            inner,
+            Arc::new(Accepting {
+                acceptor: tokio_rustls::TlsAcceptor::from(tls.server.clone()),
+                timeout: tls.handshake_timeout,
+                spec: spec.clone(),
+                config,
+                local,
+            }),
+            tx,
+        ))
+        .abort_handle();
+        Ok(Self {
+            local,
+            incoming: tokio::sync::Mutex::new(rx),
+            task,
+        })
+    }
+
+    /// The address the listener is bound to (with the actual port when bound
+    /// to port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// Waits for the next connection whose handshake finished, successfully
+    /// or not.
+    ///
+    /// # Errors
+    ///
+    /// [`AcceptError::Handshake`] for a peer refused during the handshake
+    /// (the listener stays usable: call `accept` again),
+    /// [`AcceptError::Io`] if accepting failed, [`AcceptError::Closed`] if
+    /// the accepting task ended.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: no connection is lost if the future is dropped.
+    pub async fn accept(&self) -> Result<Link, AcceptError> {
+        let mut incoming = self.incoming.lock().await;
+        incoming.recv().await.unwrap_or_else(|| {
+            Err(AcceptError::Closed {
+                addr: url(self.local),
+            })
+        })
+    }
+}
+
+struct Accepting {
+    acceptor: tokio_rustls::TlsAcceptor,
+    timeout: Duration,
+    spec: StackSpec,
+    config: LinkConfig,
+    local: SocketAddr,
+}
+
+async fn accept_loop(
+    inner: tokio::net::TcpListener,
+    ctx: Arc<Accepting>,
+    tx: mpsc::Sender<Result<Link, AcceptError>>,
+) {
+    let slots = Arc::new(Semaphore::new(MAX_HANDSHAKES));
+    let mut next_link = 0u64;
+    loop {
+        // The semaphore is never closed.
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        let accepted = tokio::select! {
+            () = tx.closed() => return,
+            r = inner.accept() => r,
+        };
+        let (socket, peer) = match accepted {
+            Ok(a) => a,
+            Err(source) => {
+                let error = AcceptError::Io {
+                    addr: url(ctx.local),
+                    source,
+                };
+                tracing::warn!(target: "plexus::transport", %error, "tls accept failed");
+                if tx.send(Err(error)).await.is_err() {
+                    return;
+                }
+                continue;
+            }
+        };
+        let link_id = next_link;
+        next_link += 1;
+        let ctx = ctx.clone();
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            let result = handshake(&ctx, socket, peer, link_id).await;
+            if let Err(error) = &result {
+                tracing::warn!(target: "plexus::transport", %error, "tls peer refused");
+            }
+            let _ = tx.send(result).await;
+            drop(slot);
+        });
+    }
+}
+
+async fn handshake(
+    ctx: &Accepting,
+    socket: TcpStream,
+    peer: SocketAddr,
+    link_id: u64,
+) -> Result<Link, AcceptError> {
+    if let Err(error) = socket.set_nodelay(true) {
+        tracing::debug!(%peer, %error, "set_nodelay failed");
+    }
+    let failed = |source| AcceptError::Handshake {
+        addr: url(ctx.local),
+        peer: peer.to_string(),
+        source,
+    };
+    let tls = tokio::time::timeout(ctx.timeout, ctx.acceptor.accept(socket))
+        .await
+        .map_err(|_| failed(timed_out(ctx.timeout)))?
+        .map_err(failed)?;
+    let (socket, conn) = tls.into_inner();
+    let stack = ctx.spec.build_link(LinkContext {
+        now: now(),
+        link_id,
+    });
+    let socket = TlsSocket::new(socket, Connection::Server(conn));
+    Ok(stream::spawn(socket, stack, url(peer).into(), ctx.config))
+}
+
+fn timed_out(after: Duration) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::TimedOut,
+        format!("no TLS handshake within {after:?}"),
+    )
+}
+
+/// Connects to `addr`, verifies that the server's certificate is valid for
+/// `server_name` (a DNS name or an IP address) and chains to the CA roots of
+/// `tls`, presents the certificate of `tls`, and starts a link with a stack
+/// built from `spec` (a `tls / ...` spec).
+///
+/// # Errors
+///
+/// [`ConnectError::WrongTransport`] for another spec,
+/// [`ConnectError::Io`] if the TCP connection fails,
+/// [`ConnectError::Handshake`] if the TLS handshake fails (e.g. `connect
+/// tls://127.0.0.1:4000: TLS handshake failed: invalid peer certificate:
+/// UnknownIssuer`), or times out.
+///
+/// TLS 1.3 finishes the client's side of the handshake before the server
+/// checks the client's certificate: a server refusing ours shows up as the
+/// link closing right away, not as an error here.
+///
+/// # Panics
+///
+/// Outside a tokio runtime (the driver task is spawned).
+pub async fn connect(
+    spec: &StackSpec,
+    addr: SocketAddr,
+    server_name: &str,
+    tls: &TlsConfig,
+    config: LinkConfig,
+) -> Result<Link, ConnectError> {
+    if spec.transport() != TransportKind::Tls {
+        return Err(ConnectError::WrongTransport {
+            addr: url(addr),
+            spec: spec.transport(),
+            expected: TransportKind::Tls,
+        });
+    }
+    let failed = |source| ConnectError::Handshake {
+        addr: url(addr),
+        source,
+    };
+    let name = ServerName::try_from(server_name.to_owned()).map_err(|e| {
+        failed(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{server_name:?} is not a valid server name: {e}"),
+        ))
+    })?;
+    let socket = TcpStream::connect(addr)
+        .await
+        .map_err(|source| ConnectError::Io {
+            addr: url(addr),
+            source,
+        })?;
+    if let Err(error) = socket.set_nodelay(true) {
+        tracing::debug!(%addr, %error, "set_nodelay failed");
+    }
+    let connector = tokio_rustls::TlsConnector::from(tls.client.clone());
+    let tls_stream = tokio::time::timeout(tls.handshake_timeout, connector.connect(name, socket))
+        .await
+        .map_err(|_| failed(timed_out(tls.handshake_timeout)))?
+        .map_err(failed)?;
+    let (socket, conn) = tls_stream.into_inner();
+    let stack = spec.build(now());
+    let socket = TlsSocket::new(socket, Connection::Client(conn));
+    Ok(stream::spawn(socket, stack, url(addr).into(), config))
+}
+
+/// An established TLS connection as the stream driver sees it: plaintext
+/// in and out, TLS records to and from the TCP socket. The rustls state
+/// sits behind a mutex only because the driver's socket methods take
+/// `&self`; the driver task is its only user, so it is never contended.
+struct TlsSocket {
+    tcp: TcpStream,
+    tls: Mutex<Connection>,
+}
+
+/// Non-blocking `Read`/`Write` over the TCP socket, for rustls.
+struct Raw<'a>(&'a TcpStream);
+
+impl Read for Raw<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.0.try_read(buf)
+    }
+}
+
+impl Write for Raw<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.try_write(buf)
+    }
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        self.0.try_write_vectored(bufs)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl TlsSocket {
+    fn new(tcp: TcpStream, tls: Connection) -> Self {
+        Self {
+            tcp,
+            tls: Mutex::new(tls),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Connection> {
+        // A panic while holding the lock leaves rustls in a state it
+        // reports as an error on the next call; no need to poison.
+        self.tls.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Decrypted bytes (or the peer's close) wait in rustls: the socket need
+    /// not be readable for the next read to make progress.
+    fn has_input(&self) -> bool {
+        match self.lock().process_new_packets() {
+            Ok(state) => state.plaintext_bytes_to_read() > 0 || state.peer_has_closed(),
+            // The next read reports it.
+            Err(_) => true,
+        }
+    }
+
+    /// Writes pending TLS records until none is left (`Ok`) or the socket
+    /// would block (`Err(WouldBlock)`).
+    fn flush(&self, tls: &mut Connection) -> io::Result<()> {
+        while tls.wants_write() {
+            if tls.write_tls(&mut Raw(&self.tcp))? == 0 {
+                return Err(io::ErrorKind::WriteZero.into());
+            }
+        }
+        Ok(())
+    }
+}
+
+fn would_block_ok(r: io::Result<()>) -> io::Result<()> {
+    match r {
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(()),
+        r => r,
+    }
+}
+
+impl StreamSocket for TlsSocket {
+    fn readable(&self) -> impl Future<Output = io::Result<()>> + Send {
+        let ready = self.has_input();
+        async move {
+            if ready {
+                return Ok(());
+            }
+            self.tcp.readable().await
+        }
+    }
+
+    fn writable(&self) -> impl Future<Output = io::Result<()>> + Send {
+        self.tcp.writable()
+    }
+
+    fn try_read_buf(&self, buf: &mut BytesMut) -> io::Result<usize> {
+        let mut tls = self.lock();
+        loop {
+            // Plaintext rustls already holds comes first (it refuses new
+            // records while its plaintext buffer is full).
+            let start = buf.len();
+            if buf.capacity() == start {
+                buf.reserve(stream::READ_BUF);
+            }
+            buf.resize(buf.capacity(), 0);
+            let read = tls.reader().read(&mut buf[start..]);
+            buf.truncate(start + *read.as_ref().unwrap_or(&0));
+            match read {
+                // Ok(0): the peer sent close_notify.
+                Ok(n) => return Ok(n),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                // UnexpectedEof: TCP closed without close_notify.
+                Err(e) => return Err(e),
+            }
+            // At end of stream the next read says how: Ok(0) after
+            // close_notify, UnexpectedEof without.
+            tls.read_tls(&mut Raw(&self.tcp))?;
+            if let Err(e) = tls.process_new_packets() {
+                // Best effort: tell the peer why (the alert rustls queued).
+                let _ = self.flush(&mut tls);
+                return Err(io::Error::new(io::ErrorKind::InvalidData, e));
+            }
+        }
+    }
+
+    fn try_write_vectored(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        let mut tls = self.lock();
+        // Records already sealed go first; new plaintext is taken only once
+        // they are out, so rustls never holds more than one batch.
+        self.flush(&mut tls)?;
+        let n = tls.writer().write_vectored(bufs)?;
+        would_block_ok(self.flush(&mut tls))?;
+        Ok(n)
+    }
+
+    async fn shutdown_write(&mut self) -> io::Result<()> {
+        self.lock().send_close_notify();
+        loop {
+            let flushed = {
+                let mut tls = self.lock();
+                match self.flush(&mut tls) {
+                    Ok(()) => true,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => false,
+                    Err(e) => return Err(e),
+                }
+            };
+            if flushed {
+                break;
+            }
+            self.tcp.writable().await?;
+        }
+        AsyncWriteExt::shutdown(&mut self.tcp).await
+    }
+
+    fn pending_write(&self) -> bool {
+        self.lock().wants_write()
+    }
+
+    fn flush_pending(&self) -> io::Result<()> {
+        let mut tls = self.lock();
+        would_block_ok(self.flush(&mut tls))
+    }
+}

@@ -1,0 +1,307 @@
+//! The `tls` transport over real sockets, with certificates made in-process
+//! by rcgen and loaded from PEM files: ordered exchange, and refusal of
+//! peers without a certificate, with a certificate from another CA, with an
+//! expired certificate, and of plain TCP bytes.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::exchange;
+use plexus_net::StackSpec;
+use plexus_transport::tls::{self, TlsConfig, TlsListener};
+use plexus_transport::{AcceptError, LinkConfig};
+use rcgen::{
+    BasicConstraints, Certificate, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa,
+    KeyPair, KeyUsagePurpose, SanType,
+};
+use tokio::io::AsyncWriteExt;
+
+fn spec() -> StackSpec {
+    "tls / framing".parse().expect("valid spec")
+}
+
+struct Ca {
+    cert: Certificate,
+    key: KeyPair,
+}
+
+fn new_ca(name: &str) -> Ca {
+    let key = KeyPair::generate().expect("CA key");
+    let mut params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    params.distinguished_name.push(DnType::CommonName, name);
+    let cert = params.self_signed(&key).expect("self-sign CA");
+    Ca { cert, key }
+}
+
+/// Writes `name.pem`, `name.key` (signed by `ca`) and `ca.pem` into `dir`,
+/// and loads them; `expired` puts the validity in the past.
+fn node(dir: &Path, name: &str, ca: &Ca, trusted: &Ca, expired: bool) -> TlsConfig {
+    let key = KeyPair::generate().expect("node key");
+    let mut params =
+        CertificateParams::new(vec![name.to_owned(), "localhost".to_owned()]).expect("params");
+    params
+        .subject_alt_names
+        .push(SanType::IpAddress("127.0.0.1".parse().expect("ip")));
+    params.extended_key_usages = vec![
+        ExtendedKeyUsagePurpose::ServerAuth,
+        ExtendedKeyUsagePurpose::ClientAuth,
+    ];
+    if expired {
+        params.not_before = rcgen::date_time_ymd(2000, 1, 1);
+        params.not_after = rcgen::date_time_ymd(2001, 1, 1);
+    }
+    let cert = params
+        .signed_by(&key, &ca.cert, &ca.key)
+        .expect("sign node");
+    let cert_path = dir.join(format!("{name}.pem"));
+    let key_path = dir.join(format!("{name}.key"));
+    let ca_path = dir.join(format!("{name}-ca.pem"));
+    std::fs::write(&cert_path, cert.pem()).expect("write cert");
+    std::fs::write(&key_path, key.serialize_pem()).expect("write key");
+    std::fs::write(&ca_path, trusted.cert.pem()).expect("write ca");
+    TlsConfig::from_pem_files(&cert_path, &key_path, &ca_path)
+        .expect("load TLS config")
+        .handshake_timeout(Duration::from_secs(5))
+}
+
+async fn listener(tls: &TlsConfig) -> TlsListener {
+    TlsListener::bind(
+        &spec(),
+        "127.0.0.1:0".parse().expect("addr"),
+        tls,
+        LinkConfig::default(),
+    )
+    .await
+    .expect("bind")
+}
+
+async fn connect(addr: SocketAddr, tls: &TlsConfig) -> Result<plexus_transport::Link, String> {
+    tls::connect(&spec(), addr, "localhost", tls, LinkConfig::default())
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// A client whose handshake "succeeded" (TLS 1.3: before the server
+/// checked our certificate) sees its link closed without a message.
+async fn assert_refused_after_handshake(mut link: plexus_transport::Link) {
+    let _ = link.send(Bytes::from_static(b"hello")).await;
+    let r = tokio::time::timeout(Duration::from_secs(5), link.recv_message())
+        .await
+        .expect("the refused link closes");
+    assert!(r.is_err(), "refused client received {r:?}");
+}
+
+fn handshake_error(r: Result<plexus_transport::Link, AcceptError>) -> String {
+    match r {
+        Err(e @ AcceptError::Handshake { .. }) => e.to_string(),
+        Err(e) => panic!("expected a handshake error, got {e}"),
+        Ok(_) => panic!("expected a handshake error, got a link"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_links_exchange_10k_mixed_messages_in_order() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let ca = new_ca("test CA");
+    let server_tls = node(dir.path(), "n1", &ca, &ca, false);
+    let client_tls = node(dir.path(), "n2", &ca, &ca, false);
+    let listener = listener(&server_tls).await;
+    let client = connect(listener.local_addr(), &client_tls)
+        .await
+        .expect("connect");
+    let server = listener.accept().await.expect("accept");
+    exchange(client, server, 7, 64 << 10, 10_000, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_without_certificate_is_refused() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let ca = new_ca("test CA");
+    let server_tls = node(dir.path(), "n1", &ca, &ca, false);
+    let listener = listener(&server_tls).await;
+
+    // A rustls client that trusts the CA but has no certificate.
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca.cert.der().clone()).expect("add root");
+    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_protocol_versions(&[&rustls::version::TLS13])
+    .expect("TLS 1.3")
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(listener.local_addr())
+        .await
+        .expect("tcp connect");
+    let name = rustls_pki_types::ServerName::try_from("localhost").expect("name");
+    let client = connector.connect(name, tcp).await;
+    let error = handshake_error(listener.accept().await);
+    assert!(error.contains("no certificate"), "{error}");
+    assert!(error.starts_with("accept tls://127.0.0.1:"), "{error}");
+    drop(client);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_with_certificate_from_another_ca_is_refused() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let ca = new_ca("test CA");
+    let rogue = new_ca("rogue CA");
+    let server_tls = node(dir.path(), "n1", &ca, &ca, false);
+    // Trusts the right CA, but its own certificate is from the rogue one.
+    let client_tls = node(dir.path(), "n2", &rogue, &ca, false);
+    let listener = listener(&server_tls).await;
+    match connect(listener.local_addr(), &client_tls).await {
+        Ok(link) => assert_refused_after_handshake(link).await,
+        Err(e) => panic!("the client's side of the handshake should pass: {e}"),
+    }
+    let error = handshake_error(listener.accept().await);
+    assert!(error.contains("UnknownIssuer"), "{error}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_certificate_is_refused() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let ca = new_ca("test CA");
+    let server_tls = node(dir.path(), "n1", &ca, &ca, true);
+    let client_tls = node(dir.path(), "n2", &ca, &ca, false);
+    let listener = listener(&server_tls).await;
+    let error = connect(listener.local_addr(), &client_tls)
+        .await
+        .expect_err("an expired server certificate is refused");
+    assert!(error.contains("TLS handshake failed"), "{error}");
+    assert!(error.to_lowercase().contains("expired"), "{error}");
+    // The server saw the client's alert.
+    handshake_error(listener.accept().await);
+
+    // And an expired client certificate is refused by the server.
+    let server_tls = node(dir.path(), "n3", &ca, &ca, false);
+    let client_tls = node(dir.path(), "n4", &ca, &ca, true);
+    let listener = self::listener(&server_tls).await;
+    if let Ok(link) = connect(listener.local_addr(), &client_tls).await {
+        assert_refused_after_handshake(link).await;
+    }
+    let error = handshake_error(listener.accept().await);
+    assert!(error.to_lowercase().contains("expired"), "{error}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_name_mismatch_is_refused() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let ca = new_ca("test CA");
+    let server_tls = node(dir.path(), "n1", &ca, &ca, false);
+    let client_tls = node(dir.path(), "n2", &ca, &ca, false);
+    let listener = listener(&server_tls).await;
+    let error = tls::connect(
+        &spec(),
+        listener.local_addr(),
+        "n9",
+        &client_tls,
+        LinkConfig::default(),
+    )
+    .await
+    .expect_err("wrong name refused")
+    .to_string();
+    assert!(error.contains("not valid for name"), "{error}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_tcp_bytes_are_refused_and_the_listener_keeps_serving() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let ca = new_ca("test CA");
+    let server_tls = node(dir.path(), "n1", &ca, &ca, false);
+    let client_tls = node(dir.path(), "n2", &ca, &ca, false);
+    let listener = listener(&server_tls).await;
+
+    let mut plain = tokio::net::TcpStream::connect(listener.local_addr())
+        .await
+        .expect("tcp connect");
+    plain
+        .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n\x00\xff garbage")
+        .await
+        .expect("write garbage");
+    let error = handshake_error(listener.accept().await);
+    assert!(error.contains("handshake with 127.0.0.1:"), "{error}");
+
+    let mut client = connect(listener.local_addr(), &client_tls)
+        .await
+        .expect("connect after garbage");
+    let mut server = listener.accept().await.expect("accept after garbage");
+    client
+        .send(Bytes::from_static(b"still here"))
+        .await
+        .expect("send");
+    assert_eq!(server.recv_message().await.expect("recv"), "still here");
+    server.send(Bytes::from_static(b"yes")).await.expect("send");
+    assert_eq!(client.recv_message().await.expect("recv"), "yes");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_spec_is_required() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let ca = new_ca("test CA");
+    let tls = node(dir.path(), "n1", &ca, &ca, false);
+    let tcp_spec: StackSpec = "tcp / framing".parse().expect("spec");
+    let error = TlsListener::bind(
+        &tcp_spec,
+        "127.0.0.1:0".parse().expect("addr"),
+        &tls,
+        LinkConfig::default(),
+    )
+    .await
+    .expect_err("wrong spec refused")
+    .to_string();
+    assert!(error.contains("`tls / ...`"), "{error}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plexus_certs_output_loads_and_connects() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let d = dir.path();
+    let run = |args: &[&str]| {
+        let status = std::process::Command::new(env!("CARGO_BIN_EXE_plexus-certs"))
+            .args(args)
+            .stdout(std::process::Stdio::null())
+            .status()
+            .expect("run plexus-certs");
+        assert!(status.success(), "plexus-certs {args:?}: {status}");
+    };
+    let out = d.to_str().expect("utf-8 temp path");
+    run(&["ca", "--out", out]);
+    run(&[
+        "node", "--ca", out, "--name", "n1", "--out", out, "--days", "2",
+    ]);
+    run(&["node", "--ca", out, "--name", "n2", "--out", out]);
+    let load = |name: &str| {
+        TlsConfig::from_pem_files(
+            d.join(format!("{name}.pem")),
+            d.join(format!("{name}.key")),
+            d.join("ca.pem"),
+        )
+        .expect("load plexus-certs output")
+    };
+    let listener = listener(&load("n1")).await;
+    let mut client = tls::connect(
+        &spec(),
+        listener.local_addr(),
+        "n1",
+        &load("n2"),
+        LinkConfig::default(),
+    )
+    .await
+    .expect("connect by node name");
+    let mut server = listener.accept().await.expect("accept");
+    client.send(Bytes::from_static(b"hi")).await.expect("send");
+    assert_eq!(server.recv_message().await.expect("recv"), "hi");
+    drop(server);
+    assert!(client.recv_message().await.is_err());
+}
