@@ -182,7 +182,7 @@ impl<M: Send + 'static> ActorRef<M> {
     /// Never blocks. A message that cannot be enqueued, because the actor has
     /// stopped or its bounded mailbox is full, becomes a dead letter
     /// (counted, logged, published: see
-    /// [`ActorSystem::dead_letters`](crate::ActorSystem::dead_letters)). Use
+    /// [`SystemRef::dead_letters`](crate::SystemRef::dead_letters)). Use
     /// [`try_tell`](Self::try_tell) to get the message back instead, or
     /// [`send`](Self::send) to wait for room.
     pub fn tell(&self, msg: M) {
