@@ -47,6 +47,7 @@
 #![deny(missing_docs)]
 
 mod conn;
+pub mod dev_certs;
 pub mod error;
 mod link;
 pub mod mem;

@@ -31,6 +31,8 @@
 //!                                                    # certs/n1/n1.pem, certs/n1/n1.key
 //! ```
 //!
+//! The same in-process, for tests: [`dev_certs`](crate::dev_certs).
+//!
 //! A node then loads `TlsConfig::from_pem_files("certs/n1/n1.pem",
 //! "certs/n1/n1.key", "certs/ca.pem")`.
 //!

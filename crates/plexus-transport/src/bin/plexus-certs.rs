@@ -11,14 +11,10 @@
 //!
 //! For development and tests only: keys are written unencrypted.
 
-use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use rcgen::{
-    BasicConstraints, Certificate, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa,
-    KeyPair, KeyUsagePurpose, SanType,
-};
+use plexus_transport::dev_certs::DevCa;
 
 const USAGE: &str = "usage:
   plexus-certs ca --out DIR
@@ -47,10 +43,9 @@ fn run(args: &[String]) -> Result<(), String> {
     match command.as_str() {
         "ca" => {
             let out = PathBuf::from(required("--out")?);
-            let key = KeyPair::generate().map_err(|e| format!("generate CA key: {e}"))?;
-            let cert = ca_cert(&key)?;
-            write(&out, "ca.pem", &cert.pem())?;
-            write(&out, "ca.key", &key.serialize_pem())?;
+            let ca = DevCa::generate().map_err(|e| e.to_string())?;
+            write(&out, "ca.pem", &ca.cert_pem())?;
+            write(&out, "ca.key", &ca.key_pem())?;
             println!("wrote {0}/ca.pem and {0}/ca.key", out.display());
             Ok(())
         }
@@ -65,21 +60,11 @@ fn run(args: &[String]) -> Result<(), String> {
             let ca_key_path = ca_dir.join("ca.key");
             let ca_key_pem = std::fs::read_to_string(&ca_key_path)
                 .map_err(|e| format!("read {}: {e}", ca_key_path.display()))?;
-            let ca_key = KeyPair::from_pem(&ca_key_pem)
+            let ca = DevCa::from_key_pem(&ca_key_pem)
                 .map_err(|e| format!("{}: {e}", ca_key_path.display()))?;
-            // The issuer is rebuilt from the CA key: same name, same key
-            // identifier as the ca.pem `plexus-certs ca` wrote.
-            let ca = ca_cert(&ca_key)?;
-            let key = KeyPair::generate().map_err(|e| format!("generate node key: {e}"))?;
-            let mut params = node_params(name)?;
-            let now = time::OffsetDateTime::now_utc();
-            params.not_before = now - time::Duration::hours(1);
-            params.not_after = now + time::Duration::days(days);
-            let cert = params
-                .signed_by(&key, &ca, &ca_key)
-                .map_err(|e| format!("sign node certificate: {e}"))?;
-            write(&out, &format!("{name}.pem"), &cert.pem())?;
-            write(&out, &format!("{name}.key"), &key.serialize_pem())?;
+            let node = ca.node(name, days).map_err(|e| e.to_string())?;
+            write(&out, &format!("{name}.pem"), &node.cert_pem)?;
+            write(&out, &format!("{name}.key"), &node.key_pem)?;
             println!(
                 "wrote {0}/{name}.pem and {0}/{name}.key (valid {days} days)",
                 out.display()
@@ -88,38 +73,6 @@ fn run(args: &[String]) -> Result<(), String> {
         }
         other => Err(format!("unknown command {other:?}")),
     }
-}
-
-fn ca_cert(key: &KeyPair) -> Result<Certificate, String> {
-    let mut params =
-        CertificateParams::new(Vec::<String>::new()).map_err(|e| format!("CA params: {e}"))?;
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::CrlSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    params
-        .distinguished_name
-        .push(DnType::CommonName, "Plexus dev CA");
-    params
-        .self_signed(key)
-        .map_err(|e| format!("sign CA certificate: {e}"))
-}
-
-fn node_params(name: &str) -> Result<CertificateParams, String> {
-    let mut params = CertificateParams::new(vec![name.to_owned(), "localhost".to_owned()])
-        .map_err(|e| format!("--name {name:?}: {e}"))?;
-    params
-        .subject_alt_names
-        .push(SanType::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST)));
-    params.distinguished_name.push(DnType::CommonName, name);
-    params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-    params.extended_key_usages = vec![
-        ExtendedKeyUsagePurpose::ServerAuth,
-        ExtendedKeyUsagePurpose::ClientAuth,
-    ];
-    Ok(params)
 }
 
 fn write(dir: &Path, file: &str, contents: &str) -> Result<(), String> {

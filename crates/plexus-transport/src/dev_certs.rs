@@ -1,0 +1,159 @@
+//! A development certificate authority for the [`tls`](crate::tls)
+//! transport (rcgen): what the `plexus-certs` binary writes to files, for
+//! tests and demos that make their certificates in-process.
+//!
+//! Not for production: keys are generated and held unencrypted in memory.
+//!
+//! ```
+//! use plexus_transport::dev_certs::DevCa;
+//!
+//! let ca = DevCa::generate()?;
+//! let n1 = ca.node("n1", 365)?;
+//! let tls = n1.tls_config(&ca)?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::net::{IpAddr, Ipv4Addr};
+
+use rcgen::{
+    BasicConstraints, Certificate, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa,
+    KeyPair, KeyUsagePurpose, SanType,
+};
+
+use crate::tls::{TlsConfig, TlsConfigError};
+
+/// Why a certificate could not be made.
+#[derive(Debug, thiserror::Error)]
+#[error("{what}: {detail}")]
+pub struct DevCertError {
+    what: &'static str,
+    detail: String,
+}
+
+fn failed(what: &'static str) -> impl FnOnce(rcgen::Error) -> DevCertError {
+    move |e| DevCertError {
+        what,
+        detail: e.to_string(),
+    }
+}
+
+/// A self-signed CA ("Plexus dev CA") that signs node certificates.
+pub struct DevCa {
+    cert: Certificate,
+    key: KeyPair,
+}
+
+impl std::fmt::Debug for DevCa {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DevCa").finish_non_exhaustive()
+    }
+}
+
+/// A node's certificate and private key, PEM encoded.
+#[derive(Debug, Clone)]
+pub struct NodeCert {
+    /// The certificate (valid for the node's name, `localhost` and
+    /// `127.0.0.1`; server and client authentication).
+    pub cert_pem: String,
+    /// The private key (PKCS#8).
+    pub key_pem: String,
+}
+
+impl DevCa {
+    /// A new CA with a fresh key.
+    ///
+    /// # Errors
+    ///
+    /// [`DevCertError`] if key generation or signing fails.
+    pub fn generate() -> Result<Self, DevCertError> {
+        let key = KeyPair::generate().map_err(failed("generate CA key"))?;
+        Self::from_key(key)
+    }
+
+    /// The CA of `key_pem` (a key written by [`key_pem`](DevCa::key_pem)):
+    /// the CA certificate is rebuilt with the same name and key, so the
+    /// certificates it signs chain to the `ca.pem` written earlier.
+    ///
+    /// # Errors
+    ///
+    /// [`DevCertError`] if the key cannot be parsed.
+    pub fn from_key_pem(key_pem: &str) -> Result<Self, DevCertError> {
+        let key = KeyPair::from_pem(key_pem).map_err(failed("CA key"))?;
+        Self::from_key(key)
+    }
+
+    fn from_key(key: KeyPair) -> Result<Self, DevCertError> {
+        let mut params =
+            CertificateParams::new(Vec::<String>::new()).map_err(failed("CA parameters"))?;
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "Plexus dev CA");
+        let cert = params
+            .self_signed(&key)
+            .map_err(failed("sign CA certificate"))?;
+        Ok(Self { cert, key })
+    }
+
+    /// The CA certificate (what peers trust).
+    pub fn cert_pem(&self) -> String {
+        self.cert.pem()
+    }
+
+    /// The CA's private key.
+    pub fn key_pem(&self) -> String {
+        self.key.serialize_pem()
+    }
+
+    /// A certificate for node `name`, valid from an hour ago for `days`
+    /// days, for DNS `name`, DNS `localhost` and IP `127.0.0.1`, with the
+    /// serverAuth and clientAuth extended key usages.
+    ///
+    /// # Errors
+    ///
+    /// [`DevCertError`] if `name` is not a valid DNS name or signing fails.
+    pub fn node(&self, name: &str, days: i64) -> Result<NodeCert, DevCertError> {
+        let mut params = CertificateParams::new(vec![name.to_owned(), "localhost".to_owned()])
+            .map_err(failed("node name"))?;
+        params
+            .subject_alt_names
+            .push(SanType::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST)));
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        params.extended_key_usages = vec![
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ];
+        let now = time::OffsetDateTime::now_utc();
+        params.not_before = now - time::Duration::hours(1);
+        params.not_after = now + time::Duration::days(days);
+        let key = KeyPair::generate().map_err(failed("generate node key"))?;
+        let cert = params
+            .signed_by(&key, &self.cert, &self.key)
+            .map_err(failed("sign node certificate"))?;
+        Ok(NodeCert {
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+        })
+    }
+}
+
+impl NodeCert {
+    /// The node's [`TlsConfig`]: this certificate and key, trusting `ca`.
+    ///
+    /// # Errors
+    ///
+    /// As [`TlsConfig::from_pem`].
+    pub fn tls_config(&self, ca: &DevCa) -> Result<TlsConfig, TlsConfigError> {
+        TlsConfig::from_pem(
+            self.cert_pem.as_bytes(),
+            self.key_pem.as_bytes(),
+            ca.cert_pem().as_bytes(),
+        )
+    }
+}
