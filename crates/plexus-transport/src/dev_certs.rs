@@ -37,7 +37,8 @@ fn failed(what: &'static str) -> impl FnOnce(rcgen::Error) -> DevCertError {
     }
 }
 
-/// A self-signed CA ("Plexus dev CA") that signs node certificates.
+/// A self-signed CA ("Plexus dev CA" and a key fingerprint) that signs node
+/// certificates.
 pub struct DevCa {
     cert: Certificate,
     key: KeyPair,
@@ -91,9 +92,20 @@ impl DevCa {
             KeyUsagePurpose::CrlSign,
             KeyUsagePurpose::DigitalSignature,
         ];
+        // Named after its key: two dev CAs never share a name, so a
+        // certificate from the wrong one is refused as from an unknown
+        // issuer (not as a bad signature), and `from_key_pem` finds the
+        // same name again.
+        let id: String = key
+            .public_key_raw()
+            .iter()
+            .skip(1)
+            .take(6)
+            .map(|b| format!("{b:02x}"))
+            .collect();
         params
             .distinguished_name
-            .push(DnType::CommonName, "Plexus dev CA");
+            .push(DnType::CommonName, format!("Plexus dev CA {id}"));
         let cert = params
             .self_signed(&key)
             .map_err(failed("sign CA certificate"))?;
