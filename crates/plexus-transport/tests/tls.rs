@@ -305,3 +305,28 @@ async fn plexus_certs_output_loads_and_connects() {
     drop(server);
     assert!(client.recv_message().await.is_err());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_peer_times_out_without_holding_up_others() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let ca = new_ca("test CA");
+    let server_tls =
+        node(dir.path(), "n1", &ca, &ca, false).handshake_timeout(Duration::from_millis(300));
+    let client_tls = node(dir.path(), "n2", &ca, &ca, false);
+    let listener = listener(&server_tls).await;
+
+    // Connects and never says anything.
+    let _silent = tokio::net::TcpStream::connect(listener.local_addr())
+        .await
+        .expect("tcp connect");
+    // A good client is served while the silent one still holds its slot.
+    let client = connect(listener.local_addr(), &client_tls)
+        .await
+        .expect("connect next to a silent peer");
+    let mut server = listener.accept().await.expect("good client first");
+    client.send(Bytes::from_static(b"ok")).await.expect("send");
+    assert_eq!(server.recv_message().await.expect("recv"), "ok");
+
+    let error = handshake_error(listener.accept().await);
+    assert!(error.contains("no TLS handshake within"), "{error}");
+}
