@@ -253,6 +253,15 @@ impl Peer {
         let resolves = std::mem::take(&mut st.resolves);
         let receipts = std::mem::take(&mut st.receipts);
         drop(st);
+        // Dead letters first: whoever the failure wakes sees them counted.
+        let dead = inner.system.dead_letters();
+        for _ in pending {
+            dead.record(
+                ActorId::new(NodeId::from_u64(0), 0),
+                "remote message (link never came up)",
+                DeadLetterReason::Undeliverable,
+            );
+        }
         for w in waiters {
             let _ = w.send(Err(error.clone()));
         }
@@ -261,14 +270,6 @@ impl Peer {
         }
         for r in receipts.into_values() {
             let _ = r.send(Err(ReceiptError::LinkClosed(error.to_string())));
-        }
-        let dead = inner.system.dead_letters();
-        for _ in pending {
-            dead.record(
-                ActorId::new(NodeId::from_u64(0), 0),
-                "remote message (link never came up)",
-                DeadLetterReason::Undeliverable,
-            );
         }
     }
 
@@ -694,10 +695,18 @@ impl Peer {
             }
         }
         drop(st);
-        // A replaced link is not closed here: its reader drains what the
-        // peer sent on it until the peer (which applies the same rule) says
-        // GOODBYE and closes it.
-        drop(old);
+        // A replaced link is retired like a refused one: GOODBYE(duplicate)
+        // tells the peer, which may still use it, that the other link is
+        // coming (a silent close would look like a lost node there). Our
+        // reader keeps draining what the peer sent on it.
+        if let Phase::Up { sender: old, .. } = old {
+            let _ = old.try_send(
+                Frame::Goodbye {
+                    reason: DUPLICATE.into(),
+                }
+                .encode(),
+            );
+        }
         for w in waiters {
             let _ = w.send(Ok(hs.node));
         }

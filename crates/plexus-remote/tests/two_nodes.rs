@@ -320,21 +320,47 @@ async fn simultaneous_connects_settle_on_one_link() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn messages_held_while_connecting_are_bounded_and_then_dead_letters() {
     let a = ActorSystem::new();
-    let na = Node::start(&a, NodeConfig::default().pending_messages(8)).unwrap();
+    let na = Node::start(
+        &a,
+        NodeConfig::default()
+            .pending_messages(8)
+            .reconnect_backoff(Duration::from_millis(10), Duration::from_millis(50)),
+    )
+    .unwrap();
+    let mut letters = a.dead_letters().subscribe();
     let free = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap();
-    // Nothing listens there: the connect fails after the messages queued.
+    // Nothing listens there: every message ends as a dead letter, either
+    // refused at once (beyond the bound of 8 held) or when the connect
+    // attempt holding it fails.
     let r: ActorRef<Counter> = na.forge(&format!("tcp://{free}/c")).unwrap();
-    let down = r.monitor();
     for i in 0..20 {
         r.tell(Counter::Add(i));
     }
-    tokio::time::timeout(T, down).await.unwrap();
-    // 8 held then dropped when the connect failed, 12 refused at once.
-    let dead = a.dead_letters().count();
-    assert!(dead >= 20, "every message is a dead letter, got {dead}");
+    for n in 0..20 {
+        let dl = tokio::time::timeout(T, letters.recv())
+            .await
+            .unwrap_or_else(|_| panic!("only {n} of 20 dead letters"))
+            .unwrap();
+        assert!(
+            matches!(
+                dl.reason,
+                plexus_core::DeadLetterReason::MailboxFull
+                    | plexus_core::DeadLetterReason::Undeliverable
+                    | plexus_core::DeadLetterReason::Stopped
+            ),
+            "{dl:?}"
+        );
+    }
+    // The forged ref ends with a Down naming the failed resolve.
+    let down = tokio::time::timeout(T, r.monitor()).await.unwrap();
+    assert!(
+        down.reason.to_string().contains("resolve tcp://"),
+        "{}",
+        down.reason
+    );
 }
 
 #[test]
