@@ -198,7 +198,9 @@ async fn resolve_of_a_dead_address_names_the_os_error() {
         .unwrap_err();
     let text = err.to_string();
     assert!(text.contains("cannot connect"), "{text}");
-    assert!(text.contains("Connection refused"), "{text}");
+    // Usually "Connection refused"; a parallel test may take the port for
+    // a moment, and then it is a reset. Either way the OS error is named.
+    assert!(text.contains("(os error "), "{text}");
 }
 
 fn free_port() -> u16 {
