@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use plexus_net::StackSpec;
+use plexus_transport::tls::TlsConfig;
 use plexus_transport::LinkConfig;
 
 /// How a node connects, authenticates and bounds its links.
@@ -14,6 +15,7 @@ use plexus_transport::LinkConfig;
 /// | --- | --- |
 /// | `tcp` | `tcp / framing` |
 /// | `udp` | `udp / heartbeat / slicing / delivery / ordering` |
+/// | `tls` | `tls / framing` (needs [`tls`](Self::tls)) |
 /// | `uds` | `uds / framing` |
 /// | `mem` | `mem / ordering` |
 ///
@@ -29,6 +31,7 @@ pub struct NodeConfig {
     pub(crate) reconnect_min: Duration,
     pub(crate) reconnect_max: Duration,
     pub(crate) link: LinkConfig,
+    pub(crate) tls: Option<TlsConfig>,
 }
 
 impl Default for NodeConfig {
@@ -36,6 +39,7 @@ impl Default for NodeConfig {
         let schemes = [
             ("tcp", "tcp / framing"),
             ("udp", "udp / heartbeat / slicing / delivery / ordering"),
+            ("tls", "tls / framing"),
             ("uds", "uds / framing"),
             ("mem", "mem / ordering"),
         ]
@@ -56,6 +60,7 @@ impl Default for NodeConfig {
                 send_buffer: 64 << 20,
                 recv_buffer: 4 << 20,
             },
+            tls: None,
         }
     }
 }
@@ -106,6 +111,15 @@ impl NodeConfig {
     /// 4 MiB received.
     pub fn link_buffers(mut self, link: LinkConfig) -> Self {
         self.link = link;
+        self
+    }
+
+    /// The node's TLS identity and trust, for `tls://` schemes (listening
+    /// and dialling; mutual TLS). Default none: a `tls://` listen or dial
+    /// then fails with an error saying so. A dialled peer's certificate must
+    /// be valid for the host part of its URI (`tls://n1:4000` → `n1`).
+    pub fn tls(mut self, tls: TlsConfig) -> Self {
+        self.tls = Some(tls);
         self
     }
 

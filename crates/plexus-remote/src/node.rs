@@ -164,7 +164,7 @@ impl Node {
                     uri: uri.to_owned(),
                     scheme: parsed.scheme.clone(),
                 })?;
-        let (listener, bound) = transport::bind(spec, &parsed.addr, self.inner.config.link)
+        let (listener, bound) = transport::bind(spec, &parsed.addr, &self.inner.config)
             .await
             .map_err(|why| NodeError::Address {
                 uri: uri.to_owned(),
@@ -434,7 +434,7 @@ impl NodeInner {
             return Ok(ep.clone());
         }
         let spec = self.spec(scheme).ok_or("unknown scheme")?;
-        let (listener, _) = transport::bind(spec, "0.0.0.0:0", self.config.link).await?;
+        let (listener, _) = transport::bind(spec, "0.0.0.0:0", &self.config).await?;
         let Listener::Udp(ep) = listener else {
             return Err("not a UDP scheme".into());
         };

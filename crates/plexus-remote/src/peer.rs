@@ -224,7 +224,7 @@ impl Peer {
             } else {
                 None
             };
-            let mut link = crate::transport::dial(&spec, &addr, inner.config.link, udp).await?;
+            let mut link = crate::transport::dial(&spec, &addr, &inner.config, udp).await?;
             let hs = handshake_on(&inner, &mut link).await?;
             Ok::<_, LinkError>((link, hs))
         };

@@ -6,9 +6,11 @@ use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
 use plexus_net::{StackSpec, TransportKind};
+use plexus_transport::tls::{self, TlsConfig};
 use plexus_transport::udp::{UdpConfig, UdpEndpoint};
-use plexus_transport::{mem, tcp, uds, AcceptError, Link, LinkConfig};
+use plexus_transport::{mem, tcp, uds, AcceptError, Link};
 
+use crate::config::NodeConfig;
 use crate::error::LinkError;
 
 /// The in-memory namespace shared by every node of this process (`mem://`).
@@ -20,6 +22,7 @@ pub(crate) fn mem_hub() -> &'static mem::MemHub {
 /// A bound listener.
 pub(crate) enum Listener {
     Tcp(tcp::TcpListener),
+    Tls(tls::TlsListener),
     Uds(uds::UdsListener),
     Udp(Arc<UdpEndpoint>),
     Mem(mem::MemListener),
@@ -29,6 +32,14 @@ impl Listener {
     pub(crate) async fn accept(&self) -> Result<Link, AcceptError> {
         match self {
             Self::Tcp(l) => l.accept().await,
+            Self::Tls(l) => loop {
+                // A peer refused during its handshake (logged by the
+                // transport) costs only its own connection.
+                match l.accept().await {
+                    Err(AcceptError::Handshake { .. }) => continue,
+                    r => break r,
+                }
+            },
             Self::Uds(l) => l.accept().await,
             Self::Udp(l) => l.accept().await,
             Self::Mem(l) => l.accept().await,
@@ -41,8 +52,9 @@ impl Listener {
 pub(crate) async fn bind(
     spec: &StackSpec,
     addr: &str,
-    link: LinkConfig,
+    config: &NodeConfig,
 ) -> Result<(Listener, String), String> {
+    let link = config.link;
     match spec.transport() {
         TransportKind::Tcp => {
             let sa = socket_addr(addr)?;
@@ -51,6 +63,14 @@ pub(crate) async fn bind(
                 .map_err(|e| e.to_string())?;
             let bound = l.local_addr().to_string();
             Ok((Listener::Tcp(l), bound))
+        }
+        TransportKind::Tls => {
+            let sa = socket_addr(addr)?;
+            let l = tls::TlsListener::bind(spec, sa, tls_config(config)?, link)
+                .await
+                .map_err(|e| e.to_string())?;
+            let bound = l.local_addr().to_string();
+            Ok((Listener::Tls(l), bound))
         }
         TransportKind::Udp => {
             let sa = socket_addr(addr)?;
@@ -87,13 +107,19 @@ pub(crate) async fn bind(
 pub(crate) async fn dial(
     spec: &StackSpec,
     addr: &str,
-    link: LinkConfig,
+    config: &NodeConfig,
     udp: Option<Arc<UdpEndpoint>>,
 ) -> Result<Link, LinkError> {
+    let link = config.link;
     match spec.transport() {
         TransportKind::Tcp => {
             let sa = resolve_host(addr).await?;
             Ok(tcp::connect_with(spec, sa, link).await?)
+        }
+        TransportKind::Tls => {
+            let tls_config = tls_config(config).map_err(LinkError::Connect)?;
+            let sa = resolve_host(addr).await?;
+            Ok(tls::connect(spec, sa, server_name(addr), tls_config, link).await?)
         }
         TransportKind::Udp => {
             let sa = resolve_host(addr).await?;
@@ -123,6 +149,21 @@ fn remove_stale_socket(path: &str) {
             let _ = std::fs::remove_file(path);
         }
     }
+}
+
+fn tls_config(config: &NodeConfig) -> Result<&TlsConfig, String> {
+    config.tls.as_ref().ok_or_else(|| {
+        "tls needs a certificate: NodeConfig::tls(TlsConfig::from_pem_files(cert, key, ca)) \
+         (make dev ones with `plexus-certs`)"
+            .to_owned()
+    })
+}
+
+/// The host part of `host:port` (`[::1]:4000` → `::1`): the name the
+/// peer's certificate must be valid for.
+fn server_name(addr: &str) -> &str {
+    let host = addr.rsplit_once(':').map_or(addr, |(host, _)| host);
+    host.trim_start_matches('[').trim_end_matches(']')
 }
 
 fn socket_addr(addr: &str) -> Result<SocketAddr, String> {
