@@ -246,3 +246,41 @@ impl TrySendError {
         }
     }
 }
+
+impl BindError {
+    /// `Ok` if `spec` is for the `expected` transport, else
+    /// [`BindError::WrongTransport`] naming `addr` (built only then).
+    pub(crate) fn check_transport(
+        spec: &plexus_net::StackSpec,
+        expected: TransportKind,
+        addr: impl FnOnce() -> String,
+    ) -> Result<(), Self> {
+        match spec.transport() {
+            kind if kind == expected => Ok(()),
+            spec => Err(Self::WrongTransport {
+                addr: addr(),
+                spec,
+                expected,
+            }),
+        }
+    }
+}
+
+impl ConnectError {
+    /// `Ok` if `spec` is for the `expected` transport, else
+    /// [`ConnectError::WrongTransport`] naming `addr` (built only then).
+    pub(crate) fn check_transport(
+        spec: &plexus_net::StackSpec,
+        expected: TransportKind,
+        addr: impl FnOnce() -> String,
+    ) -> Result<(), Self> {
+        match spec.transport() {
+            kind if kind == expected => Ok(()),
+            spec => Err(Self::WrongTransport {
+                addr: addr(),
+                spec,
+                expected,
+            }),
+        }
+    }
+}

@@ -99,11 +99,7 @@ impl MemHub {
         name: &str,
         config: LinkConfig,
     ) -> Result<MemListener, BindError> {
-        check(spec).map_err(|spec| BindError::WrongTransport {
-            addr: url(name),
-            spec,
-            expected: TransportKind::Mem,
-        })?;
+        BindError::check_transport(spec, TransportKind::Mem, || url(name))?;
         let mut listeners = lock(&self.listeners);
         if listeners.get(name).is_some_and(|tx| !tx.is_closed()) {
             return Err(BindError::AddrInUse { addr: url(name) });
@@ -130,11 +126,7 @@ impl MemHub {
     ///
     /// Outside a tokio runtime.
     pub fn connect(&self, spec: &StackSpec, name: &str) -> Result<Link, ConnectError> {
-        check(spec).map_err(|spec| ConnectError::WrongTransport {
-            addr: url(name),
-            spec,
-            expected: TransportKind::Mem,
-        })?;
+        ConnectError::check_transport(spec, TransportKind::Mem, || url(name))?;
         let id = self.next_link.fetch_add(1, Ordering::Relaxed);
         let (ours, theirs) = wires();
         let listener = lock(&self.listeners).get(name).cloned();
@@ -148,13 +140,6 @@ impl MemHub {
             link_id: id,
         });
         Ok(spawn(ours, stack, url(name).into(), LinkConfig::default()))
-    }
-}
-
-fn check(spec: &StackSpec) -> Result<(), TransportKind> {
-    match spec.transport() {
-        TransportKind::Mem => Ok(()),
-        other => Err(other),
     }
 }
 

@@ -63,13 +63,7 @@ impl TcpListener {
         addr: SocketAddr,
         config: LinkConfig,
     ) -> Result<Self, BindError> {
-        if spec.transport() != TransportKind::Tcp {
-            return Err(BindError::WrongTransport {
-                addr: url(addr),
-                spec: spec.transport(),
-                expected: TransportKind::Tcp,
-            });
-        }
+        BindError::check_transport(spec, TransportKind::Tcp, || url(addr))?;
         let inner = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|source| BindError::Io {
@@ -158,13 +152,7 @@ pub async fn connect_with(
     addr: SocketAddr,
     config: LinkConfig,
 ) -> Result<Link, ConnectError> {
-    if spec.transport() != TransportKind::Tcp {
-        return Err(ConnectError::WrongTransport {
-            addr: url(addr),
-            spec: spec.transport(),
-            expected: TransportKind::Tcp,
-        });
-    }
+    ConnectError::check_transport(spec, TransportKind::Tcp, || url(addr))?;
     let socket = tokio::net::TcpStream::connect(addr)
         .await
         .map_err(|source| ConnectError::Io {

@@ -268,13 +268,7 @@ impl TlsListener {
         tls: &TlsConfig,
         config: LinkConfig,
     ) -> Result<Self, BindError> {
-        if spec.transport() != TransportKind::Tls {
-            return Err(BindError::WrongTransport {
-                addr: url(addr),
-                spec: spec.transport(),
-                expected: TransportKind::Tls,
-            });
-        }
+        BindError::check_transport(spec, TransportKind::Tls, || url(addr))?;
         let inner = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|source| BindError::Io {
@@ -448,13 +442,7 @@ pub async fn connect(
     tls: &TlsConfig,
     config: LinkConfig,
 ) -> Result<Link, ConnectError> {
-    if spec.transport() != TransportKind::Tls {
-        return Err(ConnectError::WrongTransport {
-            addr: url(addr),
-            spec: spec.transport(),
-            expected: TransportKind::Tls,
-        });
-    }
+    ConnectError::check_transport(spec, TransportKind::Tls, || url(addr))?;
     let failed = |source| ConnectError::Handshake {
         addr: url(addr),
         source,

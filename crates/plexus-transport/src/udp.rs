@@ -180,13 +180,7 @@ impl UdpEndpoint {
         addr: SocketAddr,
         config: UdpConfig,
     ) -> Result<Self, BindError> {
-        if spec.transport() != TransportKind::Udp {
-            return Err(BindError::WrongTransport {
-                addr: url(addr),
-                spec: spec.transport(),
-                expected: TransportKind::Udp,
-            });
-        }
+        BindError::check_transport(spec, TransportKind::Udp, || url(addr))?;
         let io_err = |source| BindError::Io {
             addr: url(addr),
             source,

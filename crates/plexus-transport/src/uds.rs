@@ -60,13 +60,7 @@ impl UdsListener {
         config: LinkConfig,
     ) -> Result<Self, BindError> {
         let path = path.as_ref();
-        if spec.transport() != TransportKind::Uds {
-            return Err(BindError::WrongTransport {
-                addr: url(path),
-                spec: spec.transport(),
-                expected: TransportKind::Uds,
-            });
-        }
+        BindError::check_transport(spec, TransportKind::Uds, || url(path))?;
         let inner = tokio::net::UnixListener::bind(path).map_err(|source| BindError::Io {
             addr: url(path),
             source,
@@ -149,13 +143,7 @@ pub async fn connect_with(
     config: LinkConfig,
 ) -> Result<Link, ConnectError> {
     let path = path.as_ref();
-    if spec.transport() != TransportKind::Uds {
-        return Err(ConnectError::WrongTransport {
-            addr: url(path),
-            spec: spec.transport(),
-            expected: TransportKind::Uds,
-        });
-    }
+    ConnectError::check_transport(spec, TransportKind::Uds, || url(path))?;
     let socket = tokio::net::UnixStream::connect(path)
         .await
         .map_err(|source| ConnectError::Io {
