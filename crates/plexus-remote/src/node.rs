@@ -530,15 +530,7 @@ impl NodeInner {
         ex.controls.insert(id.serial(), control.clone());
         drop(ex);
         if first {
-            let weak = Arc::downgrade(self);
-            let serial = id.serial();
-            control.watch(Watcher::Callback(Box::new(move |_| {
-                if let Some(inner) = weak.upgrade() {
-                    let mut ex = lock(&inner.exports);
-                    ex.inbound.retain(|(s, _), _| *s != serial);
-                    ex.controls.remove(&serial);
-                }
-            })));
+            self.unexport_on_stop(&control);
         }
     }
 
@@ -552,7 +544,13 @@ impl NodeInner {
         }
         ex.controls.insert(serial, control.clone());
         drop(ex);
+        self.unexport_on_stop(&control);
+    }
+
+    /// Forgets every export of the actor behind `control` when it stops.
+    fn unexport_on_stop(self: &Arc<Self>, control: &Arc<dyn Control>) {
         let weak = Arc::downgrade(self);
+        let serial = control.id().serial();
         control.watch(Watcher::Callback(Box::new(move |_| {
             if let Some(inner) = weak.upgrade() {
                 let mut ex = lock(&inner.exports);

@@ -475,6 +475,20 @@ impl Peer {
     }
 }
 
+/// Sends the frames held while no link was up; what no longer fits the
+/// link's send buffer is a dead letter.
+fn flush(inner: &NodeInner, sender: &LinkSender, pending: VecDeque<Bytes>, node: NodeId) {
+    for frame in pending {
+        if sender.try_send(frame).is_err() {
+            inner.system.dead_letters().record(
+                ActorId::new(node, 0),
+                "remote message (send buffer full when the link came up)",
+                DeadLetterReason::Undeliverable,
+            );
+        }
+    }
+}
+
 fn node_down(id: ActorId, cause: &str) -> Down {
     Down {
         id,
@@ -636,15 +650,7 @@ impl Peer {
                 let waiters = std::mem::take(&mut st.waiters);
                 let pending = std::mem::take(&mut st.pending);
                 if let Phase::Up { sender: kept, .. } = &st.phase {
-                    for frame in pending {
-                        if kept.try_send(frame).is_err() {
-                            inner.system.dead_letters().record(
-                                ActorId::new(hs.node, 0),
-                                "remote message (send buffer full)",
-                                DeadLetterReason::Undeliverable,
-                            );
-                        }
-                    }
+                    flush(inner, kept, pending, hs.node);
                 }
                 drop(st);
                 for w in waiters {
@@ -685,15 +691,7 @@ impl Peer {
         let pending = std::mem::take(&mut st.pending);
         let waiters = std::mem::take(&mut st.waiters);
         // Flush while holding the lock, so nothing sent meanwhile overtakes.
-        for frame in pending {
-            if sender.try_send(frame).is_err() {
-                inner.system.dead_letters().record(
-                    ActorId::new(hs.node, 0),
-                    "remote message (send buffer full on reconnect)",
-                    DeadLetterReason::Undeliverable,
-                );
-            }
-        }
+        flush(inner, &sender, pending, hs.node);
         drop(st);
         // A replaced link is retired like a refused one: GOODBYE(duplicate)
         // tells the peer, which may still use it, that the other link is
