@@ -226,11 +226,9 @@ impl RemoteEndpoint for RemoteActor {
                 _ => return None,
             },
         };
-        let mut b = bytes::BytesMut::with_capacity(64);
-        crate::wire::put_message_header(&mut b, target.serial(), type_id, 0);
-        let mut v = Vec::with_capacity(64);
-        v.extend_from_slice(&b);
-        Some(v)
+        let mut header = Vec::with_capacity(64);
+        crate::wire::put_message_header(&mut header, target.serial(), type_id, 0);
+        Some(header)
     }
 
     fn send_frame(&self, type_name: &'static str, frame: Bytes) {

@@ -631,14 +631,14 @@ impl Frame {
 
 /// Appends the header of a `MESSAGE` frame; the payload follows it. Lets the
 /// hot path build a frame without an intermediate [`Frame`].
-pub fn put_message_header(b: &mut BytesMut, to: u64, type_id: u64, receipt: u64) {
+pub fn put_message_header(b: &mut impl BufMut, to: u64, type_id: u64, receipt: u64) {
     b.put_u8(kind::MESSAGE);
     put_varint(b, to);
     b.put_u64_le(type_id);
     put_varint(b, receipt);
 }
 
-fn put_varint(b: &mut BytesMut, mut v: u64) {
+fn put_varint(b: &mut impl BufMut, mut v: u64) {
     while v >= 0x80 {
         b.put_u8((v as u8) | 0x80);
         v >>= 7;
