@@ -59,6 +59,16 @@ impl ChildNode {
         std::thread::spawn(move || for _ in lines {});
         ChildNode { child, ready }
     }
+
+    /// [`start`](ChildNode::start) from async code: waiting for the child's
+    /// `READY` line blocks, so it runs on tokio's blocking pool instead of
+    /// stalling a worker (with one worker thread, the node in this process
+    /// could not answer the child's handshake meanwhile).
+    pub async fn start_async(args: Vec<String>) -> ChildNode {
+        tokio::task::spawn_blocking(move || ChildNode::start(&args))
+            .await
+            .expect("start a child node")
+    }
 }
 
 impl Drop for ChildNode {

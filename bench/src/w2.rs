@@ -123,6 +123,7 @@ fn frame(v: u64) -> [u8; 12] {
 
 pub fn run(args: &Args) {
     let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(std::env::var("PXW").ok().and_then(|v| v.parse().ok()).unwrap_or(2))
         .enable_all()
         .build()
         .expect("tokio runtime");
@@ -199,9 +200,10 @@ async fn sink_plexus(n: usize, transport: String, warmup: Duration, duration: Du
     node.publish(&sink.narrow::<Value>(), "sink")
         .expect("publish");
     let sink_uri = format!("{uri}/sink");
-    let _sources: Vec<ChildNode> = (0..n)
-        .map(|i| {
-            ChildNode::start(&[
+    let mut _sources = Vec::with_capacity(n);
+    for i in 0..n {
+        _sources.push(
+            ChildNode::start_async(vec![
                 "w2-source".into(),
                 "--sink".into(),
                 sink_uri.clone(),
@@ -210,8 +212,9 @@ async fn sink_plexus(n: usize, transport: String, warmup: Duration, duration: Du
                 "--transport".into(),
                 transport.clone(),
             ])
-        })
-        .collect();
+            .await,
+        );
+    }
     let rate = windows(&total, warmup, duration).await;
     node.shutdown().await;
     rate
@@ -250,17 +253,19 @@ async fn sink_baseline(n: usize, warmup: Duration, duration: Duration) -> f64 {
             });
         }
     });
-    let _sources: Vec<ChildNode> = (0..n)
-        .map(|i| {
-            ChildNode::start(&[
+    let mut _sources = Vec::with_capacity(n);
+    for i in 0..n {
+        _sources.push(
+            ChildNode::start_async(vec![
                 "w2-source-baseline".into(),
                 "--sink".into(),
                 addr.clone(),
                 "--index".into(),
                 i.to_string(),
             ])
-        })
-        .collect();
+            .await,
+        );
+    }
     windows(&total, warmup, duration).await
 }
 
