@@ -57,18 +57,19 @@ pub trait RemoteMessage: Send + Sized + 'static {
     /// [`CodecError`] if the bytes are not a valid encoding.
     fn from_payload(payload: Bytes) -> Result<Self, CodecError>;
 
-    /// Encodes the message after the frame header already in `buf`, and
-    /// returns the whole frame. The default copies
-    /// [`into_payload`](Self::into_payload)'s bytes; serde types encode in
-    /// place (one allocation per message, no copy).
+    /// Appends the encoded message to `buf` (after a frame header already
+    /// there). The default copies [`into_payload`](Self::into_payload)'s
+    /// bytes; serde types encode in place, so a node can encode every
+    /// message into one reused buffer (no allocation per message).
     ///
     /// # Errors
     ///
-    /// [`CodecError`] if the value cannot be encoded.
-    fn encode_after(self, mut buf: Vec<u8>) -> Result<Bytes, CodecError> {
+    /// [`CodecError`] if the value cannot be encoded; `buf` may then hold
+    /// part of the encoding.
+    fn encode_append(self, buf: &mut Vec<u8>) -> Result<(), CodecError> {
         let payload = self.into_payload()?;
         buf.extend_from_slice(&payload);
-        Ok(Bytes::from(buf))
+        Ok(())
     }
 }
 
@@ -109,11 +110,11 @@ macro_rules! remote_message {
             ) -> ::std::result::Result<Self, $crate::remote::CodecError> {
                 $crate::remote::decode(&payload)
             }
-            fn encode_after(
+            fn encode_append(
                 self,
-                buf: ::std::vec::Vec<u8>,
-            ) -> ::std::result::Result<$crate::remote::Bytes, $crate::remote::CodecError> {
-                $crate::remote::encode_after(&self, buf)
+                buf: &mut ::std::vec::Vec<u8>,
+            ) -> ::std::result::Result<(), $crate::remote::CodecError> {
+                $crate::remote::encode_append(&self, buf)
             }
         }
     };
@@ -144,19 +145,24 @@ pub fn encode<T: Serialize>(value: &T) -> Result<Bytes, CodecError> {
         })
 }
 
-/// Encodes a serde value with the wire codec after the bytes already in
-/// `buf` (a frame header).
+/// Appends a serde value, encoded with the wire codec, to `buf` (after a
+/// frame header).
 ///
 /// # Errors
 ///
-/// [`CodecError`] if serialization fails.
-pub fn encode_after<T: Serialize>(value: &T, buf: Vec<u8>) -> Result<Bytes, CodecError> {
-    postcard::to_extend(value, buf)
-        .map(Bytes::from)
-        .map_err(|e| CodecError {
+/// [`CodecError`] if serialization fails; `buf` is then emptied.
+pub fn encode_append<T: Serialize>(value: &T, buf: &mut Vec<u8>) -> Result<(), CodecError> {
+    // postcard extends a writer it owns: lend it the buffer (a move, no copy).
+    match postcard::to_extend(value, std::mem::take(buf)) {
+        Ok(filled) => {
+            *buf = filled;
+            Ok(())
+        }
+        Err(e) => Err(CodecError {
             context: format!("encode {}", std::any::type_name::<T>()),
             detail: take_error_note().unwrap_or_else(|| e.to_string()),
-        })
+        }),
+    }
 }
 
 /// Decodes a serde value with the wire codec (postcard).
@@ -240,17 +246,24 @@ pub trait RemoteEndpoint: Control {
     /// Sends an encoded message, for which room was taken with
     /// [`Control::try_acquire`].
     fn send(&self, type_id: u64, type_name: &'static str, payload: Bytes);
-    /// The frame header of a message of `type_id` to this actor, to encode
-    /// the message after (`None` if it cannot be sent now). Together with
-    /// [`send_frame`](Self::send_frame) this saves a copy per message.
-    fn frame_header(&self, type_id: u64) -> Option<Vec<u8>> {
-        let _ = type_id;
-        None
-    }
-    /// Sends a whole frame built on [`frame_header`](Self::frame_header).
-    fn send_frame(&self, type_name: &'static str, frame: Bytes) {
-        let _ = frame;
-        self.dead_letter(type_name, DeadLetterReason::Undeliverable);
+    /// Sends a message that `encode` appends to the endpoint's frame
+    /// buffer (after the frame header), saving the payload's own
+    /// allocation and copy. Returns `Ok(false)` without calling `encode`
+    /// when this path is not available now (the caller then encodes and
+    /// uses [`send`](Self::send)). An undeliverable message is the
+    /// endpoint's to dead-letter, as with `send`.
+    ///
+    /// # Errors
+    ///
+    /// The [`CodecError`] of `encode`; nothing was sent.
+    fn send_encoded(
+        &self,
+        type_id: u64,
+        type_name: &'static str,
+        encode: &mut dyn FnMut(&mut Vec<u8>) -> Result<(), CodecError>,
+    ) -> Result<bool, CodecError> {
+        let _ = (type_id, type_name, encode);
+        Ok(false)
     }
     /// Like [`send`](Self::send), but asks the receiving node to confirm
     /// that the message is in the actor's mailbox.
@@ -480,17 +493,28 @@ impl<M: RemoteMessage> RemoteSink<M> {
 
 impl<M: RemoteMessage> Sink<M> for RemoteSink<M> {
     fn push(&self, msg: M) {
-        if let Some(header) = self.endpoint.frame_header(M::TYPE_ID) {
-            match with_context(self.endpoint.wire_context(), || msg.encode_after(header)) {
-                Ok(frame) => self.endpoint.send_frame(M::TYPE_NAME, frame),
-                Err(e) => {
-                    tracing::warn!(target: "plexus::remote", actor = %self.endpoint.id(), "cannot send: {e}");
-                    self.endpoint
-                        .dead_letter(M::TYPE_NAME, DeadLetterReason::Undeliverable);
-                }
+        let mut msg = Some(msg);
+        let sent = with_context(self.endpoint.wire_context(), || {
+            self.endpoint
+                .send_encoded(M::TYPE_ID, M::TYPE_NAME, &mut |buf| match msg.take() {
+                    Some(m) => m.encode_append(buf),
+                    None => Err(CodecError {
+                        context: format!("encode {}", M::TYPE_NAME),
+                        detail: "the endpoint asked for the message twice".into(),
+                    }),
+                })
+        });
+        match sent {
+            Ok(true) => return,
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(target: "plexus::remote", actor = %self.endpoint.id(), "cannot send: {e}");
+                self.endpoint
+                    .dead_letter(M::TYPE_NAME, DeadLetterReason::Undeliverable);
+                return;
             }
-            return;
         }
+        let Some(msg) = msg else { return };
         if let Some(payload) = self.encode(msg) {
             self.endpoint.send(M::TYPE_ID, M::TYPE_NAME, payload);
         }

@@ -162,6 +162,27 @@ impl Stack {
         self.stats
     }
 
+    /// Whether this stack is exactly `framing` over a byte stream, so a
+    /// driver may write messages as `len: u32 BE | payload` itself (see
+    /// [`FrameHeader`](crate::layers::framing::FrameHeader)) instead of
+    /// passing each through [`handle_send`](Stack::handle_send): the bytes on
+    /// the wire are the same, without a [`Frame`] per message. Such a driver
+    /// reports what it sent with [`count_inline_sends`](Stack::count_inline_sends).
+    /// The receive path is unchanged.
+    pub fn frames_inline(&self) -> bool {
+        self.transport.unit() == crate::DataUnit::ByteStream
+            && self.layers.len() == 1
+            && self.layers[0].name()
+                == <crate::layers::framing::FramingConfig as crate::LayerConfig>::NAME
+    }
+
+    /// Counts `messages` that a driver framed itself (see
+    /// [`frames_inline`](Stack::frames_inline)) as sent and transmitted.
+    pub fn count_inline_sends(&mut self, messages: u64) {
+        self.stats.sent += messages;
+        self.stats.transmitted += messages;
+    }
+
     /// Why the link was closed, if it was.
     pub fn close_reason(&self) -> Option<&LinkError> {
         self.closed.as_ref()

@@ -303,6 +303,27 @@ impl Peer {
         Ok(())
     }
 
+    /// [`send_frame`](Peer::send_frame) for a frame in a scratch buffer:
+    /// copied once, into the link's outgoing bytes where the link allows.
+    pub(crate) fn send_slice(self: &Arc<Self>, frame: &[u8]) -> Result<(), Undelivered> {
+        let p = self.canonical();
+        let st = lock(&p.state);
+        if let Phase::Up { sender, .. } = &st.phase {
+            return match sender.try_send_copy(frame) {
+                Ok(()) => Ok(()),
+                Err(TrySendError::Send(plexus_transport::SendError::Closed {
+                    message, ..
+                })) => {
+                    drop(st);
+                    p.send_frame(message)
+                }
+                Err(_) => Err(Undelivered),
+            };
+        }
+        drop(st);
+        p.send_frame(Bytes::copy_from_slice(frame))
+    }
+
     pub(crate) fn send(self: &Arc<Self>, frame: &Frame) -> Result<(), Undelivered> {
         self.send_frame(frame.encode())
     }

@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex, Weak};
 
 use bytes::{BufMut, Bytes, BytesMut};
 use plexus_core::remote::{
-    ActorPath, Control, ReceiptError, Refusal, RemoteEndpoint, RemoteMessage, Signal, Watcher,
-    WireContext,
+    ActorPath, CodecError, Control, ReceiptError, Refusal, RemoteEndpoint, RemoteMessage, Signal,
+    Watcher, WireContext,
 };
 use plexus_core::{ActorId, DeadLetterReason, Down, ExitReason};
 use tokio::sync::{oneshot, Semaphore};
@@ -205,6 +205,32 @@ impl RemoteActor {
     }
 }
 
+/// A scratch buffer that survives the frame larger than this is given back
+/// to the allocator instead.
+const SCRATCH_KEEP: usize = 64 << 10;
+
+thread_local! {
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` on this thread's empty frame buffer: messages are encoded into
+/// it and copied once into the link's outgoing bytes, so a message costs no
+/// allocation of its own. Re-entered (a message encoded while encoding
+/// another), it falls back to a fresh buffer.
+fn with_scratch<R>(f: impl FnOnce(&mut Vec<u8>) -> R) -> R {
+    SCRATCH.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut buf) => {
+            buf.clear();
+            let r = f(&mut buf);
+            if buf.capacity() > SCRATCH_KEEP {
+                *buf = Vec::new();
+            }
+            r
+        }
+        Err(_) => f(&mut Vec::with_capacity(64)),
+    })
+}
+
 impl RemoteEndpoint for RemoteActor {
     fn path(&self) -> ActorPath {
         ActorPath {
@@ -217,24 +243,28 @@ impl RemoteEndpoint for RemoteActor {
         self.peer.canonical().context()
     }
 
-    fn frame_header(&self, type_id: u64) -> Option<Vec<u8>> {
+    fn send_encoded(
+        &self,
+        type_id: u64,
+        type_name: &'static str,
+        encode: &mut dyn FnMut(&mut Vec<u8>) -> Result<(), CodecError>,
+    ) -> Result<bool, CodecError> {
         // Forged proxies still resolving take the general path.
         let target = match &self.named {
             None => self.id,
             Some(n) => match &*lock(&n.state) {
                 NamedState::Resolved(id) => *id,
-                _ => return None,
+                _ => return Ok(false),
             },
         };
-        let mut header = Vec::with_capacity(64);
-        crate::wire::put_message_header(&mut header, target.serial(), type_id, 0);
-        Some(header)
-    }
-
-    fn send_frame(&self, type_name: &'static str, frame: Bytes) {
-        if self.peer.send_frame(frame).is_err() {
-            self.dead_letter_here(type_name, DeadLetterReason::MailboxFull);
-        }
+        with_scratch(|frame| {
+            crate::wire::put_message_header(frame, target.serial(), type_id, 0);
+            encode(frame)?;
+            if self.peer.send_slice(frame).is_err() {
+                self.dead_letter_here(type_name, DeadLetterReason::MailboxFull);
+            }
+            Ok(true)
+        })
     }
 
     fn send(&self, type_id: u64, type_name: &'static str, payload: Bytes) {

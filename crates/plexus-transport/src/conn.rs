@@ -26,6 +26,9 @@ pub(crate) struct Conn {
     /// A message the stack refused with `WouldBlock`; retried first.
     held: Option<Frame>,
     staged: VecDeque<Received>,
+    /// Inline framing: permits not to return for the bytes taken so far
+    /// (see `OutState::uncharged`).
+    uncharged: usize,
     /// The inbound queue is over its bound: stop reading.
     pub(crate) inbox_full: bool,
     receiver_alive: bool,
@@ -39,6 +42,7 @@ impl Conn {
             shared,
             outq: VecDeque::with_capacity(256),
             held: None,
+            uncharged: 0,
             staged: VecDeque::with_capacity(256),
             inbox_full: false,
             receiver_alive: true,
@@ -86,6 +90,48 @@ impl Conn {
         more
     }
 
+    /// [`pump_send`](Conn::pump_send) for an inline-framing link: hands the
+    /// queued wire bytes (whole chunks, already framed by the senders) to
+    /// `write`, up to about `budget` bytes, bypassing the stack. Returns
+    /// `true` if it stopped at the budget with bytes possibly left.
+    pub(crate) fn pump_inline(&mut self, budget: usize, mut write: impl FnMut(Bytes)) -> bool {
+        let mut moved = 0usize;
+        let mut more = false;
+        loop {
+            if moved >= budget {
+                more = true;
+                break;
+            }
+            if self.outq.is_empty() {
+                let messages = {
+                    let mut out = lock(&self.shared.out);
+                    std::mem::swap(&mut out.queue, &mut self.outq);
+                    if !out.staging.is_empty() {
+                        let staged = out.staging.split().freeze();
+                        self.outq.push_back(staged);
+                    }
+                    if self.outq.is_empty() {
+                        out.driver_waiting = true;
+                    }
+                    self.uncharged += std::mem::take(&mut out.uncharged);
+                    std::mem::take(&mut out.inline_messages)
+                };
+                self.stack.count_inline_sends(messages);
+            }
+            let Some(chunk) = self.outq.pop_front() else {
+                break;
+            };
+            moved += chunk.len();
+            write(chunk);
+        }
+        let owed = self.uncharged.min(moved);
+        self.uncharged -= owed;
+        if moved > owed {
+            self.shared.out_space.add_permits(moved - owed);
+        }
+        more
+    }
+
     fn next_message(&mut self) -> Option<Bytes> {
         if self.outq.is_empty() {
             let mut out = lock(&self.shared.out);
@@ -117,7 +163,7 @@ impl Conn {
             return false;
         }
         let out = lock(&self.shared.out);
-        out.queue.is_empty() && (out.senders == 0 || out.close_requested)
+        out.queue.is_empty() && out.staging.is_empty() && (out.senders == 0 || out.close_requested)
     }
 
     /// Hands received messages and events to the application (one lock).

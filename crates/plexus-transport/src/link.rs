@@ -20,7 +20,8 @@ use std::future::poll_fn;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{ready, Context, Poll, Waker};
 
-use bytes::Bytes;
+use bytes::{BufMut, Bytes, BytesMut};
+use plexus_net::layers::framing::FrameHeader;
 use plexus_net::LinkEvent;
 use tokio::sync::{Semaphore, TryAcquireError};
 
@@ -29,6 +30,12 @@ use crate::error::{CloseReason, LinkClosed, SendError, TrySendError};
 /// Bookkeeping bytes charged per queued message on top of its length, so a
 /// flood of empty messages is bounded too.
 pub(crate) const MESSAGE_OVERHEAD: usize = 64;
+
+/// On an inline-framing link, messages up to this length are copied into
+/// the staging buffer; longer ones are queued as they are (no copy).
+const INLINE_COPY_MAX: usize = 1024;
+/// Staging buffer grown by at least this much at a time.
+const STAGING_CHUNK: usize = 64 << 10;
 
 /// Per-link buffer sizes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,7 +74,19 @@ pub enum Received {
 pub(crate) type DriverWaker = Box<dyn Fn() + Send + Sync>;
 
 pub(crate) struct OutState {
+    /// Messages for the driver; on an inline-framing link, wire bytes
+    /// (already framed) instead.
     pub(crate) queue: VecDeque<Bytes>,
+    /// Inline framing: small messages framed and copied here, behind
+    /// `queue`, until the driver takes them as one chunk.
+    pub(crate) staging: BytesMut,
+    /// Inline framing: messages in `queue` and `staging` since the driver
+    /// last took them (for the stack's counters).
+    pub(crate) inline_messages: u64,
+    /// Inline framing: bytes queued beyond the permits taken for them (a
+    /// message larger than the whole send buffer is charged the buffer);
+    /// the driver returns that many fewer permits.
+    pub(crate) uncharged: usize,
     /// The driver found the queue empty and waits for a push.
     pub(crate) driver_waiting: bool,
     pub(crate) senders: usize,
@@ -91,6 +110,11 @@ pub(crate) struct InState {
 pub(crate) struct Shared {
     pub(crate) peer: Arc<str>,
     pub(crate) max_message_len: Option<usize>,
+    /// Senders frame messages themselves (`len | payload`) into the
+    /// outbound queue: the stack is plain `framing`
+    /// ([`Stack::frames_inline`](plexus_net::Stack::frames_inline)) and the
+    /// driver writes the queue's bytes as they are.
+    pub(crate) inline_framing: bool,
     pub(crate) config: LinkConfig,
     pub(crate) wake_driver: DriverWaker,
     // Each on its own cache lines: the sender, the driver and the receiver
@@ -125,6 +149,7 @@ impl Shared {
     pub(crate) fn new(
         peer: Arc<str>,
         max_message_len: Option<usize>,
+        inline_framing: bool,
         config: LinkConfig,
         wake_driver: DriverWaker,
     ) -> Arc<Self> {
@@ -134,12 +159,16 @@ impl Shared {
         Arc::new(Self {
             peer,
             max_message_len,
+            inline_framing,
             config: LinkConfig {
                 send_buffer,
                 ..config
             },
             out: CachePadded(Mutex::new(OutState {
                 queue: VecDeque::with_capacity(256),
+                staging: BytesMut::new(),
+                inline_messages: 0,
+                uncharged: 0,
                 driver_waiting: false,
                 senders: 0,
                 close_requested: false,
@@ -157,9 +186,16 @@ impl Shared {
         })
     }
 
-    /// Permits a message of `len` bytes costs.
+    /// Permits a message of `len` bytes costs: its queue entry, or on an
+    /// inline-framing link its wire bytes (a small message there has no
+    /// entry of its own).
     pub(crate) fn cost(&self, len: usize) -> usize {
-        (len + MESSAGE_OVERHEAD).min(self.config.send_buffer)
+        let queued = if self.inline_framing {
+            len + FrameHeader::LEN
+        } else {
+            len + MESSAGE_OVERHEAD
+        };
+        queued.min(self.config.send_buffer)
     }
 
     /// Marks the link closed for its handles: receivers get `reason` after
@@ -168,7 +204,17 @@ impl Shared {
     pub(crate) fn close(&self, reason: CloseReason) -> usize {
         self.close_inbound(reason);
         self.out_space.close();
-        let unsent = std::mem::take(&mut lock(&self.out).queue).len();
+        let unsent = {
+            let mut out = lock(&self.out);
+            out.staging.clear();
+            let unsent = if self.inline_framing {
+                out.inline_messages as usize
+            } else {
+                out.queue.len()
+            };
+            out.queue.clear();
+            unsent
+        };
         if unsent > 0 {
             tracing::warn!(peer = %self.peer, unsent, "link closed with messages not sent");
         }
@@ -201,6 +247,33 @@ impl Shared {
                 peer: self.peer.clone(),
                 reason: CloseReason::Local,
             })
+    }
+}
+
+/// A message for [`LinkSender::push_inline`]: borrowed from the caller's
+/// scratch buffer, or owned.
+enum Payload<'a> {
+    Borrowed(&'a [u8]),
+    Owned(Bytes),
+}
+
+impl Payload<'_> {
+    fn len(&self) -> usize {
+        self.as_slice().len()
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            Payload::Borrowed(b) => b,
+            Payload::Owned(b) => b,
+        }
+    }
+
+    fn into_bytes(self) -> Bytes {
+        match self {
+            Payload::Borrowed(b) => Bytes::copy_from_slice(b),
+            Payload::Owned(b) => b,
+        }
     }
 }
 
@@ -237,7 +310,11 @@ impl LinkSender {
         }
     }
 
-    fn push(&self, message: Bytes) {
+    /// Queues a message whose permits (`cost`) were taken.
+    fn push(&self, message: Bytes, cost: usize) {
+        if self.shared.inline_framing {
+            return self.push_inline(Payload::Owned(message), cost);
+        }
         let wake = {
             let mut out = lock(&self.shared.out);
             out.queue.push_back(message);
@@ -245,6 +322,85 @@ impl LinkSender {
         };
         if wake {
             (self.shared.wake_driver)();
+        }
+    }
+
+    /// Inline framing: appends `len | payload` behind what is queued. A small
+    /// payload is copied into the staging buffer (one chunk for the driver
+    /// however many messages it holds); a large one is queued as it is,
+    /// after the staged bytes and its header.
+    fn push_inline(&self, payload: Payload<'_>, cost: usize) {
+        let len = payload.len();
+        let header = FrameHeader { len: len as u32 }.emit();
+        let wake = {
+            let mut out = lock(&self.shared.out);
+            let out = &mut *out;
+            if len <= INLINE_COPY_MAX {
+                if out.staging.capacity() - out.staging.len() < FrameHeader::LEN + len {
+                    out.staging.reserve(STAGING_CHUNK);
+                }
+                out.staging.put_slice(&header);
+                out.staging.put_slice(payload.as_slice());
+            } else {
+                out.staging.put_slice(&header);
+                let staged = out.staging.split().freeze();
+                out.queue.push_back(staged);
+                out.queue.push_back(payload.into_bytes());
+            }
+            out.inline_messages += 1;
+            out.uncharged += (FrameHeader::LEN + len) - cost;
+            std::mem::take(&mut out.driver_waiting)
+        };
+        if wake {
+            (self.shared.wake_driver)();
+        }
+    }
+
+    /// Queues a copy of `message` if the send buffer has room, without
+    /// waiting: for callers that encode into a reused scratch buffer. On a
+    /// plain `framing` stream link the bytes are copied once, straight into
+    /// the bytes the driver writes; elsewhere into a new [`Bytes`].
+    ///
+    /// # Errors
+    ///
+    /// As [`try_send`](LinkSender::try_send), handing back a copy.
+    pub fn try_send_copy(&self, message: &[u8]) -> Result<(), TrySendError> {
+        if !self.shared.inline_framing {
+            return self.try_send(Bytes::copy_from_slice(message));
+        }
+        if let Some(max) = self.shared.max_message_len {
+            if message.len() > max {
+                return Err(SendError::TooLarge {
+                    peer: self.shared.peer.clone(),
+                    message: Bytes::copy_from_slice(message),
+                    max,
+                }
+                .into());
+            }
+        }
+        let cost = self.shared.cost(message.len());
+        self.take_permits(cost, || Bytes::copy_from_slice(message))?;
+        self.push_inline(Payload::Borrowed(message), cost);
+        Ok(())
+    }
+
+    /// Takes `cost` permits without waiting; on failure hands back the
+    /// message `make` builds.
+    fn take_permits(&self, cost: usize, make: impl FnOnce() -> Bytes) -> Result<(), TrySendError> {
+        match self.shared.out_space.try_acquire_many(cost as u32) {
+            Ok(permit) => {
+                permit.forget();
+                Ok(())
+            }
+            Err(TryAcquireError::NoPermits) => Err(TrySendError::Full {
+                peer: self.shared.peer.clone(),
+                message: make(),
+            }),
+            Err(TryAcquireError::Closed) => Err(SendError::Closed {
+                message: make(),
+                closed: self.shared.closed(),
+            }
+            .into()),
         }
     }
 
@@ -268,11 +424,11 @@ impl LinkSender {
     /// was not queued.
     pub async fn send(&self, message: Bytes) -> Result<(), SendError> {
         let message = self.check_len(message)?;
-        let cost = self.shared.cost(message.len()) as u32;
+        let cost = self.shared.cost(message.len());
         // Fast path without the future machinery: room is usually there.
-        if let Ok(permit) = self.shared.out_space.try_acquire_many(cost) {
+        if let Ok(permit) = self.shared.out_space.try_acquire_many(cost as u32) {
             permit.forget();
-            self.push(message);
+            self.push(message, cost);
             return Ok(());
         }
         // Boxed: the semaphore's future is large, and the caller moves this
@@ -280,8 +436,8 @@ impl LinkSender {
         Box::pin(self.send_waiting(message, cost)).await
     }
 
-    async fn send_waiting(&self, message: Bytes, cost: u32) -> Result<(), SendError> {
-        match self.shared.out_space.acquire_many(cost).await {
+    async fn send_waiting(&self, message: Bytes, cost: usize) -> Result<(), SendError> {
+        match self.shared.out_space.acquire_many(cost as u32).await {
             Ok(permit) => permit.forget(),
             Err(_) => {
                 return Err(SendError::Closed {
@@ -290,7 +446,7 @@ impl LinkSender {
                 })
             }
         }
-        self.push(message);
+        self.push(message, cost);
         Ok(())
     }
 
@@ -302,24 +458,10 @@ impl LinkSender {
     /// [`send`](LinkSender::send); the message is handed back.
     pub fn try_send(&self, message: Bytes) -> Result<(), TrySendError> {
         let message = self.check_len(message)?;
-        let cost = self.shared.cost(message.len()) as u32;
-        match self.shared.out_space.try_acquire_many(cost) {
-            Ok(permit) => permit.forget(),
-            Err(TryAcquireError::NoPermits) => {
-                return Err(TrySendError::Full {
-                    peer: self.shared.peer.clone(),
-                    message,
-                })
-            }
-            Err(TryAcquireError::Closed) => {
-                return Err(SendError::Closed {
-                    message,
-                    closed: self.shared.closed(),
-                }
-                .into())
-            }
-        }
-        self.push(message);
+        let cost = self.shared.cost(message.len());
+        // The closure runs only on failure: the clone is a refcount bump.
+        self.take_permits(cost, || message.clone())?;
+        self.push(message, cost);
         Ok(())
     }
 
@@ -524,6 +666,15 @@ impl Link {
     /// As [`LinkSender::try_send`].
     pub fn try_send(&self, message: Bytes) -> Result<(), TrySendError> {
         self.sender.try_send(message)
+    }
+
+    /// See [`LinkSender::try_send_copy`].
+    ///
+    /// # Errors
+    ///
+    /// As [`LinkSender::try_send`].
+    pub fn try_send_copy(&self, message: &[u8]) -> Result<(), TrySendError> {
+        self.sender.try_send_copy(message)
     }
 
     /// See [`LinkReceiver::recv`].

@@ -221,6 +221,7 @@ fn spawn(wire: Wire, stack: plexus_net::Stack, peer: Arc<str>, config: LinkConfi
     let shared = Shared::new(
         peer,
         stack.max_message_len(),
+        false,
         config,
         Box::new(move || waker.notify_one()),
     );

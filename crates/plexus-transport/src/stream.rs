@@ -92,6 +92,7 @@ pub(crate) fn spawn<S: StreamSocket>(
     let shared = Shared::new(
         peer,
         stack.max_message_len(),
+        stack.frames_inline(),
         config,
         Box::new(move || waker.notify_one()),
     );
@@ -115,13 +116,18 @@ async fn run<S: StreamSocket>(socket: &mut S, conn: &mut Conn, notify: &Notify) 
     loop {
         // In steps, each drained right away: the stack's transmit queue
         // stays a few KiB (hot in cache) instead of a whole budget of frames.
-        let at = now();
-        let more = loop {
+        let more = if conn.shared.inline_framing {
             let budget = WRITE_BUDGET.saturating_sub(out.bytes);
-            let more = conn.pump_send(at, budget.min(PUMP_STEP));
-            conn.stack.drain_transmit(|frame| out.push(frame));
-            if !more || budget <= PUMP_STEP {
-                break more;
+            conn.pump_inline(budget, |chunk| out.push_wire(chunk))
+        } else {
+            let at = now();
+            loop {
+                let budget = WRITE_BUDGET.saturating_sub(out.bytes);
+                let more = conn.pump_send(at, budget.min(PUMP_STEP));
+                conn.stack.drain_transmit(|frame| out.push(frame));
+                if !more || budget <= PUMP_STEP {
+                    break more;
+                }
             }
         };
         conn.deliver();
@@ -241,6 +247,17 @@ impl WriteQueue {
             self.items
                 .push_back(Item::Chain(Box::new(std::mem::take(frame))));
         }
+    }
+
+    /// Queues bytes that are already on-the-wire form (framed by the link's
+    /// senders), without a copy.
+    pub(crate) fn push_wire(&mut self, chunk: bytes::Bytes) {
+        if chunk.is_empty() {
+            return;
+        }
+        self.seal();
+        self.bytes += chunk.len();
+        self.items.push_back(Item::Copied(chunk));
     }
 
     fn seal(&mut self) {

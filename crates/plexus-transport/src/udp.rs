@@ -474,6 +474,7 @@ impl Dispatcher {
         let shared = Shared::new(
             url(addr).into(),
             stack.max_message_len(),
+            false,
             self.config.link,
             Box::new(move || {
                 if let Some(ep) = ep.upgrade() {

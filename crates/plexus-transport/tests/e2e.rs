@@ -88,3 +88,65 @@ async fn udp_delivers_100k_mixed_messages_in_order_through_5_percent_loss() {
     assert_eq!(a.stats().peers, 1);
     assert_eq!(b.stats().accepted, 1);
 }
+
+/// A plain `framing` stream link frames messages in its send queue itself:
+/// copied small ones, queued large ones and ones larger than the whole send
+/// buffer must interleave in order, and every permit must come back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_inline_framing_keeps_order_across_copied_and_queued_messages() {
+    use bytes::Bytes;
+    use plexus_transport::LinkConfig;
+
+    let spec = spec("tcp / framing");
+    let config = LinkConfig {
+        send_buffer: 4 << 10,
+        recv_buffer: 1 << 20,
+    };
+    let listener = tcp::TcpListener::bind_with(&spec, "127.0.0.1:0".parse().unwrap(), config)
+        .await
+        .expect("bind");
+    let client = tcp::connect_with(&spec, listener.local_addr(), config)
+        .await
+        .expect("connect");
+    let mut server = listener.accept().await.expect("accept");
+    let message = |i: usize| -> Vec<u8> {
+        // Small (copied), over the copy limit (queued), and larger than the
+        // whole send buffer (charged the buffer), in turn.
+        let len = [10, 2000, 9000, 0][i % 4];
+        (0..len).map(|j| (i * 31 + j) as u8).collect()
+    };
+    const N: usize = 2000;
+    let sender = tokio::spawn(async move {
+        for i in 0..N {
+            let m = message(i);
+            if i % 2 == 0 {
+                // try_send_copy only fails when the buffer is full: wait then.
+                while client.try_send_copy(&m).is_err() {
+                    tokio::task::yield_now().await;
+                }
+            } else {
+                client.send(Bytes::from(m)).await.expect("send");
+            }
+        }
+        client
+    });
+    for i in 0..N {
+        let got = server.recv_message().await.expect("message");
+        assert_eq!(got, message(i), "message {i}");
+    }
+    let client = sender.await.expect("sender");
+    // Every permit is back: a message filling the whole buffer goes at once.
+    let mut tries = 0;
+    while client
+        .try_send(Bytes::from(vec![7u8; (4 << 10) - 4]))
+        .is_err()
+    {
+        tries += 1;
+        assert!(tries < 1000, "send buffer permits were not all returned");
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    }
+    assert_eq!(
+        server.recv_message().await.expect("last").len(),
+        (4 << 10) - 4
+    );
+}
