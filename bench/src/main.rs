@@ -100,13 +100,8 @@ enum Workload {
 
 fn main() {
     let cli = Cli::parse();
-    let role = |f: std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>| {
-        tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()
-            .expect("tokio runtime")
-            .block_on(f)
-    };
+    let role =
+        |f: std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>| nodes::runtime().block_on(f);
     match cli.workload {
         Workload::W1(args) => w1::run(&args),
         Workload::W2(args) => w2::run(&args),

@@ -24,6 +24,36 @@ pub struct RemoteArgs {
     /// Run only the plain-tokio baseline.
     #[arg(long)]
     pub baseline: bool,
+    /// Tokio worker threads in each process, Plexus and baseline alike
+    /// (default: one per core).
+    #[arg(long)]
+    pub threads: Option<usize>,
+}
+
+/// The environment variable that hands `--threads` to child processes.
+const THREADS_ENV: &str = "PLEXUS_BENCH_THREADS";
+
+impl RemoteArgs {
+    /// Applies `--threads` to this process and the children it starts.
+    pub fn apply_threads(&self) {
+        if let Some(t) = self.threads {
+            // Set before any thread or child starts (edition 2021: safe).
+            std::env::set_var(THREADS_ENV, t.max(1).to_string());
+        }
+    }
+}
+
+/// A multi-threaded runtime with the worker threads `--threads` asked for.
+pub fn runtime() -> tokio::runtime::Runtime {
+    let mut b = tokio::runtime::Builder::new_multi_thread();
+    b.enable_all();
+    if let Some(t) = std::env::var(THREADS_ENV)
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+    {
+        b.worker_threads(t.max(1));
+    }
+    b.build().expect("tokio runtime")
 }
 
 /// A child process running one role; killed when dropped.

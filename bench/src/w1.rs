@@ -109,10 +109,8 @@ impl Actor for Pinger {
 }
 
 pub fn run(args: &Args) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
+    args.apply_threads();
+    let rt = nodes::runtime();
     let warmup = Duration::from_secs_f64(args.warmup);
     let duration = Duration::from_secs_f64(args.duration);
     let base = {

@@ -122,11 +122,8 @@ fn frame(v: u64) -> [u8; 12] {
 }
 
 pub fn run(args: &Args) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(std::env::var("PXW").ok().and_then(|v| v.parse().ok()).unwrap_or(2))
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
+    args.apply_threads();
+    let rt = nodes::runtime();
     let warmup = Duration::from_secs_f64(args.warmup);
     let duration = Duration::from_secs_f64(args.duration);
     let n = args.n;

@@ -32,7 +32,7 @@ use crate::wire::{Frame, Resolution};
 
 mod dispatch;
 
-use dispatch::{wait_drained, InboundCache, FLOOD_HIGH};
+use dispatch::{wait_drained, InboundCache, FLOOD_CHECK_EVERY, FLOOD_HIGH};
 
 pub(crate) struct Peer {
     inner: Weak<NodeInner>,
@@ -743,6 +743,7 @@ impl Peer {
         remote: NodeId,
     ) {
         let mut cache = InboundCache::default();
+        let mut unchecked = 0u32;
         let cause = loop {
             match rx.recv().await {
                 Ok(Received::Message(bytes)) => {
@@ -751,9 +752,15 @@ impl Peer {
                         self.close_link(epoch);
                         break cause;
                     }
-                    if let Some((_, target)) = &cache.0 {
-                        if target.queued() > FLOOD_HIGH {
-                            wait_drained(target).await;
+                    // Every FLOOD_CHECK_EVERY messages, not each: reading a
+                    // mailbox's length is a few dyn calls and atomics.
+                    unchecked += 1;
+                    if unchecked >= FLOOD_CHECK_EVERY {
+                        unchecked = 0;
+                        if let Some((_, target)) = &cache.0 {
+                            if target.queued() > FLOOD_HIGH {
+                                wait_drained(target).await;
+                            }
                         }
                     }
                 }

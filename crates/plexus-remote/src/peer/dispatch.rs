@@ -19,6 +19,9 @@ use crate::wire::{Frame, ReceiptStatus, Resolution};
 /// flooded actor stays bounded even with an unbounded mailbox.
 pub(super) const FLOOD_HIGH: usize = 100_000;
 const FLOOD_LOW: usize = 50_000;
+/// A link looks at the mailbox length once per this many messages: a flood
+/// overshoots [`FLOOD_HIGH`] by at most this many.
+pub(super) const FLOOD_CHECK_EVERY: u32 = 256;
 
 pub(super) async fn wait_drained(target: &Arc<dyn Inbound>) {
     tracing::debug!(target: "plexus::remote", actor = %target.id(), "actor flooded; pausing the link");
