@@ -24,7 +24,11 @@ use bytes::Bytes;
 use plexus_net::LinkEvent;
 use tokio::sync::{Semaphore, TryAcquireError};
 
+use rustls_pki_types::CertificateDer;
+
 use crate::error::{CloseReason, LinkClosed, SendError, TrySendError};
+use crate::identity::PeerIdentity;
+use crate::stats::LinkStats;
 
 /// Bookkeeping bytes charged per queued message on top of its length, so a
 /// flood of empty messages is bounded too.
@@ -100,6 +104,8 @@ pub(crate) struct Shared {
     /// Byte permits for the outbound queue.
     pub(crate) out_space: CachePadded<Semaphore>,
     pub(crate) inb: CachePadded<Mutex<InState>>,
+    /// Refreshed by the driver when the stack drops a frame.
+    pub(crate) stats: Mutex<LinkStats>,
 }
 
 /// `T` alone on its cache lines (128 bytes: two lines, for the adjacent-line
@@ -154,6 +160,7 @@ impl Shared {
                 receiver_alive: true,
             })),
             wake_driver,
+            stats: Mutex::default(),
         })
     }
 
@@ -224,6 +231,11 @@ impl LinkSender {
     /// The largest message the link's stack carries (`None`: unbounded).
     pub fn max_message_len(&self) -> Option<usize> {
         self.shared.max_message_len
+    }
+
+    /// What the link's stack dropped so far (see [`LinkStats`]).
+    pub fn stats(&self) -> LinkStats {
+        *lock(&self.shared.stats)
     }
 
     fn check_len(&self, message: Bytes) -> Result<Bytes, SendError> {
@@ -488,6 +500,7 @@ impl std::fmt::Debug for LinkReceiver {
 pub struct Link {
     sender: LinkSender,
     receiver: LinkReceiver,
+    identity: Option<Arc<PeerIdentity>>,
 }
 
 impl Link {
@@ -495,7 +508,29 @@ impl Link {
         Self {
             sender: LinkSender::new(shared.clone()),
             receiver: LinkReceiver::new(shared),
+            identity: None,
         }
+    }
+
+    /// The link with what its transport authenticated about the peer.
+    pub(crate) fn with_identity(mut self, identity: PeerIdentity) -> Self {
+        self.identity = Some(Arc::new(identity));
+        self
+    }
+
+    /// What the transport authenticated about the peer: on `tls` links its
+    /// certificate (verified against the CA roots) and the node id it
+    /// certifies; `None` on transports that authenticate nobody (tcp, udp,
+    /// uds, mem). The node handshake checks the id the peer claims against
+    /// it.
+    pub fn peer_identity(&self) -> Option<&PeerIdentity> {
+        self.identity.as_deref()
+    }
+
+    /// The peer's certificate, on links whose transport verified one
+    /// (see [`peer_identity`](Link::peer_identity)).
+    pub fn peer_certificate(&self) -> Option<&CertificateDer<'static>> {
+        self.identity.as_deref().map(|i| &i.certificate)
     }
 
     /// The peer address, with its scheme (`udp://127.0.0.1:4001`).
@@ -506,6 +541,11 @@ impl Link {
     /// See [`LinkSender::max_message_len`].
     pub fn max_message_len(&self) -> Option<usize> {
         self.sender.max_message_len()
+    }
+
+    /// See [`LinkSender::stats`].
+    pub fn stats(&self) -> LinkStats {
+        self.sender.stats()
     }
 
     /// See [`LinkSender::send`].

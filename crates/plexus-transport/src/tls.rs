@@ -72,6 +72,7 @@ use tokio::task::AbortHandle;
 
 use crate::conn::now;
 use crate::error::{AcceptError, BindError, ConnectError};
+use crate::identity::{node_id_of, IdentityError, PeerIdentity};
 use crate::link::{Link, LinkConfig};
 use crate::stream::{self, StreamSocket};
 
@@ -114,6 +115,10 @@ pub enum TlsConfigError {
     /// The certificate verifier could not be built from the CA roots.
     #[error("certificate verifier: {0}")]
     Verifier(String),
+    /// The node's certificate does not parse as X.509, so it certifies
+    /// no node id.
+    #[error("certificate chain: {0}")]
+    Identity(#[from] IdentityError),
 }
 
 /// A node's TLS identity and trust: its certificate chain and private key
@@ -126,11 +131,13 @@ pub struct TlsConfig {
     server: Arc<ServerConfig>,
     client: Arc<ClientConfig>,
     handshake_timeout: Duration,
+    node_id: u64,
 }
 
 impl std::fmt::Debug for TlsConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TlsConfig")
+            .field("node_id", &format_args!("{:016x}", self.node_id))
             .field("handshake_timeout", &self.handshake_timeout)
             .finish_non_exhaustive()
     }
@@ -151,6 +158,7 @@ impl TlsConfig {
         ca_roots: &[u8],
     ) -> Result<Self, TlsConfigError> {
         let chain = certs("certificate chain", cert_chain)?;
+        let node_id = node_id_of(&chain[0])?;
         let key = PrivateKeyDer::from_pem_slice(key).map_err(|e| TlsConfigError::Pem {
             what: "private key",
             detail: e.to_string(),
@@ -181,7 +189,16 @@ impl TlsConfig {
             server: Arc::new(server),
             client: Arc::new(client),
             handshake_timeout: Duration::from_secs(10),
+            node_id,
         })
+    }
+
+    /// The node id this configuration's certificate certifies (see
+    /// [`identity`](crate::identity)): a node presenting this certificate
+    /// must claim this id, so its actor system must be created with it
+    /// (`ActorSystem::builder().node_id(NodeId::from_u64(tls.node_id()))`).
+    pub fn node_id(&self) -> u64 {
+        self.node_id
     }
 
     /// As [`from_pem`](TlsConfig::from_pem), reading the three PEM files.
@@ -400,12 +417,13 @@ async fn handshake(
         .map_err(|_| failed(timed_out(ctx.timeout)))?
         .map_err(failed)?;
     let (socket, conn) = tls.into_inner();
+    let identity = peer_identity(conn.peer_certificates()).map_err(failed)?;
     let stack = ctx.spec.build_link(LinkContext {
         now: now(),
         link_id,
     });
     let socket = TlsSocket::new(socket, Connection::Server(conn));
-    Ok(stream::spawn(socket, stack, url(peer).into(), ctx.config))
+    Ok(stream::spawn(socket, stack, url(peer).into(), ctx.config).with_identity(identity))
 }
 
 fn timed_out(after: Duration) -> io::Error {
@@ -468,9 +486,22 @@ pub async fn connect(
         .map_err(|_| failed(timed_out(tls.handshake_timeout)))?
         .map_err(failed)?;
     let (socket, conn) = tls_stream.into_inner();
+    let identity = peer_identity(conn.peer_certificates()).map_err(failed)?;
     let stack = spec.build(now());
     let socket = TlsSocket::new(socket, Connection::Client(conn));
-    Ok(stream::spawn(socket, stack, url(addr).into(), config))
+    Ok(stream::spawn(socket, stack, url(addr).into(), config).with_identity(identity))
+}
+
+/// The identity of the peer's end-entity certificate (verified by rustls
+/// against the CA roots during the handshake).
+fn peer_identity(chain: Option<&[CertificateDer<'static>]>) -> io::Result<PeerIdentity> {
+    let cert = chain.and_then(<[_]>::first).ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            "the peer presented no certificate",
+        )
+    })?;
+    PeerIdentity::new(cert.clone()).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 
 /// An established TLS connection as the stream driver sees it: plaintext
