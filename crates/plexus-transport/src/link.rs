@@ -522,6 +522,7 @@ impl Link {
     /// certificate (verified against the CA roots) and the node id it
     /// certifies; `None` on transports that authenticate nobody (tcp, udp,
     /// uds, mem). The node handshake checks the id the peer claims against
+    /// it. Read it before [`split`](Link::split): the halves do not carry
     /// it.
     pub fn peer_identity(&self) -> Option<&PeerIdentity> {
         self.identity.as_deref()

@@ -19,6 +19,11 @@
 //! [`TlsListener::accept`] as [`AcceptError::Handshake`]; the listener
 //! keeps serving other peers.
 //!
+//! **Node identity.** A certificate certifies one node id, derived from its
+//! public key ([`identity`](crate::identity)): [`TlsConfig::node_id`] is
+//! ours, [`Link::peer_identity`] the peer's (set on every link this module
+//! makes). `plexus-remote` refuses a peer whose handshake claims another id.
+//!
 //! # Development certificates
 //!
 //! The `plexus-certs` binary of this crate makes a dev CA and node
@@ -52,7 +57,7 @@
 //! ```
 
 use std::future::Future;
-use std::io::{self, IoSlice, Read, Write};
+use std::io::{self, BufRead, IoSlice, Read, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -570,6 +575,23 @@ impl TlsSocket {
     }
 }
 
+/// Appends the plaintext rustls holds to `buf` (counting it in `n`) until
+/// it holds no more (`Err(WouldBlock)`), the peer closed (`Ok`), or the
+/// stream ended without `close_notify` (`Err(UnexpectedEof)`).
+fn drain_plaintext(tls: &mut Connection, buf: &mut BytesMut, n: &mut usize) -> io::Result<()> {
+    let mut reader = tls.reader();
+    loop {
+        let chunk = reader.fill_buf()?;
+        if chunk.is_empty() {
+            return Ok(());
+        }
+        let len = chunk.len();
+        buf.extend_from_slice(chunk);
+        reader.consume(len);
+        *n += len;
+    }
+}
+
 fn would_block_ok(r: io::Result<()>) -> io::Result<()> {
     match r {
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(()),
@@ -594,28 +616,33 @@ impl StreamSocket for TlsSocket {
 
     fn try_read_buf(&self, buf: &mut BytesMut) -> io::Result<usize> {
         let mut tls = self.lock();
+        let mut n = 0;
         loop {
             // Plaintext rustls already holds comes first (it refuses new
-            // records while its plaintext buffer is full).
-            let start = buf.len();
-            if buf.capacity() == start {
-                buf.reserve(stream::READ_BUF);
-            }
-            buf.resize(buf.capacity(), 0);
-            let read = tls.reader().read(&mut buf[start..]);
-            buf.truncate(start + *read.as_ref().unwrap_or(&0));
-            match read {
-                // Ok(0): the peer sent close_notify.
-                Ok(n) => return Ok(n),
+            // records while its plaintext buffer is full). Copied out chunk
+            // by chunk: no zeroed scratch space.
+            match drain_plaintext(&mut tls, buf, &mut n) {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                // UnexpectedEof: TCP closed without close_notify.
+                // The end (close_notify: Ok; TCP closed without it:
+                // UnexpectedEof) is reported by the next call, after what
+                // was read.
+                _ if n > 0 => return Ok(n),
+                Ok(()) => return Ok(0),
                 Err(e) => return Err(e),
             }
-            // At end of stream the next read says how: Ok(0) after
-            // close_notify, UnexpectedEof without.
-            tls.read_tls(&mut Raw(&self.tcp))?;
+            if n >= stream::READ_BUF {
+                return Ok(n);
+            }
+            match tls.read_tls(&mut Raw(&self.tcp)) {
+                // Ok(0), end of stream: the next drain says how it ended.
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock && n > 0 => return Ok(n),
+                Err(e) => return Err(e),
+            }
             if let Err(e) = tls.process_new_packets() {
                 // Best effort: tell the peer why (the alert rustls queued).
+                // The stream is corrupt: what it decrypted in this call is
+                // dropped with the link.
                 let _ = self.flush(&mut tls);
                 return Err(io::Error::new(io::ErrorKind::InvalidData, e));
             }
