@@ -2,7 +2,8 @@
 //! narrowed refs, dead letters), then three nodes in this process talking
 //! over real TCP and UDP sockets on 127.0.0.1 (publish, resolve by URI,
 //! tell, ask, a ref inside a message, forged refs, precise errors, and a
-//! node failure seen by a monitor).
+//! node failure seen by a monitor), and last two nodes over mutual TLS with
+//! a development CA made on the spot (node ids bound to certificates).
 //!
 //! Run with `cargo run --release --example demo`.
 
@@ -283,5 +284,86 @@ async fn remote_tour() -> Result<(), Box<dyn std::error::Error>> {
     beta.shutdown().await;
     let down = tokio::time::timeout(Duration::from_secs(5), down).await?;
     println!("  Down from {}: {}", down.id, down.reason);
+    tls_tour().await
+}
+
+async fn tls_tour() -> Result<(), Box<dyn std::error::Error>> {
+    use plexus::transport::dev_certs::DevCa;
+    use plexus::transport::tls::TlsConfig;
+
+    println!("\n12. tls: a dev CA and node certificates (what `plexus-certs` writes)");
+    let dir = std::env::temp_dir().join(format!("plexus-demo-certs-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let ca = DevCa::generate()?;
+    std::fs::write(dir.join("ca.pem"), ca.cert_pem())?;
+    let mut configs = Vec::new();
+    for name in ["gamma", "delta"] {
+        let cert = ca.node(name, 1)?;
+        std::fs::write(dir.join(format!("{name}.pem")), &cert.cert_pem)?;
+        std::fs::write(dir.join(format!("{name}.key")), &cert.key_pem)?;
+        let tls = TlsConfig::from_pem_files(
+            dir.join(format!("{name}.pem")),
+            dir.join(format!("{name}.key")),
+            dir.join("ca.pem"),
+        )?;
+        configs.push(NodeConfig::default().cookie("demo-cookie").tls(tls));
+    }
+    println!(
+        "  wrote ca.pem, gamma.pem/.key, delta.pem/.key in {}",
+        dir.display()
+    );
+
+    println!("\n13. the certificate fixes the node id; the system is created with it");
+    let random = ActorSystem::new();
+    if let Err(e) = Node::start(&random, configs[0].clone()) {
+        println!("  on a random id: {e}");
+    }
+    let mut nodes = Vec::new();
+    for cfg in configs {
+        let id = cfg.certified_node_id().ok_or("a TLS config")?;
+        let system = ActorSystem::builder().node_id(id).build()?;
+        let node = Node::start(&system, cfg)?;
+        nodes.push((system, node));
+    }
+    let (gamma_sys, gamma) = &nodes[0];
+    let (delta_sys, delta) = &nodes[1];
+    let delta_tls = delta.listen("tls://127.0.0.1:0").await?;
+    println!(
+        "  gamma is {}, delta is {} on {delta_tls}",
+        gamma.id(),
+        delta.id()
+    );
+    delta.publish(&delta_sys.spawn(ChatRoom::default()), "room")?;
+
+    println!("\n14. resolve and ask over tls://: mutual TLS 1.3, identities checked");
+    let room: ActorRef<Room> = gamma.resolve(&format!("{delta_tls}/room")).await?;
+    println!("  resolved {delta_tls}/room -> actor {}", room.id());
+    let (acks_tx, mut acks) = tokio::sync::mpsc::unbounded_channel();
+    let me = gamma_sys.spawn_fn(move |Line(l), _ctx| {
+        let _ = acks_tx.send(l);
+    });
+    room.tell(Room::Post("hello over tls".into(), me));
+    println!(
+        "  gamma got back: {}",
+        acks.recv().await.unwrap_or_default()
+    );
+    println!(
+        "  ask: the room has {} lines",
+        room.ask(Room::Count, TIMEOUT).await?
+    );
+
+    println!("\n15. a node whose certificate another CA signed is refused");
+    let rogue = DevCa::generate()?;
+    let cfg = NodeConfig::default()
+        .cookie("demo-cookie")
+        .tls(rogue.node("mallory", 1)?.tls_config(&rogue)?);
+    let mallory_sys = ActorSystem::builder()
+        .node_id(cfg.certified_node_id().ok_or("a TLS config")?)
+        .build()?;
+    let mallory = Node::start(&mallory_sys, cfg)?;
+    if let Err(e) = mallory.resolve::<Room>(&format!("{delta_tls}/room")).await {
+        println!("  {e}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }

@@ -2,9 +2,21 @@
 //! role subcommand, so every node of a workload is its own OS process.
 
 use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
 
-use plexus::NodeConfig;
+use plexus::transport::dev_certs::DevCa;
+use plexus::{ActorSystem, NodeConfig};
+
+/// Schemes whose nodes authenticate with a certificate (mutual TLS, node id
+/// bound to it): the benchmark makes a dev CA for the run and a certificate
+/// per node. A new secure scheme (`quic`) is one more entry.
+const CERTIFIED: &[&str] = &["tls"];
+
+/// Where the run's dev CA lives (`ca.pem`, `ca.key`), handed to the child
+/// nodes in this environment variable.
+const CERTS_ENV: &str = "PLEXUS_BENCH_CERTS";
 
 /// Options of the remote workloads (W1, W2).
 #[derive(clap::Args)]
@@ -12,7 +24,7 @@ pub struct RemoteArgs {
     /// Remote nodes besides this one: pong nodes (W1), source nodes (W2).
     #[arg(long, default_value_t = 1)]
     pub n: usize,
-    /// Scheme (`tcp`, `udp`, `uds`) or stack spec.
+    /// Scheme (`tcp`, `udp`, `uds`, `tls`) or stack spec.
     #[arg(long, default_value = "tcp")]
     pub transport: String,
     /// Seconds of warm-up.
@@ -67,7 +79,11 @@ impl ChildNode {
     /// Starts `plexus-bench <args...>` and waits for its `READY` line.
     pub fn start(args: &[String]) -> ChildNode {
         let exe = std::env::current_exe().expect("path of the benchmark binary");
-        let mut child = Command::new(exe)
+        let mut cmd = Command::new(exe);
+        if let Some(dir) = CA_DIR.get() {
+            cmd.env(CERTS_ENV, &dir.0);
+        }
+        let mut child = cmd
             .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -108,10 +124,76 @@ impl Drop for ChildNode {
     }
 }
 
+/// The run's dev CA directory, removed when the run ends.
+struct CaDir(PathBuf);
+
+static CA_DIR: OnceLock<CaDir> = OnceLock::new();
+
+/// Removes the run's dev CA (if this process made one) when dropped: hold
+/// it for the whole run.
+pub struct CertsGuard(bool);
+
+impl Drop for CertsGuard {
+    fn drop(&mut self) {
+        if let (true, Some(dir)) = (self.0, CA_DIR.get()) {
+            let _ = std::fs::remove_dir_all(&dir.0);
+        }
+    }
+}
+
+/// Prepares what `transport` needs before nodes start: for a
+/// [`CERTIFIED`] scheme, a dev CA in a temporary directory that this
+/// process and its child nodes sign their certificates with.
+pub fn prepare(spec_or_scheme: &str) -> CertsGuard {
+    let scheme = scheme_of(spec_or_scheme);
+    if !CERTIFIED.contains(&scheme.as_str()) || std::env::var_os(CERTS_ENV).is_some() {
+        return CertsGuard(false);
+    }
+    let dir = std::env::temp_dir().join(format!("plexus-bench-certs-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("create the certificate directory");
+    let ca = DevCa::generate().expect("generate a dev CA");
+    std::fs::write(dir.join("ca.key"), ca.key_pem()).expect("write ca.key");
+    let _ = CA_DIR.set(CaDir(dir));
+    CertsGuard(true)
+}
+
+/// The transport word of a scheme or spec (`tls`, `udp`, ...).
+fn scheme_of(spec_or_scheme: &str) -> String {
+    let t = spec_or_scheme.trim();
+    t.split('/').next().unwrap_or(t).trim().to_owned()
+}
+
+/// A certificate for this node, signed by the run's CA.
+fn certified(cfg: NodeConfig) -> NodeConfig {
+    let dir = match (CA_DIR.get(), std::env::var_os(CERTS_ENV)) {
+        (Some(d), _) => d.0.clone(),
+        (None, Some(d)) => PathBuf::from(d),
+        (None, None) => panic!("a secure transport needs nodes::prepare first"),
+    };
+    let key = std::fs::read_to_string(dir.join("ca.key")).expect("read the run's CA key");
+    let ca = DevCa::from_key_pem(&key).expect("the run's CA");
+    let node = ca.node("localhost", 1).expect("a node certificate");
+    cfg.tls(node.tls_config(&ca).expect("a TLS configuration"))
+}
+
+/// The actor system for a node of `cfg`: with the node id its certificate
+/// certifies, if it has one.
+pub fn system(cfg: &NodeConfig) -> ActorSystem {
+    let mut b = ActorSystem::builder();
+    if let Some(id) = cfg.certified_node_id() {
+        b = b.node_id(id);
+    }
+    b.build().expect("an actor system")
+}
+
 /// The node configuration and listen URI for `--transport`: a scheme
-/// (`tcp`, `udp`, `uds`) or a whole stack spec (`udp / slicing / delivery`).
+/// (`tcp`, `udp`, `uds`, `tls`) or a whole stack spec (`udp / slicing /
+/// delivery`).
 pub fn transport(spec_or_scheme: &str) -> (NodeConfig, String) {
-    let cfg = NodeConfig::default().cookie("plexus-bench");
+    let mut cfg = NodeConfig::default().cookie("plexus-bench");
+    if CERTIFIED.contains(&scheme_of(spec_or_scheme).as_str()) {
+        cfg = certified(cfg);
+    }
     let t = spec_or_scheme.trim();
     if !t.contains('/') {
         let listen = match t {

@@ -26,8 +26,8 @@ remote_message!(Pong = "bench.Pong");
 
 /// Role of a pong node process: serve `pong` until killed.
 pub async fn pong_node(transport: String) {
-    let system = ActorSystem::new();
     let (cfg, listen) = nodes::transport(&transport);
+    let system = nodes::system(&cfg);
     let node = Node::start(&system, cfg).expect("start the pong node");
     let uri = node.listen(&listen).await.expect("listen");
     let pong = system.spawn_fn(|Ping(n, to), _ctx| to.tell(Pong(n)));
@@ -110,6 +110,7 @@ impl Actor for Pinger {
 
 pub fn run(args: &Args) {
     args.apply_threads();
+    let _certs = nodes::prepare(&args.transport);
     let rt = nodes::runtime();
     let warmup = Duration::from_secs_f64(args.warmup);
     let duration = Duration::from_secs_f64(args.duration);
@@ -154,8 +155,8 @@ async fn ping_plexus(
     warmup: Duration,
     duration: Duration,
 ) -> Run {
-    let system = ActorSystem::new();
     let (cfg, _) = nodes::transport(&transport);
+    let system = nodes::system(&cfg);
     let node = Node::start(&system, cfg).expect("start the ping node");
     let start = Instant::now();
     let (from, to) = (start + warmup, start + warmup + duration);

@@ -53,8 +53,8 @@ impl From<Value> for SinkMsg {
 
 /// Role of a source node process.
 pub async fn source_node(sink: String, index: u64, transport: String) {
-    let system = ActorSystem::new();
     let (cfg, _) = nodes::transport(&transport);
+    let system = nodes::system(&cfg);
     let node = Node::start(&system, cfg).expect("start the source node");
     let values: ActorRef<Value> = node
         .resolve(&sink)
@@ -123,6 +123,7 @@ fn frame(v: u64) -> [u8; 12] {
 
 pub fn run(args: &Args) {
     args.apply_threads();
+    let _certs = nodes::prepare(&args.transport);
     let rt = nodes::runtime();
     let warmup = Duration::from_secs_f64(args.warmup);
     let duration = Duration::from_secs_f64(args.duration);
@@ -161,8 +162,8 @@ async fn windows(total: &AtomicU64, warmup: Duration, duration: Duration) -> f64
 }
 
 async fn sink_plexus(n: usize, transport: String, warmup: Duration, duration: Duration) -> f64 {
-    let system = ActorSystem::new();
     let (cfg, listen) = nodes::transport(&transport);
+    let system = nodes::system(&cfg);
     let node = Node::start(&system, cfg).expect("start the sink node");
     let uri = node.listen(&listen).await.expect("listen");
     let total = Arc::new(AtomicU64::new(0));

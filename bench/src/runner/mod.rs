@@ -28,6 +28,9 @@ pub const END: &str = "<!-- report:end -->";
 /// Anything starting like this is taken as the opening marker.
 const BEGIN_PREFIX: &str = "<!-- report:begin";
 
+/// The transports of W1 and W2 (schemes; `tls` makes a dev CA per run).
+const W12_TRANSPORTS: &[&str] = &["tcp", "udp", "tls"];
+
 /// The default transports of W3: TCP and two reliable UDP stacks.
 const W3_TRANSPORTS: &[&str] = &[
     "tcp",
@@ -141,7 +144,7 @@ fn jobs(args: &Args, groups: &[&str]) -> Vec<Job> {
         if !groups.contains(&w) {
             continue;
         }
-        for t in ["tcp", "udp"] {
+        for &t in W12_TRANSPORTS {
             for n in ns {
                 let n = n.to_string();
                 let mut a = vec![w, "--n", &n, "--transport", t];
@@ -537,8 +540,8 @@ mod tests {
         let a = args(&[]);
         let js = jobs(&a, &groups(&a));
         let count = |g: &str| js.iter().filter(|j| j.args[0] == g).count();
-        assert_eq!(count("w1"), 6);
-        assert_eq!(count("w2"), 6);
+        assert_eq!(count("w1"), 3 * W12_TRANSPORTS.len());
+        assert_eq!(count("w2"), 3 * W12_TRANSPORTS.len());
         assert_eq!(count("w3"), 5 * 2 * 3 * 5);
         assert_eq!(count("w7"), 3);
     }
@@ -571,7 +574,7 @@ mod tests {
     fn quick_runs_are_short() {
         let a = args(&["--quick", "--only", "w1,w7"]);
         let js = jobs(&a, &groups(&a));
-        assert_eq!(js.len(), 2 + 3);
+        assert_eq!(js.len(), W12_TRANSPORTS.len() + 3);
         assert!(js[0].args.contains(&"--duration".to_owned()));
     }
 

@@ -51,4 +51,4 @@ pub use error::{
 pub use id::{ActorId, NodeId};
 pub use reason::{Down, Exit, ExitReason};
 pub use supervision::{Backoff, RestartPolicy, Supervision};
-pub use system::{ActorSystem, DeadLetters, SpawnBuilder, SystemRef};
+pub use system::{ActorSystem, DeadLetters, SpawnBuilder, SystemBuilder, SystemRef};

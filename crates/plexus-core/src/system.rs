@@ -375,8 +375,26 @@ impl ActorSystem {
 
     /// Creates a system whose actors run on the given runtime.
     pub fn on(runtime: Handle) -> Self {
+        Self::with(runtime, NodeId::random())
+    }
+
+    /// Configures a system before creating it: its node id, its runtime.
+    ///
+    /// ```
+    /// use plexus_core::{ActorSystem, NodeId};
+    ///
+    /// # #[tokio::main] async fn main() -> Result<(), plexus_core::SystemError> {
+    /// let system = ActorSystem::builder().node_id(NodeId::from_u64(7)).build()?;
+    /// assert_eq!(system.node_id(), NodeId::from_u64(7));
+    /// # Ok(()) }
+    /// ```
+    pub fn builder() -> SystemBuilder {
+        SystemBuilder::default()
+    }
+
+    fn with(runtime: Handle, node: NodeId) -> Self {
         let shared = SystemShared {
-            node: NodeId::random(),
+            node,
             next_serial: AtomicU64::new(1),
             live: (0..LIVE_SHARDS).map(|_| Mutex::default()).collect(),
             live_count: AtomicUsize::new(0),
@@ -392,6 +410,48 @@ impl ActorSystem {
                 shared: Arc::new(shared),
             },
         }
+    }
+}
+
+/// Configures an [`ActorSystem`] before creating it; see
+/// [`ActorSystem::builder`].
+#[derive(Debug, Default, Clone)]
+pub struct SystemBuilder {
+    node: Option<NodeId>,
+    runtime: Option<Handle>,
+}
+
+impl SystemBuilder {
+    /// The system's node id. Default: a fresh random one
+    /// ([`NodeId::random`]). A node whose identity is bound to a
+    /// certificate (TLS) must be created with the id the certificate
+    /// certifies; two live systems must never share an id.
+    pub fn node_id(mut self, node: NodeId) -> Self {
+        self.node = Some(node);
+        self
+    }
+
+    /// The runtime the system's actors run on. Default: the current one.
+    pub fn runtime(mut self, runtime: Handle) -> Self {
+        self.runtime = Some(runtime);
+        self
+    }
+
+    /// Creates the system.
+    ///
+    /// # Errors
+    ///
+    /// [`SystemError::NoRuntime`] if no runtime was given and none is
+    /// running on this thread.
+    pub fn build(self) -> Result<ActorSystem, SystemError> {
+        let runtime = match self.runtime {
+            Some(r) => r,
+            None => Handle::try_current().map_err(|_| SystemError::NoRuntime)?,
+        };
+        Ok(ActorSystem::with(
+            runtime,
+            self.node.unwrap_or_else(NodeId::random),
+        ))
     }
 }
 

@@ -284,6 +284,14 @@ pub trait Layer: Send {
     /// The earliest instant at which [`handle_timeout`](Layer::handle_timeout)
     /// has work to do, if any.
     fn poll_timeout(&self) -> Option<Instant>;
+
+    /// The layer as [`Any`](std::any::Any), so that
+    /// [`Stack::layer`](crate::Stack::layer) can hand a driver the concrete
+    /// layer (to read its counters). The default (`None`) keeps the layer
+    /// opaque.
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        None
+    }
 }
 
 /// The earlier of two optional deadlines.

@@ -183,6 +183,15 @@ impl Stack {
         self.stats.transmitted += messages;
     }
 
+    /// The first layer of type `L` in the stack, if it exposes itself
+    /// ([`Layer::as_any`]); e.g. `stack.layer::<Encryption>()` to read its
+    /// counters.
+    pub fn layer<L: Layer + 'static>(&self) -> Option<&L> {
+        self.layers
+            .iter()
+            .find_map(|l| l.as_any()?.downcast_ref::<L>())
+    }
+
     /// Why the link was closed, if it was.
     pub fn close_reason(&self) -> Option<&LinkError> {
         self.closed.as_ref()
@@ -524,6 +533,22 @@ mod tests {
             Err(SendError::Closed(_))
         ));
         assert_eq!(s.poll_timeout(), None);
+    }
+
+    #[test]
+    fn layer_finds_an_exposed_layer_by_type() {
+        use crate::layers::encryption::Encryption;
+        let mut s = build(
+            "udp / encryption(psk=000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f)",
+        );
+        let now = Instant::now();
+        assert!(s.handle_receive(now, Bytes::from_static(b"junk")).is_ok());
+        let encryption = s.layer::<Encryption>().expect("the encryption layer");
+        assert_eq!(
+            encryption.stats().malformed + encryption.stats().not_established,
+            1
+        );
+        assert!(build("udp / slicing").layer::<Encryption>().is_none());
     }
 
     #[test]

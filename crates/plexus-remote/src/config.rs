@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use plexus_core::NodeId;
 use plexus_net::StackSpec;
 use plexus_transport::tls::TlsConfig;
 use plexus_transport::LinkConfig;
@@ -32,6 +33,7 @@ pub struct NodeConfig {
     pub(crate) reconnect_max: Duration,
     pub(crate) link: LinkConfig,
     pub(crate) tls: Option<TlsConfig>,
+    pub(crate) danger_unchecked_identity: bool,
 }
 
 impl Default for NodeConfig {
@@ -61,6 +63,7 @@ impl Default for NodeConfig {
                 recv_buffer: 4 << 20,
             },
             tls: None,
+            danger_unchecked_identity: false,
         }
     }
 }
@@ -118,8 +121,49 @@ impl NodeConfig {
     /// and dialling; mutual TLS). Default none: a `tls://` listen or dial
     /// then fails with an error saying so. A dialled peer's certificate must
     /// be valid for the host part of its URI (`tls://n1:4000` → `n1`).
+    ///
+    /// The certificate also fixes the node's id (see
+    /// [`certified_node_id`](Self::certified_node_id)): create the actor
+    /// system with it, or [`Node::start`](crate::Node::start) fails with
+    /// [`NodeError::IdentityMismatch`](crate::NodeError::IdentityMismatch).
+    /// Peers check that the id claimed in the handshake is the certified
+    /// one.
     pub fn tls(mut self, tls: TlsConfig) -> Self {
         self.tls = Some(tls);
+        self
+    }
+
+    /// The node id the TLS certificate certifies (see
+    /// `plexus_transport::identity`), which the node's actor system must
+    /// have; `None` without [`tls`](Self::tls).
+    ///
+    /// ```no_run
+    /// # use plexus_core::ActorSystem;
+    /// # use plexus_remote::{Node, NodeConfig};
+    /// # use plexus_transport::tls::TlsConfig;
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let tls = TlsConfig::from_pem_files("n1.pem", "n1.key", "ca.pem")?;
+    /// let config = NodeConfig::default().tls(tls);
+    /// let mut system = ActorSystem::builder();
+    /// if let Some(id) = config.certified_node_id() {
+    ///     system = system.node_id(id);
+    /// }
+    /// let system = system.build()?;
+    /// let node = Node::start(&system, config)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn certified_node_id(&self) -> Option<NodeId> {
+        self.tls.as_ref().map(|t| NodeId::from_u64(t.node_id()))
+    }
+
+    /// **Test only.** Lets [`Node::start`](crate::Node::start) accept an
+    /// actor system whose id is not the one its TLS certificate certifies,
+    /// so a test can run a node that claims a forged id and check that
+    /// peers refuse it. Never use it otherwise: such a node cannot connect
+    /// to any peer that checks identities.
+    #[doc(hidden)]
+    pub fn danger_unchecked_identity_for_tests(mut self) -> Self {
+        self.danger_unchecked_identity = true;
         self
     }
 

@@ -2,6 +2,7 @@
 //! wrong, e.g. `resolve tcp://198.51.100.2:4000/pong: handshake failed:
 //! cluster cookie mismatch`.
 
+use plexus_core::NodeId;
 use plexus_net::SpecError;
 use plexus_transport::{BindError, ConnectError};
 
@@ -46,6 +47,19 @@ pub enum NodeError {
         uri: String,
         /// What is wrong.
         why: String,
+    },
+    /// The node's TLS certificate certifies another node id than its actor
+    /// system's: peers would refuse every link of this node.
+    #[error(
+        "start node: the actor system's node id {system} is not {certified}, the id its TLS \
+         certificate certifies (derived from the certificate's public key); create the system \
+         with that id: ActorSystem::builder().node_id(config.certified_node_id().unwrap()).build()"
+    )]
+    IdentityMismatch {
+        /// The actor system's id.
+        system: NodeId,
+        /// The id the certificate certifies.
+        certified: NodeId,
     },
     /// Systems run on a tokio runtime; none was running.
     #[error("start node: no tokio runtime is running on this thread")]

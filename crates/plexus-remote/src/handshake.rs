@@ -9,6 +9,11 @@
 //! constant time (`blake3::Hash` equality). A failure is sent to the peer as
 //! `REJECT` with the reason, so both sides report what did not match.
 //!
+//! On links whose transport authenticates the peer (TLS), the node id in
+//! the peer's `HELLO` must also be the one its certificate certifies
+//! ([`Handshake::certified_peer`]); otherwise the handshake fails with
+//! [`HandshakeError::IdentityMismatch`] and `REJECT` code `Identity`.
+//!
 //! Driver order: send [`Handshake::hello`], then feed every received frame
 //! to [`Handshake::handle_frame`], send what it returns, until it reports
 //! the peer (done) or an error (send the `REJECT` it gives, then close).
@@ -50,6 +55,19 @@ pub enum HandshakeError {
     /// clone).
     #[error("the peer claims our own node id {0}")]
     SameNode(NodeId),
+    /// The node id the peer claims in `HELLO` is not the one its
+    /// certificate certifies (the link's transport authenticated the
+    /// certificate): a node impersonating another, or one whose actor
+    /// system was not created with its certificate's id.
+    #[error(
+        "node identity mismatch: the peer claims node id {claimed}, but its certificate certifies {certified}"
+    )]
+    IdentityMismatch {
+        /// The id in the peer's `HELLO`.
+        claimed: NodeId,
+        /// The id derived from the peer's certificate.
+        certified: NodeId,
+    },
     /// The peer refused the handshake.
     #[error("refused by the peer: {detail}")]
     Rejected {
@@ -71,6 +89,7 @@ impl HandshakeError {
             Self::VersionMismatch { .. } => RejectCode::Version,
             Self::CookieMismatch => RejectCode::Cookie,
             Self::SameNode(_) => RejectCode::SameNode,
+            Self::IdentityMismatch { .. } => RejectCode::Identity,
             Self::Protocol(_) => RejectCode::Protocol,
             Self::Rejected { .. } => return None,
         };
@@ -96,6 +115,7 @@ pub struct Handshake {
     key: [u8; 32],
     state: State,
     peer: Option<Hello>,
+    certified: Option<NodeId>,
 }
 
 impl Handshake {
@@ -112,7 +132,18 @@ impl Handshake {
             key: *blake3::hash(cookie.as_bytes()).as_bytes(),
             state: State::AwaitHello,
             peer: None,
+            certified: None,
         }
+    }
+
+    /// The node id the link's transport certified for the peer (from its
+    /// TLS certificate): the peer's `HELLO` must claim exactly this id, or
+    /// the handshake fails with [`HandshakeError::IdentityMismatch`].
+    /// Without it (tcp, udp, ...), the claimed id is taken on the cookie
+    /// proof alone.
+    pub fn certified_peer(mut self, node: NodeId) -> Self {
+        self.certified = Some(node);
+        self
     }
 
     /// Our `HELLO`, to send first.
@@ -147,6 +178,14 @@ impl Handshake {
                         ours: PROTOCOL_VERSION,
                         theirs: peer.version,
                     });
+                }
+                if let Some(certified) = self.certified {
+                    if peer.node != certified {
+                        return Err(HandshakeError::IdentityMismatch {
+                            claimed: peer.node,
+                            certified,
+                        });
+                    }
                 }
                 if peer.node == self.hello.node {
                     return Err(HandshakeError::SameNode(peer.node));
@@ -343,6 +382,37 @@ mod tests {
             HandshakeError::CookieMismatch
         );
         let _ = a.handle_frame(b.hello());
+    }
+
+    #[test]
+    fn a_claimed_id_other_than_the_certified_one_is_refused_on_both_sides() {
+        // b claims node 2, but its certificate certifies node 7.
+        let (a, mut b) = pair("secret", "secret");
+        let mut a = a.certified_peer(NodeId::from_u64(7));
+        let (ra, rb) = run(&mut a, &mut b);
+        let mismatch = HandshakeError::IdentityMismatch {
+            claimed: NodeId::from_u64(2),
+            certified: NodeId::from_u64(7),
+        };
+        assert_eq!(ra.unwrap_err(), mismatch);
+        match rb.unwrap_err() {
+            HandshakeError::Rejected { code, detail } => {
+                assert_eq!(code, RejectCode::Identity);
+                assert!(detail.contains("node identity mismatch"), "{detail}");
+                assert!(detail.contains("0000000000000007"), "{detail}");
+            }
+            e => panic!("expected Rejected, got {e:?}"),
+        }
+    }
+
+    #[test]
+    fn the_certified_id_claimed_connects() {
+        let (a, b) = pair("secret", "secret");
+        let mut a = a.certified_peer(NodeId::from_u64(2));
+        let mut b = b.certified_peer(NodeId::from_u64(1));
+        let (ra, rb) = run(&mut a, &mut b);
+        assert_eq!(ra.unwrap().node, NodeId::from_u64(2));
+        assert_eq!(rb.unwrap().node, NodeId::from_u64(1));
     }
 
     #[test]

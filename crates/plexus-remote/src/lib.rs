@@ -38,5 +38,5 @@ pub mod wire;
 
 pub use config::NodeConfig;
 pub use error::{LinkError, NodeError, PublishError, ResolveError};
-pub use node::Node;
+pub use node::{Node, PeerLinkStats};
 pub use uri::{Uri, UriError};

@@ -9,6 +9,7 @@ use plexus_core::remote::{self, Control, Inbound, PendingReply, RemoteMessage, W
 use plexus_core::{ActorId, ActorRef, NodeId, SystemRef};
 use plexus_net::StackSpec;
 use plexus_transport::udp::UdpEndpoint;
+use plexus_transport::LinkStats;
 use rustc_hash::FxHashMap;
 use tokio::task::AbortHandle;
 
@@ -38,6 +39,20 @@ use crate::wire::{Resolution, MAX_NAME};
 #[derive(Clone)]
 pub struct Node {
     pub(crate) inner: Arc<NodeInner>,
+}
+
+/// The counters of one link of a node; see [`Node::link_stats`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PeerLinkStats {
+    /// The node at the other end.
+    pub node: NodeId,
+    /// The scheme of the link.
+    pub scheme: String,
+    /// The link's peer address, with its transport (`udp://127.0.0.1:4000`).
+    pub peer: String,
+    /// The link's counters.
+    pub stats: LinkStats,
 }
 
 pub(crate) struct NodeInner {
@@ -98,9 +113,20 @@ impl Node {
     /// # Errors
     ///
     /// [`NodeError::Spec`] if a configured scheme's stack is invalid,
-    /// [`NodeError::NoRuntime`] outside a tokio runtime.
+    /// [`NodeError::IdentityMismatch`] if the node has a TLS certificate
+    /// and the system's id is not the one it certifies
+    /// ([`NodeConfig::certified_node_id`]), [`NodeError::NoRuntime`]
+    /// outside a tokio runtime.
     pub fn start(system: &SystemRef, config: NodeConfig) -> Result<Node, NodeError> {
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| NodeError::NoRuntime)?;
+        if let Some(certified) = config.certified_node_id() {
+            if certified != system.node_id() && !config.danger_unchecked_identity {
+                return Err(NodeError::IdentityMismatch {
+                    system: system.node_id(),
+                    certified,
+                });
+            }
+        }
         let mut specs = HashMap::new();
         for scheme in config.schemes.keys() {
             let spec = config
@@ -369,6 +395,29 @@ impl Node {
     pub fn link_count(&self) -> usize {
         let peers = lock(&self.inner.peers);
         peers.by_node.values().filter(|p| p.is_up()).count()
+    }
+
+    /// Counters of every working link (one per node and scheme): e.g. how
+    /// many datagrams an encrypted UDP link dropped as tampered
+    /// (`encryption.bad_tag`) or replayed (`encryption.replayed`). See
+    /// [`LinkStats`] for when they are refreshed.
+    pub fn link_stats(&self) -> Vec<PeerLinkStats> {
+        let peers = lock(&self.inner.peers);
+        let mut v: Vec<PeerLinkStats> = peers
+            .by_node
+            .iter()
+            .filter_map(|((node, scheme), p)| {
+                let (peer, stats) = p.link_stats()?;
+                Some(PeerLinkStats {
+                    node: *node,
+                    scheme: scheme.clone(),
+                    peer,
+                    stats,
+                })
+            })
+            .collect();
+        v.sort_by(|a, b| (a.node, &a.scheme).cmp(&(b.node, &b.scheme)));
+        v
     }
 
     /// Says goodbye to every peer, closes every link and listener. Remote

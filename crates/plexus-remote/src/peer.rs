@@ -19,7 +19,7 @@ use bytes::{Bytes, BytesMut};
 use plexus_core::remote::{Control, ReceiptError, Signal, Watcher, WireContext};
 use plexus_core::{ActorId, DeadLetterReason, Down, Exit, ExitReason, NodeId};
 use plexus_net::{LinkEvent, TransportKind};
-use plexus_transport::{Link, LinkSender, Received, TrySendError};
+use plexus_transport::{Link, LinkSender, LinkStats, Received, TrySendError};
 use rustc_hash::FxHashMap;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
@@ -131,6 +131,14 @@ impl Peer {
 
     pub(crate) fn is_up(&self) -> bool {
         matches!(lock(&self.state).phase, Phase::Up { .. })
+    }
+
+    /// The link's address and counters, while it is up.
+    pub(crate) fn link_stats(&self) -> Option<(String, LinkStats)> {
+        match &lock(&self.state).phase {
+            Phase::Up { sender, .. } => Some((sender.peer().to_owned(), sender.stats())),
+            _ => None,
+        }
     }
 
     /// Whether actors of `node` may be reached through this peer: it is up
@@ -528,6 +536,9 @@ async fn handshake_on(
     let mut nonce = [0u8; 16];
     rand::Rng::fill(&mut rand::thread_rng(), &mut nonce);
     let mut hs = Handshake::new(inner.id, &inner.config.cookie, nonce, inner.listen_uris());
+    if let Some(identity) = link.peer_identity() {
+        hs = hs.certified_peer(NodeId::from_u64(identity.node_id));
+    }
     let closed = |e: plexus_transport::LinkClosed| LinkError::Closed(e.to_string());
     let send_err = |e: plexus_transport::SendError| LinkError::Closed(e.to_string());
     link.send(hs.hello().encode()).await.map_err(send_err)?;

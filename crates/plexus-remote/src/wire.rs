@@ -114,6 +114,9 @@ pub enum RejectCode {
     SameNode = 4,
     /// The node is shutting down.
     ShuttingDown = 5,
+    /// The node id claimed in `HELLO` is not the one the peer's
+    /// certificate certifies.
+    Identity = 6,
 }
 
 impl RejectCode {
@@ -124,6 +127,7 @@ impl RejectCode {
             3 => Self::Protocol,
             4 => Self::SameNode,
             5 => Self::ShuttingDown,
+            6 => Self::Identity,
             v => {
                 return Err(WireError::Invalid {
                     field: "reject code",

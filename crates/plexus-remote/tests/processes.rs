@@ -3,59 +3,25 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use common::process::NodeProcess;
 use common::service::{Counter, Total};
 use plexus_core::{ActorRef, ActorSystem, ExitReason};
 use plexus_remote::{Node, NodeConfig, ResolveError};
 
 const T: Duration = Duration::from_secs(10);
 
-/// A `plexus-node` child; killed (SIGKILL) when dropped.
-struct NodeProcess {
-    child: Child,
-    uris: Vec<String>,
-}
-
-impl NodeProcess {
-    fn start(listen: &[&str], cookie: &str) -> Self {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_plexus-node"));
-        for l in listen {
-            cmd.args(["--listen", l]);
-        }
-        let mut child = cmd
-            .args(["--cookie", cookie])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start plexus-node");
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let mut uris = Vec::new();
-        for line in lines.by_ref() {
-            let line = line.expect("read plexus-node output");
-            if let Some(uri) = line.strip_prefix("LISTENING ") {
-                uris.push(uri.to_owned());
-            }
-            if line.starts_with("NODE ") {
-                break;
-            }
-        }
-        assert_eq!(uris.len(), listen.len(), "plexus-node did not start");
-        Self { child, uris }
+/// Starts a `plexus-node` child listening on `listen` with `cookie`.
+fn start_node(listen: &[&str], cookie: &str) -> NodeProcess {
+    let mut args = Vec::new();
+    for l in listen {
+        args.extend(["--listen".to_owned(), (*l).to_owned()]);
     }
-
-    fn kill9(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for NodeProcess {
-    fn drop(&mut self) {
-        self.kill9();
-    }
+    args.extend(["--cookie".to_owned(), cookie.to_owned()]);
+    let node = NodeProcess::start(&args);
+    assert_eq!(node.uris.len(), listen.len(), "plexus-node did not start");
+    node
 }
 
 fn local_node(system: &ActorSystem, cookie: &str) -> Node {
@@ -70,7 +36,7 @@ fn local_node(system: &ActorSystem, cookie: &str) -> Node {
 async fn full_cycle(scheme_listen: &str) {
     let system = ActorSystem::new();
     let node = local_node(&system, "proc-test");
-    let mut remote = NodeProcess::start(&[scheme_listen], "proc-test");
+    let mut remote = start_node(&[scheme_listen], "proc-test");
     let uri = format!("{}/counter", remote.uris[0]);
 
     // resolve, tell, ask
@@ -125,7 +91,7 @@ async fn full_cycle(scheme_listen: &str) {
     assert!(counter.ask(Counter::Get, T).await.is_err());
 
     // restart on the same address: a new resolve reaches the new node
-    let restarted = NodeProcess::start(&[remote.uris[0].as_str()], "proc-test");
+    let restarted = start_node(&[remote.uris[0].as_str()], "proc-test");
     let again: ActorRef<Counter> = tokio::time::timeout(T, async {
         loop {
             match node.resolve::<Counter>(&uri).await {
@@ -171,7 +137,7 @@ async fn udp_resolve_tell_ask_refs_kill9_and_restart() {
 async fn cookie_mismatch_with_another_process_is_named() {
     let system = ActorSystem::new();
     let node = local_node(&system, "ours");
-    let remote = NodeProcess::start(&["tcp://127.0.0.1:0"], "theirs");
+    let remote = start_node(&["tcp://127.0.0.1:0"], "theirs");
     let err = node
         .resolve::<Counter>(&format!("{}/counter", remote.uris[0]))
         .await

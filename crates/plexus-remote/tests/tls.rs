@@ -1,6 +1,7 @@
 //! Two nodes in one process over `tls://` (mutual TLS with a dev CA made
 //! in-process): resolve and ask; a node without TLS material cannot listen
-//! on `tls://`; a node whose certificate is from another CA is refused.
+//! on `tls://`; a node whose certificate is from another CA is refused; a
+//! node's id is the one its certificate certifies.
 
 use std::time::Duration;
 
@@ -37,12 +38,26 @@ fn config(ca: &DevCa, name: &str) -> NodeConfig {
     NodeConfig::default().cookie("tls-test").tls(tls)
 }
 
+/// A system with the node id `config`'s certificate certifies.
+fn system(config: &NodeConfig) -> ActorSystem {
+    ActorSystem::builder()
+        .node_id(config.certified_node_id().expect("a TLS config"))
+        .build()
+        .expect("system")
+}
+
+/// A node for `config`, on a system with the certified id.
+fn node(config: NodeConfig) -> (ActorSystem, Node) {
+    let system = system(&config);
+    let node = Node::start(&system, config).expect("start node");
+    (system, node)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nodes_resolve_and_ask_over_tls() {
     let ca = DevCa::generate().expect("CA");
-    let (a, b) = (ActorSystem::new(), ActorSystem::new());
-    let na = Node::start(&a, config(&ca, "a")).expect("start a");
-    let nb = Node::start(&b, config(&ca, "b")).expect("start b");
+    let (_a, na) = node(config(&ca, "a"));
+    let (b, nb) = node(config(&ca, "b"));
     let uri_b = nb.listen("tls://127.0.0.1:0").await.expect("listen");
     assert!(uri_b.starts_with("tls://127.0.0.1:"), "{uri_b}");
     let echo = b.spawn(EchoActor);
@@ -53,6 +68,33 @@ async fn nodes_resolve_and_ask_over_tls() {
         .expect("resolve over tls");
     assert!(remote.is_remote());
     assert_eq!(remote.ask(|r| Echo::Twice(21, r), T).await, Ok(42));
+    // The remote actor's id carries the certified node id.
+    assert_eq!(remote.id().node(), nb.id());
+    assert_eq!(na.connected_nodes(), vec![nb.id()]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_system_without_the_certified_id_cannot_start_a_tls_node() {
+    let ca = DevCa::generate().expect("CA");
+    let cfg = config(&ca, "a");
+    let certified = cfg.certified_node_id().expect("certified id");
+    let random = ActorSystem::new();
+    let error = Node::start(&random, cfg.clone()).expect_err("random id refused");
+    match &error {
+        plexus_remote::NodeError::IdentityMismatch {
+            system,
+            certified: c,
+        } => {
+            assert_eq!(*system, random.node_id());
+            assert_eq!(*c, certified);
+        }
+        e => panic!("expected IdentityMismatch, got {e:?}"),
+    }
+    let text = error.to_string();
+    assert!(text.contains(&certified.to_string()), "{text}");
+    assert!(text.contains("ActorSystem::builder().node_id("), "{text}");
+    let (_s, n) = node(cfg);
+    assert_eq!(n.id(), certified);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -71,9 +113,8 @@ async fn tls_listen_without_certificate_says_what_is_missing() {
 async fn node_with_certificate_from_another_ca_is_refused() {
     let ca = DevCa::generate().expect("CA");
     let rogue = DevCa::generate().expect("rogue CA");
-    let (a, b) = (ActorSystem::new(), ActorSystem::new());
-    let na = Node::start(&a, config(&rogue, "a")).expect("start a");
-    let nb = Node::start(&b, config(&ca, "b")).expect("start b");
+    let (_a, na) = node(config(&rogue, "a"));
+    let (b, nb) = node(config(&ca, "b"));
     let uri_b = nb.listen("tls://127.0.0.1:0").await.expect("listen");
     nb.publish(&b.spawn(EchoActor), "echo").expect("publish");
     let error = na
@@ -84,7 +125,7 @@ async fn node_with_certificate_from_another_ca_is_refused() {
         .to_string();
     assert!(error.contains("UnknownIssuer"), "{error}");
     // The listener keeps serving trusted nodes.
-    let nc = Node::start(&ActorSystem::new(), config(&ca, "c")).expect("start c");
+    let (_c, nc) = node(config(&ca, "c"));
     let remote = nc
         .resolve::<Echo>(&format!("{uri_b}/echo"))
         .await

@@ -12,6 +12,7 @@ use plexus_net::{Frame, LinkEvent, SendError as StackSendError, Stack};
 
 use crate::error::CloseReason;
 use crate::link::{lock, Received, Shared, MESSAGE_OVERHEAD};
+use crate::stats::LinkStats;
 
 /// The current time on tokio's clock (so paused-time tests drive stacks too).
 pub(crate) fn now() -> Instant {
@@ -33,6 +34,8 @@ pub(crate) struct Conn {
     pub(crate) inbox_full: bool,
     receiver_alive: bool,
     inbound_ended: bool,
+    /// `stack.stats().dropped` when [`Shared::stats`] was last refreshed.
+    dropped: u64,
 }
 
 impl Conn {
@@ -47,6 +50,7 @@ impl Conn {
             inbox_full: false,
             receiver_alive: true,
             inbound_ended: false,
+            dropped: 0,
         }
     }
 
@@ -168,6 +172,11 @@ impl Conn {
 
     /// Hands received messages and events to the application (one lock).
     pub(crate) fn deliver(&mut self) {
+        let dropped = self.stack.stats().dropped;
+        if dropped != self.dropped {
+            self.dropped = dropped;
+            *lock(&self.shared.stats) = LinkStats::of(&self.stack);
+        }
         let mut bytes = 0;
         while let Some(m) = self.stack.poll_receive() {
             bytes += m.len() + MESSAGE_OVERHEAD;

@@ -14,12 +14,17 @@
 //! ```
 
 use std::net::{IpAddr, Ipv4Addr};
+use std::time::{Duration, SystemTime};
 
 use rcgen::{
     BasicConstraints, Certificate, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa,
     KeyPair, KeyUsagePurpose, SanType,
 };
 
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::CertificateDer;
+
+use crate::identity::{node_id_of, IdentityError};
 use crate::tls::{TlsConfig, TlsConfigError};
 
 /// Why a certificate could not be made.
@@ -124,12 +129,67 @@ impl DevCa {
 
     /// A certificate for node `name`, valid from an hour ago for `days`
     /// days, for DNS `name`, DNS `localhost` and IP `127.0.0.1`, with the
-    /// serverAuth and clientAuth extended key usages.
+    /// serverAuth and clientAuth extended key usages, for a fresh key.
     ///
     /// # Errors
     ///
     /// [`DevCertError`] if `name` is not a valid DNS name or signing fails.
     pub fn node(&self, name: &str, days: i64) -> Result<NodeCert, DevCertError> {
+        let now = SystemTime::now();
+        let day = Duration::from_secs(86_400);
+        // Within a century: `time` refuses dates past year 9999.
+        let days = days.clamp(-36_500, 36_500);
+        let not_after = if days >= 0 {
+            now + day * days.unsigned_abs() as u32
+        } else {
+            now - day * days.unsigned_abs() as u32
+        };
+        self.node_valid(name, now - Duration::from_secs(3600), not_after)
+    }
+
+    /// As [`node`](DevCa::node), valid from `not_before` to `not_after`
+    /// exactly: for tests of expired and not-yet-valid certificates.
+    ///
+    /// # Errors
+    ///
+    /// As [`node`](DevCa::node).
+    pub fn node_valid(
+        &self,
+        name: &str,
+        not_before: SystemTime,
+        not_after: SystemTime,
+    ) -> Result<NodeCert, DevCertError> {
+        let key = KeyPair::generate().map_err(failed("generate node key"))?;
+        self.sign(name, key, not_before, not_after)
+    }
+
+    /// As [`node`](DevCa::node) for an existing key (`key_pem`, as in
+    /// [`NodeCert::key_pem`]): a renewed certificate, which keeps the
+    /// node id.
+    ///
+    /// # Errors
+    ///
+    /// [`DevCertError`] if the key cannot be parsed, or as
+    /// [`node`](DevCa::node).
+    pub fn node_with_key(
+        &self,
+        name: &str,
+        key_pem: &str,
+        days: u32,
+    ) -> Result<NodeCert, DevCertError> {
+        let key = KeyPair::from_pem(key_pem).map_err(failed("node key"))?;
+        let now = SystemTime::now();
+        let not_after = now + Duration::from_secs(86_400) * days.min(36_500);
+        self.sign(name, key, now - Duration::from_secs(3600), not_after)
+    }
+
+    fn sign(
+        &self,
+        name: &str,
+        key: KeyPair,
+        not_before: SystemTime,
+        not_after: SystemTime,
+    ) -> Result<NodeCert, DevCertError> {
         let mut params = CertificateParams::new(vec![name.to_owned(), "localhost".to_owned()])
             .map_err(failed("node name"))?;
         params
@@ -141,10 +201,8 @@ impl DevCa {
             ExtendedKeyUsagePurpose::ServerAuth,
             ExtendedKeyUsagePurpose::ClientAuth,
         ];
-        let now = time::OffsetDateTime::now_utc();
-        params.not_before = now - time::Duration::hours(1);
-        params.not_after = now + time::Duration::days(days);
-        let key = KeyPair::generate().map_err(failed("generate node key"))?;
+        params.not_before = time::OffsetDateTime::from(not_before);
+        params.not_after = time::OffsetDateTime::from(not_after);
         let cert = params
             .signed_by(&key, &self.cert, &self.key)
             .map_err(failed("sign node certificate"))?;
@@ -156,6 +214,19 @@ impl DevCa {
 }
 
 impl NodeCert {
+    /// The node id this certificate certifies (see
+    /// [`identity`](crate::identity)): the id the node's actor system must
+    /// have.
+    ///
+    /// # Errors
+    ///
+    /// [`IdentityError`] if the PEM does not hold a certificate.
+    pub fn node_id(&self) -> Result<u64, IdentityError> {
+        let der = CertificateDer::from_pem_slice(self.cert_pem.as_bytes())
+            .map_err(|e| IdentityError::from_pem(e.to_string()))?;
+        node_id_of(&der)
+    }
+
     /// The node's [`TlsConfig`]: this certificate and key, trusting `ca`.
     ///
     /// # Errors

@@ -49,8 +49,10 @@
 mod conn;
 pub mod dev_certs;
 pub mod error;
+pub mod identity;
 mod link;
 pub mod mem;
+mod stats;
 mod stream;
 pub mod tcp;
 pub mod tls;
@@ -61,6 +63,7 @@ pub use error::{
     AcceptError, BindError, CloseReason, ConnectError, LinkClosed, SendError, TrySendError,
 };
 pub use link::{Link, LinkConfig, LinkReceiver, LinkSender, Received};
+pub use stats::LinkStats;
 
 #[cfg(test)]
 mod tests {

@@ -25,7 +25,11 @@ use plexus_net::layers::framing::FrameHeader;
 use plexus_net::LinkEvent;
 use tokio::sync::{Semaphore, TryAcquireError};
 
+use rustls_pki_types::CertificateDer;
+
 use crate::error::{CloseReason, LinkClosed, SendError, TrySendError};
+use crate::identity::PeerIdentity;
+use crate::stats::LinkStats;
 
 /// Bookkeeping bytes charged per queued message on top of its length, so a
 /// flood of empty messages is bounded too.
@@ -124,6 +128,8 @@ pub(crate) struct Shared {
     /// Byte permits for the outbound queue.
     pub(crate) out_space: CachePadded<Semaphore>,
     pub(crate) inb: CachePadded<Mutex<InState>>,
+    /// Refreshed by the driver when the stack drops a frame.
+    pub(crate) stats: Mutex<LinkStats>,
 }
 
 /// `T` alone on its cache lines (128 bytes: two lines, for the adjacent-line
@@ -183,6 +189,7 @@ impl Shared {
                 receiver_alive: true,
             })),
             wake_driver,
+            stats: Mutex::default(),
         })
     }
 
@@ -297,6 +304,11 @@ impl LinkSender {
     /// The largest message the link's stack carries (`None`: unbounded).
     pub fn max_message_len(&self) -> Option<usize> {
         self.shared.max_message_len
+    }
+
+    /// What the link's stack dropped so far (see [`LinkStats`]).
+    pub fn stats(&self) -> LinkStats {
+        *lock(&self.shared.stats)
     }
 
     fn check_len(&self, message: Bytes) -> Result<Bytes, SendError> {
@@ -630,6 +642,7 @@ impl std::fmt::Debug for LinkReceiver {
 pub struct Link {
     sender: LinkSender,
     receiver: LinkReceiver,
+    identity: Option<Arc<PeerIdentity>>,
 }
 
 impl Link {
@@ -637,7 +650,30 @@ impl Link {
         Self {
             sender: LinkSender::new(shared.clone()),
             receiver: LinkReceiver::new(shared),
+            identity: None,
         }
+    }
+
+    /// The link with what its transport authenticated about the peer.
+    pub(crate) fn with_identity(mut self, identity: PeerIdentity) -> Self {
+        self.identity = Some(Arc::new(identity));
+        self
+    }
+
+    /// What the transport authenticated about the peer: on `tls` links its
+    /// certificate (verified against the CA roots) and the node id it
+    /// certifies; `None` on transports that authenticate nobody (tcp, udp,
+    /// uds, mem). The node handshake checks the id the peer claims against
+    /// it. Read it before [`split`](Link::split): the halves do not carry
+    /// it.
+    pub fn peer_identity(&self) -> Option<&PeerIdentity> {
+        self.identity.as_deref()
+    }
+
+    /// The peer's certificate, on links whose transport verified one
+    /// (see [`peer_identity`](Link::peer_identity)).
+    pub fn peer_certificate(&self) -> Option<&CertificateDer<'static>> {
+        self.identity.as_deref().map(|i| &i.certificate)
     }
 
     /// The peer address, with its scheme (`udp://127.0.0.1:4001`).
@@ -648,6 +684,11 @@ impl Link {
     /// See [`LinkSender::max_message_len`].
     pub fn max_message_len(&self) -> Option<usize> {
         self.sender.max_message_len()
+    }
+
+    /// See [`LinkSender::stats`].
+    pub fn stats(&self) -> LinkStats {
+        self.sender.stats()
     }
 
     /// See [`LinkSender::send`].

@@ -19,6 +19,11 @@
 //! [`TlsListener::accept`] as [`AcceptError::Handshake`]; the listener
 //! keeps serving other peers.
 //!
+//! **Node identity.** A certificate certifies one node id, derived from its
+//! public key ([`identity`](crate::identity)): [`TlsConfig::node_id`] is
+//! ours, [`Link::peer_identity`] the peer's (set on every link this module
+//! makes). `plexus-remote` refuses a peer whose handshake claims another id.
+//!
 //! # Development certificates
 //!
 //! The `plexus-certs` binary of this crate makes a dev CA and node
@@ -52,7 +57,7 @@
 //! ```
 
 use std::future::Future;
-use std::io::{self, IoSlice, Read, Write};
+use std::io::{self, BufRead, IoSlice, Read, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -72,6 +77,7 @@ use tokio::task::AbortHandle;
 
 use crate::conn::now;
 use crate::error::{AcceptError, BindError, ConnectError};
+use crate::identity::{node_id_of, IdentityError, PeerIdentity};
 use crate::link::{Link, LinkConfig};
 use crate::stream::{self, StreamSocket};
 
@@ -114,6 +120,10 @@ pub enum TlsConfigError {
     /// The certificate verifier could not be built from the CA roots.
     #[error("certificate verifier: {0}")]
     Verifier(String),
+    /// The node's certificate does not parse as X.509, so it certifies
+    /// no node id.
+    #[error("certificate chain: {0}")]
+    Identity(#[from] IdentityError),
 }
 
 /// A node's TLS identity and trust: its certificate chain and private key
@@ -126,11 +136,13 @@ pub struct TlsConfig {
     server: Arc<ServerConfig>,
     client: Arc<ClientConfig>,
     handshake_timeout: Duration,
+    node_id: u64,
 }
 
 impl std::fmt::Debug for TlsConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TlsConfig")
+            .field("node_id", &format_args!("{:016x}", self.node_id))
             .field("handshake_timeout", &self.handshake_timeout)
             .finish_non_exhaustive()
     }
@@ -151,6 +163,7 @@ impl TlsConfig {
         ca_roots: &[u8],
     ) -> Result<Self, TlsConfigError> {
         let chain = certs("certificate chain", cert_chain)?;
+        let node_id = node_id_of(&chain[0])?;
         let key = PrivateKeyDer::from_pem_slice(key).map_err(|e| TlsConfigError::Pem {
             what: "private key",
             detail: e.to_string(),
@@ -181,7 +194,16 @@ impl TlsConfig {
             server: Arc::new(server),
             client: Arc::new(client),
             handshake_timeout: Duration::from_secs(10),
+            node_id,
         })
+    }
+
+    /// The node id this configuration's certificate certifies (see
+    /// [`identity`](crate::identity)): a node presenting this certificate
+    /// must claim this id, so its actor system must be created with it
+    /// (`ActorSystem::builder().node_id(NodeId::from_u64(tls.node_id()))`).
+    pub fn node_id(&self) -> u64 {
+        self.node_id
     }
 
     /// As [`from_pem`](TlsConfig::from_pem), reading the three PEM files.
@@ -400,12 +422,13 @@ async fn handshake(
         .map_err(|_| failed(timed_out(ctx.timeout)))?
         .map_err(failed)?;
     let (socket, conn) = tls.into_inner();
+    let identity = peer_identity(conn.peer_certificates()).map_err(failed)?;
     let stack = ctx.spec.build_link(LinkContext {
         now: now(),
         link_id,
     });
     let socket = TlsSocket::new(socket, Connection::Server(conn));
-    Ok(stream::spawn(socket, stack, url(peer).into(), ctx.config))
+    Ok(stream::spawn(socket, stack, url(peer).into(), ctx.config).with_identity(identity))
 }
 
 fn timed_out(after: Duration) -> io::Error {
@@ -468,9 +491,22 @@ pub async fn connect(
         .map_err(|_| failed(timed_out(tls.handshake_timeout)))?
         .map_err(failed)?;
     let (socket, conn) = tls_stream.into_inner();
+    let identity = peer_identity(conn.peer_certificates()).map_err(failed)?;
     let stack = spec.build(now());
     let socket = TlsSocket::new(socket, Connection::Client(conn));
-    Ok(stream::spawn(socket, stack, url(addr).into(), config))
+    Ok(stream::spawn(socket, stack, url(addr).into(), config).with_identity(identity))
+}
+
+/// The identity of the peer's end-entity certificate (verified by rustls
+/// against the CA roots during the handshake).
+fn peer_identity(chain: Option<&[CertificateDer<'static>]>) -> io::Result<PeerIdentity> {
+    let cert = chain.and_then(<[_]>::first).ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            "the peer presented no certificate",
+        )
+    })?;
+    PeerIdentity::new(cert.clone()).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 
 /// An established TLS connection as the stream driver sees it: plaintext
@@ -539,6 +575,23 @@ impl TlsSocket {
     }
 }
 
+/// Appends the plaintext rustls holds to `buf` (counting it in `n`) until
+/// it holds no more (`Err(WouldBlock)`), the peer closed (`Ok`), or the
+/// stream ended without `close_notify` (`Err(UnexpectedEof)`).
+fn drain_plaintext(tls: &mut Connection, buf: &mut BytesMut, n: &mut usize) -> io::Result<()> {
+    let mut reader = tls.reader();
+    loop {
+        let chunk = reader.fill_buf()?;
+        if chunk.is_empty() {
+            return Ok(());
+        }
+        let len = chunk.len();
+        buf.extend_from_slice(chunk);
+        reader.consume(len);
+        *n += len;
+    }
+}
+
 fn would_block_ok(r: io::Result<()>) -> io::Result<()> {
     match r {
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(()),
@@ -563,28 +616,33 @@ impl StreamSocket for TlsSocket {
 
     fn try_read_buf(&self, buf: &mut BytesMut) -> io::Result<usize> {
         let mut tls = self.lock();
+        let mut n = 0;
         loop {
             // Plaintext rustls already holds comes first (it refuses new
-            // records while its plaintext buffer is full).
-            let start = buf.len();
-            if buf.capacity() == start {
-                buf.reserve(stream::READ_BUF);
-            }
-            buf.resize(buf.capacity(), 0);
-            let read = tls.reader().read(&mut buf[start..]);
-            buf.truncate(start + *read.as_ref().unwrap_or(&0));
-            match read {
-                // Ok(0): the peer sent close_notify.
-                Ok(n) => return Ok(n),
+            // records while its plaintext buffer is full). Copied out chunk
+            // by chunk: no zeroed scratch space.
+            match drain_plaintext(&mut tls, buf, &mut n) {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                // UnexpectedEof: TCP closed without close_notify.
+                // The end (close_notify: Ok; TCP closed without it:
+                // UnexpectedEof) is reported by the next call, after what
+                // was read.
+                _ if n > 0 => return Ok(n),
+                Ok(()) => return Ok(0),
                 Err(e) => return Err(e),
             }
-            // At end of stream the next read says how: Ok(0) after
-            // close_notify, UnexpectedEof without.
-            tls.read_tls(&mut Raw(&self.tcp))?;
+            if n >= stream::READ_BUF {
+                return Ok(n);
+            }
+            match tls.read_tls(&mut Raw(&self.tcp)) {
+                // Ok(0), end of stream: the next drain says how it ended.
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock && n > 0 => return Ok(n),
+                Err(e) => return Err(e),
+            }
             if let Err(e) = tls.process_new_packets() {
                 // Best effort: tell the peer why (the alert rustls queued).
+                // The stream is corrupt: what it decrypted in this call is
+                // dropped with the link.
                 let _ = self.flush(&mut tls);
                 return Err(io::Error::new(io::ErrorKind::InvalidData, e));
             }

@@ -1,7 +1,8 @@
 //! The `tls` transport over real sockets, with certificates made in-process
 //! by rcgen and loaded from PEM files: ordered exchange, and refusal of
 //! peers without a certificate, with a certificate from another CA, with an
-//! expired certificate, and of plain TCP bytes.
+//! expired certificate, and of plain TCP bytes; each end learns the node id
+//! the other's certificate certifies.
 
 mod common;
 
@@ -119,6 +120,12 @@ async fn tls_links_exchange_10k_mixed_messages_in_order() {
         .await
         .expect("connect");
     let server = listener.accept().await.expect("accept");
+    // Each end knows the node id the other's certificate certifies.
+    let certified = |l: &plexus_transport::Link| l.peer_identity().map(|i| i.node_id);
+    assert_eq!(certified(&client), Some(server_tls.node_id()));
+    assert_eq!(certified(&server), Some(client_tls.node_id()));
+    assert_ne!(server_tls.node_id(), client_tls.node_id());
+    assert!(client.peer_certificate().is_some());
     exchange(client, server, 7, 64 << 10, 10_000, true).await;
 }
 

@@ -739,6 +739,10 @@ impl Layer for Encryption {
         EncryptionConfig::NAME
     }
 
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
+    }
+
     fn max_frame_len(&self, below: Option<usize>) -> Option<usize> {
         below.map(|b| b.saturating_sub(OVERHEAD))
     }

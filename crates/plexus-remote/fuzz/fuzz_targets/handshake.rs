@@ -1,5 +1,6 @@
 //! The handshake fed arbitrary frames (split from the input at 0xff bytes):
-//! never panics, and never completes without a valid cookie proof.
+//! never panics, and never completes without a valid cookie proof (with or
+//! without a certified peer id).
 #![no_main]
 
 use bytes::Bytes;
@@ -10,6 +11,10 @@ use plexus_remote::wire::Frame;
 
 fuzz_target!(|data: &[u8]| {
     let mut hs = Handshake::new(NodeId::from_u64(1), "fuzz-cookie", [3; 16], vec![]);
+    // Half the inputs run as on a TLS link, with a certified peer id.
+    if data.first().is_some_and(|b| b & 1 == 1) {
+        hs = hs.certified_peer(NodeId::from_u64(2));
+    }
     for chunk in data.split(|b| *b == 0xff) {
         let Ok(frame) = Frame::decode(Bytes::copy_from_slice(chunk)) else {
             continue;

@@ -1,2 +1,3 @@
 //! Shared by the multi-process tests.
+pub mod process;
 pub mod service;

@@ -6,7 +6,9 @@
 //! plexus-certs node --ca DIR --name NAME --out DIR [--days N]
 //!     DIR/NAME.pem, DIR/NAME.key: a certificate signed by the CA in --ca,
 //!     valid for DNS NAME, DNS localhost and IP 127.0.0.1, for both server
-//!     and client authentication, for N days (default 365).
+//!     and client authentication, for N days (default 365). Prints the
+//!     node id the certificate certifies (derived from its public key; the
+//!     node's actor system must have it).
 //! ```
 //!
 //! For development and tests only: keys are written unencrypted.
@@ -65,8 +67,9 @@ fn run(args: &[String]) -> Result<(), String> {
             let node = ca.node(name, days).map_err(|e| e.to_string())?;
             write(&out, &format!("{name}.pem"), &node.cert_pem)?;
             write(&out, &format!("{name}.key"), &node.key_pem)?;
+            let id = node.node_id().map_err(|e| e.to_string())?;
             println!(
-                "wrote {0}/{name}.pem and {0}/{name}.key (valid {days} days)",
+                "wrote {0}/{name}.pem and {0}/{name}.key (valid {days} days, node id {id:016x})",
                 out.display()
             );
             Ok(())

@@ -1,0 +1,58 @@
+//! A `plexus-node` child process, for the multi-process tests.
+#![allow(dead_code)] // each includer uses a different part
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+
+/// A `plexus-node` child; killed (SIGKILL) when dropped.
+pub struct NodeProcess {
+    child: Child,
+    /// The URIs it listens on (`LISTENING` lines).
+    pub uris: Vec<String>,
+    /// Its node id (`NODE` line), as printed.
+    pub node: String,
+}
+
+impl NodeProcess {
+    /// Starts `plexus-node` with `args` and waits until it serves.
+    ///
+    /// # Panics
+    ///
+    /// If it exits before printing its `NODE` line.
+    pub fn start(args: &[String]) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_plexus-node"))
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start plexus-node");
+        let lines = BufReader::new(child.stdout.take().expect("piped stdout")).lines();
+        let mut uris = Vec::new();
+        for line in lines {
+            let line = line.expect("read plexus-node output");
+            if let Some(uri) = line.strip_prefix("LISTENING ") {
+                uris.push(uri.to_owned());
+            }
+            if let Some(node) = line.strip_prefix("NODE ") {
+                return Self {
+                    child,
+                    uris,
+                    node: node.to_owned(),
+                };
+            }
+        }
+        panic!("plexus-node {args:?} exited before serving");
+    }
+
+    /// Kills it (SIGKILL) and reaps it.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for NodeProcess {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}

@@ -1,0 +1,119 @@
+//! Node identity bound to a certificate: the id a node may claim is derived
+//! from the public key of the certificate it authenticates with.
+//!
+//! ```text
+//! node id = first 8 bytes (big-endian u64) of BLAKE3(SubjectPublicKeyInfo DER)
+//! ```
+//!
+//! Why the public key and not a name the CA writes into the certificate:
+//!
+//! - **Unforgeable without the private key.** TLS proves that the peer holds
+//!   the private key of the certificate it presents (`CertificateVerify`),
+//!   and the CA vouches for the certificate. A node id derived from that key
+//!   cannot be claimed by anyone else, whatever their CA lets them do.
+//! - **Any PKI works.** Nothing special has to be written into the
+//!   certificate: certificates from `plexus-certs`, a corporate CA or an
+//!   ACME issuer all give a node id, and two certificates never share one
+//!   unless they share a key.
+//! - **Stable while the key is.** Renewing a certificate with the same key
+//!   keeps the node id; a new key is a new node (as a restarted process
+//!   with a random id is today).
+//!
+//! 64 bits: a collision between two nodes of one cluster needs about 2³²
+//! keys (birthday bound); aiming at a given node's id needs about 2⁶⁴ key
+//! generations *and* a certificate from the cluster's CA for the result.
+//! The id 0 is reserved (refs forged from a URI use it); a key hashing to 0
+//! gets id 1.
+//!
+//! The id is displayed as 16 hex digits (`NodeId`'s format), which are the
+//! first 16 hex digits of `b3sum` over the SPKI DER:
+//! `openssl x509 -in n1.pem -pubkey -noout | openssl pkey -pubin -outform der | b3sum`.
+
+use rustls_pki_types::CertificateDer;
+
+/// Why no node id could be derived from a certificate.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("cannot derive a node id from the certificate: {0}")]
+pub struct IdentityError(String);
+
+impl IdentityError {
+    pub(crate) fn from_pem(detail: String) -> Self {
+        Self(detail)
+    }
+}
+
+/// The node id certified by `cert` (an end-entity certificate, DER): see
+/// the [module docs](self).
+///
+/// # Errors
+///
+/// [`IdentityError`] if the certificate does not parse as X.509.
+pub fn node_id_of(cert: &CertificateDer<'_>) -> Result<u64, IdentityError> {
+    let parsed =
+        webpki::EndEntityCert::try_from(cert).map_err(|e| IdentityError(format!("{e:?}")))?;
+    let spki = parsed.subject_public_key_info();
+    let hash = blake3::hash(spki.as_ref());
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&hash.as_bytes()[..8]);
+    Ok(u64::from_be_bytes(first).max(1))
+}
+
+/// What the transport authenticated about the peer of a link: its
+/// certificate (TLS; verified against the CA roots during the handshake)
+/// and the node id that certificate certifies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerIdentity {
+    /// The peer's end-entity certificate (DER).
+    pub certificate: CertificateDer<'static>,
+    /// [`node_id_of`] the certificate.
+    pub node_id: u64,
+}
+
+impl PeerIdentity {
+    /// The identity of a peer that presented `certificate`.
+    ///
+    /// # Errors
+    ///
+    /// As [`node_id_of`].
+    pub fn new(certificate: CertificateDer<'static>) -> Result<Self, IdentityError> {
+        Ok(Self {
+            node_id: node_id_of(&certificate)?,
+            certificate,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dev_certs::DevCa;
+    use rustls_pki_types::pem::PemObject;
+
+    fn der(pem: &str) -> CertificateDer<'static> {
+        CertificateDer::from_pem_slice(pem.as_bytes()).expect("PEM certificate")
+    }
+
+    #[test]
+    fn node_id_follows_the_key_not_the_certificate() {
+        let ca = DevCa::generate().expect("CA");
+        let a = ca.node("a", 1).expect("a");
+        let b = ca.node("b", 1).expect("b");
+        let id_a = node_id_of(&der(&a.cert_pem)).expect("id a");
+        let id_b = node_id_of(&der(&b.cert_pem)).expect("id b");
+        assert_ne!(id_a, id_b, "two keys, two ids");
+        assert_eq!(a.node_id().expect("id"), id_a);
+        // The same key in another certificate (another CA, another name)
+        // certifies the same id.
+        let other = DevCa::generate().expect("other CA");
+        let again = other
+            .node_with_key("renamed", &a.key_pem, 1)
+            .expect("same key");
+        assert_eq!(node_id_of(&der(&again.cert_pem)).expect("id"), id_a);
+    }
+
+    #[test]
+    fn garbage_is_an_error_not_a_panic() {
+        let e = node_id_of(&CertificateDer::from(vec![0x30, 0x03, 1, 2, 3])).unwrap_err();
+        assert!(e.to_string().starts_with("cannot derive a node id"), "{e}");
+    }
+}
