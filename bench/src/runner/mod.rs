@@ -69,6 +69,14 @@ pub struct Args {
     /// delivery`.
     #[arg(long)]
     w3_transport: Vec<String>,
+    /// W1/W2 transports, comma-separated; default tcp, udp, tls (the first
+    /// is the one the others are compared with).
+    #[arg(long, value_delimiter = ',')]
+    transports: Vec<String>,
+    /// Tokio worker threads per W1/W2 process (`--threads` of those
+    /// workloads); default one per core.
+    #[arg(long)]
+    threads: Option<usize>,
     /// Messages each W3 side sends; default the workload's 2,000.
     #[arg(long)]
     w3_count: Option<u64>,
@@ -140,15 +148,24 @@ fn jobs(args: &Args, groups: &[&str]) -> Vec<Job> {
         (&[1, 4, 16], &[])
     };
     let mut out = Vec::new();
+    let transports: Vec<&str> = if args.transports.is_empty() {
+        W12_TRANSPORTS.to_vec()
+    } else {
+        args.transports.iter().map(String::as_str).collect()
+    };
+    let threads = args.threads.map(|t| t.to_string());
     for w in ["w1", "w2"] {
         if !groups.contains(&w) {
             continue;
         }
-        for &t in W12_TRANSPORTS {
+        for &t in &transports {
             for n in ns {
                 let n = n.to_string();
                 let mut a = vec![w, "--n", &n, "--transport", t];
                 a.extend_from_slice(timing);
+                if let Some(threads) = &threads {
+                    a.extend_from_slice(&["--threads", threads]);
+                }
                 out.push(Job::new(
                     &a,
                     &[
