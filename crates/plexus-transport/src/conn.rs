@@ -11,7 +11,7 @@ use bytes::Bytes;
 use plexus_net::{Frame, LinkEvent, SendError as StackSendError, Stack};
 
 use crate::error::CloseReason;
-use crate::link::{lock, Received, Shared, MESSAGE_OVERHEAD};
+use crate::link::{lock, Lane, Received, Shared, MESSAGE_OVERHEAD};
 
 /// The current time on tokio's clock (so paused-time tests drive stacks too).
 pub(crate) fn now() -> Instant {
@@ -21,8 +21,9 @@ pub(crate) fn now() -> Instant {
 pub(crate) struct Conn {
     pub(crate) stack: Stack,
     pub(crate) shared: Arc<Shared>,
-    /// A batch taken from the application's queue in one lock.
-    outq: VecDeque<Bytes>,
+    /// A batch taken from the application's queue in one lock. The lane is
+    /// dropped here: a stack carries every lane in queue order.
+    outq: VecDeque<(Lane, Bytes)>,
     /// A message the stack refused with `WouldBlock`; retried first.
     held: Option<Frame>,
     staged: VecDeque<Received>,
@@ -94,7 +95,7 @@ impl Conn {
                 out.driver_waiting = true;
             }
         }
-        self.outq.pop_front()
+        self.outq.pop_front().map(|(_, message)| message)
     }
 
     fn stack_send(&mut self, now: Instant, frame: impl Into<Frame>) {

@@ -14,6 +14,18 @@
 //! slow application pushes back on the peer through the transport's own
 //! flow control (UDP: datagrams are dropped before the stack sees them, and
 //! `delivery` retransmits them).
+//!
+//! # Lanes
+//!
+//! Every message is sent on a [`Lane`] ([`LinkSender::send_on`]; plain
+//! [`send`](LinkSender::send) is [`Lane::ZERO`]). The guarantee is FIFO per
+//! lane and no order across lanes. Transports with one ordered byte stream
+//! or one ordered stack (`tcp`, `tls`, `uds`, `udp / ... / ordering`, `mem`)
+//! carry every lane on it, in the order the messages were queued: there a
+//! lane never reorders anything. The [`quic`](crate::quic) transport gives
+//! each lane its own QUIC stream, so a large message on one lane does not
+//! hold up small ones on another. The lane travels in the outbound queue
+//! next to the message (one byte in the queue's slot, no allocation).
 
 use std::collections::VecDeque;
 use std::future::poll_fn;
@@ -22,9 +34,53 @@ use std::task::{ready, Context, Poll, Waker};
 
 use bytes::Bytes;
 use plexus_net::LinkEvent;
+use rustls_pki_types::CertificateDer;
 use tokio::sync::{Semaphore, TryAcquireError};
 
-use crate::error::{CloseReason, LinkClosed, SendError, TrySendError};
+use crate::error::{CloseReason, LinkClosed, SendError, TrySendError, UnreliableError};
+
+/// A lane of a link: messages on one lane arrive in the order they were
+/// queued; messages on different lanes may overtake each other (on the
+/// transports that have several streams per link, i.e. [`quic`](crate::quic)).
+/// There are [`Lane::COUNT`] lanes, `0` to `COUNT - 1`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct Lane(u8);
+
+impl Lane {
+    /// Lanes per link.
+    pub const COUNT: usize = 64;
+    /// Lane 0: what [`LinkSender::send`] uses.
+    pub const ZERO: Lane = Lane(0);
+
+    /// Lane `index`, if below [`Lane::COUNT`].
+    pub const fn new(index: u8) -> Option<Lane> {
+        if (index as usize) < Self::COUNT {
+            Some(Lane(index))
+        } else {
+            None
+        }
+    }
+
+    /// One of the lanes `1..COUNT` chosen by `key` (e.g. a hash of a pair of
+    /// actors): equal keys give equal lanes, and lane 0 is left for traffic
+    /// that belongs to no key.
+    pub const fn for_key(key: u64) -> Lane {
+        // Fibonacci hashing spreads sequential keys over the lanes.
+        let mixed = key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32;
+        Lane(1 + (mixed % (Self::COUNT as u64 - 1)) as u8)
+    }
+
+    /// The lane's number, `0..COUNT`.
+    pub const fn index(self) -> u8 {
+        self.0
+    }
+}
+
+impl std::fmt::Display for Lane {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "lane {}", self.0)
+    }
+}
 
 /// Bookkeeping bytes charged per queued message on top of its length, so a
 /// flood of empty messages is bounded too.
@@ -67,7 +123,8 @@ pub enum Received {
 pub(crate) type DriverWaker = Box<dyn Fn() + Send + Sync>;
 
 pub(crate) struct OutState {
-    pub(crate) queue: VecDeque<Bytes>,
+    /// Messages with their lane.
+    pub(crate) queue: VecDeque<(Lane, Bytes)>,
     /// The driver found the queue empty and waits for a push.
     pub(crate) driver_waiting: bool,
     pub(crate) senders: usize,
@@ -93,6 +150,7 @@ pub(crate) struct Shared {
     pub(crate) max_message_len: Option<usize>,
     pub(crate) config: LinkConfig,
     pub(crate) wake_driver: DriverWaker,
+    pub(crate) extras: Extras,
     // Each on its own cache lines: the sender, the driver and the receiver
     // update them from different threads, and must not also invalidate the
     // read-only fields above (read on every send) or each other.
@@ -100,6 +158,19 @@ pub(crate) struct Shared {
     /// Byte permits for the outbound queue.
     pub(crate) out_space: CachePadded<Semaphore>,
     pub(crate) inb: CachePadded<Mutex<InState>>,
+}
+
+/// What some transports add to a link: the peer's certificate (QUIC) and
+/// a way to send unreliable datagrams (QUIC).
+#[derive(Default)]
+pub(crate) struct Extras {
+    pub(crate) peer_certificate: Option<CertificateDer<'static>>,
+    pub(crate) unreliable: Option<Box<dyn UnreliableSink>>,
+}
+
+/// Sends a message as one unreliable datagram, right away.
+pub(crate) trait UnreliableSink: Send + Sync {
+    fn send(&self, peer: &Arc<str>, message: Bytes) -> Result<(), UnreliableError>;
 }
 
 /// `T` alone on its cache lines (128 bytes: two lines, for the adjacent-line
@@ -128,6 +199,22 @@ impl Shared {
         config: LinkConfig,
         wake_driver: DriverWaker,
     ) -> Arc<Self> {
+        Self::with_extras(
+            peer,
+            max_message_len,
+            config,
+            wake_driver,
+            Extras::default(),
+        )
+    }
+
+    pub(crate) fn with_extras(
+        peer: Arc<str>,
+        max_message_len: Option<usize>,
+        config: LinkConfig,
+        wake_driver: DriverWaker,
+        extras: Extras,
+    ) -> Arc<Self> {
         let send_buffer = config
             .send_buffer
             .clamp(MESSAGE_OVERHEAD, u32::MAX as usize);
@@ -154,6 +241,7 @@ impl Shared {
                 receiver_alive: true,
             })),
             wake_driver,
+            extras,
         })
     }
 
@@ -237,10 +325,10 @@ impl LinkSender {
         }
     }
 
-    fn push(&self, message: Bytes) {
+    fn push(&self, lane: Lane, message: Bytes) {
         let wake = {
             let mut out = lock(&self.shared.out);
-            out.queue.push_back(message);
+            out.queue.push_back((lane, message));
             std::mem::take(&mut out.driver_waiting)
         };
         if wake {
@@ -248,7 +336,23 @@ impl LinkSender {
         }
     }
 
-    /// Queues `message` for the peer, waiting while the send buffer is full.
+    /// Queues `message` for the peer on [`Lane::ZERO`], waiting while the
+    /// send buffer is full. As [`send_on`](LinkSender::send_on).
+    ///
+    /// # Errors
+    ///
+    /// As [`send_on`](LinkSender::send_on).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: if the future is dropped before completing, the message
+    /// was not queued.
+    pub async fn send(&self, message: Bytes) -> Result<(), SendError> {
+        self.send_on(Lane::ZERO, message).await
+    }
+
+    /// Queues `message` for the peer on `lane`, waiting while the send
+    /// buffer is full. Messages on one lane arrive in order; see [`Lane`].
     ///
     /// # Errors
     ///
@@ -266,21 +370,21 @@ impl LinkSender {
     ///
     /// Cancel safe: if the future is dropped before completing, the message
     /// was not queued.
-    pub async fn send(&self, message: Bytes) -> Result<(), SendError> {
+    pub async fn send_on(&self, lane: Lane, message: Bytes) -> Result<(), SendError> {
         let message = self.check_len(message)?;
         let cost = self.shared.cost(message.len()) as u32;
         // Fast path without the future machinery: room is usually there.
         if let Ok(permit) = self.shared.out_space.try_acquire_many(cost) {
             permit.forget();
-            self.push(message);
+            self.push(lane, message);
             return Ok(());
         }
         // Boxed: the semaphore's future is large, and the caller moves this
         // future on every send; only a send that waits pays for the box.
-        Box::pin(self.send_waiting(message, cost)).await
+        Box::pin(self.send_waiting(lane, message, cost)).await
     }
 
-    async fn send_waiting(&self, message: Bytes, cost: u32) -> Result<(), SendError> {
+    async fn send_waiting(&self, lane: Lane, message: Bytes, cost: u32) -> Result<(), SendError> {
         match self.shared.out_space.acquire_many(cost).await {
             Ok(permit) => permit.forget(),
             Err(_) => {
@@ -290,17 +394,28 @@ impl LinkSender {
                 })
             }
         }
-        self.push(message);
+        self.push(lane, message);
         Ok(())
     }
 
-    /// Queues `message` if the send buffer has room, without waiting.
+    /// Queues `message` on [`Lane::ZERO`] if the send buffer has room,
+    /// without waiting.
+    ///
+    /// # Errors
+    ///
+    /// As [`try_send_on`](LinkSender::try_send_on).
+    pub fn try_send(&self, message: Bytes) -> Result<(), TrySendError> {
+        self.try_send_on(Lane::ZERO, message)
+    }
+
+    /// Queues `message` on `lane` if the send buffer has room, without
+    /// waiting.
     ///
     /// # Errors
     ///
     /// [`TrySendError::Full`] when the buffer is full, otherwise as
     /// [`send`](LinkSender::send); the message is handed back.
-    pub fn try_send(&self, message: Bytes) -> Result<(), TrySendError> {
+    pub fn try_send_on(&self, lane: Lane, message: Bytes) -> Result<(), TrySendError> {
         let message = self.check_len(message)?;
         let cost = self.shared.cost(message.len()) as u32;
         match self.shared.out_space.try_acquire_many(cost) {
@@ -319,8 +434,41 @@ impl LinkSender {
                 .into())
             }
         }
-        self.push(message);
+        self.push(lane, message);
         Ok(())
+    }
+
+    /// Sends `message` as one unreliable datagram, now, outside the send
+    /// buffer. It may be lost, or overtake or be overtaken by any other
+    /// message; if it arrives, the peer gets it as an ordinary
+    /// [`Received::Message`].
+    ///
+    /// # Errors
+    ///
+    /// [`UnreliableError`], handing the message back: the transport has no
+    /// datagrams (only [`quic`](crate::quic) has), the peer did not enable
+    /// them, the message is larger than one datagram
+    /// ([`UnreliableError::TooLarge`] says the current limit), or the link
+    /// is closed.
+    ///
+    /// # Backpressure
+    ///
+    /// None: when the transport's datagram buffer is full, older datagrams
+    /// are dropped.
+    pub fn send_unreliable(&self, message: Bytes) -> Result<(), UnreliableError> {
+        match &self.shared.extras.unreliable {
+            Some(sink) => sink.send(&self.shared.peer, message),
+            None => Err(UnreliableError::Unsupported {
+                peer: self.shared.peer.clone(),
+                message,
+            }),
+        }
+    }
+
+    /// The peer's certificate (end-entity, DER) on transports that
+    /// authenticate peers with one (`quic`); `None` elsewhere.
+    pub fn peer_certificate(&self) -> Option<&CertificateDer<'static>> {
+        self.shared.extras.peer_certificate.as_ref()
     }
 
     /// Closes the link gracefully: messages already queued are still sent,
@@ -524,6 +672,38 @@ impl Link {
     /// As [`LinkSender::try_send`].
     pub fn try_send(&self, message: Bytes) -> Result<(), TrySendError> {
         self.sender.try_send(message)
+    }
+
+    /// See [`LinkSender::send_on`].
+    ///
+    /// # Errors
+    ///
+    /// As [`LinkSender::send_on`].
+    pub async fn send_on(&self, lane: Lane, message: Bytes) -> Result<(), SendError> {
+        self.sender.send_on(lane, message).await
+    }
+
+    /// See [`LinkSender::try_send_on`].
+    ///
+    /// # Errors
+    ///
+    /// As [`LinkSender::try_send_on`].
+    pub fn try_send_on(&self, lane: Lane, message: Bytes) -> Result<(), TrySendError> {
+        self.sender.try_send_on(lane, message)
+    }
+
+    /// See [`LinkSender::send_unreliable`].
+    ///
+    /// # Errors
+    ///
+    /// As [`LinkSender::send_unreliable`].
+    pub fn send_unreliable(&self, message: Bytes) -> Result<(), UnreliableError> {
+        self.sender.send_unreliable(message)
+    }
+
+    /// See [`LinkSender::peer_certificate`].
+    pub fn peer_certificate(&self) -> Option<&CertificateDer<'static>> {
+        self.sender.peer_certificate()
     }
 
     /// See [`LinkReceiver::recv`].

@@ -123,9 +123,9 @@ pub enum TlsConfigError {
 /// Cheap to clone (the rustls configurations are shared).
 #[derive(Clone)]
 pub struct TlsConfig {
-    server: Arc<ServerConfig>,
-    client: Arc<ClientConfig>,
-    handshake_timeout: Duration,
+    pub(crate) server: Arc<ServerConfig>,
+    pub(crate) client: Arc<ClientConfig>,
+    pub(crate) handshake_timeout: Duration,
 }
 
 impl std::fmt::Debug for TlsConfig {
