@@ -16,6 +16,7 @@ use plexus_transport::LinkConfig;
 /// | `tcp` | `tcp / framing` |
 /// | `udp` | `udp / heartbeat / slicing / delivery / ordering` |
 /// | `tls` | `tls / framing` (needs [`tls`](Self::tls)) |
+/// | `quic` | `quic` (needs [`tls`](Self::tls); one stream per lane) |
 /// | `uds` | `uds / framing` |
 /// | `mem` | `mem / ordering` |
 ///
@@ -40,6 +41,7 @@ impl Default for NodeConfig {
             ("tcp", "tcp / framing"),
             ("udp", "udp / heartbeat / slicing / delivery / ordering"),
             ("tls", "tls / framing"),
+            ("quic", "quic"),
             ("uds", "uds / framing"),
             ("mem", "mem / ordering"),
         ]
@@ -114,10 +116,11 @@ impl NodeConfig {
         self
     }
 
-    /// The node's TLS identity and trust, for `tls://` schemes (listening
-    /// and dialling; mutual TLS). Default none: a `tls://` listen or dial
-    /// then fails with an error saying so. A dialled peer's certificate must
-    /// be valid for the host part of its URI (`tls://n1:4000` → `n1`).
+    /// The node's TLS identity and trust, for `tls://` and `quic://`
+    /// schemes (listening and dialling; mutual TLS). Default none: a
+    /// `tls://` or `quic://` listen or dial then fails with an error saying
+    /// so. A dialled peer's certificate must be valid for the host part of
+    /// its URI (`tls://n1:4000` → `n1`).
     pub fn tls(mut self, tls: TlsConfig) -> Self {
         self.tls = Some(tls);
         self
