@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use plexus_net::StackSpec;
+use plexus_transport::quic::QuicConfig;
 use plexus_transport::tls::TlsConfig;
 use plexus_transport::LinkConfig;
 
@@ -33,6 +34,7 @@ pub struct NodeConfig {
     pub(crate) reconnect_max: Duration,
     pub(crate) link: LinkConfig,
     pub(crate) tls: Option<TlsConfig>,
+    pub(crate) quic: QuicConfig,
 }
 
 impl Default for NodeConfig {
@@ -63,6 +65,7 @@ impl Default for NodeConfig {
                 recv_buffer: 4 << 20,
             },
             tls: None,
+            quic: QuicConfig::default(),
         }
     }
 }
@@ -123,6 +126,15 @@ impl NodeConfig {
     /// its URI (`tls://n1:4000` → `n1`).
     pub fn tls(mut self, tls: TlsConfig) -> Self {
         self.tls = Some(tls);
+        self
+    }
+
+    /// QUIC settings of `quic://` links: windows, datagram buffer, idle
+    /// timeout (how long before a silent peer's link is down: default
+    /// 30 s), keep-alive. Default [`QuicConfig::default`]; its `link`
+    /// buffers are replaced by [`link_buffers`](Self::link_buffers).
+    pub fn quic(mut self, quic: QuicConfig) -> Self {
+        self.quic = quic;
         self
     }
 

@@ -162,7 +162,7 @@ pub(crate) async fn dial_endpoint(
 fn quic_config(config: &NodeConfig) -> QuicConfig {
     QuicConfig {
         link: config.link,
-        ..QuicConfig::default()
+        ..config.quic
     }
 }
 
