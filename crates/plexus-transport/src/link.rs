@@ -734,3 +734,29 @@ impl Link {
         (self.sender, self.receiver)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lanes_for_keys_stay_in_range_and_spare_lane_zero() {
+        let mut used = [false; Lane::COUNT];
+        for key in (0..10_000u64).chain([u64::MAX, u64::MAX - 1, 1 << 63]) {
+            let lane = Lane::for_key(key);
+            assert!(lane.index() >= 1 && usize::from(lane.index()) < Lane::COUNT);
+            assert_eq!(lane, Lane::for_key(key), "same key, same lane");
+            used[usize::from(lane.index())] = true;
+        }
+        assert!(used[1..].iter().all(|&u| u), "sequential keys reach every lane");
+        assert_eq!(Lane::new(63).map(Lane::index), Some(63));
+        assert_eq!(Lane::new(64), None);
+    }
+
+    #[test]
+    fn the_outbound_queue_slot_stays_small() {
+        // The lane rides next to the message in the queue: no allocation,
+        // one slot of at most 40 bytes.
+        assert!(std::mem::size_of::<(Lane, Bytes)>() <= 40);
+    }
+}
