@@ -748,7 +748,10 @@ mod tests {
             assert_eq!(lane, Lane::for_key(key), "same key, same lane");
             used[usize::from(lane.index())] = true;
         }
-        assert!(used[1..].iter().all(|&u| u), "sequential keys reach every lane");
+        assert!(
+            used[1..].iter().all(|&u| u),
+            "sequential keys reach every lane"
+        );
         assert_eq!(Lane::new(63).map(Lane::index), Some(63));
         assert_eq!(Lane::new(64), None);
     }

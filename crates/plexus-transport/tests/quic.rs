@@ -508,3 +508,38 @@ async fn quic_spec_is_required() {
     .to_string();
     assert!(e.contains("not supported"), "{e}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_every_handle_closes_the_connection_after_the_peer_read_all() {
+    let (a, mut b, _s, _c) = pair().await;
+    a.send_on(
+        Lane::new(5).expect("lane"),
+        Bytes::from_static(b"last words"),
+    )
+    .await
+    .expect("send");
+    drop(a);
+    assert_eq!(
+        tokio::time::timeout(T, b.recv_message())
+            .await
+            .expect("in time")
+            .expect("the message before the drop"),
+        "last words"
+    );
+    let closed = tokio::time::timeout(T, b.recv_message())
+        .await
+        .expect("in time")
+        .expect_err("closed");
+    assert!(matches!(closed.reason, CloseReason::PeerClosed), "{closed}");
+    // The connection goes away: sending fails soon after.
+    let failed = tokio::time::timeout(T, async {
+        loop {
+            if b.send(Bytes::from_static(b"anyone?")).await.is_err() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert!(failed.is_ok(), "the link closes once the peer is gone");
+}

@@ -185,6 +185,14 @@ impl Driver {
             if self.inbound_ended && self.sending == Sending::Done && self.peer_read_all {
                 return CloseReason::PeerClosed;
             }
+            // Nobody will read what else comes, and the peer has read all
+            // we sent.
+            if self.sending == Sending::Done
+                && self.peer_read_all
+                && !lock(&self.shared.inb).receiver_alive
+            {
+                return CloseReason::Local;
+            }
             let datagrams = !self.inbound_ended;
             let accepting = !self.peer_done || !self.peer_read_all;
             tokio::select! {

@@ -42,9 +42,9 @@
 //! (first byte `0x80`, nothing else) to say so. The connection is closed
 //! (`CONNECTION_CLOSE` with code 0) by the first side that has sent
 //! everything, read everything and heard that the peer read everything:
-//! no message is lost to the close. While the peer keeps sending, the
-//! connection stays open even if our receiver is dropped (what arrives is
-//! discarded), like a half-closed TCP connection.
+//! no message is lost to the close. A side whose receiver was dropped
+//! closes once it has sent everything and the peer has read it; until then
+//! what arrives is discarded.
 //!
 //! **Hostile peers, bounded memory.** A peer may have at most
 //! [`Lane::COUNT`] + 1 streams open (QUIC flow control throttles the rest:
