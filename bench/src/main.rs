@@ -100,6 +100,7 @@ enum Workload {
 
 fn main() {
     let cli = Cli::parse();
+    nodes::make_certs();
     let role = |f: std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>| {
         tokio::runtime::Builder::new_multi_thread()
             .enable_all()
