@@ -21,6 +21,10 @@ use crate::link::{lock, Extras, Lane, Link, Received, Shared, UnreliableSink, ME
 /// Messages up to this length are copied next to their header (one chunk
 /// per batch); longer ones are handed to quinn as their own chunk.
 const COPY_MAX: usize = 1024;
+/// A batch holding a message at least this long is sent at a lower
+/// priority than other lanes: small messages on other lanes go first
+/// instead of sharing the connection round-robin with it.
+const BULK: usize = 256 << 10;
 /// Bytes asked of quinn per read.
 const READ_CHUNK: usize = 64 << 10;
 /// Lane byte of a reader that has not read it yet (for errors).
@@ -419,8 +423,10 @@ async fn write_lane(
             break;
         }
         let mut released = 0;
+        let mut bulk = false;
         for message in messages.drain(..) {
             released += shared.cost(message.len());
+            bulk |= message.len() >= BULK;
             // Lengths were checked against max_message_len (≤ u32) by
             // the sender.
             let header = FrameHeader {
@@ -440,6 +446,8 @@ async fn write_lane(
         if staging.capacity() < COPY_MAX * 2 {
             staging.reserve(16 << 10);
         }
+        // Errors only for a stream already reset, which the write reports.
+        let _ = stream.set_priority(if bulk { -1 } else { 0 });
         let written = stream.write_all_chunks(&mut chunks).await;
         chunks.clear();
         shared.out_space.add_permits(released);

@@ -22,10 +22,13 @@
 //! (`len: u32 big-endian | payload`; decoded by
 //! [`plexus_net::layers::framing::decode`]). Messages on one lane arrive in
 //! order; lanes do not wait for each other, so a 16 MiB message on one lane
-//! does not hold up a small one on another (QUIC schedules the streams
-//! round-robin, and each stream's flow-control window is a fraction of the
-//! connection's). Bidirectional streams are not used (the peer may open
-//! none).
+//! does not hold up a small one on another: a lane writing a message of
+//! 256 KiB or more lowers its stream's priority while it does, so other
+//! lanes' data goes first (a lane that never pauses can so delay bulk
+//! transfers, never the reverse); streams of equal priority share the
+//! connection round-robin, and each stream's flow-control window is a
+//! fraction of the connection's. Bidirectional streams are not used (the
+//! peer may open none).
 //!
 //! **Datagrams.** [`LinkSender::send_unreliable`](crate::LinkSender::send_unreliable)
 //! sends one QUIC datagram (RFC 9221). The peer receives it as an ordinary
