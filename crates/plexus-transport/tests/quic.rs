@@ -544,3 +544,60 @@ async fn dropping_every_handle_closes_the_connection_after_the_peer_read_all() {
     .await;
     assert!(failed.is_ok(), "the link closes once the peer is gone");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_starting_large_messages_on_many_lanes_is_closed_within_the_budget() {
+    let ca = new_ca("test CA");
+    let s = server(&tls("n1", &ca, &ca, false));
+    let hostile = raw_client(&ca, s.local_addr()).await;
+    let mut link = s.accept().await.expect("accept");
+    // Each stream announces a 16 MiB message and sends 1 KiB of it.
+    let mut streams = Vec::new();
+    for lane in 1..=8u8 {
+        let mut st = hostile.open_uni().await.expect("open");
+        let mut head = vec![lane];
+        head.extend_from_slice(&(16u32 << 20).to_be_bytes());
+        head.extend_from_slice(&[0u8; 1024]);
+        if st.write_all(&head).await.is_err() {
+            break;
+        }
+        streams.push(st);
+    }
+    let closed = tokio::time::timeout(T, link.recv_message())
+        .await
+        .expect("closed in time")
+        .expect_err("closed");
+    let why = closed.to_string();
+    println!("{why}");
+    assert!(why.contains("partly received messages"), "{why}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_messages_on_many_lanes_at_once_stay_within_the_peers_budget() {
+    let (a, mut b, _s, _c) = pair().await;
+    // Our writers send one large message at a time, so the receiver never
+    // holds more than two partly received ones.
+    let sender = tokio::spawn(async move {
+        for lane in 1..=4u8 {
+            let m = Bytes::from(vec![lane; 16 << 20]);
+            a.send_on(Lane::new(lane).expect("lane"), m)
+                .await
+                .expect("send");
+        }
+        a.send_on(Lane::new(9).expect("lane"), Bytes::from_static(b"after"))
+            .await
+            .expect("send");
+        a
+    });
+    let mut got = Vec::new();
+    for _ in 0..5 {
+        let m = tokio::time::timeout(Duration::from_secs(60), b.recv_message())
+            .await
+            .expect("in time")
+            .expect("the link stays up");
+        got.push(if m.len() == 5 { 0 } else { m[0] });
+    }
+    got.sort_unstable();
+    assert_eq!(got, [0, 1, 2, 3, 4]);
+    let _a = sender.await.expect("sender");
+}

@@ -4,6 +4,7 @@
 //! [module docs](super)).
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::{BufMut, Bytes, BytesMut};
@@ -56,15 +57,22 @@ pub(crate) fn spawn(conn: Connection, config: &QuicConfig, peer: Arc<str>) -> Li
         extras,
     );
     let link = Link::new(shared.clone());
+    let lanes = Arc::new(Lanes {
+        shared: shared.clone(),
+        room,
+        max_message_len: config.max_message_len,
+        seen: Mutex::new(LanesSeen::default()),
+        partial: AtomicUsize::new(0),
+        partial_max: reassembly_budget(config.max_message_len),
+        bulk: tokio::sync::Mutex::new(()),
+    });
     let driver = Driver {
         conn,
         shared,
-        room,
-        max_message_len: config.max_message_len,
+        lanes,
         writers: std::array::from_fn(|_| None),
         writer_tasks: JoinSet::new(),
         readers: JoinSet::new(),
-        lanes_seen: Arc::new(Mutex::new(LanesSeen::default())),
         accepted: 0,
         sending: Sending::Open,
         peer_done: false,
@@ -121,12 +129,36 @@ enum Sending {
     Done,
 }
 
-struct Driver {
-    conn: Connection,
+/// Bytes of partly received messages one connection may hold, all lanes
+/// together: two messages of the maximum length (one finishing while the
+/// next starts: our writers send one bulk message at a time) and a small
+/// one on every lane. A peer that needs more is closed
+/// ([`QuicError::TooMuchPartial`]).
+pub(super) fn reassembly_budget(max_message_len: usize) -> usize {
+    2 * (max_message_len + FrameHeader::LEN) + Lane::COUNT * (BULK + READ_CHUNK)
+}
+
+/// What the lane readers and writers of one connection share.
+struct Lanes {
     shared: Arc<Shared>,
     /// Woken when the receiver makes room in the inbound queue.
     room: Arc<Notify>,
     max_message_len: usize,
+    /// Streams the peer opened.
+    seen: Mutex<LanesSeen>,
+    /// Bytes of partly received messages, all readers together (counted
+    /// at their announced length once the header is in).
+    partial: AtomicUsize,
+    partial_max: usize,
+    /// Held by the writer sending a bulk message: one at a time, so the
+    /// peer never needs to hold many partial large messages.
+    bulk: tokio::sync::Mutex<()>,
+}
+
+struct Driver {
+    conn: Connection,
+    shared: Arc<Shared>,
+    lanes: Arc<Lanes>,
     /// The queue of each lane's writer task (opened on first use).
     writers: [Option<mpsc::UnboundedSender<Bytes>>; Lane::COUNT],
     /// Writer tasks: `Ok(lane)` once their stream is finished and
@@ -134,8 +166,6 @@ struct Driver {
     writer_tasks: JoinSet<Result<u8, QuicError>>,
     /// Reader tasks: `Ok(lane)` at the end of their stream.
     readers: JoinSet<Result<u8, QuicError>>,
-    /// Lanes the peer opened.
-    lanes_seen: Arc<Mutex<LanesSeen>>,
     accepted: usize,
     sending: Sending,
     /// The peer finished lane 0: no more lane streams will come.
@@ -285,7 +315,7 @@ impl Driver {
     fn open_lane(&mut self, lane: Lane) -> mpsc::UnboundedSender<Bytes> {
         let (tx, rx) = mpsc::unbounded_channel();
         self.writer_tasks
-            .spawn(write_lane(self.conn.clone(), lane, rx, self.shared.clone()));
+            .spawn(write_lane(self.conn.clone(), lane, rx, self.lanes.clone()));
         tx
     }
 
@@ -318,18 +348,12 @@ impl Driver {
                 max: MAX_STREAMS,
             }));
         }
-        self.readers.spawn(read_lane(
-            stream,
-            self.shared.clone(),
-            self.room.clone(),
-            self.lanes_seen.clone(),
-            self.max_message_len,
-        ));
+        self.readers.spawn(read_lane(stream, self.lanes.clone()));
         Ok(())
     }
 
     fn on_datagram(&mut self, datagram: Bytes) {
-        if datagram.len() > self.max_message_len {
+        if datagram.len() > self.lanes.max_message_len {
             return;
         }
         if inbox_full(&self.shared) {
@@ -409,8 +433,9 @@ async fn write_lane(
     conn: Connection,
     lane: Lane,
     mut rx: mpsc::UnboundedReceiver<Bytes>,
-    shared: Arc<Shared>,
+    lanes: Arc<Lanes>,
 ) -> Result<u8, QuicError> {
+    let shared = &lanes.shared;
     let l = lane.index();
     let write_err = |source| QuicError::Write { lane: l, source };
     let mut stream = conn.open_uni().await.map_err(QuicError::Connection)?;
@@ -448,7 +473,13 @@ async fn write_lane(
         }
         // Errors only for a stream already reset, which the write reports.
         let _ = stream.set_priority(if bulk { -1 } else { 0 });
+        let turn = if bulk {
+            Some(lanes.bulk.lock().await)
+        } else {
+            None
+        };
         let written = stream.write_all_chunks(&mut chunks).await;
+        drop(turn);
         chunks.clear();
         shared.out_space.add_permits(released);
         written.map_err(write_err)?;
@@ -475,18 +506,17 @@ async fn write_lane(
 
 /// One stream's reader: the lane byte, then messages until the stream
 /// ends. Stops reading while the link's receive buffer is full.
-async fn read_lane(
-    mut stream: RecvStream,
-    shared: Arc<Shared>,
-    room: Arc<Notify>,
-    lanes_seen: Arc<Mutex<LanesSeen>>,
-    max: usize,
-) -> Result<u8, QuicError> {
+async fn read_lane(mut stream: RecvStream, lanes: Arc<Lanes>) -> Result<u8, QuicError> {
     let mut buf = BytesMut::new();
     let mut lane = NO_LANE;
     let mut staged = VecDeque::new();
+    // This reader's share of `lanes.partial`, returned when it ends.
+    let mut held = Held {
+        lanes: &lanes,
+        bytes: 0,
+    };
     loop {
-        wait_room(&shared, &room).await;
+        wait_room(&lanes.shared, &lanes.room).await;
         let chunk = stream
             .read_chunk(READ_CHUNK, true)
             .await
@@ -501,7 +531,7 @@ async fn read_lane(
         if lane == NO_LANE && !buf.is_empty() {
             lane = buf[0];
             bytes::Buf::advance(&mut buf, 1);
-            claim_lane(&lanes_seen, lane)?;
+            claim_lane(&lanes.seen, lane)?;
         }
         if lane == READ_ALL && !buf.is_empty() {
             return Err(QuicError::BadLane {
@@ -509,14 +539,61 @@ async fn read_lane(
                 max: Lane::COUNT,
             });
         }
+        let framing_err = |source| QuicError::Framing { lane, source };
         while let Some(message) =
-            framing::decode(&mut buf, max).map_err(|source| QuicError::Framing { lane, source })?
+            framing::decode(&mut buf, lanes.max_message_len).map_err(framing_err)?
         {
             staged.push_back(Received::Message(message));
         }
         if !staged.is_empty() {
-            push(&shared, &mut staged);
+            push(&lanes.shared, &mut staged);
         }
+        // What the partial message left in `buf` will take once whole.
+        let partial = match FrameHeader::parse(&buf, lanes.max_message_len).map_err(framing_err)? {
+            Some(header) => FrameHeader::LEN + header.len as usize,
+            None => buf.len(),
+        };
+        held.set(partial, lane)?;
+    }
+}
+
+/// A reader's share of the connection's partial-message bytes.
+struct Held<'a> {
+    lanes: &'a Lanes,
+    bytes: usize,
+}
+
+impl Held<'_> {
+    /// Sets the share to `bytes`; fails if the connection's total goes over
+    /// its budget.
+    fn set(&mut self, bytes: usize, lane: u8) -> Result<(), QuicError> {
+        if bytes >= self.bytes {
+            let total = self
+                .lanes
+                .partial
+                .fetch_add(bytes - self.bytes, Ordering::Relaxed)
+                + (bytes - self.bytes);
+            self.bytes = bytes;
+            if total > self.lanes.partial_max {
+                return Err(QuicError::TooMuchPartial {
+                    lane,
+                    bytes: total,
+                    max: self.lanes.partial_max,
+                });
+            }
+        } else {
+            self.lanes
+                .partial
+                .fetch_sub(self.bytes - bytes, Ordering::Relaxed);
+            self.bytes = bytes;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.lanes.partial.fetch_sub(self.bytes, Ordering::Relaxed);
     }
 }
 

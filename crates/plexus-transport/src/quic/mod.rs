@@ -53,8 +53,11 @@
 //! [`Lane::COUNT`] + 1 streams open (QUIC flow control throttles the rest:
 //! its next `open` waits), and may open at most that many in the
 //! connection's life; a second stream for a lane, a lane number out of
-//! range, a message over [`QuicConfig::max_message_len`] or a stream ending
-//! inside a message close that connection with a logged [`QuicError`]. Per
+//! range, a message over [`QuicConfig::max_message_len`], a stream ending
+//! inside a message, or partly sent messages on many lanes at once (more
+//! than two of the maximum length and 320 KiB per lane: our writers send
+//! one large message at a time) close that connection with a logged
+//! [`QuicError`]. Per
 //! stream and per connection receive windows bound what the peer can send
 //! ahead; readers stop reading while the link's receive buffer is full.
 //! Handshakes run at most [`MAX_HANDSHAKES`] at a time, each bounded by
@@ -242,6 +245,21 @@ pub enum QuicError {
         /// quinn's error.
         #[source]
         source: quinn::ReadError,
+    },
+    /// The peer's partly sent messages, all lanes together, would take more
+    /// memory than a well-behaved peer ever needs (see
+    /// [`QuicConfig::max_message_len`]: about twice it, plus 320 KiB per
+    /// lane).
+    #[error(
+        "lane {lane}: partly received messages would hold {bytes} bytes; at most {max} are allowed"
+    )]
+    TooMuchPartial {
+        /// The lane whose message went over.
+        lane: u8,
+        /// The bytes it would take.
+        bytes: usize,
+        /// The budget.
+        max: usize,
     },
     /// Writing a stream failed (stopped by the peer, connection lost).
     #[error("writing lane {lane}: {source}")]
