@@ -12,7 +12,7 @@ use plexus::{ActorSystem, NodeConfig};
 /// Schemes whose nodes authenticate with a certificate (mutual TLS, node id
 /// bound to it): the benchmark makes a dev CA for the run and a certificate
 /// per node. A new secure scheme (`quic`) is one more entry.
-const CERTIFIED: &[&str] = &["tls"];
+const CERTIFIED: &[&str] = &["tls", "quic"];
 
 /// Where the run's dev CA lives (`ca.pem`, `ca.key`), handed to the child
 /// nodes in this environment variable.
@@ -24,7 +24,7 @@ pub struct RemoteArgs {
     /// Remote nodes besides this one: pong nodes (W1), source nodes (W2).
     #[arg(long, default_value_t = 1)]
     pub n: usize,
-    /// Scheme (`tcp`, `udp`, `uds`, `tls`) or stack spec.
+    /// Scheme (`tcp`, `udp`, `uds`, `tls`, `quic`) or stack spec.
     #[arg(long, default_value = "tcp")]
     pub transport: String,
     /// Seconds of warm-up.

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use plexus_core::NodeId;
 use plexus_net::StackSpec;
+use plexus_transport::quic::QuicConfig;
 use plexus_transport::tls::TlsConfig;
 use plexus_transport::LinkConfig;
 
@@ -17,6 +18,7 @@ use plexus_transport::LinkConfig;
 /// | `tcp` | `tcp / framing` |
 /// | `udp` | `udp / heartbeat / slicing / delivery / ordering` |
 /// | `tls` | `tls / framing` (needs [`tls`](Self::tls)) |
+/// | `quic` | `quic` (needs [`tls`](Self::tls); one stream per lane) |
 /// | `uds` | `uds / framing` |
 /// | `mem` | `mem / ordering` |
 ///
@@ -34,6 +36,7 @@ pub struct NodeConfig {
     pub(crate) link: LinkConfig,
     pub(crate) tls: Option<TlsConfig>,
     pub(crate) danger_unchecked_identity: bool,
+    pub(crate) quic: QuicConfig,
 }
 
 impl Default for NodeConfig {
@@ -42,6 +45,7 @@ impl Default for NodeConfig {
             ("tcp", "tcp / framing"),
             ("udp", "udp / heartbeat / slicing / delivery / ordering"),
             ("tls", "tls / framing"),
+            ("quic", "quic"),
             ("uds", "uds / framing"),
             ("mem", "mem / ordering"),
         ]
@@ -64,6 +68,7 @@ impl Default for NodeConfig {
             },
             tls: None,
             danger_unchecked_identity: false,
+            quic: QuicConfig::default(),
         }
     }
 }
@@ -117,10 +122,11 @@ impl NodeConfig {
         self
     }
 
-    /// The node's TLS identity and trust, for `tls://` schemes (listening
-    /// and dialling; mutual TLS). Default none: a `tls://` listen or dial
-    /// then fails with an error saying so. A dialled peer's certificate must
-    /// be valid for the host part of its URI (`tls://n1:4000` → `n1`).
+    /// The node's TLS identity and trust, for `tls://` and `quic://`
+    /// schemes (listening and dialling; mutual TLS). Default none: a
+    /// `tls://` or `quic://` listen or dial then fails with an error saying
+    /// so. A dialled peer's certificate must be valid for the host part of
+    /// its URI (`tls://n1:4000` → `n1`).
     ///
     /// The certificate also fixes the node's id (see
     /// [`certified_node_id`](Self::certified_node_id)): create the actor
@@ -164,6 +170,15 @@ impl NodeConfig {
     #[doc(hidden)]
     pub fn danger_unchecked_identity_for_tests(mut self) -> Self {
         self.danger_unchecked_identity = true;
+        self
+    }
+
+    /// QUIC settings of `quic://` links: windows, datagram buffer, idle
+    /// timeout (how long before a silent peer's link is down: default
+    /// 30 s), keep-alive. Default [`QuicConfig::default`]; its `link`
+    /// buffers are replaced by [`link_buffers`](Self::link_buffers).
+    pub fn quic(mut self, quic: QuicConfig) -> Self {
+        self.quic = quic;
         self
     }
 

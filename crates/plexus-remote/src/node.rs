@@ -8,7 +8,6 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use plexus_core::remote::{self, Control, Inbound, PendingReply, RemoteMessage, Watcher};
 use plexus_core::{ActorId, ActorRef, NodeId, SystemRef};
 use plexus_net::StackSpec;
-use plexus_transport::udp::UdpEndpoint;
 use plexus_transport::LinkStats;
 use rustc_hash::FxHashMap;
 use tokio::task::AbortHandle;
@@ -17,7 +16,7 @@ use crate::config::NodeConfig;
 use crate::error::{NodeError, PublishError, ResolveError};
 use crate::peer::{self, Peer};
 use crate::proxy::RemoteActor;
-use crate::transport::{self, Listener};
+use crate::transport::{self, Endpoint};
 use crate::uri::Uri;
 use crate::wire::{Resolution, MAX_NAME};
 
@@ -62,7 +61,8 @@ pub(crate) struct NodeInner {
     specs: HashMap<String, StackSpec>,
     listeners: Mutex<Vec<AbortHandle>>,
     listen_uris: RwLock<Vec<String>>,
-    udp: Mutex<HashMap<String, Arc<UdpEndpoint>>>,
+    /// UDP and QUIC endpoints by scheme, shared by listening and dialling.
+    endpoints: Mutex<HashMap<String, Endpoint>>,
     pub(crate) peers: Mutex<Peers>,
     exports: Mutex<Exports>,
     published: Mutex<HashMap<String, Published>>,
@@ -146,7 +146,7 @@ impl Node {
                 specs,
                 listeners: Mutex::default(),
                 listen_uris: RwLock::default(),
-                udp: Mutex::default(),
+                endpoints: Mutex::default(),
                 peers: Mutex::default(),
                 exports: Mutex::default(),
                 published: Mutex::default(),
@@ -197,8 +197,8 @@ impl Node {
                 why,
             })?;
         let bound_uri = format!("{}://{}", parsed.scheme, bound);
-        if let Listener::Udp(ep) = &listener {
-            lock(&self.inner.udp).insert(parsed.scheme.clone(), ep.clone());
+        if let Some(ep) = listener.endpoint() {
+            lock(&self.inner.endpoints).insert(parsed.scheme.clone(), ep);
         }
         if let Ok(mut v) = self.inner.listen_uris.write() {
             v.push(bound_uri.clone());
@@ -476,18 +476,15 @@ impl NodeInner {
             .unwrap_or_default()
     }
 
-    /// The UDP endpoint links of `scheme` go out through: the listening one,
-    /// or an ephemeral one made on first use.
-    pub(crate) async fn udp_endpoint(&self, scheme: &str) -> Result<Arc<UdpEndpoint>, String> {
-        if let Some(ep) = lock(&self.udp).get(scheme) {
+    /// The UDP or QUIC endpoint links of `scheme` go out through: the
+    /// listening one, or one for dialling made on first use.
+    pub(crate) async fn endpoint(&self, scheme: &str) -> Result<Endpoint, String> {
+        if let Some(ep) = lock(&self.endpoints).get(scheme) {
             return Ok(ep.clone());
         }
         let spec = self.spec(scheme).ok_or("unknown scheme")?;
-        let (listener, _) = transport::bind(spec, "0.0.0.0:0", &self.config).await?;
-        let Listener::Udp(ep) = listener else {
-            return Err("not a UDP scheme".into());
-        };
-        Ok(lock(&self.udp)
+        let ep = transport::dial_endpoint(spec, &self.config).await?;
+        Ok(lock(&self.endpoints)
             .entry(scheme.to_owned())
             .or_insert(ep)
             .clone())

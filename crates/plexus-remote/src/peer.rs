@@ -19,7 +19,7 @@ use bytes::{Bytes, BytesMut};
 use plexus_core::remote::{Control, ReceiptError, Signal, Watcher, WireContext};
 use plexus_core::{ActorId, DeadLetterReason, Down, Exit, ExitReason, NodeId};
 use plexus_net::{LinkEvent, TransportKind};
-use plexus_transport::{Link, LinkSender, LinkStats, Received, TrySendError};
+use plexus_transport::{Lane, Link, LinkSender, LinkStats, Received, TrySendError};
 use rustc_hash::FxHashMap;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
@@ -31,8 +31,11 @@ use crate::node::{lock, NodeInner};
 use crate::wire::{Frame, Resolution};
 
 mod dispatch;
+mod lanes;
 
 use dispatch::{wait_drained, InboundCache, FLOOD_CHECK_EVERY, FLOOD_HIGH};
+use lanes::down_token;
+pub(crate) use lanes::{lane_of, name_key};
 
 pub(crate) struct Peer {
     inner: Weak<NodeInner>,
@@ -65,7 +68,8 @@ enum Phase {
 struct State {
     phase: Phase,
     remote: Option<NodeId>,
-    pending: VecDeque<Bytes>,
+    /// Frames held while no link is up, with their lanes.
+    pending: VecDeque<(Lane, Bytes)>,
     waiters: Vec<oneshot::Sender<Result<NodeId, LinkError>>>,
     resolves: FxHashMap<u64, oneshot::Sender<Result<Resolution, LinkError>>>,
     receipts: FxHashMap<u64, oneshot::Sender<Result<(), ReceiptError>>>,
@@ -222,17 +226,17 @@ impl Peer {
                 .ok_or_else(|| LinkError::Address(format!("unknown scheme {}", self.scheme)))?
                 .clone();
             let addr = lock(&self.dial).clone().unwrap_or_default();
-            let udp = if spec.transport() == TransportKind::Udp {
+            let endpoint = if matches!(spec.transport(), TransportKind::Udp | TransportKind::Quic) {
                 Some(
                     inner
-                        .udp_endpoint(&self.scheme)
+                        .endpoint(&self.scheme)
                         .await
                         .map_err(LinkError::Connect)?,
                 )
             } else {
                 None
             };
-            let mut link = crate::transport::dial(&spec, &addr, &inner.config, udp).await?;
+            let mut link = crate::transport::dial(&spec, &addr, &inner.config, endpoint).await?;
             let hs = handshake_on(&inner, &mut link).await?;
             Ok::<_, LinkError>((link, hs))
         };
@@ -281,13 +285,18 @@ impl Peer {
         }
     }
 
-    /// Queues an encoded frame for the peer (held while connecting, up to
-    /// the configured bound).
-    pub(crate) fn send_frame(self: &Arc<Self>, frame: Bytes) -> Result<(), Undelivered> {
+    /// Queues an encoded frame for the peer on `lane` (held while
+    /// connecting, up to the configured bound). See [`lane_of`] for which
+    /// lane a frame takes.
+    pub(crate) fn send_frame(
+        self: &Arc<Self>,
+        lane: Lane,
+        frame: Bytes,
+    ) -> Result<(), Undelivered> {
         let p = self.canonical();
         let mut st = lock(&p.state);
         if let Phase::Up { sender, .. } = &st.phase {
-            return match sender.try_send(frame) {
+            return match sender.try_send_on(lane, frame) {
                 Ok(()) => Ok(()),
                 Err(TrySendError::Full { .. }) => Err(Undelivered),
                 Err(TrySendError::Send(plexus_transport::SendError::Closed {
@@ -295,7 +304,7 @@ impl Peer {
                 })) => {
                     // The reader will mark the link down; hold the frame
                     // for the reconnect like any other.
-                    st.pending.push_back(message);
+                    st.pending.push_back((lane, message));
                     Ok(())
                 }
                 Err(_) => Err(Undelivered),
@@ -305,7 +314,7 @@ impl Peer {
         if st.pending.len() >= bound {
             return Err(Undelivered);
         }
-        st.pending.push_back(frame);
+        st.pending.push_back((lane, frame));
         drop(st);
         p.ensure_connected();
         Ok(())
@@ -313,27 +322,31 @@ impl Peer {
 
     /// [`send_frame`](Peer::send_frame) for a frame in a scratch buffer:
     /// copied once, into the link's outgoing bytes where the link allows.
-    pub(crate) fn send_slice(self: &Arc<Self>, frame: &[u8]) -> Result<(), Undelivered> {
+    pub(crate) fn send_slice(
+        self: &Arc<Self>,
+        lane: Lane,
+        frame: &[u8],
+    ) -> Result<(), Undelivered> {
         let p = self.canonical();
         let st = lock(&p.state);
         if let Phase::Up { sender, .. } = &st.phase {
-            return match sender.try_send_copy(frame) {
+            return match sender.try_send_copy_on(lane, frame) {
                 Ok(()) => Ok(()),
                 Err(TrySendError::Send(plexus_transport::SendError::Closed {
                     message, ..
                 })) => {
                     drop(st);
-                    p.send_frame(message)
+                    p.send_frame(lane, message)
                 }
                 Err(_) => Err(Undelivered),
             };
         }
         drop(st);
-        p.send_frame(Bytes::copy_from_slice(frame))
+        p.send_frame(lane, Bytes::copy_from_slice(frame))
     }
 
     pub(crate) fn send(self: &Arc<Self>, frame: &Frame) -> Result<(), Undelivered> {
-        self.send_frame(frame.encode())
+        self.send_frame(lane_of(frame), frame.encode())
     }
 
     /// Sends a `RESOLVE`; the answer arrives on the returned channel.
@@ -360,9 +373,10 @@ impl Peer {
         Ok(rx)
     }
 
-    /// Sends a message frame that asks for a receipt.
+    /// Sends a message frame that asks for a receipt, on `lane`.
     pub(crate) fn send_with_receipt(
         self: &Arc<Self>,
+        lane: Lane,
         build: impl FnOnce(u64) -> Bytes,
     ) -> oneshot::Receiver<Result<(), ReceiptError>> {
         let p = self.canonical();
@@ -373,7 +387,7 @@ impl Peer {
         };
         let id = inner.next_id();
         lock(&p.state).receipts.insert(id, tx);
-        if p.send_frame(build(id)).is_err() {
+        if p.send_frame(lane, build(id)).is_err() {
             if let Some(tx) = lock(&p.state).receipts.remove(&id) {
                 let _ = tx.send(Err(ReceiptError::LinkClosed("send buffer full".into())));
             }
@@ -388,7 +402,11 @@ impl Peer {
             watcher.notify(node_down(target, "node dropped"));
             return None;
         };
-        let token = inner.next_id();
+        let watcher_lane = match &watcher {
+            Watcher::Actor(w) => Lane::for_key(w.id().serial()),
+            _ => Lane::ZERO,
+        };
+        let token = down_token(inner.next_id(), watcher_lane);
         {
             let mut st = lock(&p.state);
             if matches!(st.phase, Phase::Down) || st.remote.is_some_and(|r| r != target.node()) {
@@ -506,9 +524,9 @@ impl Peer {
 
 /// Sends the frames held while no link was up; what no longer fits the
 /// link's send buffer is a dead letter.
-fn flush(inner: &NodeInner, sender: &LinkSender, pending: VecDeque<Bytes>, node: NodeId) {
-    for frame in pending {
-        if sender.try_send(frame).is_err() {
+fn flush(inner: &NodeInner, sender: &LinkSender, pending: VecDeque<(Lane, Bytes)>, node: NodeId) {
+    for (lane, frame) in pending {
+        if sender.try_send_on(lane, frame).is_err() {
             inner.system.dead_letters().record(
                 ActorId::new(node, 0),
                 "remote message (send buffer full when the link came up)",
@@ -761,6 +779,20 @@ impl Peer {
                     if let Err(cause) = self.dispatch(&inner, remote, bytes, &mut cache) {
                         tracing::warn!(target: "plexus::remote", peer = %remote, "closing the link: {cause}");
                         self.close_link(epoch);
+                        if cause.starts_with(GOODBYE_PREFIX) {
+                            // On a link with several lanes (quic), frames
+                            // sent before the GOODBYE may still be on their
+                            // way on other lanes: take them until the peer
+                            // closes.
+                            let drain = async {
+                                while let Ok(r) = rx.recv().await {
+                                    if let Received::Message(bytes) = r {
+                                        let _ = self.dispatch(&inner, remote, bytes, &mut cache);
+                                    }
+                                }
+                            };
+                            let _ = tokio::time::timeout(inner.config.connect_timeout, drain).await;
+                        }
                         break cause;
                     }
                     // Every FLOOD_CHECK_EVERY messages, not each: reading a

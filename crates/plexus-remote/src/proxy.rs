@@ -15,6 +15,7 @@ use plexus_core::remote::{
     Watcher, WireContext,
 };
 use plexus_core::{ActorId, DeadLetterReason, Down, ExitReason};
+use plexus_transport::Lane;
 use tokio::sync::{oneshot, Semaphore};
 
 use crate::node::{lock, NodeInner};
@@ -260,7 +261,7 @@ impl RemoteEndpoint for RemoteActor {
         with_scratch(|frame| {
             crate::wire::put_message_header(frame, target.serial(), type_id, 0);
             encode(frame)?;
-            if self.peer.send_slice(frame).is_err() {
+            if self.peer.send_slice(self.lane(), frame).is_err() {
                 self.dead_letter_here(type_name, DeadLetterReason::MailboxFull);
             }
             Ok(true)
@@ -275,7 +276,7 @@ impl RemoteEndpoint for RemoteActor {
         };
         match me.frame_for(type_id, 0, &payload) {
             Some(frame) => {
-                if self.peer.send_frame(frame).is_err() {
+                if self.peer.send_frame(self.lane(), frame).is_err() {
                     self.dead_letter_here(type_name, DeadLetterReason::MailboxFull);
                 }
             }
@@ -300,7 +301,7 @@ impl RemoteEndpoint for RemoteActor {
             let _ = tx.send(Err(ReceiptError::Stopped));
             return rx;
         }
-        self.peer.send_with_receipt(|id| {
+        self.peer.send_with_receipt(self.lane(), |id| {
             me.frame_for(type_id, id, &payload)
                 .unwrap_or_else(|| message_frame(me.id.serial(), type_id, id, &payload))
         })
@@ -312,6 +313,17 @@ impl RemoteEndpoint for RemoteActor {
 }
 
 impl RemoteActor {
+    /// The lane of everything sent through this ref (messages, stop, exit):
+    /// by the target's serial, or for a ref made from a published name by
+    /// the name, also once resolved, so frames sent before and after the
+    /// resolve stay in order.
+    fn lane(&self) -> Lane {
+        match &self.named {
+            Some(n) => Lane::for_key(crate::peer::name_key(&n.name)),
+            None => Lane::for_key(self.id.serial()),
+        }
+    }
+
     fn arc(&self) -> Option<Arc<Self>> {
         self.me.upgrade()
     }
@@ -374,7 +386,7 @@ impl Control for RemoteActor {
             },
             Signal::Down(_) => return false,
         };
-        self.peer.send(&frame).is_ok()
+        self.peer.send_frame(self.lane(), frame.encode()).is_ok()
     }
 
     fn kill(&self) {

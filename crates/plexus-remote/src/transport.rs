@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
 use plexus_net::{StackSpec, TransportKind};
+use plexus_transport::quic::{QuicConfig, QuicEndpoint};
 use plexus_transport::tls::{self, TlsConfig};
 use plexus_transport::udp::{UdpConfig, UdpEndpoint};
 use plexus_transport::{mem, tcp, uds, AcceptError, Link};
@@ -25,7 +26,27 @@ pub(crate) enum Listener {
     Tls(tls::TlsListener),
     Uds(uds::UdsListener),
     Udp(Arc<UdpEndpoint>),
+    Quic(Arc<QuicEndpoint>),
     Mem(mem::MemListener),
+}
+
+/// A socket a node shares between listening and dialling (one per
+/// scheme): its UDP or QUIC endpoint.
+#[derive(Clone)]
+pub(crate) enum Endpoint {
+    Udp(Arc<UdpEndpoint>),
+    Quic(Arc<QuicEndpoint>),
+}
+
+impl Listener {
+    /// The endpoint to dial through, for transports that share one.
+    pub(crate) fn endpoint(&self) -> Option<Endpoint> {
+        match self {
+            Self::Udp(ep) => Some(Endpoint::Udp(ep.clone())),
+            Self::Quic(ep) => Some(Endpoint::Quic(ep.clone())),
+            _ => None,
+        }
+    }
 }
 
 impl Listener {
@@ -35,6 +56,12 @@ impl Listener {
             Self::Tls(l) => loop {
                 // A peer refused during its handshake (logged by the
                 // transport) costs only its own connection.
+                match l.accept().await {
+                    Err(AcceptError::Handshake { .. }) => continue,
+                    r => break r,
+                }
+            },
+            Self::Quic(l) => loop {
                 match l.accept().await {
                     Err(AcceptError::Handshake { .. }) => continue,
                     r => break r,
@@ -84,6 +111,13 @@ pub(crate) async fn bind(
             let bound = ep.local_addr().to_string();
             Ok((Listener::Udp(Arc::new(ep)), bound))
         }
+        TransportKind::Quic => {
+            let sa = socket_addr(addr)?;
+            let ep = QuicEndpoint::bind(spec, sa, tls_config(config)?, quic_config(config))
+                .map_err(|e| e.to_string())?;
+            let bound = ep.local_addr().to_string();
+            Ok((Listener::Quic(Arc::new(ep)), bound))
+        }
         TransportKind::Uds => {
             remove_stale_socket(addr);
             let l = uds::UdsListener::bind_with(spec, PathBuf::from(addr), link)
@@ -102,13 +136,43 @@ pub(crate) async fn bind(
     }
 }
 
-/// Dials `addr`. UDP links go out through `udp`, the node's UDP endpoint
-/// for this spec (one socket for all peers).
+/// An endpoint for dialling only (a node that does not listen on the
+/// scheme): an ephemeral UDP socket, or a QUIC endpoint that refuses
+/// incoming connections.
+pub(crate) async fn dial_endpoint(
+    spec: &StackSpec,
+    config: &NodeConfig,
+) -> Result<Endpoint, String> {
+    match spec.transport() {
+        TransportKind::Quic => {
+            let sa = socket_addr("0.0.0.0:0")?;
+            let ep = QuicEndpoint::client(spec, sa, tls_config(config)?, quic_config(config))
+                .map_err(|e| e.to_string())?;
+            Ok(Endpoint::Quic(Arc::new(ep)))
+        }
+        _ => {
+            let (listener, _) = bind(spec, "0.0.0.0:0", config).await?;
+            listener
+                .endpoint()
+                .ok_or_else(|| "not a UDP or QUIC scheme".to_owned())
+        }
+    }
+}
+
+fn quic_config(config: &NodeConfig) -> QuicConfig {
+    QuicConfig {
+        link: config.link,
+        ..config.quic
+    }
+}
+
+/// Dials `addr`. UDP and QUIC links go out through `endpoint`, the node's
+/// endpoint for this spec (one socket for all peers).
 pub(crate) async fn dial(
     spec: &StackSpec,
     addr: &str,
     config: &NodeConfig,
-    udp: Option<Arc<UdpEndpoint>>,
+    endpoint: Option<Endpoint>,
 ) -> Result<Link, LinkError> {
     let link = config.link;
     match spec.transport() {
@@ -123,8 +187,17 @@ pub(crate) async fn dial(
         }
         TransportKind::Udp => {
             let sa = resolve_host(addr).await?;
-            let ep = udp.ok_or_else(|| LinkError::Connect("no UDP endpoint".into()))?;
+            let Some(Endpoint::Udp(ep)) = endpoint else {
+                return Err(LinkError::Connect("no UDP endpoint".into()));
+            };
             Ok(ep.connect(sa).await?)
+        }
+        TransportKind::Quic => {
+            let sa = resolve_host(addr).await?;
+            let Some(Endpoint::Quic(ep)) = endpoint else {
+                return Err(LinkError::Connect("no QUIC endpoint".into()));
+            };
+            Ok(ep.connect(sa, server_name(addr)).await?)
         }
         TransportKind::Uds => Ok(uds::connect_with(spec, addr, link).await?),
         TransportKind::Mem => Ok(mem_hub().connect(spec, addr)?),
@@ -153,7 +226,7 @@ fn remove_stale_socket(path: &str) {
 
 fn tls_config(config: &NodeConfig) -> Result<&TlsConfig, String> {
     config.tls.as_ref().ok_or_else(|| {
-        "tls needs a certificate: NodeConfig::tls(TlsConfig::from_pem_files(cert, key, ca)) \
+        "tls and quic need a certificate: NodeConfig::tls(TlsConfig::from_pem_files(cert, key, ca)) \
          (make dev ones with `plexus-certs`)"
             .to_owned()
     })

@@ -1,20 +1,31 @@
 //! Multi-process tests: a `plexus-node` child process per remote node, on
-//! 127.0.0.1 (and a Unix socket), for each scheme.
+//! 127.0.0.1 (and a Unix socket), for each scheme; over `quic` with
+//! certificates from PEM files, and a child whose certificate is from
+//! another CA refused with the reason.
 
 mod common;
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use common::process::NodeProcess;
 use common::service::{Counter, Total};
 use plexus_core::{ActorRef, ActorSystem, ExitReason};
 use plexus_remote::{Node, NodeConfig, ResolveError};
+use plexus_transport::dev_certs::DevCa;
+use plexus_transport::quic::QuicConfig;
+use plexus_transport::tls::TlsConfig;
 
 const T: Duration = Duration::from_secs(10);
 
 /// Starts a `plexus-node` child listening on `listen` with `cookie`.
 fn start_node(listen: &[&str], cookie: &str) -> NodeProcess {
-    let mut args = Vec::new();
+    start_node_with(listen, cookie, &[])
+}
+
+/// As [`start_node`], with more arguments (`--tls-cert ...`).
+fn start_node_with(listen: &[&str], cookie: &str, extra: &[&str]) -> NodeProcess {
+    let mut args: Vec<String> = extra.iter().map(|a| (*a).to_owned()).collect();
     for l in listen {
         args.extend(["--listen".to_owned(), (*l).to_owned()]);
     }
@@ -24,19 +35,34 @@ fn start_node(listen: &[&str], cookie: &str) -> NodeProcess {
     node
 }
 
+fn local_config(cookie: &str) -> NodeConfig {
+    // Short heartbeats (UDP) and idle timeout (QUIC) so a killed peer is
+    // noticed within the test.
+    NodeConfig::default()
+        .cookie(cookie)
+        .scheme(
+            "udp",
+            "udp / heartbeat(interval=100ms, acceptable_pause=100ms, min_std_dev=50ms) / slicing / delivery / ordering",
+        )
+        .quic(QuicConfig {
+            idle_timeout: Duration::from_millis(1_000),
+            keep_alive: Duration::from_millis(200),
+            ..QuicConfig::default()
+        })
+}
+
 fn local_node(system: &ActorSystem, cookie: &str) -> Node {
-    // Short heartbeats so a killed UDP peer is noticed within the test.
-    let cfg = NodeConfig::default().cookie(cookie).scheme(
-        "udp",
-        "udp / heartbeat(interval=100ms, acceptable_pause=100ms, min_std_dev=50ms) / slicing / delivery / ordering",
-    );
-    Node::start(system, cfg).unwrap()
+    Node::start(system, local_config(cookie)).unwrap()
 }
 
 async fn full_cycle(scheme_listen: &str) {
     let system = ActorSystem::new();
     let node = local_node(&system, "proc-test");
-    let mut remote = start_node(&[scheme_listen], "proc-test");
+    full_cycle_with(&system, &node, scheme_listen, &[]).await;
+}
+
+async fn full_cycle_with(system: &ActorSystem, node: &Node, scheme_listen: &str, extra: &[&str]) {
+    let mut remote = start_node_with(&[scheme_listen], "proc-test", extra);
     let uri = format!("{}/counter", remote.uris[0]);
 
     // resolve, tell, ask
@@ -91,7 +117,7 @@ async fn full_cycle(scheme_listen: &str) {
     assert!(counter.ask(Counter::Get, T).await.is_err());
 
     // restart on the same address: a new resolve reaches the new node
-    let restarted = start_node(&[remote.uris[0].as_str()], "proc-test");
+    let restarted = start_node_with(&[remote.uris[0].as_str()], "proc-test", extra);
     let again: ActorRef<Counter> = tokio::time::timeout(T, async {
         loop {
             match node.resolve::<Counter>(&uri).await {
@@ -107,8 +133,26 @@ async fn full_cycle(scheme_listen: &str) {
     .expect("resolve after restart");
     assert_eq!(again.ask(Counter::Get, T).await, Ok(0));
     let second_node = again.ask(Counter::Whoami, T).await.unwrap();
-    assert_ne!(first_node, second_node, "the restarted node has a new id");
+    if extra.is_empty() {
+        assert_ne!(first_node, second_node, "the restarted node has a new id");
+    } else {
+        // With a certificate the node id is the certificate's (its key's):
+        // the same process restarted with it is the same node.
+        assert_eq!(first_node, second_node, "the certified node id is stable");
+    }
     drop(restarted);
+}
+
+/// An actor system with the node id `config`'s certificate certifies (a
+/// node with TLS material must run on one), and its node.
+fn certified_node(config: NodeConfig) -> (ActorSystem, Node) {
+    let id = config.certified_node_id().expect("a TLS config");
+    let system = ActorSystem::builder()
+        .node_id(id)
+        .build()
+        .expect("actor system");
+    let node = Node::start(&system, config).expect("start the node");
+    (system, node)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -131,6 +175,76 @@ async fn uds_resolve_tell_ask_refs_kill9_and_restart() {
 async fn udp_resolve_tell_ask_refs_kill9_and_restart() {
     let port = free_port();
     full_cycle(&format!("udp://127.0.0.1:{port}")).await;
+}
+
+/// A dev CA and node certificates as PEM files in a fresh directory.
+struct Certs {
+    dir: PathBuf,
+    ca: DevCa,
+}
+
+impl Certs {
+    fn new(tag: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("plexus-certs-{}-{tag}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ca = DevCa::generate().unwrap();
+        std::fs::write(dir.join("ca.pem"), ca.cert_pem()).unwrap();
+        Self { dir, ca }
+    }
+
+    /// Writes `name.pem` and `name.key` signed by `signer` (this CA if
+    /// `None`); returns the `plexus-node` arguments to load them.
+    fn node_args(&self, name: &str, signer: Option<&DevCa>) -> Vec<String> {
+        let cert = signer.unwrap_or(&self.ca).node(name, 1).unwrap();
+        let path = |ext: &str| self.dir.join(format!("{name}.{ext}"));
+        std::fs::write(path("pem"), &cert.cert_pem).unwrap();
+        std::fs::write(path("key"), &cert.key_pem).unwrap();
+        let s = |p: PathBuf| p.display().to_string();
+        vec![
+            "--tls-cert".into(),
+            s(path("pem")),
+            "--tls-key".into(),
+            s(path("key")),
+            "--tls-ca".into(),
+            s(self.dir.join("ca.pem")),
+        ]
+    }
+
+    fn local_tls(&self, name: &str) -> TlsConfig {
+        self.ca.node(name, 1).unwrap().tls_config(&self.ca).unwrap()
+    }
+}
+
+impl Drop for Certs {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quic_resolve_tell_ask_refs_kill9_and_restart() {
+    let certs = Certs::new("quic");
+    let args = certs.node_args("child", None);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (system, node) = certified_node(local_config("proc-test").tls(certs.local_tls("local")));
+    let port = free_udp_port();
+    full_cycle_with(&system, &node, &format!("quic://127.0.0.1:{port}"), &args).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quic_node_with_a_certificate_from_another_ca_is_refused_with_the_reason() {
+    let certs = Certs::new("rogue");
+    let rogue = DevCa::generate().unwrap();
+    let args = certs.node_args("child", Some(&rogue));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let remote = start_node_with(&["quic://127.0.0.1:0"], "proc-test", &args);
+    let (_system, node) = certified_node(local_config("proc-test").tls(certs.local_tls("local")));
+    let err = node
+        .resolve::<Counter>(&format!("{}/counter", remote.uris[0]))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("UnknownIssuer"), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -167,6 +281,14 @@ async fn resolve_of_a_dead_address_names_the_os_error() {
     // Usually "Connection refused"; a parallel test may take the port for
     // a moment, and then it is a reset. Either way the OS error is named.
     assert!(text.contains("(os error "), "{text}");
+}
+
+fn free_udp_port() -> u16 {
+    std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 fn free_port() -> u16 {

@@ -11,7 +11,7 @@ use bytes::Bytes;
 use plexus_net::{Frame, LinkEvent, SendError as StackSendError, Stack};
 
 use crate::error::CloseReason;
-use crate::link::{lock, Received, Shared, MESSAGE_OVERHEAD};
+use crate::link::{lock, Lane, Received, Shared, MESSAGE_OVERHEAD};
 use crate::stats::LinkStats;
 
 /// The current time on tokio's clock (so paused-time tests drive stacks too).
@@ -22,8 +22,9 @@ pub(crate) fn now() -> Instant {
 pub(crate) struct Conn {
     pub(crate) stack: Stack,
     pub(crate) shared: Arc<Shared>,
-    /// A batch taken from the application's queue in one lock.
-    outq: VecDeque<Bytes>,
+    /// A batch taken from the application's queue in one lock. The lane is
+    /// dropped here: a stack carries every lane in queue order.
+    outq: VecDeque<(Lane, Bytes)>,
     /// A message the stack refused with `WouldBlock`; retried first.
     held: Option<Frame>,
     staged: VecDeque<Received>,
@@ -112,7 +113,7 @@ impl Conn {
                     std::mem::swap(&mut out.queue, &mut self.outq);
                     if !out.staging.is_empty() {
                         let staged = out.staging.split().freeze();
-                        self.outq.push_back(staged);
+                        self.outq.push_back((Lane::ZERO, staged));
                     }
                     if self.outq.is_empty() {
                         out.driver_waiting = true;
@@ -122,7 +123,7 @@ impl Conn {
                 };
                 self.stack.count_inline_sends(messages);
             }
-            let Some(chunk) = self.outq.pop_front() else {
+            let Some((_, chunk)) = self.outq.pop_front() else {
                 break;
             };
             moved += chunk.len();
@@ -144,7 +145,7 @@ impl Conn {
                 out.driver_waiting = true;
             }
         }
-        self.outq.pop_front()
+        self.outq.pop_front().map(|(_, message)| message)
     }
 
     fn stack_send(&mut self, now: Instant, frame: impl Into<Frame>) {

@@ -162,6 +162,10 @@ pub enum CloseReason {
     /// was shut down.
     #[error("endpoint shut down")]
     EndpointClosed,
+    /// The QUIC connection failed or the peer broke the lane protocol (see
+    /// [`QuicError`](crate::quic::QuicError)).
+    #[error("{0}")]
+    Quic(Arc<crate::quic::QuicError>),
 }
 
 impl From<io::Error> for CloseReason {
@@ -243,6 +247,61 @@ impl TrySendError {
         match self {
             TrySendError::Full { message, .. } => message,
             TrySendError::Send(e) => e.into_message(),
+        }
+    }
+}
+
+/// A refused [`send_unreliable`](crate::LinkSender::send_unreliable). The
+/// message is handed back; nothing was sent.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum UnreliableError {
+    /// The link's transport has no unreliable datagrams (only `quic` has);
+    /// send the message with [`send`](crate::LinkSender::send).
+    #[error("send to {peer}: this transport has no unreliable datagrams; use send()")]
+    Unsupported {
+        /// The peer address.
+        peer: Arc<str>,
+        /// The refused message.
+        message: Bytes,
+    },
+    /// The peer did not enable QUIC datagrams, or they are disabled
+    /// locally.
+    #[error("send to {peer}: the peer does not accept QUIC datagrams; use send()")]
+    UnsupportedByPeer {
+        /// The peer address.
+        peer: Arc<str>,
+        /// The refused message.
+        message: Bytes,
+    },
+    /// The message does not fit one datagram on the current path.
+    #[error("send to {peer}: message of {} bytes exceeds one datagram ({max} bytes now); use send()", message.len())]
+    TooLarge {
+        /// The peer address.
+        peer: Arc<str>,
+        /// The refused message.
+        message: Bytes,
+        /// The largest datagram payload now, in bytes.
+        max: usize,
+    },
+    /// The link is closed.
+    #[error("send to {peer}: link closed")]
+    Closed {
+        /// The peer address.
+        peer: Arc<str>,
+        /// The refused message.
+        message: Bytes,
+    },
+}
+
+impl UnreliableError {
+    /// The message handed back.
+    pub fn into_message(self) -> Bytes {
+        match self {
+            Self::Unsupported { message, .. }
+            | Self::UnsupportedByPeer { message, .. }
+            | Self::TooLarge { message, .. }
+            | Self::Closed { message, .. } => message,
         }
     }
 }

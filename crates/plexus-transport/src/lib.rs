@@ -5,7 +5,7 @@
 //!  remote (node, wire protocol, lanes)  ── Link::send(Bytes) / Link::recv() ──
 //!  ───────────────────────────────────────────────────│────────────▲──────────
 //!  this crate      Link handles ⇄ bounded queues ⇄ one driver per link (TCP,
-//!                  UDS, mem) or per socket (UDP: one socket, many peers)
+//!                  UDS, mem, QUIC) or per socket (UDP: one socket, many peers)
 //!                                   │ handle_send / poll_receive ▲
 //!  plexus-net      Stack (framing | slicing / delivery / ordering ...)
 //!                                   │ poll_transmit / handle_receive ▲
@@ -23,6 +23,12 @@
 //! | `uds / framing` | [`uds`] | [`uds::UdsListener::bind`] | [`uds::connect`] |
 //! | `udp / slicing / delivery / ordering` | [`udp`] | [`udp::UdpEndpoint::bind`] + `accept` | [`udp::UdpEndpoint::connect`] |
 //! | `mem / ordering` | [`mem`] | [`mem::MemHub::bind`] | [`mem::MemHub::connect`], [`mem::pair`] |
+//! | `quic` | [`quic`] | [`quic::QuicEndpoint::bind`] + `accept` | [`quic::QuicEndpoint::connect`] |
+//!
+//! `quic` has no `plexus-net` stack: QUIC itself delimits, orders and
+//! retransmits. It carries each [`Lane`] on its own stream; every other
+//! transport carries all lanes of a link on its one ordered stream or stack,
+//! in queue order (a lane never reorders there).
 //!
 //! Every connection is a [`Link`]: send whole messages ([`bytes::Bytes`]),
 //! receive whole messages and [`LinkEvent`](plexus_net::LinkEvent)s
@@ -52,6 +58,7 @@ pub mod error;
 pub mod identity;
 mod link;
 pub mod mem;
+pub mod quic;
 mod stats;
 mod stream;
 pub mod tcp;
@@ -61,8 +68,9 @@ pub mod uds;
 
 pub use error::{
     AcceptError, BindError, CloseReason, ConnectError, LinkClosed, SendError, TrySendError,
+    UnreliableError,
 };
-pub use link::{Link, LinkConfig, LinkReceiver, LinkSender, Received};
+pub use link::{Lane, Link, LinkConfig, LinkReceiver, LinkSender, Received};
 pub use stats::LinkStats;
 
 #[cfg(test)]
@@ -81,6 +89,8 @@ mod tests {
         assert_send_sync::<tls::TlsListener>();
         assert_send_sync::<tls::TlsConfig>();
         assert_send_sync::<udp::UdpEndpoint>();
+        assert_send_sync::<quic::QuicEndpoint>();
+        assert_send_sync::<Lane>();
         assert_send_sync::<mem::MemHub>();
         assert_send_sync::<mem::MemListener>();
         assert_send_sync::<LinkClosed>();

@@ -14,6 +14,18 @@
 //! slow application pushes back on the peer through the transport's own
 //! flow control (UDP: datagrams are dropped before the stack sees them, and
 //! `delivery` retransmits them).
+//!
+//! # Lanes
+//!
+//! Every message is sent on a [`Lane`] ([`LinkSender::send_on`]; plain
+//! [`send`](LinkSender::send) is [`Lane::ZERO`]). The guarantee is FIFO per
+//! lane and no order across lanes. Transports with one ordered byte stream
+//! or one ordered stack (`tcp`, `tls`, `uds`, `udp / ... / ordering`, `mem`)
+//! carry every lane on it, in the order the messages were queued: there a
+//! lane never reorders anything. The [`quic`](crate::quic) transport gives
+//! each lane its own QUIC stream, so a large message on one lane does not
+//! hold up small ones on another. The lane travels in the outbound queue
+//! next to the message (one byte in the queue's slot, no allocation).
 
 use std::collections::VecDeque;
 use std::future::poll_fn;
@@ -23,13 +35,55 @@ use std::task::{ready, Context, Poll, Waker};
 use bytes::{BufMut, Bytes, BytesMut};
 use plexus_net::layers::framing::FrameHeader;
 use plexus_net::LinkEvent;
+use rustls_pki_types::CertificateDer;
 use tokio::sync::{Semaphore, TryAcquireError};
 
-use rustls_pki_types::CertificateDer;
-
-use crate::error::{CloseReason, LinkClosed, SendError, TrySendError};
+use crate::error::{CloseReason, LinkClosed, SendError, TrySendError, UnreliableError};
 use crate::identity::PeerIdentity;
 use crate::stats::LinkStats;
+
+/// A lane of a link: messages on one lane arrive in the order they were
+/// queued; messages on different lanes may overtake each other (on the
+/// transports that have several streams per link, i.e. [`quic`](crate::quic)).
+/// There are [`Lane::COUNT`] lanes, `0` to `COUNT - 1`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct Lane(u8);
+
+impl Lane {
+    /// Lanes per link.
+    pub const COUNT: usize = 64;
+    /// Lane 0: what [`LinkSender::send`] uses.
+    pub const ZERO: Lane = Lane(0);
+
+    /// Lane `index`, if below [`Lane::COUNT`].
+    pub const fn new(index: u8) -> Option<Lane> {
+        if (index as usize) < Self::COUNT {
+            Some(Lane(index))
+        } else {
+            None
+        }
+    }
+
+    /// One of the lanes `1..COUNT` chosen by `key` (e.g. a hash of a pair of
+    /// actors): equal keys give equal lanes, and lane 0 is left for traffic
+    /// that belongs to no key.
+    pub const fn for_key(key: u64) -> Lane {
+        // Fibonacci hashing spreads sequential keys over the lanes.
+        let mixed = key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32;
+        Lane(1 + (mixed % (Self::COUNT as u64 - 1)) as u8)
+    }
+
+    /// The lane's number, `0..COUNT`.
+    pub const fn index(self) -> u8 {
+        self.0
+    }
+}
+
+impl std::fmt::Display for Lane {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "lane {}", self.0)
+    }
+}
 
 /// Bookkeeping bytes charged per queued message on top of its length, so a
 /// flood of empty messages is bounded too.
@@ -78,9 +132,9 @@ pub enum Received {
 pub(crate) type DriverWaker = Box<dyn Fn() + Send + Sync>;
 
 pub(crate) struct OutState {
-    /// Messages for the driver; on an inline-framing link, wire bytes
-    /// (already framed) instead.
-    pub(crate) queue: VecDeque<Bytes>,
+    /// Messages with their lane; on an inline-framing link, wire bytes
+    /// (already framed, all on lane 0) instead.
+    pub(crate) queue: VecDeque<(Lane, Bytes)>,
     /// Inline framing: small messages framed and copied here, behind
     /// `queue`, until the driver takes them as one chunk.
     pub(crate) staging: BytesMut,
@@ -121,6 +175,7 @@ pub(crate) struct Shared {
     pub(crate) inline_framing: bool,
     pub(crate) config: LinkConfig,
     pub(crate) wake_driver: DriverWaker,
+    pub(crate) extras: Extras,
     // Each on its own cache lines: the sender, the driver and the receiver
     // update them from different threads, and must not also invalidate the
     // read-only fields above (read on every send) or each other.
@@ -130,6 +185,18 @@ pub(crate) struct Shared {
     pub(crate) inb: CachePadded<Mutex<InState>>,
     /// Refreshed by the driver when the stack drops a frame.
     pub(crate) stats: Mutex<LinkStats>,
+}
+
+/// What some transports add to a link: the peer's certificate (QUIC) and
+/// a way to send unreliable datagrams (QUIC).
+#[derive(Default)]
+pub(crate) struct Extras {
+    pub(crate) unreliable: Option<Box<dyn UnreliableSink>>,
+}
+
+/// Sends a message as one unreliable datagram, right away.
+pub(crate) trait UnreliableSink: Send + Sync {
+    fn send(&self, peer: &Arc<str>, message: Bytes) -> Result<(), UnreliableError>;
 }
 
 /// `T` alone on its cache lines (128 bytes: two lines, for the adjacent-line
@@ -158,6 +225,24 @@ impl Shared {
         inline_framing: bool,
         config: LinkConfig,
         wake_driver: DriverWaker,
+    ) -> Arc<Self> {
+        Self::with_extras(
+            peer,
+            max_message_len,
+            inline_framing,
+            config,
+            wake_driver,
+            Extras::default(),
+        )
+    }
+
+    pub(crate) fn with_extras(
+        peer: Arc<str>,
+        max_message_len: Option<usize>,
+        inline_framing: bool,
+        config: LinkConfig,
+        wake_driver: DriverWaker,
+        extras: Extras,
     ) -> Arc<Self> {
         let send_buffer = config
             .send_buffer
@@ -190,6 +275,7 @@ impl Shared {
             })),
             wake_driver,
             stats: Mutex::default(),
+            extras,
         })
     }
 
@@ -322,14 +408,14 @@ impl LinkSender {
         }
     }
 
-    /// Queues a message whose permits (`cost`) were taken.
-    fn push(&self, message: Bytes, cost: usize) {
+    /// Queues a message on `lane` whose permits (`cost`) were taken.
+    fn push(&self, lane: Lane, message: Bytes, cost: usize) {
         if self.shared.inline_framing {
             return self.push_inline(Payload::Owned(message), cost);
         }
         let wake = {
             let mut out = lock(&self.shared.out);
-            out.queue.push_back(message);
+            out.queue.push_back((lane, message));
             std::mem::take(&mut out.driver_waiting)
         };
         if wake {
@@ -356,8 +442,8 @@ impl LinkSender {
             } else {
                 out.staging.put_slice(&header);
                 let staged = out.staging.split().freeze();
-                out.queue.push_back(staged);
-                out.queue.push_back(payload.into_bytes());
+                out.queue.push_back((Lane::ZERO, staged));
+                out.queue.push_back((Lane::ZERO, payload.into_bytes()));
             }
             out.inline_messages += 1;
             out.uncharged += (FrameHeader::LEN + len) - cost;
@@ -368,17 +454,27 @@ impl LinkSender {
         }
     }
 
-    /// Queues a copy of `message` if the send buffer has room, without
-    /// waiting: for callers that encode into a reused scratch buffer. On a
-    /// plain `framing` stream link the bytes are copied once, straight into
-    /// the bytes the driver writes; elsewhere into a new [`Bytes`].
+    /// [`try_send_copy_on`](LinkSender::try_send_copy_on) [`Lane::ZERO`].
     ///
     /// # Errors
     ///
     /// As [`try_send`](LinkSender::try_send), handing back a copy.
     pub fn try_send_copy(&self, message: &[u8]) -> Result<(), TrySendError> {
+        self.try_send_copy_on(Lane::ZERO, message)
+    }
+
+    /// Queues a copy of `message` on `lane` if the send buffer has room,
+    /// without waiting: for callers that encode into a reused scratch
+    /// buffer. On a plain `framing` stream link the bytes are copied once,
+    /// straight into the bytes the driver writes; elsewhere into a new
+    /// [`Bytes`].
+    ///
+    /// # Errors
+    ///
+    /// As [`try_send`](LinkSender::try_send), handing back a copy.
+    pub fn try_send_copy_on(&self, lane: Lane, message: &[u8]) -> Result<(), TrySendError> {
         if !self.shared.inline_framing {
-            return self.try_send(Bytes::copy_from_slice(message));
+            return self.try_send_on(lane, Bytes::copy_from_slice(message));
         }
         if let Some(max) = self.shared.max_message_len {
             if message.len() > max {
@@ -416,7 +512,23 @@ impl LinkSender {
         }
     }
 
-    /// Queues `message` for the peer, waiting while the send buffer is full.
+    /// Queues `message` for the peer on [`Lane::ZERO`], waiting while the
+    /// send buffer is full. As [`send_on`](LinkSender::send_on).
+    ///
+    /// # Errors
+    ///
+    /// As [`send_on`](LinkSender::send_on).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: if the future is dropped before completing, the message
+    /// was not queued.
+    pub async fn send(&self, message: Bytes) -> Result<(), SendError> {
+        self.send_on(Lane::ZERO, message).await
+    }
+
+    /// Queues `message` for the peer on `lane`, waiting while the send
+    /// buffer is full. Messages on one lane arrive in order; see [`Lane`].
     ///
     /// # Errors
     ///
@@ -434,21 +546,21 @@ impl LinkSender {
     ///
     /// Cancel safe: if the future is dropped before completing, the message
     /// was not queued.
-    pub async fn send(&self, message: Bytes) -> Result<(), SendError> {
+    pub async fn send_on(&self, lane: Lane, message: Bytes) -> Result<(), SendError> {
         let message = self.check_len(message)?;
         let cost = self.shared.cost(message.len());
         // Fast path without the future machinery: room is usually there.
         if let Ok(permit) = self.shared.out_space.try_acquire_many(cost as u32) {
             permit.forget();
-            self.push(message, cost);
+            self.push(lane, message, cost);
             return Ok(());
         }
         // Boxed: the semaphore's future is large, and the caller moves this
         // future on every send; only a send that waits pays for the box.
-        Box::pin(self.send_waiting(message, cost)).await
+        Box::pin(self.send_waiting(lane, message, cost)).await
     }
 
-    async fn send_waiting(&self, message: Bytes, cost: usize) -> Result<(), SendError> {
+    async fn send_waiting(&self, lane: Lane, message: Bytes, cost: usize) -> Result<(), SendError> {
         match self.shared.out_space.acquire_many(cost as u32).await {
             Ok(permit) => permit.forget(),
             Err(_) => {
@@ -458,23 +570,61 @@ impl LinkSender {
                 })
             }
         }
-        self.push(message, cost);
+        self.push(lane, message, cost);
         Ok(())
     }
 
-    /// Queues `message` if the send buffer has room, without waiting.
+    /// Queues `message` on [`Lane::ZERO`] if the send buffer has room,
+    /// without waiting.
+    ///
+    /// # Errors
+    ///
+    /// As [`try_send_on`](LinkSender::try_send_on).
+    pub fn try_send(&self, message: Bytes) -> Result<(), TrySendError> {
+        self.try_send_on(Lane::ZERO, message)
+    }
+
+    /// Queues `message` on `lane` if the send buffer has room, without
+    /// waiting.
     ///
     /// # Errors
     ///
     /// [`TrySendError::Full`] when the buffer is full, otherwise as
     /// [`send`](LinkSender::send); the message is handed back.
-    pub fn try_send(&self, message: Bytes) -> Result<(), TrySendError> {
+    pub fn try_send_on(&self, lane: Lane, message: Bytes) -> Result<(), TrySendError> {
         let message = self.check_len(message)?;
         let cost = self.shared.cost(message.len());
         // The closure runs only on failure: the clone is a refcount bump.
         self.take_permits(cost, || message.clone())?;
-        self.push(message, cost);
+        self.push(lane, message, cost);
         Ok(())
+    }
+
+    /// Sends `message` as one unreliable datagram, now, outside the send
+    /// buffer. It may be lost, or overtake or be overtaken by any other
+    /// message; if it arrives, the peer gets it as an ordinary
+    /// [`Received::Message`].
+    ///
+    /// # Errors
+    ///
+    /// [`UnreliableError`], handing the message back: the transport has no
+    /// datagrams (only [`quic`](crate::quic) has), the peer did not enable
+    /// them, the message is larger than one datagram
+    /// ([`UnreliableError::TooLarge`] says the current limit), or the link
+    /// is closed.
+    ///
+    /// # Backpressure
+    ///
+    /// None: when the transport's datagram buffer is full, older datagrams
+    /// are dropped.
+    pub fn send_unreliable(&self, message: Bytes) -> Result<(), UnreliableError> {
+        match &self.shared.extras.unreliable {
+            Some(sink) => sink.send(&self.shared.peer, message),
+            None => Err(UnreliableError::Unsupported {
+                peer: self.shared.peer.clone(),
+                message,
+            }),
+        }
     }
 
     /// Closes the link gracefully: messages already queued are still sent,
@@ -718,6 +868,33 @@ impl Link {
         self.sender.try_send_copy(message)
     }
 
+    /// See [`LinkSender::send_on`].
+    ///
+    /// # Errors
+    ///
+    /// As [`LinkSender::send_on`].
+    pub async fn send_on(&self, lane: Lane, message: Bytes) -> Result<(), SendError> {
+        self.sender.send_on(lane, message).await
+    }
+
+    /// See [`LinkSender::try_send_on`].
+    ///
+    /// # Errors
+    ///
+    /// As [`LinkSender::try_send_on`].
+    pub fn try_send_on(&self, lane: Lane, message: Bytes) -> Result<(), TrySendError> {
+        self.sender.try_send_on(lane, message)
+    }
+
+    /// See [`LinkSender::send_unreliable`].
+    ///
+    /// # Errors
+    ///
+    /// As [`LinkSender::send_unreliable`].
+    pub fn send_unreliable(&self, message: Bytes) -> Result<(), UnreliableError> {
+        self.sender.send_unreliable(message)
+    }
+
     /// See [`LinkReceiver::recv`].
     ///
     /// # Errors
@@ -744,5 +921,34 @@ impl Link {
     /// The two halves, to send and receive from different tasks.
     pub fn split(self) -> (LinkSender, LinkReceiver) {
         (self.sender, self.receiver)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lanes_for_keys_stay_in_range_and_spare_lane_zero() {
+        let mut used = [false; Lane::COUNT];
+        for key in (0..10_000u64).chain([u64::MAX, u64::MAX - 1, 1 << 63]) {
+            let lane = Lane::for_key(key);
+            assert!(lane.index() >= 1 && usize::from(lane.index()) < Lane::COUNT);
+            assert_eq!(lane, Lane::for_key(key), "same key, same lane");
+            used[usize::from(lane.index())] = true;
+        }
+        assert!(
+            used[1..].iter().all(|&u| u),
+            "sequential keys reach every lane"
+        );
+        assert_eq!(Lane::new(63).map(Lane::index), Some(63));
+        assert_eq!(Lane::new(64), None);
+    }
+
+    #[test]
+    fn the_outbound_queue_slot_stays_small() {
+        // The lane rides next to the message in the queue: no allocation,
+        // one slot of at most 40 bytes.
+        assert!(std::mem::size_of::<(Lane, Bytes)>() <= 40);
     }
 }

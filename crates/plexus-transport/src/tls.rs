@@ -133,9 +133,9 @@ pub enum TlsConfigError {
 /// Cheap to clone (the rustls configurations are shared).
 #[derive(Clone)]
 pub struct TlsConfig {
-    server: Arc<ServerConfig>,
-    client: Arc<ClientConfig>,
-    handshake_timeout: Duration,
+    pub(crate) server: Arc<ServerConfig>,
+    pub(crate) client: Arc<ClientConfig>,
+    pub(crate) handshake_timeout: Duration,
     node_id: u64,
 }
 

@@ -5,7 +5,7 @@
 //! plexus-node --listen tcp://127.0.0.1:4000 [--listen udp://127.0.0.1:4001]
 //!             [--cookie SECRET] [--name counter]
 //!             [--scheme NAME=SPEC ...]
-//!             [--tls-cert n1.pem --tls-key n1.key --tls-ca ca.pem]
+//!             [--tls-cert n1.pem --tls-key n1.key --tls-ca ca.pem]   # tls:// and quic://
 //! ```
 //!
 //! `--scheme` adds a scheme, e.g.

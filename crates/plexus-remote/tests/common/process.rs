@@ -41,6 +41,8 @@ impl NodeProcess {
                 };
             }
         }
+        let _ = child.kill();
+        let _ = child.wait();
         panic!("plexus-node {args:?} exited before serving");
     }
 

@@ -1,0 +1,685 @@
+//! The driver of one QUIC link: a task that hands queued messages to one
+//! writer task per lane, accepts the peer's lane streams (one reader task
+//! each), reads datagrams, and runs the graceful close (see the
+//! [module docs](super)).
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use bytes::{BufMut, Bytes, BytesMut};
+use futures_util::FutureExt;
+use plexus_net::layers::framing::{self, FrameHeader};
+use quinn::{Connection, ConnectionError, RecvStream, SendDatagramError, VarInt};
+use rustls_pki_types::CertificateDer;
+use tokio::sync::{mpsc, Notify};
+use tokio::task::JoinSet;
+
+use super::{code, QuicConfig, QuicError};
+use crate::error::{CloseReason, UnreliableError};
+use crate::identity::PeerIdentity;
+use crate::link::{lock, Extras, Lane, Link, Received, Shared, UnreliableSink, MESSAGE_OVERHEAD};
+
+/// Messages up to this length are copied next to their header (one chunk
+/// per batch); longer ones are handed to quinn as their own chunk.
+const COPY_MAX: usize = 1024;
+/// A batch holding a message at least this long is sent at a lower
+/// priority than other lanes: small messages on other lanes go first
+/// instead of sharing the connection round-robin with it.
+const BULK: usize = 256 << 10;
+/// Bytes asked of quinn per read.
+const READ_CHUNK: usize = 64 << 10;
+/// Lane byte of a reader that has not read it yet (for errors).
+const NO_LANE: u8 = u8::MAX;
+/// First byte of the stream that says "I have read everything you sent":
+/// it carries nothing else.
+pub(super) const READ_ALL: u8 = 0x80;
+/// Streams a peer may open in a connection's life: one per lane and the
+/// read-all one.
+pub(super) const MAX_STREAMS: usize = Lane::COUNT + 1;
+
+/// Starts the driver of an established connection and returns its link.
+pub(crate) fn spawn(conn: Connection, config: &QuicConfig, peer: Arc<str>) -> Link {
+    let notify = Arc::new(Notify::new());
+    let room = Arc::new(Notify::new());
+    let wake = (notify.clone(), room.clone());
+    let extras = Extras {
+        unreliable: Some(Box::new(Datagrams(conn.clone()))),
+    };
+    let identity = peer_identity(&conn);
+    let shared = Shared::with_extras(
+        peer,
+        Some(config.max_message_len),
+        false,
+        config.link,
+        Box::new(move || {
+            wake.0.notify_one();
+            wake.1.notify_waiters();
+        }),
+        extras,
+    );
+    let mut link = Link::new(shared.clone());
+    if let Some(identity) = identity {
+        link = link.with_identity(identity);
+    }
+    let lanes = Arc::new(Lanes {
+        shared: shared.clone(),
+        room,
+        max_message_len: config.max_message_len,
+        seen: Mutex::new(LanesSeen::default()),
+        partial: AtomicUsize::new(0),
+        partial_max: reassembly_budget(config.max_message_len),
+        bulk: tokio::sync::Mutex::new(()),
+    });
+    let driver = Driver {
+        conn,
+        shared,
+        lanes,
+        writers: std::array::from_fn(|_| None),
+        writer_tasks: JoinSet::new(),
+        readers: JoinSet::new(),
+        accepted: 0,
+        sending: Sending::Open,
+        peer_done: false,
+        inbound_ended: false,
+        peer_read_all: false,
+    };
+    tokio::spawn(driver.drive(notify));
+    link
+}
+
+/// What the peer's end-entity certificate (verified by rustls against the
+/// CA roots during the handshake) says about it: the node id it certifies.
+/// `None` only if the certificate does not parse, which the handshake's
+/// verification already excludes.
+fn peer_identity(conn: &Connection) -> Option<PeerIdentity> {
+    let identity = conn.peer_identity()?;
+    let chain = identity.downcast::<Vec<CertificateDer<'static>>>().ok()?;
+    let cert = chain.into_iter().next()?;
+    match PeerIdentity::new(cert) {
+        Ok(identity) => Some(identity),
+        Err(error) => {
+            tracing::warn!(%error, "quic peer certificate gives no node id");
+            None
+        }
+    }
+}
+
+struct Datagrams(Connection);
+
+impl UnreliableSink for Datagrams {
+    fn send(&self, peer: &Arc<str>, message: Bytes) -> Result<(), UnreliableError> {
+        // The clone shares the buffer; it is handed back on error.
+        match self.0.send_datagram(message.clone()) {
+            Ok(()) => Ok(()),
+            Err(SendDatagramError::UnsupportedByPeer | SendDatagramError::Disabled) => {
+                Err(UnreliableError::UnsupportedByPeer {
+                    peer: peer.clone(),
+                    message,
+                })
+            }
+            Err(SendDatagramError::TooLarge) => Err(UnreliableError::TooLarge {
+                peer: peer.clone(),
+                max: self.0.max_datagram_size().unwrap_or(0),
+                message,
+            }),
+            Err(SendDatagramError::ConnectionLost(_)) => Err(UnreliableError::Closed {
+                peer: peer.clone(),
+                message,
+            }),
+        }
+    }
+}
+
+/// Where the send direction is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sending {
+    /// Messages are taken from the queue.
+    Open,
+    /// The application is done: lanes other than 0 are finishing.
+    Finishing,
+    /// Lanes other than 0 are acknowledged; lane 0 is finishing.
+    FinishingLaneZero,
+    /// Every stream is finished and acknowledged.
+    Done,
+}
+
+/// Bytes of partly received messages one connection may hold, all lanes
+/// together: two messages of the maximum length (one finishing while the
+/// next starts: our writers send one bulk message at a time) and a small
+/// one on every lane. A peer that needs more is closed
+/// ([`QuicError::TooMuchPartial`]).
+pub(super) fn reassembly_budget(max_message_len: usize) -> usize {
+    2 * (max_message_len + FrameHeader::LEN) + Lane::COUNT * (BULK + READ_CHUNK)
+}
+
+/// What the lane readers and writers of one connection share.
+struct Lanes {
+    shared: Arc<Shared>,
+    /// Woken when the receiver makes room in the inbound queue.
+    room: Arc<Notify>,
+    max_message_len: usize,
+    /// Streams the peer opened.
+    seen: Mutex<LanesSeen>,
+    /// Bytes of partly received messages, all readers together (counted
+    /// at their announced length once the header is in).
+    partial: AtomicUsize,
+    partial_max: usize,
+    /// Held by the writer sending a bulk message: one at a time, so the
+    /// peer never needs to hold many partial large messages.
+    bulk: tokio::sync::Mutex<()>,
+}
+
+struct Driver {
+    conn: Connection,
+    shared: Arc<Shared>,
+    lanes: Arc<Lanes>,
+    /// The queue of each lane's writer task (opened on first use).
+    writers: [Option<mpsc::UnboundedSender<Bytes>>; Lane::COUNT],
+    /// Writer tasks: `Ok(lane)` once their stream is finished and
+    /// acknowledged.
+    writer_tasks: JoinSet<Result<u8, QuicError>>,
+    /// Reader tasks: `Ok(lane)` at the end of their stream.
+    readers: JoinSet<Result<u8, QuicError>>,
+    accepted: usize,
+    sending: Sending,
+    /// The peer finished lane 0: no more lane streams will come.
+    peer_done: bool,
+    /// Every stream of the peer was read to its end.
+    inbound_ended: bool,
+    /// The peer read everything we sent (its read-all stream came).
+    peer_read_all: bool,
+}
+
+/// The streams a peer opened so far.
+#[derive(Default)]
+struct LanesSeen {
+    lanes: u64,
+    read_all: bool,
+}
+
+impl Driver {
+    async fn drive(mut self, notify: Arc<Notify>) {
+        let reason = self.run(&notify).await;
+        let (code, text) = match &reason {
+            CloseReason::PeerClosed | CloseReason::Local => (code::DONE, "done".to_owned()),
+            CloseReason::Quic(e) if e.is_protocol() => (code::PROTOCOL, e.to_string()),
+            other => (code::LOCAL, other.to_string()),
+        };
+        if let CloseReason::Quic(error) = &reason {
+            if error.is_protocol() {
+                tracing::warn!(target: "plexus::transport", peer = %self.shared.peer, %error, "quic peer broke the lane protocol; connection closed");
+            }
+        }
+        // Readers stop before the close is reported: nothing is queued
+        // after the reason.
+        self.readers.abort_all();
+        self.writer_tasks.abort_all();
+        let text = &text.as_bytes()[..text.len().min(256)];
+        self.conn.close(VarInt::from_u32(code), text);
+        tracing::debug!(peer = %self.shared.peer, %reason, "link closed");
+        self.shared.close(reason);
+    }
+
+    async fn run(&mut self, notify: &Notify) -> CloseReason {
+        let conn = self.conn.clone();
+        let closed = conn.closed();
+        tokio::pin!(closed);
+        let mut batch = VecDeque::with_capacity(256);
+        loop {
+            if self.sending == Sending::Open {
+                self.pump(&mut batch, notify);
+            }
+            // Both directions were sent and read: closing loses nothing.
+            if self.inbound_ended && self.sending == Sending::Done && self.peer_read_all {
+                return CloseReason::PeerClosed;
+            }
+            // Nobody will read what else comes, and the peer has read all
+            // we sent.
+            if self.sending == Sending::Done
+                && self.peer_read_all
+                && !lock(&self.shared.inb).receiver_alive
+            {
+                return CloseReason::Local;
+            }
+            let datagrams = !self.inbound_ended;
+            let accepting = !self.peer_done || !self.peer_read_all;
+            tokio::select! {
+                () = notify.notified() => {}
+                e = &mut closed => return connection_reason(e),
+                s = conn.accept_uni(), if accepting => match s {
+                    Ok(stream) => {
+                        if let Err(e) = self.on_stream(stream) {
+                            return e;
+                        }
+                    }
+                    Err(e) => return connection_reason(e),
+                },
+                d = conn.read_datagram(), if datagrams => match d {
+                    Ok(d) => self.on_datagram(d),
+                    Err(e) => return connection_reason(e),
+                },
+                Some(r) = self.readers.join_next() => match r {
+                    Ok(Ok(lane)) => {
+                        match lane {
+                            0 => self.peer_done = true,
+                            READ_ALL => self.peer_read_all = true,
+                            _ => {}
+                        }
+                        if let Err(e) = self.check_inbound_end() {
+                            return e;
+                        }
+                    }
+                    Ok(Err(e)) => return quic_reason(e),
+                    // Panics cannot happen in readers; aborts only here.
+                    Err(_) => return CloseReason::Local,
+                },
+                Some(r) = self.writer_tasks.join_next() => match r {
+                    Ok(Ok(_)) => self.on_writer_done(),
+                    Ok(Err(e)) => return quic_reason(e),
+                    Err(_) => return CloseReason::Local,
+                },
+            }
+        }
+    }
+
+    /// Hands queued messages to their lanes' writers; starts the close once
+    /// the application is done sending.
+    fn pump(&mut self, batch: &mut VecDeque<(Lane, Bytes)>, notify: &Notify) {
+        let mut rounds = 0;
+        let done = loop {
+            {
+                let mut out = lock(&self.shared.out);
+                std::mem::swap(&mut out.queue, batch);
+                if batch.is_empty() {
+                    // The next push wakes us.
+                    out.driver_waiting = true;
+                    break out.senders == 0 || out.close_requested;
+                }
+            }
+            for (lane, message) in batch.drain(..) {
+                let i = usize::from(lane.index());
+                if self.writers[i].is_none() {
+                    self.writers[i] = Some(self.open_lane(lane));
+                }
+                if let Some(writer) = &self.writers[i] {
+                    // The writer ends only after its queue is dropped (or
+                    // on a connection error, reported through its join
+                    // handle).
+                    let _ = writer.send(message);
+                }
+            }
+            rounds += 1;
+            if rounds == 16 {
+                // A sender that never pauses: serve the other arms, and
+                // come back (no push would wake us).
+                notify.notify_one();
+                return;
+            }
+        };
+        if done {
+            self.sending = Sending::Finishing;
+            // Lane 0 goes last: its end tells the peer everything is in.
+            for w in self.writers.iter_mut().skip(1) {
+                *w = None;
+            }
+            self.on_writer_done();
+        }
+    }
+
+    fn open_lane(&mut self, lane: Lane) -> mpsc::UnboundedSender<Bytes> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.writer_tasks
+            .spawn(write_lane(self.conn.clone(), lane, rx, self.lanes.clone()));
+        tx
+    }
+
+    /// A writer finished: move the close along.
+    fn on_writer_done(&mut self) {
+        let others_running = self.writer_tasks.len() > usize::from(self.writers[0].is_some());
+        match self.sending {
+            Sending::Finishing if !others_running => {
+                self.sending = Sending::FinishingLaneZero;
+                if self.writers[0].is_none() {
+                    self.writers[0] = Some(self.open_lane(Lane::ZERO));
+                }
+                self.writers[0] = None;
+                if self.writer_tasks.is_empty() {
+                    self.sending = Sending::Done;
+                }
+            }
+            Sending::FinishingLaneZero if self.writer_tasks.is_empty() => {
+                self.sending = Sending::Done;
+            }
+            _ => {}
+        }
+    }
+
+    fn on_stream(&mut self, stream: RecvStream) -> Result<(), CloseReason> {
+        self.accepted += 1;
+        if self.accepted > MAX_STREAMS {
+            return Err(quic_reason(QuicError::TooManyStreams {
+                opened: self.accepted,
+                max: MAX_STREAMS,
+            }));
+        }
+        self.readers.spawn(read_lane(stream, self.lanes.clone()));
+        Ok(())
+    }
+
+    fn on_datagram(&mut self, datagram: Bytes) {
+        if datagram.len() > self.lanes.max_message_len {
+            return;
+        }
+        if inbox_full(&self.shared) {
+            tracing::trace!(peer = %self.shared.peer, "receive buffer full; datagram dropped");
+            return;
+        }
+        push(
+            &self.shared,
+            &mut VecDeque::from([Received::Message(datagram)]),
+        );
+    }
+
+    /// After the peer finished lane 0: once the streams it opened before
+    /// (all acknowledged, so all here) are read to their end, the inbound
+    /// direction is over.
+    fn check_inbound_end(&mut self) -> Result<(), CloseReason> {
+        if !self.peer_done || self.inbound_ended {
+            return Ok(());
+        }
+        while let Some(r) = self.conn.accept_uni().now_or_never() {
+            match r {
+                Ok(stream) => self.on_stream(stream)?,
+                Err(e) => return Err(connection_reason(e)),
+            }
+        }
+        // The peer's read-all stream may be among the readers: it ends
+        // right away.
+        if self.readers.is_empty() {
+            self.inbound_ended = true;
+            self.shared.close_inbound(CloseReason::PeerClosed);
+            // Tell the peer; it closes the connection only after this (or
+            // we do, after its own).
+            let conn = self.conn.clone();
+            tokio::spawn(async move {
+                if let Ok(mut stream) = conn.open_uni().await {
+                    let _ = stream.write_all(&[READ_ALL]).await;
+                    let _ = stream.finish();
+                    let _ = stream.stopped().await;
+                }
+            });
+        }
+        Ok(())
+    }
+}
+
+fn quic_reason(e: QuicError) -> CloseReason {
+    match e {
+        QuicError::Connection(c) => connection_reason(c),
+        QuicError::Read {
+            source: quinn::ReadError::ConnectionLost(c),
+            ..
+        }
+        | QuicError::Write {
+            source: quinn::WriteError::ConnectionLost(c),
+            ..
+        } => connection_reason(c),
+        e => CloseReason::Quic(Arc::new(e)),
+    }
+}
+
+fn connection_reason(e: ConnectionError) -> CloseReason {
+    match &e {
+        ConnectionError::ApplicationClosed(c) if c.error_code == VarInt::from_u32(code::DONE) => {
+            CloseReason::PeerClosed
+        }
+        ConnectionError::LocallyClosed => CloseReason::Local,
+        _ => CloseReason::Quic(Arc::new(QuicError::Connection(e))),
+    }
+}
+
+/// One lane's writer: opens the stream, writes the lane byte, then the
+/// queued messages in `framing` format in batches; returns permits to the
+/// link's send buffer as quinn takes the bytes. Once the queue is closed
+/// and drained, finishes the stream and waits until the peer acknowledged
+/// it.
+async fn write_lane(
+    conn: Connection,
+    lane: Lane,
+    mut rx: mpsc::UnboundedReceiver<Bytes>,
+    lanes: Arc<Lanes>,
+) -> Result<u8, QuicError> {
+    let shared = &lanes.shared;
+    let l = lane.index();
+    let write_err = |source| QuicError::Write { lane: l, source };
+    let mut stream = conn.open_uni().await.map_err(QuicError::Connection)?;
+    let mut staging = BytesMut::with_capacity(16 << 10);
+    staging.put_u8(l);
+    let mut chunks: Vec<Bytes> = Vec::with_capacity(64);
+    let mut messages = Vec::with_capacity(256);
+    loop {
+        if rx.recv_many(&mut messages, 256).await == 0 {
+            break;
+        }
+        let mut released = 0;
+        let mut bulk = false;
+        for message in messages.drain(..) {
+            released += shared.cost(message.len());
+            bulk |= message.len() >= BULK;
+            // Lengths were checked against max_message_len (≤ u32) by
+            // the sender.
+            let header = FrameHeader {
+                len: message.len() as u32,
+            };
+            staging.put_slice(&header.emit());
+            if message.len() <= COPY_MAX {
+                staging.put_slice(&message);
+            } else {
+                chunks.push(staging.split().freeze());
+                chunks.push(message);
+            }
+        }
+        if !staging.is_empty() {
+            chunks.push(staging.split().freeze());
+        }
+        if staging.capacity() < COPY_MAX * 2 {
+            staging.reserve(16 << 10);
+        }
+        // Errors only for a stream already reset, which the write reports.
+        let _ = stream.set_priority(if bulk { -1 } else { 0 });
+        let turn = if bulk {
+            Some(lanes.bulk.lock().await)
+        } else {
+            None
+        };
+        let written = stream.write_all_chunks(&mut chunks).await;
+        drop(turn);
+        chunks.clear();
+        shared.out_space.add_permits(released);
+        written.map_err(write_err)?;
+    }
+    if !staging.is_empty() {
+        // Only the lane byte: a lane opened just to be finished (lane 0 at
+        // close).
+        stream
+            .write_all_chunks(&mut [staging.split().freeze()])
+            .await
+            .map_err(write_err)?;
+    }
+    // Finished only once; an error means it was reset, reported below.
+    let _ = stream.finish();
+    match stream.stopped().await {
+        Ok(None) => Ok(l),
+        Ok(Some(code)) => Err(write_err(quinn::WriteError::Stopped(code))),
+        Err(quinn::StoppedError::ConnectionLost(e)) => Err(QuicError::Connection(e)),
+        Err(quinn::StoppedError::ZeroRttRejected) => {
+            Err(write_err(quinn::WriteError::ZeroRttRejected))
+        }
+    }
+}
+
+/// One stream's reader: the lane byte, then messages until the stream
+/// ends. Stops reading while the link's receive buffer is full.
+async fn read_lane(mut stream: RecvStream, lanes: Arc<Lanes>) -> Result<u8, QuicError> {
+    let mut buf = BytesMut::new();
+    let mut lane = NO_LANE;
+    let mut staged = VecDeque::new();
+    // This reader's share of `lanes.partial`, returned when it ends.
+    let mut held = Held {
+        lanes: &lanes,
+        bytes: 0,
+    };
+    loop {
+        wait_room(&lanes.shared, &lanes.room).await;
+        let chunk = stream
+            .read_chunk(READ_CHUNK, true)
+            .await
+            .map_err(|source| QuicError::Read { lane, source })?;
+        let Some(chunk) = chunk else {
+            if lane == NO_LANE || !buf.is_empty() {
+                return Err(QuicError::Truncated { lane });
+            }
+            return Ok(lane);
+        };
+        buf.extend_from_slice(&chunk.bytes);
+        if lane == NO_LANE && !buf.is_empty() {
+            lane = buf[0];
+            bytes::Buf::advance(&mut buf, 1);
+            claim_lane(&lanes.seen, lane)?;
+        }
+        if lane == READ_ALL && !buf.is_empty() {
+            return Err(QuicError::BadLane {
+                lane,
+                max: Lane::COUNT,
+            });
+        }
+        let framing_err = |source| QuicError::Framing { lane, source };
+        while let Some(message) =
+            framing::decode(&mut buf, lanes.max_message_len).map_err(framing_err)?
+        {
+            staged.push_back(Received::Message(message));
+        }
+        if !staged.is_empty() {
+            push(&lanes.shared, &mut staged);
+        }
+        // What the partial message left in `buf` will take once whole.
+        let partial = match FrameHeader::parse(&buf, lanes.max_message_len).map_err(framing_err)? {
+            Some(header) => FrameHeader::LEN + header.len as usize,
+            None => buf.len(),
+        };
+        held.set(partial, lane)?;
+    }
+}
+
+/// A reader's share of the connection's partial-message bytes.
+struct Held<'a> {
+    lanes: &'a Lanes,
+    bytes: usize,
+}
+
+impl Held<'_> {
+    /// Sets the share to `bytes`; fails if the connection's total goes over
+    /// its budget.
+    fn set(&mut self, bytes: usize, lane: u8) -> Result<(), QuicError> {
+        if bytes >= self.bytes {
+            let total = self
+                .lanes
+                .partial
+                .fetch_add(bytes - self.bytes, Ordering::Relaxed)
+                + (bytes - self.bytes);
+            self.bytes = bytes;
+            if total > self.lanes.partial_max {
+                return Err(QuicError::TooMuchPartial {
+                    lane,
+                    bytes: total,
+                    max: self.lanes.partial_max,
+                });
+            }
+        } else {
+            self.lanes
+                .partial
+                .fetch_sub(self.bytes - bytes, Ordering::Relaxed);
+            self.bytes = bytes;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.lanes.partial.fetch_sub(self.bytes, Ordering::Relaxed);
+    }
+}
+
+/// Records that the peer opened `lane`.
+fn claim_lane(lanes_seen: &Mutex<LanesSeen>, lane: u8) -> Result<(), QuicError> {
+    let mut seen = lock(lanes_seen);
+    if lane == READ_ALL {
+        if std::mem::replace(&mut seen.read_all, true) {
+            return Err(QuicError::DuplicateLane { lane });
+        }
+        return Ok(());
+    }
+    if usize::from(lane) >= Lane::COUNT {
+        return Err(QuicError::BadLane {
+            lane,
+            max: Lane::COUNT,
+        });
+    }
+    let bit = 1u64 << lane;
+    if seen.lanes & bit != 0 {
+        return Err(QuicError::DuplicateLane { lane });
+    }
+    seen.lanes |= bit;
+    Ok(())
+}
+
+fn inbox_full(shared: &Shared) -> bool {
+    let inb = lock(&shared.inb);
+    inb.receiver_alive && inb.bytes >= shared.config.recv_buffer
+}
+
+/// Waits until the inbound queue is below its bound (or nobody receives:
+/// then messages are discarded on push).
+async fn wait_room(shared: &Shared, room: &Notify) {
+    loop {
+        let notified = room.notified();
+        tokio::pin!(notified);
+        // Registered before the check: a wake-up between the check and the
+        // wait is not lost.
+        notified.as_mut().enable();
+        {
+            let mut inb = lock(&shared.inb);
+            if !inb.receiver_alive || inb.bytes < shared.config.recv_buffer {
+                return;
+            }
+            inb.driver_waiting = true;
+        }
+        notified.await;
+    }
+}
+
+/// Appends `staged` to the inbound queue (one lock) and wakes the receiver.
+fn push(shared: &Shared, staged: &mut VecDeque<Received>) {
+    let bytes: usize = staged
+        .iter()
+        .map(|r| match r {
+            Received::Message(m) => m.len() + MESSAGE_OVERHEAD,
+            Received::Event(_) => MESSAGE_OVERHEAD,
+        })
+        .sum();
+    let receiver = {
+        let mut inb = lock(&shared.inb);
+        if !inb.receiver_alive {
+            staged.clear();
+            return;
+        }
+        inb.queue.append(staged);
+        inb.bytes += bytes;
+        inb.receiver.take()
+    };
+    if let Some(receiver) = receiver {
+        receiver.wake();
+    }
+}

@@ -1,0 +1,566 @@
+//! QUIC (quinn, rustls `ring` provider): one connection per peer, one
+//! unidirectional stream per [`Lane`], unreliable datagrams on the side.
+//!
+//! ```text
+//!  Link::send_on(lane, msg) ─▶ lane writer ─▶ uni stream of the lane ─┐
+//!  Link::send_unreliable(msg) ─────────────▶ QUIC datagram ───────────┤ one QUIC
+//!  Link::recv() ◀─ inbound queue ◀─ stream readers, datagrams ◀────────┘ connection
+//! ```
+//!
+//! **Security.** TLS 1.3 with mutual authentication from the same
+//! [`TlsConfig`] as the [`tls`](crate::tls) transport (cluster CA, node
+//! certificate and key), ALPN [`ALPN`]. A peer without a certificate, with
+//! one from another CA or an expired one is refused during the handshake:
+//! [`QuicEndpoint::accept`] returns [`AcceptError::Handshake`] naming the
+//! reason, [`QuicEndpoint::connect`] [`ConnectError::Handshake`]; the
+//! endpoint keeps serving other peers. The peer's end-entity certificate is
+//! kept on the link with the node id it certifies
+//! ([`Link::peer_identity`]).
+//!
+//! **Lanes.** Each lane is its own unidirectional QUIC stream, opened on
+//! first use and kept for the connection's life. A stream starts with one
+//! byte, the lane number, followed by messages in the `framing` format
+//! (`len: u32 big-endian | payload`; decoded by
+//! [`plexus_net::layers::framing::decode`]). Messages on one lane arrive in
+//! order; lanes do not wait for each other, so a 16 MiB message on one lane
+//! does not hold up a small one on another: a lane writing a message of
+//! 256 KiB or more lowers its stream's priority while it does, so other
+//! lanes' data goes first (a lane that never pauses can so delay bulk
+//! transfers, never the reverse); streams of equal priority share the
+//! connection round-robin, and each stream's flow-control window is a
+//! fraction of the connection's. Bidirectional streams are not used (the
+//! peer may open none).
+//!
+//! **Datagrams.** [`LinkSender::send_unreliable`](crate::LinkSender::send_unreliable)
+//! sends one QUIC datagram (RFC 9221). The peer receives it as an ordinary
+//! [`Received::Message`](crate::Received::Message); it may be lost, and it
+//! may overtake or be overtaken by any other message.
+//!
+//! **Graceful close.** When the application is done sending
+//! ([`Link::close`], or every sender dropped), the link finishes its lane
+//! streams, waits until the peer acknowledged them, and finishes lane 0
+//! last (opening it if it was never used): a peer that sees lane 0 end
+//! knows every other stream is complete, and its receiver gets
+//! [`CloseReason::PeerClosed`](crate::CloseReason::PeerClosed) after the
+//! last message. Once a side has read everything, it opens one more stream
+//! (first byte `0x80`, nothing else) to say so. The connection is closed
+//! (`CONNECTION_CLOSE` with code 0) by the first side that has sent
+//! everything, read everything and heard that the peer read everything:
+//! no message is lost to the close. A side whose receiver was dropped
+//! closes once it has sent everything and the peer has read it; until then
+//! what arrives is discarded.
+//!
+//! **Hostile peers, bounded memory.** A peer may have at most
+//! [`Lane::COUNT`] + 1 streams open (QUIC flow control throttles the rest:
+//! its next `open` waits), and may open at most that many in the
+//! connection's life; a second stream for a lane, a lane number out of
+//! range, a message over [`QuicConfig::max_message_len`], a stream ending
+//! inside a message, or partly sent messages on many lanes at once (more
+//! than two of the maximum length and 320 KiB per lane: our writers send
+//! one large message at a time) close that connection with a logged
+//! [`QuicError`]. Per
+//! stream and per connection receive windows bound what the peer can send
+//! ahead; readers stop reading while the link's receive buffer is full.
+//! Handshakes run at most [`MAX_HANDSHAKES`] at a time, each bounded by
+//! the [`TlsConfig`]'s handshake timeout.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use plexus_net::StackSpec;
+//! use plexus_transport::quic::{QuicConfig, QuicEndpoint};
+//! use plexus_transport::tls::TlsConfig;
+//! use plexus_transport::Lane;
+//!
+//! let tls = TlsConfig::from_pem_files("n1.pem", "n1.key", "ca.pem")?;
+//! let spec: StackSpec = "quic".parse()?;
+//! let server = QuicEndpoint::bind(&spec, "127.0.0.1:0".parse()?, &tls, QuicConfig::default())?;
+//! let client = QuicEndpoint::client(&spec, "127.0.0.1:0".parse()?, &tls, QuicConfig::default())?;
+//! let link = client.connect(server.local_addr(), "localhost").await?;
+//! link.send_on(Lane::for_key(7), bytes::Bytes::from_static(b"hi")).await?;
+//! let mut accepted = server.accept().await?;
+//! # Ok(()) }
+//! ```
+
+mod driver;
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use plexus_net::layers::framing::FramingError;
+use plexus_net::{StackSpec, TransportKind};
+use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
+use quinn::{IdleTimeout, VarInt};
+use tokio::sync::{mpsc, Semaphore};
+use tokio::task::AbortHandle;
+
+use crate::error::{AcceptError, BindError, ConnectError};
+use crate::link::{Link, LinkConfig};
+use crate::tls::TlsConfig;
+
+#[cfg(doc)]
+use crate::link::Lane;
+
+/// The ALPN protocol both sides must offer.
+pub const ALPN: &[u8] = b"plexus/1";
+/// Handshakes an endpoint runs at once; further peers wait in quinn's
+/// bounded queue of incoming connections.
+pub const MAX_HANDSHAKES: usize = 64;
+/// Finished handshakes (links or errors) waiting for
+/// [`QuicEndpoint::accept`].
+const ACCEPT_QUEUE: usize = 16;
+/// Incoming connections quinn holds before refusing more.
+const MAX_INCOMING: usize = 256;
+
+/// Application error codes of a QUIC `CONNECTION_CLOSE`.
+pub(crate) mod code {
+    /// Both sides are done.
+    pub(crate) const DONE: u32 = 0;
+    /// The peer broke the lane protocol (the reason says how).
+    pub(crate) const PROTOCOL: u32 = 1;
+    /// The local side gave up (endpoint closed, link dropped).
+    pub(crate) const LOCAL: u32 = 2;
+}
+
+fn url(addr: SocketAddr) -> String {
+    format!("quic://{addr}")
+}
+
+/// Settings of a QUIC endpoint and of every link it makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QuicConfig {
+    /// Buffers of every link ([`LinkConfig`]). Default as `LinkConfig`.
+    pub link: LinkConfig,
+    /// Largest message on a lane, in bytes; enforced when sending
+    /// ([`SendError::TooLarge`](crate::SendError::TooLarge)) and when
+    /// receiving (the connection is closed). Default 16 MiB.
+    pub max_message_len: usize,
+    /// Bytes a peer may send ahead on one stream (lane) before we read
+    /// them. Default 2 MiB. Memory: at most this per open lane.
+    pub stream_receive_window: u32,
+    /// Bytes a peer may send ahead on the whole connection. Default 8 MiB;
+    /// bounds the memory one peer holds in quinn's buffers.
+    pub receive_window: u32,
+    /// Bytes we keep unacknowledged in flight, all lanes together. Default
+    /// 8 MiB.
+    pub send_window: u64,
+    /// Bytes of received datagrams waiting to be read (older ones are
+    /// dropped first); 0 disables datagrams. Default 1 MiB.
+    pub datagram_receive_buffer: usize,
+    /// A connection that hears nothing for this long is dropped. Default
+    /// 30 s.
+    pub idle_timeout: Duration,
+    /// Keep-alive packets are sent after this much silence. Default 5 s.
+    pub keep_alive: Duration,
+}
+
+impl Default for QuicConfig {
+    fn default() -> Self {
+        Self {
+            link: LinkConfig::default(),
+            max_message_len: 16 << 20,
+            stream_receive_window: 2 << 20,
+            receive_window: 8 << 20,
+            send_window: 8 << 20,
+            datagram_receive_buffer: 1 << 20,
+            idle_timeout: Duration::from_secs(30),
+            keep_alive: Duration::from_secs(5),
+        }
+    }
+}
+
+impl QuicConfig {
+    fn transport(&self) -> Arc<quinn::TransportConfig> {
+        let mut t = quinn::TransportConfig::default();
+        t.max_concurrent_uni_streams(VarInt::from_u32(driver::MAX_STREAMS as u32))
+            .max_concurrent_bidi_streams(VarInt::from_u32(0))
+            .stream_receive_window(VarInt::from_u32(self.stream_receive_window))
+            .receive_window(VarInt::from_u32(self.receive_window))
+            .send_window(self.send_window)
+            .send_fairness(true)
+            .keep_alive_interval(Some(self.keep_alive))
+            .datagram_receive_buffer_size(
+                (self.datagram_receive_buffer > 0).then_some(self.datagram_receive_buffer),
+            );
+        // Out of range only beyond 2^62 ms; fall back to quinn's default.
+        if let Ok(idle) = IdleTimeout::try_from(self.idle_timeout) {
+            t.max_idle_timeout(Some(idle));
+        }
+        Arc::new(t)
+    }
+}
+
+/// Why a QUIC link was closed (inside
+/// [`CloseReason::Quic`](crate::CloseReason::Quic)), or why a peer was
+/// refused.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum QuicError {
+    /// The connection failed or was closed by the peer (timeout, reset,
+    /// the peer's own error).
+    #[error("QUIC connection: {0}")]
+    Connection(#[from] quinn::ConnectionError),
+    /// The peer opened more streams than there are lanes.
+    #[error("peer opened {opened} streams; at most {max} (one per lane) are allowed")]
+    TooManyStreams {
+        /// Streams the peer opened.
+        opened: usize,
+        /// The bound ([`Lane::COUNT`]).
+        max: usize,
+    },
+    /// The peer opened a second stream for a lane.
+    #[error("peer opened a second stream for lane {lane}")]
+    DuplicateLane {
+        /// The lane.
+        lane: u8,
+    },
+    /// A stream named a lane that does not exist.
+    #[error("peer opened a stream for lane {lane}; lanes are 0..{max}")]
+    BadLane {
+        /// The lane number sent.
+        lane: u8,
+        /// [`Lane::COUNT`].
+        max: usize,
+    },
+    /// A message on a lane was refused (longer than the configured maximum).
+    #[error("lane {lane}: {source}")]
+    Framing {
+        /// The lane.
+        lane: u8,
+        /// The framing error.
+        #[source]
+        source: FramingError,
+    },
+    /// A stream ended in the middle of a message.
+    #[error("lane {lane}: stream ended inside a message")]
+    Truncated {
+        /// The lane.
+        lane: u8,
+    },
+    /// Reading a stream failed (reset by the peer, connection lost).
+    #[error("reading lane {lane}: {source}")]
+    Read {
+        /// The lane (255 while its first byte was not read).
+        lane: u8,
+        /// quinn's error.
+        #[source]
+        source: quinn::ReadError,
+    },
+    /// The peer's partly sent messages, all lanes together, would take more
+    /// memory than a well-behaved peer ever needs (see
+    /// [`QuicConfig::max_message_len`]: about twice it, plus 320 KiB per
+    /// lane).
+    #[error(
+        "lane {lane}: partly received messages would hold {bytes} bytes; at most {max} are allowed"
+    )]
+    TooMuchPartial {
+        /// The lane whose message went over.
+        lane: u8,
+        /// The bytes it would take.
+        bytes: usize,
+        /// The budget.
+        max: usize,
+    },
+    /// Writing a stream failed (stopped by the peer, connection lost).
+    #[error("writing lane {lane}: {source}")]
+    Write {
+        /// The lane.
+        lane: u8,
+        /// quinn's error.
+        #[source]
+        source: quinn::WriteError,
+    },
+}
+
+impl QuicError {
+    /// Whether the peer broke the lane protocol (as opposed to the
+    /// connection failing).
+    fn is_protocol(&self) -> bool {
+        !matches!(
+            self,
+            QuicError::Connection(_) | QuicError::Read { .. } | QuicError::Write { .. }
+        )
+    }
+}
+
+/// Why a TLS configuration could not be turned into a QUIC one.
+fn crypto_error(addr: SocketAddr, e: impl std::fmt::Display) -> BindError {
+    BindError::Io {
+        addr: url(addr),
+        source: io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("TLS configuration unusable for QUIC: {e}"),
+        ),
+    }
+}
+
+/// One UDP socket serving QUIC connections: accepted ones
+/// ([`accept`](Self::accept), when made with [`bind`](Self::bind)) and
+/// dialled ones ([`connect`](Self::connect)). Every connection is one
+/// [`Link`].
+///
+/// Dropping the endpoint stops accepting; existing links live on until
+/// they close.
+#[derive(Debug)]
+pub struct QuicEndpoint {
+    endpoint: quinn::Endpoint,
+    local: SocketAddr,
+    client: quinn::ClientConfig,
+    config: QuicConfig,
+    handshake_timeout: Duration,
+    incoming: Option<tokio::sync::Mutex<mpsc::Receiver<Result<Link, AcceptError>>>>,
+    task: Option<AbortHandle>,
+}
+
+impl Drop for QuicEndpoint {
+    fn drop(&mut self) {
+        if let Some(task) = &self.task {
+            task.abort();
+        }
+    }
+}
+
+fn check_spec(spec: &StackSpec, addr: SocketAddr) -> Result<(), BindError> {
+    BindError::check_transport(spec, TransportKind::Quic, || url(addr))?;
+    if let Some(layer) = spec.layer_names().next() {
+        return Err(BindError::Io {
+            addr: url(addr),
+            source: io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("layer `{layer}` over quic is not supported; use the spec `quic`"),
+            ),
+        });
+    }
+    Ok(())
+}
+
+impl QuicEndpoint {
+    /// Binds `addr` to accept and dial QUIC connections with `tls` as
+    /// identity and trust (mutual TLS) and `config` for every link. `spec`
+    /// must be `quic` (QUIC brings its own reliability and framing).
+    ///
+    /// # Errors
+    ///
+    /// [`BindError`] for another spec, a TLS configuration QUIC cannot use,
+    /// or an address the OS refuses.
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime.
+    pub fn bind(
+        spec: &StackSpec,
+        addr: SocketAddr,
+        tls: &TlsConfig,
+        config: QuicConfig,
+    ) -> Result<Self, BindError> {
+        check_spec(spec, addr)?;
+        let mut crypto = (*tls.server).clone();
+        crypto.alpn_protocols = vec![ALPN.to_vec()];
+        let crypto = QuicServerConfig::try_from(crypto).map_err(|e| crypto_error(addr, e))?;
+        let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+        server
+            .transport_config(config.transport())
+            .migration(false)
+            .max_incoming(MAX_INCOMING);
+        let endpoint = quinn::Endpoint::server(server, addr).map_err(|source| BindError::Io {
+            addr: url(addr),
+            source,
+        })?;
+        let mut this = Self::new(endpoint, addr, tls, config)?;
+        let (tx, rx) = mpsc::channel(ACCEPT_QUEUE);
+        let task = tokio::spawn(accept_loop(
+            this.endpoint.clone(),
+            Arc::new(Accepting {
+                timeout: this.handshake_timeout,
+                config,
+                local: this.local,
+            }),
+            tx,
+        ))
+        .abort_handle();
+        this.incoming = Some(tokio::sync::Mutex::new(rx));
+        this.task = Some(task);
+        Ok(this)
+    }
+
+    /// Binds `addr` for dialling only: incoming connections are refused.
+    ///
+    /// # Errors
+    ///
+    /// As [`bind`](Self::bind).
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime.
+    pub fn client(
+        spec: &StackSpec,
+        addr: SocketAddr,
+        tls: &TlsConfig,
+        config: QuicConfig,
+    ) -> Result<Self, BindError> {
+        check_spec(spec, addr)?;
+        let endpoint = quinn::Endpoint::client(addr).map_err(|source| BindError::Io {
+            addr: url(addr),
+            source,
+        })?;
+        Self::new(endpoint, addr, tls, config)
+    }
+
+    fn new(
+        endpoint: quinn::Endpoint,
+        addr: SocketAddr,
+        tls: &TlsConfig,
+        config: QuicConfig,
+    ) -> Result<Self, BindError> {
+        let local = endpoint.local_addr().map_err(|source| BindError::Io {
+            addr: url(addr),
+            source,
+        })?;
+        let mut crypto = (*tls.client).clone();
+        crypto.alpn_protocols = vec![ALPN.to_vec()];
+        let crypto = QuicClientConfig::try_from(crypto).map_err(|e| crypto_error(addr, e))?;
+        let mut client = quinn::ClientConfig::new(Arc::new(crypto));
+        client.transport_config(config.transport());
+        Ok(Self {
+            endpoint,
+            local,
+            client,
+            config,
+            handshake_timeout: tls.handshake_timeout,
+            incoming: None,
+            task: None,
+        })
+    }
+
+    /// The address the endpoint is bound to (the actual port when bound to
+    /// port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// Waits for the next connection whose handshake finished, successfully
+    /// or not.
+    ///
+    /// # Errors
+    ///
+    /// [`AcceptError::Handshake`] for a peer refused during the handshake
+    /// (no certificate, untrusted or expired one, wrong ALPN, timeout); the
+    /// endpoint stays usable: call `accept` again. [`AcceptError::Closed`]
+    /// if the endpoint was made with [`client`](Self::client) or shut down.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: no connection is lost if the future is dropped.
+    pub async fn accept(&self) -> Result<Link, AcceptError> {
+        let closed = || AcceptError::Closed {
+            addr: url(self.local),
+        };
+        let Some(incoming) = &self.incoming else {
+            return Err(closed());
+        };
+        let mut incoming = incoming.lock().await;
+        incoming.recv().await.unwrap_or_else(|| Err(closed()))
+    }
+
+    /// Connects to `addr`, verifies that the server's certificate is valid
+    /// for `server_name` (a DNS name or an IP address) and chains to the CA
+    /// roots, presents our certificate, and returns the link.
+    ///
+    /// # Errors
+    ///
+    /// [`ConnectError::Handshake`] naming the reason (e.g. `invalid peer
+    /// certificate: Expired`), or a timeout; [`ConnectError::EndpointClosed`]
+    /// after [`close`](Self::close).
+    ///
+    /// TLS 1.3 finishes the client's side of the handshake before the
+    /// server checks the client's certificate: a server refusing ours shows
+    /// up as the link closing right away, not as an error here.
+    pub async fn connect(&self, addr: SocketAddr, server_name: &str) -> Result<Link, ConnectError> {
+        let failed = |e: String| ConnectError::Handshake {
+            addr: url(addr),
+            source: io::Error::other(e),
+        };
+        let connecting = self
+            .endpoint
+            .connect_with(self.client.clone(), addr, server_name)
+            .map_err(|e| match e {
+                quinn::ConnectError::EndpointStopping => {
+                    ConnectError::EndpointClosed { addr: url(addr) }
+                }
+                e => failed(e.to_string()),
+            })?;
+        let conn = tokio::time::timeout(self.handshake_timeout, connecting)
+            .await
+            .map_err(|_| {
+                failed(format!(
+                    "no QUIC handshake within {:?}",
+                    self.handshake_timeout
+                ))
+            })?
+            .map_err(|e| failed(e.to_string()))?;
+        Ok(driver::spawn(conn, &self.config, url(addr).into()))
+    }
+
+    /// Closes every connection of the endpoint at once (unsent data is
+    /// dropped) and stops accepting.
+    pub fn close(&self) {
+        self.endpoint
+            .close(VarInt::from_u32(code::LOCAL), b"endpoint closed");
+        if let Some(task) = &self.task {
+            task.abort();
+        }
+    }
+}
+
+struct Accepting {
+    timeout: Duration,
+    config: QuicConfig,
+    local: SocketAddr,
+}
+
+async fn accept_loop(
+    endpoint: quinn::Endpoint,
+    ctx: Arc<Accepting>,
+    tx: mpsc::Sender<Result<Link, AcceptError>>,
+) {
+    let slots = Arc::new(Semaphore::new(MAX_HANDSHAKES));
+    loop {
+        // The semaphore is never closed.
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        let incoming = tokio::select! {
+            () = tx.closed() => return,
+            i = endpoint.accept() => match i {
+                Some(i) => i,
+                None => return,
+            },
+        };
+        let ctx = ctx.clone();
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            let result = handshake(&ctx, incoming).await;
+            if let Err(error) = &result {
+                tracing::warn!(target: "plexus::transport", %error, "quic peer refused");
+            }
+            let _ = tx.send(result).await;
+            drop(slot);
+        });
+    }
+}
+
+async fn handshake(ctx: &Accepting, incoming: quinn::Incoming) -> Result<Link, AcceptError> {
+    let peer = incoming.remote_address();
+    let failed = |e: String| AcceptError::Handshake {
+        addr: url(ctx.local),
+        peer: peer.to_string(),
+        source: io::Error::other(e),
+    };
+    let connecting = incoming.accept().map_err(|e| failed(e.to_string()))?;
+    let conn = tokio::time::timeout(ctx.timeout, connecting)
+        .await
+        .map_err(|_| failed(format!("no QUIC handshake within {:?}", ctx.timeout)))?
+        .map_err(|e| failed(e.to_string()))?;
+    Ok(driver::spawn(conn, &ctx.config, url(peer).into()))
+}

@@ -1,0 +1,603 @@
+//! The `quic` transport over loopback: order on one lane and per lane, a
+//! 16 MiB message that does not hold up a small one on another lane,
+//! unreliable datagrams, a peer that opens too many streams, and refusal of
+//! peers without a certificate, with one from another CA or an expired one.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::exchange;
+use plexus_net::StackSpec;
+use plexus_transport::quic::{QuicConfig, QuicEndpoint, ALPN};
+use plexus_transport::tls::TlsConfig;
+use plexus_transport::{AcceptError, CloseReason, Lane, Link, LinkConfig, UnreliableError};
+use rcgen::{
+    BasicConstraints, Certificate, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa,
+    KeyPair, KeyUsagePurpose, SanType,
+};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+
+const T: Duration = Duration::from_secs(10);
+
+fn spec() -> StackSpec {
+    "quic".parse().expect("valid spec")
+}
+
+struct Ca {
+    cert: Certificate,
+    key: KeyPair,
+}
+
+fn new_ca(name: &str) -> Ca {
+    let key = KeyPair::generate().expect("CA key");
+    let mut params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    params.distinguished_name.push(DnType::CommonName, name);
+    let cert = params.self_signed(&key).expect("self-sign CA");
+    Ca { cert, key }
+}
+
+/// A node's certificate and key (PEM), signed by `ca`.
+fn node_pem(name: &str, ca: &Ca, expired: bool) -> (String, String) {
+    let key = KeyPair::generate().expect("node key");
+    let mut params =
+        CertificateParams::new(vec![name.to_owned(), "localhost".to_owned()]).expect("params");
+    params
+        .subject_alt_names
+        .push(SanType::IpAddress("127.0.0.1".parse().expect("ip")));
+    params.extended_key_usages = vec![
+        ExtendedKeyUsagePurpose::ServerAuth,
+        ExtendedKeyUsagePurpose::ClientAuth,
+    ];
+    if expired {
+        params.not_before = rcgen::date_time_ymd(2000, 1, 1);
+        params.not_after = rcgen::date_time_ymd(2001, 1, 1);
+    }
+    let cert = params
+        .signed_by(&key, &ca.cert, &ca.key)
+        .expect("sign node");
+    (cert.pem(), key.serialize_pem())
+}
+
+fn tls(name: &str, ca: &Ca, trusted: &Ca, expired: bool) -> TlsConfig {
+    let (cert, key) = node_pem(name, ca, expired);
+    TlsConfig::from_pem(
+        cert.as_bytes(),
+        key.as_bytes(),
+        trusted.cert.pem().as_bytes(),
+    )
+    .expect("TLS config")
+    .handshake_timeout(Duration::from_secs(5))
+}
+
+fn config() -> QuicConfig {
+    QuicConfig {
+        link: LinkConfig {
+            send_buffer: 64 << 20,
+            recv_buffer: 4 << 20,
+        },
+        ..QuicConfig::default()
+    }
+}
+
+fn server(tls: &TlsConfig) -> QuicEndpoint {
+    QuicEndpoint::bind(&spec(), "127.0.0.1:0".parse().expect("addr"), tls, config()).expect("bind")
+}
+
+fn client(tls: &TlsConfig) -> QuicEndpoint {
+    QuicEndpoint::client(&spec(), "127.0.0.1:0".parse().expect("addr"), tls, config())
+        .expect("client endpoint")
+}
+
+/// A connected pair of links (client, server) under one CA.
+async fn pair() -> (Link, Link, QuicEndpoint, QuicEndpoint) {
+    let ca = new_ca("test CA");
+    let s = server(&tls("n1", &ca, &ca, false));
+    let c = client(&tls("n2", &ca, &ca, false));
+    let a = c
+        .connect(s.local_addr(), "localhost")
+        .await
+        .expect("connect");
+    let b = s.accept().await.expect("accept");
+    (a, b, s, c)
+}
+
+fn handshake_error(r: Result<Link, AcceptError>) -> String {
+    match r {
+        Err(e @ AcceptError::Handshake { .. }) => e.to_string(),
+        Err(e) => panic!("expected a handshake error, got {e}"),
+        Ok(_) => panic!("expected a handshake error, got a link"),
+    }
+}
+
+/// A client whose handshake "succeeded" (TLS 1.3: before the server
+/// checked our certificate) sees its link closed without a message.
+async fn assert_refused_after_handshake(mut link: Link) {
+    let _ = link.send(Bytes::from_static(b"hello")).await;
+    let r = tokio::time::timeout(T, link.recv_message())
+        .await
+        .expect("the refused link closes");
+    assert!(r.is_err(), "refused client received {r:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quic_lane_carries_10k_mixed_messages_in_order_both_ways() {
+    let (a, b, _s, _c) = pair().await;
+    assert!(
+        b.peer_certificate().is_some(),
+        "server sees the client's certificate"
+    );
+    assert!(
+        a.peer_certificate().is_some(),
+        "client sees the server's certificate"
+    );
+    exchange(a, b, 11, 64 << 10, 10_000, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_lane_keeps_its_order_when_lanes_interleave() {
+    let (a, mut b, _s, _c) = pair().await;
+    const LANES: u8 = 16;
+    const PER_LANE: u32 = 2_000;
+    let sender = tokio::spawn(async move {
+        for seq in 0..PER_LANE {
+            for l in 0..LANES {
+                let lane = Lane::new(l).expect("lane in range");
+                // Every 97th message is large, so streams progress unevenly.
+                let mut m = vec![
+                    l;
+                    if (seq + u32::from(l)) % 97 == 0 {
+                        40_000
+                    } else {
+                        8
+                    }
+                ];
+                m[1..5].copy_from_slice(&seq.to_be_bytes());
+                a.send_on(lane, Bytes::from(m)).await.expect("send");
+            }
+        }
+        a
+    });
+    let mut next = [0u32; LANES as usize];
+    for _ in 0..u32::from(LANES) * PER_LANE {
+        let m = tokio::time::timeout(T, b.recv_message())
+            .await
+            .expect("message in time")
+            .expect("link open");
+        let lane = usize::from(m[0]);
+        let seq = u32::from_be_bytes(m[1..5].try_into().expect("4 bytes"));
+        assert_eq!(seq, next[lane], "lane {lane} out of order");
+        next[lane] += 1;
+    }
+    assert!(next.iter().all(|&n| n == PER_LANE));
+    let _a = sender.await.expect("sender");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_16_mib_message_does_not_hold_up_a_small_one_on_another_lane() {
+    let (a, mut b, _s, _c) = pair().await;
+    // Warm up the connection (congestion window, streams).
+    a.send_on(Lane::new(1).expect("lane"), Bytes::from_static(b"warm"))
+        .await
+        .expect("send");
+    a.send_on(Lane::new(2).expect("lane"), Bytes::from_static(b"warm"))
+        .await
+        .expect("send");
+    for _ in 0..2 {
+        b.recv_message().await.expect("warm-up");
+    }
+    let big = Bytes::from(vec![7u8; 16 << 20]);
+    a.send_on(Lane::new(1).expect("lane"), big)
+        .await
+        .expect("send big");
+    // Let the big message get going before the small one is queued (it
+    // takes ~50 ms in a release build, ~0.5 s in a debug one).
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let sent = Instant::now();
+    a.send_on(Lane::new(2).expect("lane"), Bytes::from_static(b"small"))
+        .await
+        .expect("send small");
+    let first = tokio::time::timeout(T, b.recv_message())
+        .await
+        .expect("in time")
+        .expect("open");
+    let delay = sent.elapsed();
+    assert_eq!(first, "small", "the small message comes first");
+    let second = tokio::time::timeout(T, b.recv_message())
+        .await
+        .expect("in time")
+        .expect("open");
+    let big_done = sent.elapsed();
+    assert_eq!(second.len(), 16 << 20);
+    println!("small message on lane 2 arrived {delay:?} after sending, while 16 MiB on lane 1 took until {big_done:?}");
+    assert!(
+        delay < Duration::from_millis(50),
+        "small message delayed {delay:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreliable_datagrams_arrive_on_loopback_as_messages() {
+    let (a, mut b, _s, _c) = pair().await;
+    for i in 0..100u8 {
+        a.send_unreliable(Bytes::from(vec![i; 100]))
+            .expect("datagram accepted");
+        if i % 10 == 9 {
+            // Stay under quinn's datagram send buffer.
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+    let mut got = [false; 100];
+    for _ in 0..100 {
+        let m = tokio::time::timeout(T, b.recv_message())
+            .await
+            .expect("datagram in time")
+            .expect("open");
+        assert_eq!(m.len(), 100);
+        got[usize::from(m[0])] = true;
+    }
+    assert!(got.iter().all(|&g| g));
+
+    let too_big = a
+        .send_unreliable(Bytes::from(vec![0u8; 64 << 10]))
+        .expect_err("larger than a datagram");
+    assert!(
+        matches!(too_big, UnreliableError::TooLarge { .. }),
+        "{too_big}"
+    );
+    assert_eq!(too_big.into_message().len(), 64 << 10);
+
+    // A transport without datagrams says so.
+    let (m, _n) = plexus_transport::mem::pair(&"mem / ordering".parse().expect("spec"));
+    let e = m
+        .send_unreliable(Bytes::from_static(b"x"))
+        .expect_err("mem has no datagrams");
+    assert!(matches!(e, UnreliableError::Unsupported { .. }), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closing_delivers_every_lane_then_ends_the_link() {
+    let (a, mut b, _s, _c) = pair().await;
+    for i in 0..1_000u32 {
+        let lane = Lane::new((i % 8) as u8).expect("lane");
+        a.send_on(lane, Bytes::from(i.to_be_bytes().to_vec()))
+            .await
+            .expect("send");
+    }
+    a.close();
+    let mut n = 0;
+    loop {
+        match tokio::time::timeout(T, b.recv_message())
+            .await
+            .expect("in time")
+        {
+            Ok(_) => n += 1,
+            Err(closed) => {
+                assert!(matches!(closed.reason, CloseReason::PeerClosed), "{closed}");
+                break;
+            }
+        }
+    }
+    assert_eq!(n, 1_000, "every message before the close arrived");
+}
+
+/// A raw quinn client with a valid certificate, to misbehave with.
+async fn raw_client(ca: &Ca, addr: SocketAddr) -> quinn::Connection {
+    let (cert, key) = node_pem("rogue", ca, false);
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca.cert.der().clone()).expect("root");
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut crypto = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .expect("TLS 1.3")
+        .with_root_certificates(roots)
+        .with_client_auth_cert(
+            vec![CertificateDer::from_pem_slice(cert.as_bytes()).expect("cert")],
+            PrivateKeyDer::from_pem_slice(key.as_bytes()).expect("key"),
+        )
+        .expect("client auth");
+    crypto.alpn_protocols = vec![ALPN.to_vec()];
+    let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(crypto).expect("quic crypto");
+    let endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().expect("addr")).expect("endpoint");
+    endpoint
+        .connect_with(
+            quinn::ClientConfig::new(Arc::new(crypto)),
+            addr,
+            "localhost",
+        )
+        .expect("connect")
+        .await
+        .expect("handshake")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_opening_thousands_of_streams_is_throttled_then_closed_and_others_carry_on() {
+    let ca = new_ca("test CA");
+    let s = server(&tls("n1", &ca, &ca, false));
+
+    // 1. Streams opened and left silent: the 65th waits for credit.
+    let silent = raw_client(&ca, s.local_addr()).await;
+    let _silent_link = s.accept().await.expect("accept silent");
+    let mut held = Vec::new();
+    for _ in 0..Lane::COUNT + 1 {
+        held.push(silent.open_uni().await.expect("within the limit"));
+    }
+    let extra = tokio::time::timeout(Duration::from_millis(300), silent.open_uni()).await;
+    assert!(
+        extra.is_err(),
+        "stream {} must wait for credit",
+        Lane::COUNT + 2
+    );
+
+    // 2. Thousands of streams, each claiming a lane: closed with a typed
+    //    error naming the violation.
+    let hostile = raw_client(&ca, s.local_addr()).await;
+    let mut hostile_link = s.accept().await.expect("accept hostile");
+    let opener = tokio::spawn(async move {
+        let mut opened = 0u32;
+        for i in 0..5_000u32 {
+            let Ok(Ok(mut st)) =
+                tokio::time::timeout(Duration::from_secs(2), hostile.open_uni()).await
+            else {
+                break;
+            };
+            // Lanes 1..=63 again and again (lane 0 would mean "done").
+            let lane = (i % 63) as u8 + 1;
+            if st.write_all(&[lane, 0, 0, 0, 1, 9]).await.is_err() {
+                break;
+            }
+            let _ = st.finish();
+            opened += 1;
+        }
+        (opened, hostile.close_reason())
+    });
+
+    // 3. A good peer is served meanwhile.
+    let c = client(&tls("n2", &ca, &ca, false));
+    let mut good = c
+        .connect(s.local_addr(), "localhost")
+        .await
+        .expect("good client connects");
+    let mut good_server = s.accept().await.expect("accept good");
+    good.send(Bytes::from_static(b"ping")).await.expect("send");
+    assert_eq!(good_server.recv_message().await.expect("recv"), "ping");
+    good_server
+        .send_on(Lane::new(3).expect("lane"), Bytes::from_static(b"pong"))
+        .await
+        .expect("send");
+    assert_eq!(good.recv_message().await.expect("recv"), "pong");
+
+    let closed = loop {
+        match tokio::time::timeout(T, hostile_link.recv_message())
+            .await
+            .expect("hostile link closes")
+        {
+            Ok(_) => continue,
+            Err(closed) => break closed,
+        }
+    };
+    let why = closed.to_string();
+    println!("hostile peer: {why}");
+    assert!(matches!(closed.reason, CloseReason::Quic(_)), "{why}");
+    assert!(why.contains("second stream for lane"), "{why}");
+    let (opened, reason) = opener.await.expect("opener");
+    assert!(
+        opened < 5_000,
+        "the hostile peer was cut off after {opened} streams"
+    );
+    let reason = reason.map(|r| r.to_string()).unwrap_or_default();
+    assert!(reason.contains("second stream for lane"), "{reason}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_without_certificate_is_refused_with_the_reason() {
+    let ca = new_ca("test CA");
+    let s = server(&tls("n1", &ca, &ca, false));
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca.cert.der().clone()).expect("root");
+    let mut crypto = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_protocol_versions(&[&rustls::version::TLS13])
+    .expect("TLS 1.3")
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    crypto.alpn_protocols = vec![ALPN.to_vec()];
+    let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(crypto).expect("quic crypto");
+    let endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().expect("addr")).expect("endpoint");
+    let conn = endpoint
+        .connect_with(
+            quinn::ClientConfig::new(Arc::new(crypto)),
+            s.local_addr(),
+            "localhost",
+        )
+        .expect("connect");
+    let client = tokio::spawn(conn);
+    let error = handshake_error(s.accept().await);
+    println!("{error}");
+    assert!(error.starts_with("accept quic://127.0.0.1:"), "{error}");
+    assert!(error.to_lowercase().contains("certificate"), "{error}");
+    let _ = client.await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn certificate_from_another_ca_is_refused_and_the_endpoint_serves_on() {
+    let ca = new_ca("test CA");
+    let rogue = new_ca("rogue CA");
+    let s = server(&tls("n1", &ca, &ca, false));
+    // Trusts the right CA, but its own certificate is from the rogue one.
+    let c = client(&tls("n2", &rogue, &ca, false));
+    match c.connect(s.local_addr(), "localhost").await {
+        Ok(link) => assert_refused_after_handshake(link).await,
+        Err(e) => assert!(e.to_string().contains("handshake"), "{e}"),
+    }
+    let error = handshake_error(s.accept().await);
+    println!("{error}");
+    assert!(error.contains("UnknownIssuer"), "{error}");
+
+    // A server with a rogue certificate is refused by the client.
+    let rogue_server = server(&tls("n3", &rogue, &ca, false));
+    let error = c
+        .connect(rogue_server.local_addr(), "localhost")
+        .await
+        .expect_err("untrusted server refused")
+        .to_string();
+    assert!(error.contains("UnknownIssuer"), "{error}");
+
+    // The endpoint keeps serving trusted peers.
+    let good = client(&tls("n4", &ca, &ca, false));
+    let link = good
+        .connect(s.local_addr(), "localhost")
+        .await
+        .expect("trusted peer connects");
+    let mut accepted = s.accept().await.expect("accept trusted");
+    link.send(Bytes::from_static(b"ok")).await.expect("send");
+    assert_eq!(accepted.recv_message().await.expect("recv"), "ok");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_certificate_is_refused_with_the_reason() {
+    let ca = new_ca("test CA");
+    // An expired server certificate: the client says why.
+    let s = server(&tls("n1", &ca, &ca, true));
+    let c = client(&tls("n2", &ca, &ca, false));
+    let error = c
+        .connect(s.local_addr(), "localhost")
+        .await
+        .expect_err("expired server certificate refused")
+        .to_string();
+    println!("{error}");
+    assert!(error.to_lowercase().contains("expired"), "{error}");
+    handshake_error(s.accept().await);
+
+    // An expired client certificate: the server says why.
+    let s = server(&tls("n3", &ca, &ca, false));
+    let c = client(&tls("n4", &ca, &ca, true));
+    if let Ok(link) = c.connect(s.local_addr(), "localhost").await {
+        assert_refused_after_handshake(link).await;
+    }
+    let error = handshake_error(s.accept().await);
+    println!("{error}");
+    assert!(error.to_lowercase().contains("expired"), "{error}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quic_spec_is_required() {
+    let ca = new_ca("test CA");
+    let t = tls("n1", &ca, &ca, false);
+    let addr = "127.0.0.1:0".parse().expect("addr");
+    let e = QuicEndpoint::bind(&"tcp / framing".parse().expect("spec"), addr, &t, config())
+        .expect_err("wrong transport")
+        .to_string();
+    assert!(e.contains("`quic / ...`"), "{e}");
+    let e = QuicEndpoint::bind(
+        &"quic / ordering".parse().expect("spec"),
+        addr,
+        &t,
+        config(),
+    )
+    .expect_err("layers over quic")
+    .to_string();
+    assert!(e.contains("not supported"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_every_handle_closes_the_connection_after_the_peer_read_all() {
+    let (a, mut b, _s, _c) = pair().await;
+    a.send_on(
+        Lane::new(5).expect("lane"),
+        Bytes::from_static(b"last words"),
+    )
+    .await
+    .expect("send");
+    drop(a);
+    assert_eq!(
+        tokio::time::timeout(T, b.recv_message())
+            .await
+            .expect("in time")
+            .expect("the message before the drop"),
+        "last words"
+    );
+    let closed = tokio::time::timeout(T, b.recv_message())
+        .await
+        .expect("in time")
+        .expect_err("closed");
+    assert!(matches!(closed.reason, CloseReason::PeerClosed), "{closed}");
+    // The connection goes away: sending fails soon after.
+    let failed = tokio::time::timeout(T, async {
+        loop {
+            if b.send(Bytes::from_static(b"anyone?")).await.is_err() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert!(failed.is_ok(), "the link closes once the peer is gone");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_starting_large_messages_on_many_lanes_is_closed_within_the_budget() {
+    let ca = new_ca("test CA");
+    let s = server(&tls("n1", &ca, &ca, false));
+    let hostile = raw_client(&ca, s.local_addr()).await;
+    let mut link = s.accept().await.expect("accept");
+    // Each stream announces a 16 MiB message and sends 1 KiB of it.
+    let mut streams = Vec::new();
+    for lane in 1..=8u8 {
+        let mut st = hostile.open_uni().await.expect("open");
+        let mut head = vec![lane];
+        head.extend_from_slice(&(16u32 << 20).to_be_bytes());
+        head.extend_from_slice(&[0u8; 1024]);
+        if st.write_all(&head).await.is_err() {
+            break;
+        }
+        streams.push(st);
+    }
+    let closed = tokio::time::timeout(T, link.recv_message())
+        .await
+        .expect("closed in time")
+        .expect_err("closed");
+    let why = closed.to_string();
+    println!("{why}");
+    assert!(why.contains("partly received messages"), "{why}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_messages_on_many_lanes_at_once_stay_within_the_peers_budget() {
+    let (a, mut b, _s, _c) = pair().await;
+    // Our writers send one large message at a time, so the receiver never
+    // holds more than two partly received ones.
+    let sender = tokio::spawn(async move {
+        for lane in 1..=4u8 {
+            let m = Bytes::from(vec![lane; 16 << 20]);
+            a.send_on(Lane::new(lane).expect("lane"), m)
+                .await
+                .expect("send");
+        }
+        a.send_on(Lane::new(9).expect("lane"), Bytes::from_static(b"after"))
+            .await
+            .expect("send");
+        a
+    });
+    let mut got = Vec::new();
+    for _ in 0..5 {
+        let m = tokio::time::timeout(Duration::from_secs(60), b.recv_message())
+            .await
+            .expect("in time")
+            .expect("the link stays up");
+        got.push(if m.len() == 5 { 0 } else { m[0] });
+    }
+    got.sort_unstable();
+    assert_eq!(got, [0, 1, 2, 3, 4]);
+    let _a = sender.await.expect("sender");
+}
