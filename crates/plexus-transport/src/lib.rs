@@ -56,6 +56,7 @@ mod conn;
 pub mod dev_certs;
 pub mod error;
 pub mod identity;
+mod lane;
 mod link;
 pub mod mem;
 pub mod quic;

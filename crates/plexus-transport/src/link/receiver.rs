@@ -1,0 +1,131 @@
+//! [`LinkReceiver`]: the receiving half of a link, which takes what the
+//! driver queued in one batch per lock.
+
+use std::collections::VecDeque;
+use std::future::poll_fn;
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+
+use bytes::Bytes;
+
+use super::{lock, Received, Shared};
+use crate::error::LinkClosed;
+
+/// The receiving half of a link.
+pub struct LinkReceiver {
+    shared: Arc<Shared>,
+    /// A batch taken from the shared queue in one lock.
+    local: VecDeque<Received>,
+}
+
+impl LinkReceiver {
+    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+        Self {
+            shared,
+            local: VecDeque::with_capacity(256),
+        }
+    }
+
+    /// The peer address, with its scheme.
+    pub fn peer(&self) -> &str {
+        &self.shared.peer
+    }
+
+    /// The next message or event, waiting until one arrives.
+    ///
+    /// # Errors
+    ///
+    /// [`LinkClosed`] once the link is closed and everything that arrived
+    /// before has been received; every later call returns it again.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: nothing is lost if the future is dropped.
+    pub async fn recv(&mut self) -> Result<Received, LinkClosed> {
+        // A hand-written poll keeps the future a pointer wide (the caller
+        // moves it on every call).
+        poll_fn(|cx| loop {
+            if let Some(item) = self.local.pop_front() {
+                return Poll::Ready(Ok(item));
+            }
+            if let Err(closed) = ready!(self.poll_refill(cx)) {
+                return Poll::Ready(Err(closed));
+            }
+        })
+        .await
+    }
+
+    /// Takes the shared queue's batch into `local`: `Ready(Ok)` once
+    /// `local` is non-empty, `Ready(Err)` once the link is closed and
+    /// drained, `Pending` (waker registered) otherwise.
+    fn poll_refill(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), LinkClosed>> {
+        let wake_driver = {
+            let mut inb = lock(&self.shared.inb);
+            std::mem::swap(&mut inb.queue, &mut self.local);
+            inb.bytes = 0;
+            if self.local.is_empty() {
+                if let Some(closed) = &inb.closed {
+                    return Poll::Ready(Err(closed.clone()));
+                }
+                // Registered under the lock the driver pushes under: no
+                // push can slip between the check and the registration.
+                match &mut inb.receiver {
+                    Some(waker) if waker.will_wake(cx.waker()) => {}
+                    slot => *slot = Some(cx.waker().clone()),
+                }
+            }
+            std::mem::take(&mut inb.driver_waiting)
+        };
+        if wake_driver {
+            (self.shared.wake_driver)();
+        }
+        if self.local.is_empty() {
+            Poll::Pending
+        } else {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    /// The next message, skipping events (each skipped event is logged at
+    /// debug level). For applications that do not watch link events.
+    ///
+    /// # Errors
+    ///
+    /// As [`recv`](LinkReceiver::recv).
+    pub async fn recv_message(&mut self) -> Result<Bytes, LinkClosed> {
+        poll_fn(|cx| loop {
+            match self.local.pop_front() {
+                Some(Received::Message(m)) => return Poll::Ready(Ok(m)),
+                Some(Received::Event(event)) => {
+                    tracing::debug!(peer = %self.shared.peer, ?event, "link event skipped");
+                }
+                None => {
+                    if let Err(closed) = ready!(self.poll_refill(cx)) {
+                        return Poll::Ready(Err(closed));
+                    }
+                }
+            }
+        })
+        .await
+    }
+}
+
+impl Drop for LinkReceiver {
+    fn drop(&mut self) {
+        {
+            let mut inb = lock(&self.shared.inb);
+            inb.receiver_alive = false;
+            inb.queue.clear();
+            inb.bytes = 0;
+        }
+        (self.shared.wake_driver)();
+    }
+}
+
+impl std::fmt::Debug for LinkReceiver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LinkReceiver")
+            .field("peer", &self.shared.peer)
+            .finish()
+    }
+}

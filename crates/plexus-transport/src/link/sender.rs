@@ -1,0 +1,338 @@
+//! [`LinkSender`]: the sending half of a link, and the inline framing of
+//! plain `framing` stream links (senders write `len | payload` straight into
+//! the bytes the driver writes).
+
+use std::sync::Arc;
+
+use bytes::{BufMut, Bytes};
+use plexus_net::layers::framing::FrameHeader;
+use tokio::sync::TryAcquireError;
+
+use super::{lock, Lane, Shared};
+use crate::error::{SendError, TrySendError, UnreliableError};
+use crate::stats::LinkStats;
+
+/// On an inline-framing link, messages up to this length are copied into
+/// the staging buffer; longer ones are queued as they are (no copy).
+const INLINE_COPY_MAX: usize = 1024;
+/// Staging buffer grown by at least this much at a time.
+const STAGING_CHUNK: usize = 64 << 10;
+
+/// A message for [`LinkSender::push_inline`]: borrowed from the caller's
+/// scratch buffer, or owned.
+enum Payload<'a> {
+    Borrowed(&'a [u8]),
+    Owned(Bytes),
+}
+
+impl Payload<'_> {
+    fn len(&self) -> usize {
+        self.as_slice().len()
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            Payload::Borrowed(b) => b,
+            Payload::Owned(b) => b,
+        }
+    }
+
+    fn into_bytes(self) -> Bytes {
+        match self {
+            Payload::Borrowed(b) => Bytes::copy_from_slice(b),
+            Payload::Owned(b) => b,
+        }
+    }
+}
+
+/// The sending half of a link. Cheap to clone; the link closes (after
+/// flushing) once every sender and the receiver are dropped.
+pub struct LinkSender {
+    shared: Arc<Shared>,
+}
+
+impl LinkSender {
+    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+        lock(&shared.out).senders += 1;
+        Self { shared }
+    }
+
+    /// The peer address, with its scheme (`tcp://127.0.0.1:4000`).
+    pub fn peer(&self) -> &str {
+        &self.shared.peer
+    }
+
+    /// The largest message the link's stack carries (`None`: unbounded).
+    pub fn max_message_len(&self) -> Option<usize> {
+        self.shared.max_message_len
+    }
+
+    /// What the link's stack dropped so far (see [`LinkStats`]).
+    pub fn stats(&self) -> LinkStats {
+        *lock(&self.shared.stats)
+    }
+
+    fn check_len(&self, message: Bytes) -> Result<Bytes, SendError> {
+        match self.shared.max_message_len {
+            Some(max) if message.len() > max => Err(SendError::TooLarge {
+                peer: self.shared.peer.clone(),
+                message,
+                max,
+            }),
+            _ => Ok(message),
+        }
+    }
+
+    /// Queues a message on `lane` whose permits (`cost`) were taken.
+    fn push(&self, lane: Lane, message: Bytes, cost: usize) {
+        if self.shared.inline_framing {
+            return self.push_inline(Payload::Owned(message), cost);
+        }
+        let wake = {
+            let mut out = lock(&self.shared.out);
+            out.queue.push_back((lane, message));
+            std::mem::take(&mut out.driver_waiting)
+        };
+        if wake {
+            (self.shared.wake_driver)();
+        }
+    }
+
+    /// Inline framing: appends `len | payload` behind what is queued. A small
+    /// payload is copied into the staging buffer (one chunk for the driver
+    /// however many messages it holds); a large one is queued as it is,
+    /// after the staged bytes and its header.
+    fn push_inline(&self, payload: Payload<'_>, cost: usize) {
+        let len = payload.len();
+        let header = FrameHeader { len: len as u32 }.emit();
+        let wake = {
+            let mut out = lock(&self.shared.out);
+            let out = &mut *out;
+            if len <= INLINE_COPY_MAX {
+                if out.staging.capacity() - out.staging.len() < FrameHeader::LEN + len {
+                    out.staging.reserve(STAGING_CHUNK);
+                }
+                out.staging.put_slice(&header);
+                out.staging.put_slice(payload.as_slice());
+            } else {
+                out.staging.put_slice(&header);
+                let staged = out.staging.split().freeze();
+                out.queue.push_back((Lane::ZERO, staged));
+                out.queue.push_back((Lane::ZERO, payload.into_bytes()));
+            }
+            out.inline_messages += 1;
+            out.uncharged += (FrameHeader::LEN + len) - cost;
+            std::mem::take(&mut out.driver_waiting)
+        };
+        if wake {
+            (self.shared.wake_driver)();
+        }
+    }
+
+    /// [`try_send_copy_on`](LinkSender::try_send_copy_on) [`Lane::ZERO`].
+    ///
+    /// # Errors
+    ///
+    /// As [`try_send`](LinkSender::try_send), handing back a copy.
+    pub fn try_send_copy(&self, message: &[u8]) -> Result<(), TrySendError> {
+        self.try_send_copy_on(Lane::ZERO, message)
+    }
+
+    /// Queues a copy of `message` on `lane` if the send buffer has room,
+    /// without waiting: for callers that encode into a reused scratch
+    /// buffer. On a plain `framing` stream link the bytes are copied once,
+    /// straight into the bytes the driver writes; elsewhere into a new
+    /// [`Bytes`].
+    ///
+    /// # Errors
+    ///
+    /// As [`try_send`](LinkSender::try_send), handing back a copy.
+    pub fn try_send_copy_on(&self, lane: Lane, message: &[u8]) -> Result<(), TrySendError> {
+        if !self.shared.inline_framing {
+            return self.try_send_on(lane, Bytes::copy_from_slice(message));
+        }
+        if let Some(max) = self.shared.max_message_len {
+            if message.len() > max {
+                return Err(SendError::TooLarge {
+                    peer: self.shared.peer.clone(),
+                    message: Bytes::copy_from_slice(message),
+                    max,
+                }
+                .into());
+            }
+        }
+        let cost = self.shared.cost(message.len());
+        self.take_permits(cost, || Bytes::copy_from_slice(message))?;
+        self.push_inline(Payload::Borrowed(message), cost);
+        Ok(())
+    }
+
+    /// Takes `cost` permits without waiting; on failure hands back the
+    /// message `make` builds.
+    fn take_permits(&self, cost: usize, make: impl FnOnce() -> Bytes) -> Result<(), TrySendError> {
+        match self.shared.out_space.try_acquire_many(cost as u32) {
+            Ok(permit) => {
+                permit.forget();
+                Ok(())
+            }
+            Err(TryAcquireError::NoPermits) => Err(TrySendError::Full {
+                peer: self.shared.peer.clone(),
+                message: make(),
+            }),
+            Err(TryAcquireError::Closed) => Err(SendError::Closed {
+                message: make(),
+                closed: self.shared.closed(),
+            }
+            .into()),
+        }
+    }
+
+    /// Queues `message` for the peer on [`Lane::ZERO`], waiting while the
+    /// send buffer is full. As [`send_on`](LinkSender::send_on).
+    ///
+    /// # Errors
+    ///
+    /// As [`send_on`](LinkSender::send_on).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: if the future is dropped before completing, the message
+    /// was not queued.
+    pub async fn send(&self, message: Bytes) -> Result<(), SendError> {
+        self.send_on(Lane::ZERO, message).await
+    }
+
+    /// Queues `message` for the peer on `lane`, waiting while the send
+    /// buffer is full. Messages on one lane arrive in order; see [`Lane`].
+    ///
+    /// # Errors
+    ///
+    /// [`SendError::TooLarge`] or [`SendError::Closed`], handing the message
+    /// back. Success means the message was queued, not that it arrived.
+    ///
+    /// # Backpressure
+    ///
+    /// Waits while [`LinkConfig::send_buffer`](crate::LinkConfig::send_buffer) bytes are queued: the driver
+    /// takes messages only as fast as the socket (and a `delivery` window)
+    /// accepts them, so a peer that never reads makes this wait instead of
+    /// growing memory.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: if the future is dropped before completing, the message
+    /// was not queued.
+    pub async fn send_on(&self, lane: Lane, message: Bytes) -> Result<(), SendError> {
+        let message = self.check_len(message)?;
+        let cost = self.shared.cost(message.len());
+        // Fast path without the future machinery: room is usually there.
+        if let Ok(permit) = self.shared.out_space.try_acquire_many(cost as u32) {
+            permit.forget();
+            self.push(lane, message, cost);
+            return Ok(());
+        }
+        // Boxed: the semaphore's future is large, and the caller moves this
+        // future on every send; only a send that waits pays for the box.
+        Box::pin(self.send_waiting(lane, message, cost)).await
+    }
+
+    async fn send_waiting(&self, lane: Lane, message: Bytes, cost: usize) -> Result<(), SendError> {
+        match self.shared.out_space.acquire_many(cost as u32).await {
+            Ok(permit) => permit.forget(),
+            Err(_) => {
+                return Err(SendError::Closed {
+                    message,
+                    closed: self.shared.closed(),
+                })
+            }
+        }
+        self.push(lane, message, cost);
+        Ok(())
+    }
+
+    /// Queues `message` on [`Lane::ZERO`] if the send buffer has room,
+    /// without waiting.
+    ///
+    /// # Errors
+    ///
+    /// As [`try_send_on`](LinkSender::try_send_on).
+    pub fn try_send(&self, message: Bytes) -> Result<(), TrySendError> {
+        self.try_send_on(Lane::ZERO, message)
+    }
+
+    /// Queues `message` on `lane` if the send buffer has room, without
+    /// waiting.
+    ///
+    /// # Errors
+    ///
+    /// [`TrySendError::Full`] when the buffer is full, otherwise as
+    /// [`send`](LinkSender::send); the message is handed back.
+    pub fn try_send_on(&self, lane: Lane, message: Bytes) -> Result<(), TrySendError> {
+        let message = self.check_len(message)?;
+        let cost = self.shared.cost(message.len());
+        // The closure runs only on failure: the clone is a refcount bump.
+        self.take_permits(cost, || message.clone())?;
+        self.push(lane, message, cost);
+        Ok(())
+    }
+
+    /// Sends `message` as one unreliable datagram, now, outside the send
+    /// buffer. It may be lost, or overtake or be overtaken by any other
+    /// message; if it arrives, the peer gets it as an ordinary
+    /// [`Received::Message`](crate::Received::Message).
+    ///
+    /// # Errors
+    ///
+    /// [`UnreliableError`], handing the message back: the transport has no
+    /// datagrams (only [`quic`](crate::quic) has), the peer did not enable
+    /// them, the message is larger than one datagram
+    /// ([`UnreliableError::TooLarge`] says the current limit), or the link
+    /// is closed.
+    ///
+    /// # Backpressure
+    ///
+    /// None: when the transport's datagram buffer is full, older datagrams
+    /// are dropped.
+    pub fn send_unreliable(&self, message: Bytes) -> Result<(), UnreliableError> {
+        match &self.shared.extras.unreliable {
+            Some(sink) => sink.send(&self.shared.peer, message),
+            None => Err(UnreliableError::Unsupported {
+                peer: self.shared.peer.clone(),
+                message,
+            }),
+        }
+    }
+
+    /// Closes the link gracefully: messages already queued are still sent,
+    /// later sends fail, and the transport is shut down once they are out.
+    pub fn close(&self) {
+        lock(&self.shared.out).close_requested = true;
+        (self.shared.wake_driver)();
+    }
+}
+
+impl Clone for LinkSender {
+    fn clone(&self) -> Self {
+        Self::new(self.shared.clone())
+    }
+}
+
+impl Drop for LinkSender {
+    fn drop(&mut self) {
+        let last = {
+            let mut out = lock(&self.shared.out);
+            out.senders -= 1;
+            out.senders == 0
+        };
+        if last {
+            (self.shared.wake_driver)();
+        }
+    }
+}
+
+impl std::fmt::Debug for LinkSender {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LinkSender")
+            .field("peer", &self.shared.peer)
+            .finish()
+    }
+}
