@@ -1,0 +1,326 @@
+//! A link's life once it is connected: the handshake, attaching the link
+//! to the node's peer for that node and scheme (settling duplicate links),
+//! and the reader that dispatches its frames until it goes down.
+
+use super::*;
+
+/// Runs the handshake on a fresh link.
+pub(super) async fn handshake_on(
+    inner: &Arc<NodeInner>,
+    link: &mut Link,
+) -> Result<handshake::Peer, LinkError> {
+    let mut nonce = [0u8; 16];
+    rand::Rng::fill(&mut rand::thread_rng(), &mut nonce);
+    let mut hs = Handshake::new(inner.id, &inner.config.cookie, nonce, inner.listen_uris());
+    if let Some(identity) = link.peer_identity() {
+        hs = hs.certified_peer(NodeId::from_u64(identity.node_id));
+    }
+    let closed = |e: plexus_transport::LinkClosed| LinkError::Closed(e.to_string());
+    let send_err = |e: plexus_transport::SendError| LinkError::Closed(e.to_string());
+    link.send(hs.hello().encode()).await.map_err(send_err)?;
+    loop {
+        let bytes = link.recv_message().await.map_err(closed)?;
+        let frame = match Frame::decode(bytes) {
+            Ok(f) => f,
+            Err(e) => {
+                let err = handshake::HandshakeError::Protocol(e.to_string());
+                if let Some(r) = err.reject_frame() {
+                    let _ = link.send(r.encode()).await;
+                }
+                return Err(err.into());
+            }
+        };
+        match hs.handle_frame(frame) {
+            Ok((reply, done)) => {
+                if let Some(r) = reply {
+                    link.send(r.encode()).await.map_err(send_err)?;
+                }
+                if let Some(peer) = done {
+                    return Ok(peer);
+                }
+            }
+            Err(e) => {
+                if let Some(r) = e.reject_frame() {
+                    let _ = link.send(r.encode()).await;
+                }
+                // Let the REJECT reach the peer before the link closes.
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                return Err(e.into());
+            }
+        }
+    }
+}
+
+/// Serves an accepted link: handshake, then as a peer.
+pub(crate) async fn accept(inner: Arc<NodeInner>, scheme: String, mut link: Link) {
+    let timeout = inner.config.connect_timeout;
+    let hs = match tokio::time::timeout(timeout, handshake_on(&inner, &mut link)).await {
+        Ok(Ok(hs)) => hs,
+        Ok(Err(e)) => {
+            tracing::warn!(target: "plexus::remote", peer = %link.peer(), "refused a connection: handshake failed: {e}");
+            link.close();
+            return;
+        }
+        Err(_) => {
+            tracing::warn!(target: "plexus::remote", peer = %link.peer(), "refused a connection: no handshake within {timeout:?}");
+            link.close();
+            return;
+        }
+    };
+    let dial = hs
+        .listen
+        .iter()
+        .find_map(|u| u.strip_prefix(&format!("{scheme}://")).map(str::to_owned));
+    let peer = {
+        let mut peers = lock(&inner.peers);
+        peers
+            .by_node
+            .entry((hs.node, scheme.clone()))
+            .or_insert_with(|| Peer::new(&inner, &scheme, dial.clone()))
+            .clone()
+    };
+    if lock(&peer.dial).is_none() {
+        *lock(&peer.dial) = dial;
+    }
+    let dialer = hs.node;
+    established(&inner, Some(peer), link, hs, dialer);
+}
+
+/// A handshake completed on `link` (dialled by `dialed_by`): attach it to
+/// the node's peer for that node and scheme, and start reading.
+pub(super) fn established(
+    inner: &Arc<NodeInner>,
+    via: Option<Arc<Peer>>,
+    link: Link,
+    hs: handshake::Peer,
+    dialed_by: NodeId,
+) {
+    let via = via.expect("established is called with the peer that made the link");
+    let scheme = via.scheme.clone();
+    // Find or become the canonical peer for this node and scheme.
+    let canonical = {
+        let mut peers = lock(&inner.peers);
+        let key = (hs.node, scheme.clone());
+        match peers.by_node.get(&key) {
+            Some(p) if !Arc::ptr_eq(p, &via) => p.clone(),
+            _ => {
+                peers.by_node.insert(key, via.clone());
+                via.clone()
+            }
+        }
+    };
+    if !Arc::ptr_eq(&canonical, &via) {
+        // Hand what waited on `via` to the canonical peer.
+        let (pending, waiters, resolves, receipts) = {
+            let mut st = lock(&via.state);
+            via.set_phase(&mut st, Phase::Idle);
+            (
+                std::mem::take(&mut st.pending),
+                std::mem::take(&mut st.waiters),
+                std::mem::take(&mut st.resolves),
+                std::mem::take(&mut st.receipts),
+            )
+        };
+        let _ = via.forward.set(canonical.clone());
+        let mut st = lock(&canonical.state);
+        st.pending.extend(pending);
+        st.waiters.extend(waiters);
+        st.resolves.extend(resolves);
+        st.receipts.extend(receipts);
+        if lock(&canonical.dial).is_none() {
+            *lock(&canonical.dial) = lock(&via.dial).clone();
+        }
+    }
+    canonical.attach(inner, link, hs, dialed_by);
+}
+
+impl Peer {
+    fn attach(
+        self: &Arc<Self>,
+        inner: &Arc<NodeInner>,
+        link: Link,
+        hs: handshake::Peer,
+        dialed_by: NodeId,
+    ) {
+        let (sender, receiver) = link.split();
+        let mut st = lock(&self.state);
+        if let Phase::Up {
+            dialed_by: existing,
+            ..
+        } = &st.phase
+        {
+            if *existing < dialed_by {
+                // Keep the link dialled by the lower node id. The peer may
+                // have sent on this one already: keep reading it until the
+                // peer, told by GOODBYE, closes it. What waited for a link
+                // (handed over from a forwarding peer) goes out on the kept
+                // one.
+                let waiters = std::mem::take(&mut st.waiters);
+                let pending = std::mem::take(&mut st.pending);
+                if let Phase::Up { sender: kept, .. } = &st.phase {
+                    flush(inner, kept, pending, hs.node);
+                }
+                drop(st);
+                for w in waiters {
+                    let _ = w.send(Ok(hs.node));
+                }
+                let _ = sender.try_send(
+                    Frame::Goodbye {
+                        reason: DUPLICATE.into(),
+                    }
+                    .encode(),
+                );
+                drop(sender);
+                let draining = self.epoch.fetch_add(1, Ordering::Relaxed) + 1;
+                let peer = self.clone();
+                let inner = inner.clone();
+                tokio::spawn(async move { peer.read(inner, receiver, draining, hs.node).await });
+                return;
+            }
+        }
+        if st.remote.is_some_and(|r| r != hs.node) {
+            tracing::info!(target: "plexus::remote", old = ?st.remote, new = %hs.node, "a different node answers at this address");
+        }
+        let epoch = self.epoch.fetch_add(1, Ordering::Relaxed) + 1;
+        let old = std::mem::replace(
+            &mut st.phase,
+            Phase::Up {
+                sender: sender.clone(),
+                epoch,
+                dialed_by,
+            },
+        );
+        self.down.store(false, Ordering::Release);
+        self.remote_node.store(hs.node.as_u64(), Ordering::Release);
+        st.remote = Some(hs.node);
+        st.failures = 0;
+        st.retry_at = None;
+        st.last_error = None;
+        let pending = std::mem::take(&mut st.pending);
+        let waiters = std::mem::take(&mut st.waiters);
+        // Flush while holding the lock, so nothing sent meanwhile overtakes.
+        flush(inner, &sender, pending, hs.node);
+        drop(st);
+        // A replaced link is retired like a refused one: GOODBYE(duplicate)
+        // tells the peer, which may still use it, that the other link is
+        // coming (a silent close would look like a lost node there). Our
+        // reader keeps draining what the peer sent on it.
+        if let Phase::Up { sender: old, .. } = old {
+            let _ = old.try_send(
+                Frame::Goodbye {
+                    reason: DUPLICATE.into(),
+                }
+                .encode(),
+            );
+        }
+        for w in waiters {
+            let _ = w.send(Ok(hs.node));
+        }
+        tracing::debug!(target: "plexus::remote", node = %inner.id, peer = %hs.node, scheme = %self.scheme, "link up");
+        let peer = self.clone();
+        let inner = inner.clone();
+        tokio::spawn(async move { peer.read(inner, receiver, epoch, hs.node).await });
+    }
+
+    async fn read(
+        self: Arc<Self>,
+        inner: Arc<NodeInner>,
+        mut rx: plexus_transport::LinkReceiver,
+        epoch: u64,
+        remote: NodeId,
+    ) {
+        let mut cache = InboundCache::default();
+        let mut unchecked = 0u32;
+        let cause = loop {
+            match rx.recv().await {
+                Ok(Received::Message(bytes)) => {
+                    if let Err(cause) = self.dispatch(&inner, remote, bytes, &mut cache) {
+                        tracing::warn!(target: "plexus::remote", peer = %remote, "closing the link: {cause}");
+                        self.close_link(epoch);
+                        if cause.starts_with(GOODBYE_PREFIX) {
+                            // On a link with several lanes (quic), frames
+                            // sent before the GOODBYE may still be on their
+                            // way on other lanes: take them until the peer
+                            // closes.
+                            let drain = async {
+                                while let Ok(r) = rx.recv().await {
+                                    if let Received::Message(bytes) = r {
+                                        let _ = self.dispatch(&inner, remote, bytes, &mut cache);
+                                    }
+                                }
+                            };
+                            let _ = tokio::time::timeout(inner.config.connect_timeout, drain).await;
+                        }
+                        break cause;
+                    }
+                    // Every FLOOD_CHECK_EVERY messages, not each: reading a
+                    // mailbox's length is a few dyn calls and atomics.
+                    unchecked += 1;
+                    if unchecked >= FLOOD_CHECK_EVERY {
+                        unchecked = 0;
+                        if let Some((_, target)) = &cache.0 {
+                            if target.queued() > FLOOD_HIGH {
+                                wait_drained(target).await;
+                            }
+                        }
+                    }
+                }
+                Ok(Received::Event(LinkEvent::Unreachable { phi })) => {
+                    self.close_link(epoch);
+                    break format!("heartbeat: node unreachable (phi {phi:.1})");
+                }
+                Ok(Received::Event(event)) => {
+                    tracing::debug!(target: "plexus::remote", peer = %remote, ?event, "link event");
+                }
+                Err(closed) => break closed.reason.to_string(),
+            }
+        };
+        if cause == format!("{GOODBYE_PREFIX}{DUPLICATE}") {
+            self.superseded(&inner, epoch);
+        } else {
+            self.link_down(epoch, &cause);
+        }
+    }
+
+    /// The peer closed our current link as the duplicate of one it dialled:
+    /// that link is about to come up here. Hold what is sent meanwhile (as
+    /// while connecting) and keep every pending request, which the peer
+    /// answers over the surviving link; give up if it never comes.
+    fn superseded(self: &Arc<Self>, inner: &Arc<NodeInner>, epoch: u64) {
+        {
+            let mut st = lock(&self.state);
+            match &st.phase {
+                Phase::Up { epoch: e, .. } if *e == epoch => {}
+                _ => return,
+            }
+            self.set_phase(&mut st, Phase::Connecting);
+        }
+        let peer = self.clone();
+        let timeout = inner.config.connect_timeout;
+        let inner = inner.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(timeout).await;
+            let stuck = matches!(lock(&peer.state).phase, Phase::Connecting)
+                && peer.epoch.load(Ordering::Relaxed) <= epoch + 1;
+            if stuck {
+                peer.failed(
+                    &inner,
+                    LinkError::Closed(
+                        "a duplicate link was closed and the other never came up".into(),
+                    ),
+                );
+            }
+        });
+    }
+
+    fn close_link(&self, epoch: u64) {
+        if let Phase::Up {
+            sender, epoch: e, ..
+        } = &lock(&self.state).phase
+        {
+            if *e == epoch {
+                sender.close();
+            }
+        }
+    }
+}
