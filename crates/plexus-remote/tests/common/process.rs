@@ -41,7 +41,8 @@ impl NodeProcess {
                 };
             }
         }
-        panic!("plexus-node {args:?} exited before serving");
+        let status = child.wait();
+        panic!("plexus-node {args:?} exited before serving: {status:?}");
     }
 
     /// Kills it (SIGKILL) and reaps it.
