@@ -41,9 +41,8 @@ impl NodeProcess {
                 };
             }
         }
-        let _ = child.kill();
-        let _ = child.wait();
-        panic!("plexus-node {args:?} exited before serving");
+        let status = child.wait();
+        panic!("plexus-node {args:?} exited before serving: {status:?}");
     }
 
     /// Kills it (SIGKILL) and reaps it.
