@@ -139,9 +139,12 @@ impl NodeConfig {
         self
     }
 
-    /// The node id the TLS certificate certifies (see
-    /// `plexus_transport::identity`), which the node's actor system must
-    /// have; `None` without [`tls`](Self::tls).
+    /// The node id for this configuration's TLS certificate (see
+    /// `plexus_transport::identity`): the part the certificate certifies and
+    /// an incarnation picked when the `TlsConfig` was loaded, so a restarted
+    /// node is a new node (refs to the old one's actors do not reach new
+    /// actors that got the same serials). The node's actor system must have
+    /// it; `None` without [`tls`](Self::tls).
     ///
     /// ```no_run
     /// # use plexus_core::ActorSystem;

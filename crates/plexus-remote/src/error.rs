@@ -51,14 +51,15 @@ pub enum NodeError {
     /// The node's TLS certificate certifies another node id than its actor
     /// system's: peers would refuse every link of this node.
     #[error(
-        "start node: the actor system's node id {system} is not {certified}, the id its TLS \
-         certificate certifies (derived from the certificate's public key); create the system \
-         with that id: ActorSystem::builder().node_id(config.certified_node_id().unwrap()).build()"
+        "start node: the actor system's node id {system} is not {certified}, the id of this \
+         TLS configuration (its first 12 hex digits are derived from the certificate's public \
+         key, the last 4 are this start's incarnation); create the system with that id: \
+         ActorSystem::builder().node_id(config.certified_node_id().unwrap()).build()"
     )]
     IdentityMismatch {
         /// The actor system's id.
         system: NodeId,
-        /// The id the certificate certifies.
+        /// The configuration's id ([`NodeConfig::certified_node_id`](crate::NodeConfig::certified_node_id)).
         certified: NodeId,
     },
     /// Systems run on a tokio runtime; none was running.

@@ -60,12 +60,13 @@ pub enum HandshakeError {
     /// certificate): a node impersonating another, or one whose actor
     /// system was not created with its certificate's id.
     #[error(
-        "node identity mismatch: the peer claims node id {claimed}, but its certificate certifies {certified}"
+        "node identity mismatch: the peer claims node id {claimed}, but its certificate certifies {certified} (the first 12 hex digits; the last 4 are the incarnation)"
     )]
     IdentityMismatch {
         /// The id in the peer's `HELLO`.
         claimed: NodeId,
-        /// The id derived from the peer's certificate.
+        /// The id part derived from the peer's certificate (incarnation
+        /// bits 0).
         certified: NodeId,
     },
     /// The peer refused the handshake.
@@ -137,8 +138,9 @@ impl Handshake {
     }
 
     /// The node id the link's transport certified for the peer (from its
-    /// TLS certificate): the peer's `HELLO` must claim exactly this id, or
-    /// the handshake fails with [`HandshakeError::IdentityMismatch`].
+    /// TLS certificate; incarnation bits 0): the peer's `HELLO` must claim
+    /// an id with this certified part (any incarnation), or the handshake
+    /// fails with [`HandshakeError::IdentityMismatch`].
     /// Without it (tcp, udp, ...), the claimed id is taken on the cookie
     /// proof alone.
     pub fn certified_peer(mut self, node: NodeId) -> Self {
@@ -180,7 +182,11 @@ impl Handshake {
                     });
                 }
                 if let Some(certified) = self.certified {
-                    if peer.node != certified {
+                    let certifies = plexus_transport::identity::certifies(
+                        certified.as_u64(),
+                        peer.node.as_u64(),
+                    );
+                    if !certifies {
                         return Err(HandshakeError::IdentityMismatch {
                             claimed: peer.node,
                             certified,
@@ -386,30 +392,32 @@ mod tests {
 
     #[test]
     fn a_claimed_id_other_than_the_certified_one_is_refused_on_both_sides() {
-        // b claims node 2, but its certificate certifies node 7.
+        // b claims node 2, but its certificate certifies the ids
+        // 0000000000070000 to ...7ffff (another certified part).
         let (a, mut b) = pair("secret", "secret");
-        let mut a = a.certified_peer(NodeId::from_u64(7));
+        let mut a = a.certified_peer(NodeId::from_u64(0x7_0000));
         let (ra, rb) = run(&mut a, &mut b);
         let mismatch = HandshakeError::IdentityMismatch {
             claimed: NodeId::from_u64(2),
-            certified: NodeId::from_u64(7),
+            certified: NodeId::from_u64(0x7_0000),
         };
         assert_eq!(ra.unwrap_err(), mismatch);
         match rb.unwrap_err() {
             HandshakeError::Rejected { code, detail } => {
                 assert_eq!(code, RejectCode::Identity);
                 assert!(detail.contains("node identity mismatch"), "{detail}");
-                assert!(detail.contains("0000000000000007"), "{detail}");
+                assert!(detail.contains("0000000000070000"), "{detail}");
             }
             e => panic!("expected Rejected, got {e:?}"),
         }
     }
 
     #[test]
-    fn the_certified_id_claimed_connects() {
+    fn the_certified_part_with_any_incarnation_connects() {
+        // Nodes 1 and 2: certified part 0, incarnations 1 and 2.
         let (a, b) = pair("secret", "secret");
-        let mut a = a.certified_peer(NodeId::from_u64(2));
-        let mut b = b.certified_peer(NodeId::from_u64(1));
+        let mut a = a.certified_peer(NodeId::from_u64(0));
+        let mut b = b.certified_peer(NodeId::from_u64(0));
         let (ra, rb) = run(&mut a, &mut b);
         assert_eq!(ra.unwrap().node, NodeId::from_u64(2));
         assert_eq!(rb.unwrap().node, NodeId::from_u64(1));

@@ -114,13 +114,17 @@ impl Node {
     ///
     /// [`NodeError::Spec`] if a configured scheme's stack is invalid,
     /// [`NodeError::IdentityMismatch`] if the node has a TLS certificate
-    /// and the system's id is not the one it certifies
-    /// ([`NodeConfig::certified_node_id`]), [`NodeError::NoRuntime`]
+    /// and the system's id does not have the part it certifies (see
+    /// [`NodeConfig::certified_node_id`]), [`NodeError::NoRuntime`]
     /// outside a tokio runtime.
     pub fn start(system: &SystemRef, config: NodeConfig) -> Result<Node, NodeError> {
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| NodeError::NoRuntime)?;
         if let Some(certified) = config.certified_node_id() {
-            if certified != system.node_id() && !config.danger_unchecked_identity {
+            let certifies = plexus_transport::identity::certifies(
+                certified.as_u64(),
+                system.node_id().as_u64(),
+            );
+            if !certifies && !config.danger_unchecked_identity {
                 return Err(NodeError::IdentityMismatch {
                     system: system.node_id(),
                     certified,

@@ -214,9 +214,9 @@ impl DevCa {
 }
 
 impl NodeCert {
-    /// The node id this certificate certifies (see
-    /// [`identity`](crate::identity)): the id the node's actor system must
-    /// have.
+    /// The part of a node id this certificate certifies (see
+    /// [`identity`](crate::identity)), incarnation bits 0: the node's actor
+    /// system must have an id with this part.
     ///
     /// # Errors
     ///

@@ -19,10 +19,12 @@
 //! [`TlsListener::accept`] as [`AcceptError::Handshake`]; the listener
 //! keeps serving other peers.
 //!
-//! **Node identity.** A certificate certifies one node id, derived from its
-//! public key ([`identity`](crate::identity)): [`TlsConfig::node_id`] is
-//! ours, [`Link::peer_identity`] the peer's (set on every link this module
-//! makes). `plexus-remote` refuses a peer whose handshake claims another id.
+//! **Node identity.** A certificate certifies the first 48 bits of a node
+//! id, derived from its public key ([`identity`](crate::identity)); the
+//! last 16 are the incarnation. [`TlsConfig::node_id`] is ours,
+//! [`Link::peer_identity`] the peer's certified part (set on every link this
+//! module makes). `plexus-remote` refuses a peer whose handshake claims an
+//! id with another certified part.
 //!
 //! # Development certificates
 //!
@@ -77,7 +79,7 @@ use tokio::task::AbortHandle;
 
 use crate::conn::now;
 use crate::error::{AcceptError, BindError, ConnectError};
-use crate::identity::{node_id_of, IdentityError, PeerIdentity};
+use crate::identity::{new_incarnation, node_id_of, IdentityError, PeerIdentity};
 use crate::link::{Link, LinkConfig};
 use crate::stream::{self, StreamSocket};
 
@@ -163,7 +165,7 @@ impl TlsConfig {
         ca_roots: &[u8],
     ) -> Result<Self, TlsConfigError> {
         let chain = certs("certificate chain", cert_chain)?;
-        let node_id = node_id_of(&chain[0])?;
+        let node_id = new_incarnation(node_id_of(&chain[0])?);
         let key = PrivateKeyDer::from_pem_slice(key).map_err(|e| TlsConfigError::Pem {
             what: "private key",
             detail: e.to_string(),
@@ -198,9 +200,11 @@ impl TlsConfig {
         })
     }
 
-    /// The node id this configuration's certificate certifies (see
-    /// [`identity`](crate::identity)): a node presenting this certificate
-    /// must claim this id, so its actor system must be created with it
+    /// The node id of a node using this configuration: the part its
+    /// certificate certifies and an incarnation picked when the
+    /// configuration was loaded (see [`identity`](crate::identity)). A node
+    /// presenting this certificate must claim an id with that certified
+    /// part, so its actor system is created with this one
     /// (`ActorSystem::builder().node_id(NodeId::from_u64(tls.node_id()))`).
     pub fn node_id(&self) -> u64 {
         self.node_id
