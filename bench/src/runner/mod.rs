@@ -28,8 +28,9 @@ pub const END: &str = "<!-- report:end -->";
 /// Anything starting like this is taken as the opening marker.
 const BEGIN_PREFIX: &str = "<!-- report:begin";
 
-/// The transports of W1 and W2 (schemes; `tls` makes a dev CA per run).
-const W12_TRANSPORTS: &[&str] = &["tcp", "udp", "tls"];
+/// The transports of W1 and W2 (schemes; `tls` and `quic` make a dev CA
+/// per run).
+const W12_TRANSPORTS: &[&str] = &["tcp", "udp", "tls", "quic"];
 
 /// The default transports of W3: TCP and two reliable UDP stacks.
 const W3_TRANSPORTS: &[&str] = &[
@@ -69,7 +70,7 @@ pub struct Args {
     /// delivery`.
     #[arg(long)]
     w3_transport: Vec<String>,
-    /// W1/W2 transports, comma-separated; default tcp, udp, tls (the first
+    /// W1/W2 transports, comma-separated; default tcp, udp, tls, quic (the first
     /// is the one the others are compared with).
     #[arg(long, value_delimiter = ',')]
     transports: Vec<String>,
