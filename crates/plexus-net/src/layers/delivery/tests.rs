@@ -36,6 +36,8 @@ fn send(d: &mut Delivery, now: Instant, msg: &'static [u8]) -> Vec<Frame> {
 fn recv(d: &mut Delivery, now: Instant, frame: &Frame) -> Io {
     let mut out = Output::new();
     let r = d.handle_receive(now, Frame::from_payload(frame.to_bytes()), &mut out);
+    // As the stack does when the driver drains: acks leave at the flush.
+    d.handle_flush(now, &mut out);
     drain(&mut out, r)
 }
 
