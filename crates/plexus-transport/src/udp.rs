@@ -42,7 +42,10 @@ use crate::link::{lock, Link, LinkConfig, Shared};
 
 /// Bytes of datagrams queued for the socket before peers stop being pumped.
 const TX_BUDGET: usize = 256 << 10;
-/// Datagrams read per readiness event before other work gets a turn.
+/// Datagrams read per readiness event before other work gets a turn. The
+/// peers they reached are serviced once after the batch (one ack, one
+/// hand-over to the application, one timer update per peer), so a peer's
+/// inbound queue may overshoot its bound by at most this many datagrams.
 const RX_BATCH: usize = 64;
 /// Receive buffer: datagrams are read into it and split off without copies.
 const RX_BUF: usize = 256 << 10;
@@ -209,6 +212,7 @@ impl UdpEndpoint {
             deferred: Vec::new(),
             next_id: 0,
             scratch: BytesMut::with_capacity(64 << 10),
+            touched: Vec::new(),
         };
         tokio::spawn(task.run());
         Ok(Self {
@@ -290,6 +294,8 @@ struct Peer {
     /// The entry this peer has in the timer set.
     timer: Option<Instant>,
     deferred: bool,
+    /// Fed a datagram in the current receive batch; serviced after it.
+    touched: bool,
 }
 
 /// The socket task.
@@ -308,6 +314,8 @@ struct Dispatcher {
     deferred: Vec<u64>,
     next_id: u64,
     scratch: BytesMut,
+    /// Peers fed in the current receive batch.
+    touched: Vec<u64>,
 }
 
 impl Dispatcher {
@@ -379,12 +387,18 @@ impl Dispatcher {
                     let datagram = rbuf.split().freeze();
                     self.on_datagram(src, datagram);
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(error) => {
                     // ICMP errors of earlier sends surface here (Linux
                     // reports connection refused); they concern one peer.
                     tracing::debug!(%error, "udp receive error");
                 }
+            }
+        }
+        for id in std::mem::take(&mut self.touched) {
+            if let Some(peer) = self.peers.get_mut(&id) {
+                peer.touched = false;
+                self.service(id);
             }
         }
     }
@@ -404,9 +418,13 @@ impl Dispatcher {
             return;
         }
         peer.last_heard = t;
-        // An error closes the stack; service() removes the peer.
+        // An error closes the stack; service() (after the batch) removes
+        // the peer.
         let _ = peer.conn.stack.handle_receive(t, datagram);
-        self.service(id);
+        if !peer.touched {
+            peer.touched = true;
+            self.touched.push(id);
+        }
     }
 
     fn on_new_peer(&mut self, src: SocketAddr, datagram: Bytes, t: Instant) {
@@ -491,6 +509,7 @@ impl Dispatcher {
                 linger_until: None,
                 timer: None,
                 deferred: false,
+                touched: false,
             },
         );
         self.by_addr.insert(addr, id);
