@@ -20,12 +20,18 @@
 //! datagrams are dropped before its stack sees them, so `delivery`
 //! retransmits them later and memory stays bounded.
 //!
+//! System calls are batched with `quinn-udp`: consecutive datagrams to one
+//! peer of equal size (a run of full bundles or fragments, the last one may
+//! be shorter) leave in one `sendmsg` with UDP segmentation offload (GSO)
+//! where the kernel has it, and the socket reads coalesced runs (GRO) and
+//! several datagrams per `recvmmsg`.
+//!
 //! There is no connection handshake: [`UdpEndpoint::connect`] only creates
 //! local peer state, and the remote endpoint sees the peer when its first
 //! datagram arrives ([`UdpEndpoint::accept`]).
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
-use std::io;
+use std::io::{self, IoSliceMut};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
@@ -33,6 +39,8 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use plexus_net::{Frame, LinkContext, StackSpec, TransportKind};
+use quinn_udp::{RecvMeta, Transmit, UdpSocketState};
+use tokio::io::Interest;
 use tokio::net::UdpSocket;
 use tokio::sync::{mpsc, oneshot, Notify};
 
@@ -49,6 +57,16 @@ const TX_BUDGET: usize = 256 << 10;
 const RX_BATCH: usize = 64;
 /// Receive buffer: datagrams are read into it and split off without copies.
 const RX_BUF: usize = 256 << 10;
+/// Room left in the receive buffer for one read: the largest datagram or
+/// coalesced (GRO) run.
+const RX_MAX: usize = 64 << 10;
+/// Bytes of one segmentation-offload send (the kernel's limit is one IP
+/// datagram, 64 KiB with headers).
+const GSO_BYTES: usize = 60 << 10;
+/// Socket buffers asked for (the kernel caps them at `rmem_max`/`wmem_max`):
+/// a burst of a large congestion window must not overflow the receive
+/// queue while the task is busy.
+const SOCKET_BUFFER: usize = 4 << 20;
 /// How long a link whose handles are all dropped keeps its state to finish
 /// delivery (at most; it goes as soon as the stack has no timer).
 const LINGER: Duration = Duration::from_secs(5);
@@ -190,6 +208,16 @@ impl UdpEndpoint {
         };
         let socket = UdpSocket::bind(addr).await.map_err(io_err)?;
         let local = socket.local_addr().map_err(io_err)?;
+        // Enables GRO and the ancillary data quinn-udp reads.
+        let state = UdpSocketState::new((&socket).into()).map_err(io_err)?;
+        for result in [
+            state.set_recv_buffer_size((&socket).into(), SOCKET_BUFFER),
+            state.set_send_buffer_size((&socket).into(), SOCKET_BUFFER),
+        ] {
+            if let Err(error) = result {
+                tracing::debug!(%error, "udp socket buffer size not set");
+            }
+        }
         let shared = Arc::new(EpShared {
             ready: Mutex::new(Vec::new()),
             commands: Mutex::new(VecDeque::new()),
@@ -200,6 +228,7 @@ impl UdpEndpoint {
         let (accept_tx, accept_rx) = mpsc::channel(config.accept_backlog.max(1));
         let task = Dispatcher {
             socket,
+            state,
             spec: spec.clone(),
             config,
             shared: shared.clone(),
@@ -301,6 +330,7 @@ struct Peer {
 /// The socket task.
 struct Dispatcher {
     socket: UdpSocket,
+    state: UdpSocketState,
     spec: StackSpec,
     config: UdpConfig,
     shared: Arc<EpShared>,
@@ -320,7 +350,7 @@ struct Dispatcher {
 
 impl Dispatcher {
     async fn run(mut self) {
-        let mut rbuf = BytesMut::with_capacity(RX_BUF);
+        let mut rbuf = BytesMut::new();
         let mut ready = Vec::new();
         let sleep = tokio::time::sleep(Duration::ZERO);
         tokio::pin!(sleep);
@@ -378,14 +408,33 @@ impl Dispatcher {
     }
 
     fn read(&mut self, rbuf: &mut BytesMut) {
+        let mut meta = [RecvMeta::default(); quinn_udp::BATCH_SIZE];
         for _ in 0..RX_BATCH {
-            if rbuf.capacity() < 65_536 {
-                rbuf.reserve(RX_BUF);
+            if rbuf.len() < RX_MAX {
+                // Zeroed once: safe code cannot read into uninitialised
+                // memory. Reads then fill it front to back and split off
+                // what they got, so each byte is zeroed once.
+                *rbuf = BytesMut::zeroed(RX_BUF);
             }
-            match self.socket.try_recv_buf_from(rbuf) {
-                Ok((_, src)) => {
-                    let datagram = rbuf.split().freeze();
-                    self.on_datagram(src, datagram);
+            // One buffer per read, all of it: a datagram or a coalesced run
+            // of up to 64 KiB fits, and what is read is split off without a
+            // copy. (Several buffers would each need that room.)
+            let received = self.socket.try_io(Interest::READABLE, || {
+                let mut bufs = [IoSliceMut::new(&mut rbuf[..RX_MAX])];
+                self.state.recv((&self.socket).into(), &mut bufs, &mut meta)
+            });
+            match received {
+                Ok(n) => {
+                    for m in &meta[..n] {
+                        let mut run = rbuf.split_to(m.len).freeze();
+                        // A coalesced run holds datagrams of `stride` bytes
+                        // (the last may be shorter).
+                        let stride = if m.stride == 0 { m.len } else { m.stride };
+                        while !run.is_empty() {
+                            let datagram = run.split_to(stride.min(run.len()));
+                            self.on_datagram(m.addr, datagram);
+                        }
+                    }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(error) => {
@@ -598,27 +647,67 @@ impl Dispatcher {
         }
     }
 
-    /// Sends queued datagrams until the socket would block.
+    /// Sends queued datagrams until the socket would block: each run of
+    /// datagrams to one peer with equal sizes (the last may be shorter) in
+    /// one segmentation-offload call.
     fn flush(&mut self) {
-        while let Some((addr, frame)) = self.tx.front() {
-            let chunks = frame.chunks().count();
-            let buf: &[u8] = if chunks == 1 {
-                frame.first_chunk()
-            } else {
-                self.scratch.clear();
-                frame.extend_into(&mut self.scratch);
-                &self.scratch
-            };
-            match self.socket.try_send_to(buf, *addr) {
-                Ok(_) => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(error) => {
-                    self.shared.counters.send_errors.fetch_add(1, Relaxed);
-                    tracing::debug!(%addr, %error, "udp send failed; datagram dropped");
+        while let Some((addr, first)) = self.tx.front() {
+            let (addr, segment) = (*addr, first.len());
+            let max = self.state.max_gso_segments();
+            let mut n = 0;
+            let mut bytes = 0;
+            for (to, frame) in &self.tx {
+                let len = frame.len();
+                if n == max || *to != addr || len > segment || bytes + len > GSO_BYTES {
+                    break;
+                }
+                n += 1;
+                bytes += len;
+                if len < segment {
+                    break;
                 }
             }
-            self.tx_bytes -= frame.len();
-            self.tx.pop_front();
+            let n = n.max(1);
+            let contents: &[u8] = if n == 1 && first.chunks().count() == 1 {
+                first.first_chunk()
+            } else {
+                self.scratch.clear();
+                for (_, frame) in self.tx.iter().take(n) {
+                    frame.extend_into(&mut self.scratch);
+                }
+                &self.scratch
+            };
+            let transmit = Transmit {
+                destination: addr,
+                ecn: None,
+                contents,
+                segment_size: (n > 1).then_some(segment),
+                src_ip: None,
+            };
+            let sent = self.socket.try_io(Interest::WRITABLE, || {
+                self.state.try_send((&self.socket).into(), &transmit)
+            });
+            match sent {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(_) if n > 1 && self.state.max_gso_segments() == 1 => {
+                    // The kernel refused offload and quinn-udp turned it
+                    // off: send the run again, one datagram at a time.
+                    continue;
+                }
+                Err(error) => {
+                    self.shared
+                        .counters
+                        .send_errors
+                        .fetch_add(n as u64, Relaxed);
+                    tracing::debug!(%addr, %error, n, "udp send failed; datagrams dropped");
+                }
+            }
+            for _ in 0..n {
+                if let Some((_, frame)) = self.tx.pop_front() {
+                    self.tx_bytes -= frame.len();
+                }
+            }
         }
     }
 }

@@ -27,7 +27,11 @@
 //! bytes`. Bit 31 of the third word ([`BUNDLED`]) says that a `len` follows
 //! and that the record's bytes are the next `len` bytes, after which another
 //! record may start; without it (12-byte header, the plain format) the
-//! record's bytes run to the end of the datagram. A decoder rejects `count
+//! record's bytes run to the end of the datagram. Zero bytes after the last
+//! bundled record are padding: a bundle followed by more datagrams of the
+//! same batch is padded to `mtu` when that costs at most an eighth of it, so
+//! a driver can hand a run of equal-sized datagrams to the kernel in one
+//! segmentation-offload call (UDP GSO). A decoder rejects `count
 //! == 0`, `index >= count`, counts larger than `max_message` could need at
 //! the smallest allowed MTU ([`MIN_MTU`]), and a `len` beyond the datagram;
 //! the records before a malformed one are kept.
@@ -313,7 +317,7 @@ impl Slicing {
     fn bundle_message(&mut self, id: u32, frame: Frame, out: &mut Output) {
         let record = BUNDLED_HEADER_LEN + frame.len();
         if self.open + record > self.config.mtu {
-            self.flush_bundle(out);
+            self.flush_bundle(out, true);
         }
         self.open += record;
         if self.open == record {
@@ -343,8 +347,9 @@ impl Slicing {
     }
 
     /// Pushes the open bundle down: a lone message in the plain format, two
-    /// or more as one datagram of bundled records.
-    fn flush_bundle(&mut self, out: &mut Output) {
+    /// or more as one datagram of bundled records, padded to `mtu` if `pad`
+    /// (more datagrams follow in this batch) and the padding is short.
+    fn flush_bundle(&mut self, out: &mut Output, pad: bool) {
         if let Some((id, frame)) = self.lone.take() {
             let header = FragmentHeader {
                 id,
@@ -353,6 +358,11 @@ impl Slicing {
             };
             out.push_down_with_header(frame, &header.emit());
         } else if !self.bundle.is_empty() {
+            let short = self.config.mtu - self.bundle.len();
+            if pad && short <= self.config.mtu / 8 {
+                // Within the capacity reserved when the bundle started.
+                self.bundle.resize(self.config.mtu, 0);
+            }
             out.push_down(Frame::from_payload(self.bundle.split().freeze()));
         }
         self.open = 0;
@@ -404,7 +414,10 @@ impl Slicing {
             };
             let r = self.receive_record(now, header, payload, out);
             result = result.and(r);
-            if rest.is_empty() {
+            // The end, or padding (a record never starts with 12 zero
+            // bytes: its count would be 0). Stops at the first non-zero
+            // byte, within a record's first 12 bytes.
+            if rest.iter().all(|&b| b == 0) {
                 return result;
             }
             match FragmentHeader::parse_record(&rest, self.max_count) {
@@ -545,7 +558,8 @@ impl Layer for Slicing {
             return Ok(());
         }
         // Whatever was bundled before goes first: sends keep their order.
-        self.flush_bundle(out);
+        // Fragments of `mtu` bytes follow, so the bundle is padded to match.
+        self.flush_bundle(out, true);
         let per = self.config.mtu - FragmentHeader::LEN;
         let count = frame.len().div_ceil(per).max(1);
         if count == 1 {
@@ -598,7 +612,7 @@ impl Layer for Slicing {
     }
 
     fn handle_flush(&mut self, _now: Instant, out: &mut Output) {
-        self.flush_bundle(out);
+        self.flush_bundle(out, false);
     }
 
     fn handle_timeout(&mut self, now: Instant, _out: &mut Output) {

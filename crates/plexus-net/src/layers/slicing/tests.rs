@@ -256,7 +256,20 @@ fn small_messages_of_one_batch_share_datagrams_up_to_the_mtu() {
         datagrams.iter().map(Bytes::len).collect::<Vec<_>>(),
         [256, 256, 128]
     );
+
     let (got, errors) = feed(&mut rx, now, &datagrams);
+    assert!(errors.is_empty(), "{errors:?}");
+    assert_eq!(got, msgs);
+    // Records of 14 + 46: four fill 240 bytes; padded to 256 (16 <= 256/8)
+    // as more datagrams follow, the last one is not.
+    let msgs: Vec<Vec<u8>> = (0..9u8).map(|i| vec![i + 1; 46]).collect();
+    let padded = batch(&mut tx, now, &msgs);
+    assert_eq!(
+        padded.iter().map(Bytes::len).collect::<Vec<_>>(),
+        [256, 256, 58]
+    );
+    assert!(padded[0][240..].iter().all(|&b| b == 0));
+    let (got, errors) = feed(&mut rx, now, &padded);
     assert!(errors.is_empty(), "{errors:?}");
     assert_eq!(got, msgs);
 }
@@ -339,10 +352,15 @@ fn malformed_bundles_keep_the_records_before_the_damage() {
     let (got, errors) = feed(&mut rx, now, &[Bytes::from(bad)]);
     assert!(got.is_empty() && errors.len() == 1);
     let mut tail = datagram.to_vec();
-    tail.extend_from_slice(&[0, 0, 0]);
+    tail.extend_from_slice(&[0, 0, 3]);
     let (got, errors) = feed(&mut rx, now, &[Bytes::from(tail)]);
     assert_eq!(got.len(), 2);
     assert_eq!(errors.len(), 1);
+    // Zero padding after the records is not an error.
+    let mut padded = datagram.to_vec();
+    padded.extend_from_slice(&[0; 40]);
+    let (got, errors) = feed(&mut rx, now, &[Bytes::from(padded)]);
+    assert_eq!((got.len(), errors.len()), (2, 0));
 }
 
 #[test]
