@@ -348,32 +348,44 @@ impl Delivery {
     /// Moves queued messages into the window, as far as the congestion
     /// window allows (always at least one message).
     fn flush(&mut self, now: Instant, out: &mut Output) {
-        while self.inflight.len() < self.config.send_window {
-            let Some(next) = self.queued.front() else {
-                break;
-            };
-            let charge = next.len() + MESSAGE_CHARGE;
-            if !self.inflight.is_empty() && self.flight + charge > self.cwnd.window() {
+        while let Some(next) = self.queued.front() {
+            if !self.window_has_room(next.len()) {
                 break;
             }
             let Some(frame) = self.queued.pop_front() else {
                 break;
             };
-            self.flight += charge;
-            let seq = self.next_seq;
-            self.next_seq += 1;
-            self.emit(Some(seq), frame.clone(), out);
-            self.inflight.push_back(InFlight {
-                seq,
-                frame,
-                sent_at: now,
-                transmissions: 1,
-                sacked: false,
-                fast_retransmitted: false,
-            });
-            if self.rto_deadline.is_none() {
-                self.rto_deadline = Some(now + self.rtt.rto());
-            }
+            self.transmit_new(now, frame, out);
+        }
+    }
+
+    /// Whether a new message of `len` bytes may enter the window: the
+    /// message count and the congestion window allow it, or nothing is in
+    /// flight (a message larger than the window must not stall the link).
+    #[inline]
+    fn window_has_room(&self, len: usize) -> bool {
+        self.inflight.len() < self.config.send_window
+            && (self.inflight.is_empty()
+                || self.flight + len + MESSAGE_CHARGE <= self.cwnd.window())
+    }
+
+    /// Gives `frame` the next sequence number and sends it.
+    #[inline]
+    fn transmit_new(&mut self, now: Instant, frame: Frame, out: &mut Output) {
+        self.flight += frame.len() + MESSAGE_CHARGE;
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.emit(Some(seq), frame.clone(), out);
+        self.inflight.push_back(InFlight {
+            seq,
+            frame,
+            sent_at: now,
+            transmissions: 1,
+            sacked: false,
+            fast_retransmitted: false,
+        });
+        if self.rto_deadline.is_none() {
+            self.rto_deadline = Some(now + self.rtt.rto());
         }
     }
 
@@ -559,8 +571,14 @@ impl Layer for Delivery {
             return Err(SendError::WouldBlock(frame));
         }
         self.buffered += frame.len();
-        self.queued.push_back(frame);
-        self.flush(now, out);
+        if self.queued.is_empty() && self.window_has_room(frame.len()) {
+            // Straight into the window, without a round trip through the
+            // queue.
+            self.transmit_new(now, frame, out);
+        } else {
+            self.queued.push_back(frame);
+            self.flush(now, out);
+        }
         Ok(())
     }
 
