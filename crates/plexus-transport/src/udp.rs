@@ -354,6 +354,7 @@ impl Dispatcher {
         let mut ready = Vec::new();
         let sleep = tokio::time::sleep(Duration::ZERO);
         tokio::pin!(sleep);
+        let mut armed = None;
         while !self.shared.closed.load(Relaxed) {
             let commands = std::mem::take(&mut *lock(&self.shared.commands));
             for (addr, reply) in commands {
@@ -379,7 +380,12 @@ impl Dispatcher {
             }
             let deadline = self.timers.first().map(|(t, _)| *t);
             if let Some(d) = deadline {
-                sleep.as_mut().reset(d.into());
+                // Re-arming takes the timer driver's lock: only on a change
+                // (an elapsed sleep stays ready, and its entry was popped).
+                if armed != Some(d) {
+                    sleep.as_mut().reset(d.into());
+                    armed = Some(d);
+                }
             }
             tokio::select! {
                 r = self.socket.readable() => {
