@@ -50,10 +50,11 @@ use crate::link::{lock, Link, LinkConfig, Shared};
 
 /// Bytes of datagrams queued for the socket before peers stop being pumped.
 const TX_BUDGET: usize = 256 << 10;
-/// Datagrams read per readiness event before other work gets a turn. The
-/// peers they reached are serviced once after the batch (one ack, one
-/// hand-over to the application, one timer update per peer), so a peer's
-/// inbound queue may overshoot its bound by at most this many datagrams.
+/// Reads per readiness event before other work gets a turn. One read takes
+/// a datagram or a coalesced (GRO) run of up to 64 KiB; the peers it reached
+/// are serviced once after it (one ack, one hand-over to the application,
+/// one timer update per peer), so a peer's inbound queue may overshoot its
+/// bound by at most one read.
 const RX_BATCH: usize = 64;
 /// Receive buffer: datagrams are read into it and split off without copies.
 const RX_BUF: usize = 256 << 10;
@@ -441,6 +442,10 @@ impl Dispatcher {
                             self.on_datagram(m.addr, datagram);
                         }
                     }
+                    // Before the next read: a lone datagram (a round trip
+                    // waiting on it) is answered without another system
+                    // call first; a coalesced run still gets one service.
+                    self.service_touched();
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(error) => {
@@ -450,6 +455,11 @@ impl Dispatcher {
                 }
             }
         }
+        self.service_touched();
+    }
+
+    /// Services every peer fed since the last call, once each.
+    fn service_touched(&mut self) {
         for id in std::mem::take(&mut self.touched) {
             if let Some(peer) = self.peers.get_mut(&id) {
                 peer.touched = false;
@@ -683,16 +693,22 @@ impl Dispatcher {
                 }
                 &self.scratch
             };
-            let transmit = Transmit {
-                destination: addr,
-                ecn: None,
-                contents,
-                segment_size: (n > 1).then_some(segment),
-                src_ip: None,
+            let sent = if n == 1 {
+                // A lone datagram: plain sendto, without the control
+                // messages quinn-udp's sendmsg carries.
+                self.socket.try_send_to(contents, addr).map(drop)
+            } else {
+                let transmit = Transmit {
+                    destination: addr,
+                    ecn: None,
+                    contents,
+                    segment_size: Some(segment),
+                    src_ip: None,
+                };
+                self.socket.try_io(Interest::WRITABLE, || {
+                    self.state.try_send((&self.socket).into(), &transmit)
+                })
             };
-            let sent = self.socket.try_io(Interest::WRITABLE, || {
-                self.state.try_send((&self.socket).into(), &transmit)
-            });
             match sent {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
