@@ -555,6 +555,27 @@ mod tests {
     }
 
     #[test]
+    fn held_frames_leave_at_the_first_drain_after_an_input() {
+        let mut a = build("udp / slicing / delivery / ordering");
+        let mut b = build("udp / slicing / delivery / ordering");
+        let now = Instant::now();
+        for m in [&b"one"[..], b"two", b"three"] {
+            a.handle_send(now, Bytes::from_static(m)).expect("room");
+        }
+        // One batch, one datagram: slicing held the messages until the drain.
+        let datagram = a.poll_transmit().expect("flushed at the drain");
+        assert!(a.poll_transmit().is_none());
+        assert!(a.poll_transmit().is_none(), "no input, nothing to flush");
+        b.handle_receive(now, datagram.to_bytes()).expect("valid");
+        let got: Vec<Bytes> = std::iter::from_fn(|| b.poll_receive()).collect();
+        assert_eq!(got, ["one", "two", "three"]);
+        // The in-order pair is acked at B's flush, in one frame.
+        let mut acks = 0;
+        b.drain_transmit(|_| acks += 1);
+        assert_eq!(acks, 1);
+    }
+
+    #[test]
     fn garbage_datagram_is_dropped_and_counted_not_fatal() {
         let mut s = build("udp / slicing / delivery / ordering");
         let now = Instant::now();
