@@ -223,7 +223,9 @@ impl Output {
 /// 3. [`handle_event`](Layer::handle_event) with each event raised below it,
 /// 4. [`handle_timeout`](Layer::handle_timeout) when the time passed
 ///    [`poll_timeout`](Layer::poll_timeout) (it may be called early and must
-///    then do nothing).
+///    then do nothing),
+/// 5. [`handle_flush`](Layer::handle_flush) when the driver drains the
+///    transmit queue after any of the above.
 ///
 /// Each call may push any number of frames in either direction and events
 /// into `out`.
@@ -280,6 +282,17 @@ pub trait Layer: Send {
 
     /// Fires whatever timers expired at `now`.
     fn handle_timeout(&mut self, now: Instant, out: &mut Output);
+
+    /// The driver is about to drain the transmit queue: push down whatever
+    /// was held back to be combined (slicing's open bundle, delivery's
+    /// coalesced ack). The stack calls it once per drain after any input,
+    /// top layer first, so a frame flushed by one layer can still be held by
+    /// a layer below until that layer's own flush. Holding frames only until
+    /// the next flush adds no latency: a driver drains right after every
+    /// batch of input. The default holds nothing back.
+    fn handle_flush(&mut self, now: Instant, out: &mut Output) {
+        let _ = (now, out);
+    }
 
     /// The earliest instant at which [`handle_timeout`](Layer::handle_timeout)
     /// has work to do, if any.

@@ -80,6 +80,10 @@ pub struct Stack {
     receive: VecDeque<Bytes>,
     events: VecDeque<LinkEvent>,
     max_message_len: Option<usize>,
+    /// The time of the latest input since the layers were last flushed:
+    /// the next drain of the transmit queue flushes them first, at that
+    /// time (`poll_transmit` takes no clock).
+    unflushed: Option<Instant>,
     blocked: bool,
     closed: Option<LinkError>,
     stats: StackStats,
@@ -135,6 +139,7 @@ impl Stack {
             receive: VecDeque::with_capacity(QUEUE_CAPACITY),
             events: VecDeque::with_capacity(8),
             max_message_len,
+            unflushed: None,
             blocked: false,
             closed: None,
             stats: StackStats::default(),
@@ -238,6 +243,7 @@ impl Stack {
             self.blocked = true;
             return Err(SendError::WouldBlock(frame));
         }
+        self.unflushed = Some(now);
         let Some(top) = self.layers.len().checked_sub(1) else {
             self.stats.sent += 1;
             self.outs[0].down.push_back(frame);
@@ -265,6 +271,7 @@ impl Stack {
             self.receive.push_back(data);
             return Ok(());
         }
+        self.unflushed = Some(now);
         // Every internal queue is empty between calls, so this is the first
         // call of the first pass: layer 0 takes the frame straight away.
         self.receive_at(0, now, Frame::from_payload(data));
@@ -281,6 +288,7 @@ impl Stack {
     /// The [`LinkError`] if the link is (now or already) closed.
     pub fn handle_timeout(&mut self, now: Instant) -> Result<(), LinkError> {
         if self.closed.is_none() {
+            self.unflushed = Some(now);
             for i in 0..self.layers.len() {
                 if self.layers[i].poll_timeout().is_some_and(|t| t <= now) {
                     self.layers[i].handle_timeout(now, &mut self.outs[i]);
@@ -293,7 +301,14 @@ impl Stack {
     }
 
     /// The next frame to write to the transport.
+    ///
+    /// The first call after an input lets the layers push down what they
+    /// held back to combine ([`Layer::handle_flush`]): several small
+    /// messages handed over in one batch leave as one datagram.
     pub fn poll_transmit(&mut self) -> Option<Frame> {
+        if let Some(now) = self.unflushed.take() {
+            self.flush(now);
+        }
         let frame = self.outs[0].down.pop_front()?;
         self.stats.transmitted += 1;
         Some(frame)
@@ -305,6 +320,9 @@ impl Stack {
     /// takes it with [`std::mem::take`] to keep it; the queue is empty
     /// afterwards.
     pub fn drain_transmit(&mut self, mut f: impl FnMut(&mut Frame)) {
+        if let Some(now) = self.unflushed.take() {
+            self.flush(now);
+        }
         let queue = &mut self.outs[0].down;
         self.stats.transmitted += queue.len() as u64;
         for frame in queue.iter_mut() {
@@ -391,6 +409,37 @@ impl Stack {
             if i + 1 < n {
                 out.up.clear();
             }
+        }
+    }
+
+    /// Flushes every layer, top first: frames a layer flushes go through
+    /// the layers below it (which may hold them again) before their own
+    /// flush, so one pass empties every hold.
+    fn flush(&mut self, now: Instant) {
+        if self.closed.is_some() {
+            return;
+        }
+        let n = self.layers.len();
+        for i in (0..n).rev() {
+            if i + 1 < n {
+                while let Some(frame) = self.outs[i + 1].down.pop_front() {
+                    if let Err(error) = self.layers[i].handle_send(now, frame, &mut self.outs[i]) {
+                        self.stats.send_failures += 1;
+                        tracing::debug!(layer = self.layers[i].name(), %error, "send dropped");
+                    }
+                    self.after_call(i);
+                }
+            }
+            self.layers[i].handle_flush(now, &mut self.outs[i]);
+            self.after_call(i);
+            if self.closed.is_some() {
+                return;
+            }
+        }
+        if !self.raised.is_empty() {
+            // Events raised while flushing (none of the built-in layers
+            // raises any) still reach the layers above and the driver.
+            self.run(now, Start::Down);
         }
     }
 
@@ -549,6 +598,27 @@ mod tests {
             1
         );
         assert!(build("udp / slicing").layer::<Encryption>().is_none());
+    }
+
+    #[test]
+    fn held_frames_leave_at_the_first_drain_after_an_input() {
+        let mut a = build("udp / slicing / delivery / ordering");
+        let mut b = build("udp / slicing / delivery / ordering");
+        let now = Instant::now();
+        for m in [&b"one"[..], b"two", b"three"] {
+            a.handle_send(now, Bytes::from_static(m)).expect("room");
+        }
+        // One batch, one datagram: slicing held the messages until the drain.
+        let datagram = a.poll_transmit().expect("flushed at the drain");
+        assert!(a.poll_transmit().is_none());
+        assert!(a.poll_transmit().is_none(), "no input, nothing to flush");
+        b.handle_receive(now, datagram.to_bytes()).expect("valid");
+        let got: Vec<Bytes> = std::iter::from_fn(|| b.poll_receive()).collect();
+        assert_eq!(got, ["one", "two", "three"]);
+        // The in-order pair is acked at B's flush, in one frame.
+        let mut acks = 0;
+        b.drain_transmit(|_| acks += 1);
+        assert_eq!(acks, 1);
     }
 
     #[test]

@@ -20,12 +20,18 @@
 //! datagrams are dropped before its stack sees them, so `delivery`
 //! retransmits them later and memory stays bounded.
 //!
+//! System calls are batched with `quinn-udp`: consecutive datagrams to one
+//! peer of equal size (a run of full bundles or fragments, the last one may
+//! be shorter) leave in one `sendmsg` with UDP segmentation offload (GSO)
+//! where the kernel has it, and the socket reads coalesced runs (GRO) and
+//! several datagrams per `recvmmsg`.
+//!
 //! There is no connection handshake: [`UdpEndpoint::connect`] only creates
 //! local peer state, and the remote endpoint sees the peer when its first
 //! datagram arrives ([`UdpEndpoint::accept`]).
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
-use std::io;
+use std::io::{self, IoSliceMut};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
@@ -33,6 +39,8 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use plexus_net::{Frame, LinkContext, StackSpec, TransportKind};
+use quinn_udp::{RecvMeta, Transmit, UdpSocketState};
+use tokio::io::Interest;
 use tokio::net::UdpSocket;
 use tokio::sync::{mpsc, oneshot, Notify};
 
@@ -42,10 +50,24 @@ use crate::link::{lock, Link, LinkConfig, Shared};
 
 /// Bytes of datagrams queued for the socket before peers stop being pumped.
 const TX_BUDGET: usize = 256 << 10;
-/// Datagrams read per readiness event before other work gets a turn.
+/// Reads per readiness event before other work gets a turn. One read takes
+/// a datagram or a coalesced (GRO) run of up to 64 KiB; the peers it reached
+/// are serviced once after it (one ack, one hand-over to the application,
+/// one timer update per peer), so a peer's inbound queue may overshoot its
+/// bound by at most one read.
 const RX_BATCH: usize = 64;
 /// Receive buffer: datagrams are read into it and split off without copies.
 const RX_BUF: usize = 256 << 10;
+/// Room left in the receive buffer for one read: the largest datagram or
+/// coalesced (GRO) run.
+const RX_MAX: usize = 64 << 10;
+/// Bytes of one segmentation-offload send (the kernel's limit is one IP
+/// datagram, 64 KiB with headers).
+const GSO_BYTES: usize = 60 << 10;
+/// Socket buffers asked for (the kernel caps them at `rmem_max`/`wmem_max`):
+/// a burst of a large congestion window must not overflow the receive
+/// queue while the task is busy.
+const SOCKET_BUFFER: usize = 4 << 20;
 /// How long a link whose handles are all dropped keeps its state to finish
 /// delivery (at most; it goes as soon as the stack has no timer).
 const LINGER: Duration = Duration::from_secs(5);
@@ -187,6 +209,16 @@ impl UdpEndpoint {
         };
         let socket = UdpSocket::bind(addr).await.map_err(io_err)?;
         let local = socket.local_addr().map_err(io_err)?;
+        // Enables GRO and the ancillary data quinn-udp reads.
+        let state = UdpSocketState::new((&socket).into()).map_err(io_err)?;
+        for result in [
+            state.set_recv_buffer_size((&socket).into(), SOCKET_BUFFER),
+            state.set_send_buffer_size((&socket).into(), SOCKET_BUFFER),
+        ] {
+            if let Err(error) = result {
+                tracing::debug!(%error, "udp socket buffer size not set");
+            }
+        }
         let shared = Arc::new(EpShared {
             ready: Mutex::new(Vec::new()),
             commands: Mutex::new(VecDeque::new()),
@@ -197,6 +229,7 @@ impl UdpEndpoint {
         let (accept_tx, accept_rx) = mpsc::channel(config.accept_backlog.max(1));
         let task = Dispatcher {
             socket,
+            state,
             spec: spec.clone(),
             config,
             shared: shared.clone(),
@@ -209,6 +242,7 @@ impl UdpEndpoint {
             deferred: Vec::new(),
             next_id: 0,
             scratch: BytesMut::with_capacity(64 << 10),
+            touched: Vec::new(),
         };
         tokio::spawn(task.run());
         Ok(Self {
@@ -290,11 +324,14 @@ struct Peer {
     /// The entry this peer has in the timer set.
     timer: Option<Instant>,
     deferred: bool,
+    /// Fed a datagram in the current receive batch; serviced after it.
+    touched: bool,
 }
 
 /// The socket task.
 struct Dispatcher {
     socket: UdpSocket,
+    state: UdpSocketState,
     spec: StackSpec,
     config: UdpConfig,
     shared: Arc<EpShared>,
@@ -308,14 +345,17 @@ struct Dispatcher {
     deferred: Vec<u64>,
     next_id: u64,
     scratch: BytesMut,
+    /// Peers fed in the current receive batch.
+    touched: Vec<u64>,
 }
 
 impl Dispatcher {
     async fn run(mut self) {
-        let mut rbuf = BytesMut::with_capacity(RX_BUF);
+        let mut rbuf = BytesMut::new();
         let mut ready = Vec::new();
         let sleep = tokio::time::sleep(Duration::ZERO);
         tokio::pin!(sleep);
+        let mut armed = None;
         while !self.shared.closed.load(Relaxed) {
             let commands = std::mem::take(&mut *lock(&self.shared.commands));
             for (addr, reply) in commands {
@@ -341,7 +381,12 @@ impl Dispatcher {
             }
             let deadline = self.timers.first().map(|(t, _)| *t);
             if let Some(d) = deadline {
-                sleep.as_mut().reset(d.into());
+                // Re-arming takes the timer driver's lock: only on a change
+                // (an elapsed sleep stays ready, and its entry was popped).
+                if armed != Some(d) {
+                    sleep.as_mut().reset(d.into());
+                    armed = Some(d);
+                }
             }
             tokio::select! {
                 r = self.socket.readable() => {
@@ -370,21 +415,55 @@ impl Dispatcher {
     }
 
     fn read(&mut self, rbuf: &mut BytesMut) {
+        let mut meta = [RecvMeta::default(); quinn_udp::BATCH_SIZE];
         for _ in 0..RX_BATCH {
-            if rbuf.capacity() < 65_536 {
-                rbuf.reserve(RX_BUF);
+            if rbuf.len() < RX_MAX {
+                // Zeroed once: safe code cannot read into uninitialised
+                // memory. Reads then fill it front to back and split off
+                // what they got, so each byte is zeroed once.
+                *rbuf = BytesMut::zeroed(RX_BUF);
             }
-            match self.socket.try_recv_buf_from(rbuf) {
-                Ok((_, src)) => {
-                    let datagram = rbuf.split().freeze();
-                    self.on_datagram(src, datagram);
+            // One buffer per read, all of it: a datagram or a coalesced run
+            // of up to 64 KiB fits, and what is read is split off without a
+            // copy. (Several buffers would each need that room.)
+            let received = self.socket.try_io(Interest::READABLE, || {
+                let mut bufs = [IoSliceMut::new(&mut rbuf[..RX_MAX])];
+                self.state.recv((&self.socket).into(), &mut bufs, &mut meta)
+            });
+            match received {
+                Ok(n) => {
+                    for m in &meta[..n] {
+                        let mut run = rbuf.split_to(m.len).freeze();
+                        // A coalesced run holds datagrams of `stride` bytes
+                        // (the last may be shorter).
+                        let stride = if m.stride == 0 { m.len } else { m.stride };
+                        while !run.is_empty() {
+                            let datagram = run.split_to(stride.min(run.len()));
+                            self.on_datagram(m.addr, datagram);
+                        }
+                    }
+                    // Before the next read: a lone datagram (a round trip
+                    // waiting on it) is answered without another system
+                    // call first; a coalesced run still gets one service.
+                    self.service_touched();
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(error) => {
                     // ICMP errors of earlier sends surface here (Linux
                     // reports connection refused); they concern one peer.
                     tracing::debug!(%error, "udp receive error");
                 }
+            }
+        }
+        self.service_touched();
+    }
+
+    /// Services every peer fed since the last call, once each.
+    fn service_touched(&mut self) {
+        for id in std::mem::take(&mut self.touched) {
+            if let Some(peer) = self.peers.get_mut(&id) {
+                peer.touched = false;
+                self.service(id);
             }
         }
     }
@@ -404,9 +483,13 @@ impl Dispatcher {
             return;
         }
         peer.last_heard = t;
-        // An error closes the stack; service() removes the peer.
+        // An error closes the stack; service() (after the batch) removes
+        // the peer.
         let _ = peer.conn.stack.handle_receive(t, datagram);
-        self.service(id);
+        if !peer.touched {
+            peer.touched = true;
+            self.touched.push(id);
+        }
     }
 
     fn on_new_peer(&mut self, src: SocketAddr, datagram: Bytes, t: Instant) {
@@ -492,6 +575,7 @@ impl Dispatcher {
                 linger_until: None,
                 timer: None,
                 deferred: false,
+                touched: false,
             },
         );
         self.by_addr.insert(addr, id);
@@ -580,27 +664,73 @@ impl Dispatcher {
         }
     }
 
-    /// Sends queued datagrams until the socket would block.
+    /// Sends queued datagrams until the socket would block: each run of
+    /// datagrams to one peer with equal sizes (the last may be shorter) in
+    /// one segmentation-offload call.
     fn flush(&mut self) {
-        while let Some((addr, frame)) = self.tx.front() {
-            let chunks = frame.chunks().count();
-            let buf: &[u8] = if chunks == 1 {
-                frame.first_chunk()
-            } else {
-                self.scratch.clear();
-                frame.extend_into(&mut self.scratch);
-                &self.scratch
-            };
-            match self.socket.try_send_to(buf, *addr) {
-                Ok(_) => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(error) => {
-                    self.shared.counters.send_errors.fetch_add(1, Relaxed);
-                    tracing::debug!(%addr, %error, "udp send failed; datagram dropped");
+        while let Some((addr, first)) = self.tx.front() {
+            let (addr, segment) = (*addr, first.len());
+            let max = self.state.max_gso_segments();
+            let mut n = 0;
+            let mut bytes = 0;
+            for (to, frame) in &self.tx {
+                let len = frame.len();
+                if n == max || *to != addr || len > segment || bytes + len > GSO_BYTES {
+                    break;
+                }
+                n += 1;
+                bytes += len;
+                if len < segment {
+                    break;
                 }
             }
-            self.tx_bytes -= frame.len();
-            self.tx.pop_front();
+            let n = n.max(1);
+            let contents: &[u8] = if n == 1 && first.chunks().count() == 1 {
+                first.first_chunk()
+            } else {
+                self.scratch.clear();
+                for (_, frame) in self.tx.iter().take(n) {
+                    frame.extend_into(&mut self.scratch);
+                }
+                &self.scratch
+            };
+            let sent = if n == 1 {
+                // A lone datagram: plain sendto, without the control
+                // messages quinn-udp's sendmsg carries.
+                self.socket.try_send_to(contents, addr).map(drop)
+            } else {
+                let transmit = Transmit {
+                    destination: addr,
+                    ecn: None,
+                    contents,
+                    segment_size: Some(segment),
+                    src_ip: None,
+                };
+                self.socket.try_io(Interest::WRITABLE, || {
+                    self.state.try_send((&self.socket).into(), &transmit)
+                })
+            };
+            match sent {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(_) if n > 1 && self.state.max_gso_segments() == 1 => {
+                    // The kernel refused offload and quinn-udp turned it
+                    // off: send the run again, one datagram at a time.
+                    continue;
+                }
+                Err(error) => {
+                    self.shared
+                        .counters
+                        .send_errors
+                        .fetch_add(n as u64, Relaxed);
+                    tracing::debug!(%addr, %error, n, "udp send failed; datagrams dropped");
+                }
+            }
+            for _ in 0..n {
+                if let Some((_, frame)) = self.tx.pop_front() {
+                    self.tx_bytes -= frame.len();
+                }
+            }
         }
     }
 }

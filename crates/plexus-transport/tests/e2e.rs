@@ -48,8 +48,8 @@ async fn mem_ordering_delivers_100k_mixed_messages_both_ways_in_order() {
 
 /// `faults` sits below `delivery`, so delivery repairs the 5 % loss (in
 /// both directions: data and acks are dropped). Delivery sits above
-/// slicing, so its window counts messages and strict ordering (256 pending
-/// >= window 64) never overflows; a message that loses one fragment is
+/// slicing, so its window counts messages and strict ordering (1024
+/// pending >= window 1024) never overflows; a message that loses one fragment is
 /// resent whole, so messages here go up to 16 KiB (14 fragments: about
 /// half of the attempts of the largest get through) and `max_retries` is
 /// raised to make a failure of the link vanishingly unlikely.

@@ -13,6 +13,10 @@
 //!   four SACK ranges (RFC 2018), piggy-backed on data when possible,
 //!   otherwise sent after `ack_delay` or every `ack_every` messages, and
 //!   immediately on out-of-order or duplicate arrival (RFC 5681 sec. 4.2).
+//!   "Immediately" means at the next flush ([`Layer::handle_flush`]), when
+//!   the driver drains the transmit queue after its batch of input: the
+//!   messages of one received datagram (or of one batch of datagrams) get
+//!   one ack, not one each.
 //!   Ranges are listed lowest first (RFC 2018 sec. 4 lists the most recent
 //!   first; lowest first serves our loss detection better).
 //! * Retransmission timeout per RFC 6298: SRTT/RTTVAR, Karn's rule (no
@@ -22,6 +26,10 @@
 //!   `dup_thresh` duplicate acks arrive (RFC 5681 sec. 3.2) or when
 //!   `dup_thresh` messages sent after it are SACKed (RFC 6675 sec. 4,
 //!   IsLost).
+//! * Congestion control (NewReno-style AIMD in bytes, `cwnd` module):
+//!   at most `cwnd` bytes in flight, starting at `initial_window`, doubling
+//!   per round trip in slow start, halved on a fast retransmit, one segment
+//!   after a retransmission timeout; one message may always be in flight.
 //! * Bounded send window: at most `send_window` messages in flight; beyond,
 //!   messages queue up to `send_queue` messages / `send_buffer` bytes, and
 //!   then [`Layer::can_send`] is false, so the stack refuses sends with
@@ -32,9 +40,10 @@
 //! data is never buffered (it goes up at once). Sequence numbers at or beyond
 //! `cum + recv_window` are dropped (and re-sent by the peer later).
 //!
-//! **Spec options.** `delivery(send_window=64, send_queue=1024,
-//! send_buffer=8MiB, recv_window=256, initial_rto=200ms, min_rto=20ms,
-//! max_rto=5s, max_retries=10, ack_delay=10ms, ack_every=2, dup_thresh=3)`.
+//! **Spec options.** `delivery(send_window=1024, send_queue=1024,
+//! send_buffer=8MiB, recv_window=1024, initial_window=16KiB,
+//! initial_rto=200ms, min_rto=20ms, max_rto=5s, max_retries=10,
+//! ack_delay=10ms, ack_every=2, dup_thresh=3)`.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -45,9 +54,11 @@ use crate::layer::{earliest, Interface, Layer, LinkContext, LinkEvent, Output};
 use crate::options::{LayerOptions, OptionError};
 use crate::registry::LayerConfig;
 
+mod cwnd;
 mod rtt;
 mod wire;
 
+pub use cwnd::{CongestionWindow, MESSAGE_CHARGE, MIN_WINDOW, SEGMENT};
 pub use rtt::RttEstimator;
 pub use wire::{Ack, DeliveryHeader, SackRange, MAX_HEADER_LEN, MAX_SACK_RANGES};
 
@@ -55,7 +66,9 @@ pub use wire::{Ack, DeliveryHeader, SackRange, MAX_HEADER_LEN, MAX_SACK_RANGES};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeliveryConfig {
     /// Messages in flight (sent, not cumulatively acked). Option
-    /// `send_window`; default 64. Must not exceed the peer's `recv_window`.
+    /// `send_window`; default 1024 (the congestion window bounds the bytes).
+    /// Must not exceed the peer's `recv_window`, nor, with strict
+    /// `ordering` above, the peer's `max_pending`.
     pub send_window: usize,
     /// Messages queued behind a full window. Option `send_queue`; default
     /// 1024.
@@ -64,8 +77,12 @@ pub struct DeliveryConfig {
     /// refused. Option `send_buffer`; default 8 MiB.
     pub send_buffer: usize,
     /// Span of sequence numbers accepted above the cumulative ack. Option
-    /// `recv_window`; default 256 (a bitmap of that many bytes).
+    /// `recv_window`; default 1024 (a bitmap of that many bytes).
     pub recv_window: usize,
+    /// Congestion window at the start, in bytes. Option `initial_window`;
+    /// default 16 KiB (RFC 6928's ten segments, rounded up to a power of
+    /// two). Grows up to `send_buffer`.
+    pub initial_window: usize,
     /// RTO before the first RTT sample. Option `initial_rto`; default 200 ms.
     pub initial_rto: Duration,
     /// Lower bound of the RTO. Option `min_rto`; default 20 ms.
@@ -91,10 +108,11 @@ pub struct DeliveryConfig {
 impl Default for DeliveryConfig {
     fn default() -> Self {
         Self {
-            send_window: 64,
+            send_window: 1024,
             send_queue: 1024,
             send_buffer: 8 << 20,
-            recv_window: 256,
+            recv_window: 1024,
+            initial_window: 16 << 10,
             initial_rto: Duration::from_millis(200),
             min_rto: Duration::from_millis(20),
             max_rto: Duration::from_secs(5),
@@ -118,6 +136,7 @@ impl LayerConfig for DeliveryConfig {
                 "send_queue" => c.send_queue = o.count_usize()?.max(1),
                 "send_buffer" => c.send_buffer = o.size()?.max(1),
                 "recv_window" => c.recv_window = o.count_usize()?.clamp(1, 1 << 20),
+                "initial_window" => c.initial_window = o.size()?,
                 "initial_rto" => c.initial_rto = o.duration()?,
                 "min_rto" => c.min_rto = o.duration()?,
                 "max_rto" => c.max_rto = o.duration()?,
@@ -195,9 +214,15 @@ struct InFlight {
 pub struct Delivery {
     config: DeliveryConfig,
     rtt: RttEstimator,
+    cwnd: CongestionWindow,
     // Sender.
     next_seq: u64,
     inflight: VecDeque<InFlight>,
+    /// Bytes in flight as the congestion window counts them.
+    flight: usize,
+    /// In-flight messages marked SACKed: without any, there is no SACK
+    /// evidence to scan the window for.
+    sacked: usize,
     queued: VecDeque<Frame>,
     buffered: usize,
     rto_deadline: Option<Instant>,
@@ -221,8 +246,13 @@ impl Delivery {
         let _ = now;
         Self {
             rtt: RttEstimator::new(config.initial_rto, config.min_rto, config.max_rto),
+            cwnd: CongestionWindow::new(config.initial_window, config.send_buffer),
             next_seq: 0,
-            inflight: VecDeque::with_capacity(config.send_window),
+            // Grows on demand up to `send_window`: a link that never fills
+            // a large window does not pay for it.
+            inflight: VecDeque::with_capacity(config.send_window.min(64)),
+            flight: 0,
+            sacked: 0,
             queued: VecDeque::with_capacity(config.send_queue.min(1024)),
             buffered: 0,
             rto_deadline: None,
@@ -258,6 +288,11 @@ impl Delivery {
     /// The RTT estimator.
     pub fn rtt(&self) -> &RttEstimator {
         &self.rtt
+    }
+
+    /// The congestion window.
+    pub fn congestion_window(&self) -> &CongestionWindow {
+        &self.cwnd
     }
 
     fn slot(&self, seq: u64) -> usize {
@@ -310,26 +345,47 @@ impl Delivery {
         out.push_down(frame);
     }
 
-    /// Moves queued messages into the window.
+    /// Moves queued messages into the window, as far as the congestion
+    /// window allows (always at least one message).
     fn flush(&mut self, now: Instant, out: &mut Output) {
-        while self.inflight.len() < self.config.send_window {
+        while let Some(next) = self.queued.front() {
+            if !self.window_has_room(next.len()) {
+                break;
+            }
             let Some(frame) = self.queued.pop_front() else {
                 break;
             };
-            let seq = self.next_seq;
-            self.next_seq += 1;
-            self.emit(Some(seq), frame.clone(), out);
-            self.inflight.push_back(InFlight {
-                seq,
-                frame,
-                sent_at: now,
-                transmissions: 1,
-                sacked: false,
-                fast_retransmitted: false,
-            });
-            if self.rto_deadline.is_none() {
-                self.rto_deadline = Some(now + self.rtt.rto());
-            }
+            self.transmit_new(now, frame, out);
+        }
+    }
+
+    /// Whether a new message of `len` bytes may enter the window: the
+    /// message count and the congestion window allow it, or nothing is in
+    /// flight (a message larger than the window must not stall the link).
+    #[inline]
+    fn window_has_room(&self, len: usize) -> bool {
+        self.inflight.len() < self.config.send_window
+            && (self.inflight.is_empty()
+                || self.flight + len + MESSAGE_CHARGE <= self.cwnd.window())
+    }
+
+    /// Gives `frame` the next sequence number and sends it.
+    #[inline]
+    fn transmit_new(&mut self, now: Instant, frame: Frame, out: &mut Output) {
+        self.flight += frame.len() + MESSAGE_CHARGE;
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.emit(Some(seq), frame.clone(), out);
+        self.inflight.push_back(InFlight {
+            seq,
+            frame,
+            sent_at: now,
+            transmissions: 1,
+            sacked: false,
+            fast_retransmitted: false,
+        });
+        if self.rto_deadline.is_none() {
+            self.rto_deadline = Some(now + self.rtt.rto());
         }
     }
 
@@ -344,6 +400,7 @@ impl Delivery {
     fn on_ack(&mut self, now: Instant, ack: &Ack, out: &mut Output) {
         let mut sample = None;
         let mut advanced = false;
+        let flight_before = self.flight;
         while let Some(front) = self.inflight.front() {
             if front.seq >= ack.cumulative {
                 break;
@@ -351,6 +408,8 @@ impl Delivery {
             // The loop condition guarantees a front entry.
             let done = self.inflight.pop_front().expect("front exists");
             self.buffered -= done.frame.len();
+            self.flight -= done.frame.len() + MESSAGE_CHARGE;
+            self.sacked -= usize::from(done.sacked);
             if done.transmissions == 1 && !done.sacked {
                 sample = Some(now.saturating_duration_since(done.sent_at));
             }
@@ -364,6 +423,7 @@ impl Delivery {
                 let entry = &mut self.inflight[i as usize];
                 if !entry.sacked {
                     entry.sacked = true;
+                    self.sacked += 1;
                     if entry.transmissions == 1 {
                         sample = Some(now.saturating_duration_since(entry.sent_at));
                     }
@@ -373,6 +433,10 @@ impl Delivery {
         // Karn's rule (RFC 6298 sec. 3): samples only from single transmissions.
         if let Some(r) = sample {
             self.rtt.on_sample(r);
+        }
+        if advanced {
+            self.cwnd
+                .on_ack(flight_before - self.flight, ack.cumulative, flight_before);
         }
         if advanced || ack.cumulative > self.last_cum {
             self.last_cum = self.last_cum.max(ack.cumulative);
@@ -392,9 +456,15 @@ impl Delivery {
             if let Some(front) = self.inflight.front() {
                 if !front.sacked && !front.fast_retransmitted {
                     self.inflight[0].fast_retransmitted = true;
+                    self.cwnd.on_loss(self.flight, self.next_seq);
                     self.retransmit(0, now, out);
                 }
             }
+        }
+        if (self.sacked as u64) < u64::from(thresh) {
+            // Too few SACKed messages for any hole to count as lost; skips
+            // the scan of the whole window on every ack without loss.
+            return;
         }
         let mut sacked_above = 0;
         for i in (0..self.inflight.len()).rev() {
@@ -403,6 +473,7 @@ impl Delivery {
                 sacked_above += 1;
             } else if sacked_above >= thresh && !entry.fast_retransmitted {
                 self.inflight[i].fast_retransmitted = true;
+                self.cwnd.on_loss(self.flight, self.next_seq);
                 self.retransmit(i, now, out);
             }
         }
@@ -462,6 +533,8 @@ impl Delivery {
         self.inflight.clear();
         self.queued.clear();
         self.buffered = 0;
+        self.flight = 0;
+        self.sacked = 0;
         self.rto_deadline = None;
         self.ack_deadline = None;
     }
@@ -498,8 +571,14 @@ impl Layer for Delivery {
             return Err(SendError::WouldBlock(frame));
         }
         self.buffered += frame.len();
-        self.queued.push_back(frame);
-        self.flush(now, out);
+        if self.queued.is_empty() && self.window_has_room(frame.len()) {
+            // Straight into the window, without a round trip through the
+            // queue.
+            self.transmit_new(now, frame, out);
+        } else {
+            self.queued.push_back(frame);
+            self.flush(now, out);
+        }
         Ok(())
     }
 
@@ -532,8 +611,12 @@ impl Layer for Delivery {
             result = self.on_data(now, seq, frame, out);
         }
         self.flush(now, out);
-        self.send_ack_if_due(out);
+        // The ack itself waits for `handle_flush`: one per batch.
         Ok(result?)
+    }
+
+    fn handle_flush(&mut self, _now: Instant, out: &mut Output) {
+        self.send_ack_if_due(out);
     }
 
     fn handle_timeout(&mut self, now: Instant, out: &mut Output) {
@@ -552,6 +635,7 @@ impl Layer for Delivery {
                 return;
             }
             self.rtt.on_timeout();
+            self.cwnd.on_timeout(self.flight, self.next_seq);
             for i in 0..self.inflight.len() {
                 if !self.inflight[i].sacked {
                     self.inflight[i].fast_retransmitted = false;

@@ -14,12 +14,13 @@
 //!   arriving after its turn (late) or twice is dropped, so nothing is handed
 //!   up twice and the sequence handed up always increases.
 //!
-//! **Memory.** A ring of `max_pending` slots allocated once; at most
+//! **Memory.** A ring of `max_pending` slots allocated once, when the first
+//! message has to wait; at most
 //! `max_pending_bytes` of payload held.
 //!
 //! **Wire format.** `seq: u64 big-endian | payload`.
 //!
-//! **Spec options.** `ordering(mode=strict|lossy, max_pending=256,
+//! **Spec options.** `ordering(mode=strict|lossy, max_pending=1024,
 //! max_pending_bytes=16MiB, gap_timeout=60s)`; in lossy mode `gap_timeout`
 //! defaults to 100 ms.
 
@@ -47,9 +48,10 @@ pub struct OrderingConfig {
     /// Option `mode=strict|lossy`; default strict.
     pub mode: OrderingMode,
     /// Largest distance ahead of the next expected message that can be
-    /// buffered. Option `max_pending`; default 256 (at least the delivery
-    /// window below, 64 by default). Costs one frame slot (about 230 bytes)
-    /// each, allocated up front.
+    /// buffered. Option `max_pending`; default 1024 (at least the delivery
+    /// window below, 1024 by default). Costs one frame slot (128 bytes)
+    /// each, allocated when the first message has to wait (never on a link
+    /// without reordering or loss).
     pub max_pending: usize,
     /// Payload bytes held in the buffer. Option `max_pending_bytes`; default
     /// 16 MiB.
@@ -72,7 +74,7 @@ impl OrderingConfig {
     pub fn strict() -> Self {
         Self {
             mode: OrderingMode::Strict,
-            max_pending: 256,
+            max_pending: 1024,
             max_pending_bytes: 16 << 20,
             gap_timeout: Duration::from_secs(60),
         }
@@ -197,7 +199,7 @@ pub struct Ordering {
     /// Next sequence number to hand up.
     next: u64,
     /// `slots[seq % max_pending]` holds message `seq` for `next < seq <
-    /// next + max_pending`.
+    /// next + max_pending`; empty until the first message waits.
     slots: Vec<Option<Frame>>,
     /// `slots.len() - 1` when that is a power of two.
     slot_mask: Option<u64>,
@@ -211,7 +213,7 @@ impl Ordering {
     /// An ordering layer with `config`.
     pub fn new(config: OrderingConfig) -> Self {
         Self {
-            slots: (0..config.max_pending).map(|_| None).collect(),
+            slots: Vec::new(),
             slot_mask: ring_mask(config.max_pending),
             config,
             send_seq: 0,
@@ -236,8 +238,13 @@ impl Ordering {
         // A power-of-two ring (the default) takes a mask, not a division.
         match self.slot_mask {
             Some(mask) => (seq & mask) as usize,
-            None => (seq % self.slots.len() as u64) as usize,
+            None => (seq % self.config.max_pending as u64) as usize,
         }
+    }
+
+    /// Whether message `seq` waits in the buffer.
+    fn is_pending(&self, seq: u64) -> bool {
+        self.pending > 0 && self.slots[self.slot(seq)].is_some()
     }
 
     /// Hands up `next` and every consecutive pending message.
@@ -251,7 +258,7 @@ impl Ordering {
         loop {
             let slot = self.slot(self.next);
             // Test before taking: `take` moves the whole slot even when empty.
-            if self.slots[slot].is_none() {
+            if !self.is_pending(self.next) {
                 break;
             }
             let Some(frame) = self.slots[slot].take() else {
@@ -269,7 +276,7 @@ impl Ordering {
     /// Lossy: skips to the first pending message and releases from there.
     fn skip_gap(&mut self, now: Instant, out: &mut Output) {
         let start = self.next;
-        while self.pending > 0 && self.slots[self.slot(self.next)].is_none() {
+        while self.pending > 0 && !self.is_pending(self.next) {
             self.next += 1;
         }
         if self.next > start {
@@ -314,7 +321,7 @@ impl Layer for Ordering {
         frame.advance(OrderingHeader::LEN);
         let expected = self.next;
         if seq < expected
-            || (seq - expected < self.slots.len() as u64 && self.slots[self.slot(seq)].is_some())
+            || (seq - expected < self.config.max_pending as u64 && self.is_pending(seq))
         {
             return Err(OrderingError::Stale { seq, expected }.into());
         }
@@ -326,7 +333,7 @@ impl Layer for Ordering {
         }
         let lossy = self.config.mode == OrderingMode::Lossy;
         let len = frame.len();
-        let cap = self.slots.len() as u64;
+        let cap = self.config.max_pending as u64;
         let too_far = seq - self.next >= cap;
         let too_big = self.pending_bytes + len > self.config.max_pending_bytes;
         if too_far || too_big {
@@ -364,6 +371,9 @@ impl Layer for Ordering {
                 self.release_ready(now, out);
                 return Ok(());
             }
+        }
+        if self.slots.is_empty() {
+            self.slots = (0..self.config.max_pending).map(|_| None).collect();
         }
         let slot = self.slot(seq);
         self.slots[slot] = Some(frame);

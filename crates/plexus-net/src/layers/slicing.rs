@@ -15,17 +15,33 @@
 //! message assembled with one copy when complete (no quadratic copying); a
 //! single-fragment message is handed up without any copy.
 //!
-//! **Wire format** (big-endian), 12 bytes per fragment:
-//! `message id: u32 | fragment index: u32 | fragment count: u32 | bytes`.
-//! A decoder rejects `count == 0`, `index >= count`, and counts larger than
-//! `max_message` could need at the smallest allowed MTU ([`MIN_MTU`]).
+//! **Bundling.** Small messages handed over in one batch (between two
+//! drains of the transmit queue, [`Layer::handle_flush`]) share a datagram
+//! of at most `mtu` bytes: per-datagram costs (a system call each way, an
+//! ack, a wake-up) are paid once per bundle instead of once per message. A
+//! lone message still leaves at the next drain, in the plain format and
+//! without a copy; bundled messages are copied once into the bundle.
+//!
+//! **Wire format** (big-endian). A datagram is a sequence of records:
+//! `message id: u32 | fragment index: u32 | flags+count: u32 | [len: u16] |
+//! bytes`. Bit 31 of the third word ([`BUNDLED`]) says that a `len` follows
+//! and that the record's bytes are the next `len` bytes, after which another
+//! record may start; without it (12-byte header, the plain format) the
+//! record's bytes run to the end of the datagram. Zero bytes after the last
+//! bundled record are padding: a bundle followed by more datagrams of the
+//! same batch is padded to `mtu` when that costs at most an eighth of it, so
+//! a driver can hand a run of equal-sized datagrams to the kernel in one
+//! segmentation-offload call (UDP GSO). A decoder rejects `count
+//! == 0`, `index >= count`, counts larger than `max_message` could need at
+//! the smallest allowed MTU ([`MIN_MTU`]), and a `len` beyond the datagram;
+//! the records before a malformed one are kept.
 //!
 //! **Spec options.** `slicing(mtu=1200, max_message=4MiB, max_partials=32,
-//! max_partial_bytes=8MiB, reassembly_timeout=2s)`.
+//! max_partial_bytes=8MiB, reassembly_timeout=2s, bundle=true)`.
 
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 use crate::error::{ReceiveError, SendError};
 use crate::frame::Frame;
@@ -39,6 +55,18 @@ pub const MIN_MTU: usize = 256;
 
 /// Bookkeeping bytes charged per announced fragment of a partial message.
 const SLOT_COST: usize = std::mem::size_of::<Bytes>();
+
+/// Flag in the count word: a `len: u16` follows the header and the record
+/// ends after `len` bytes (a bundle of several records).
+pub const BUNDLED: u32 = 1 << 31;
+
+/// Header bytes of a bundled record (the plain header and its `len`).
+pub const BUNDLED_HEADER_LEN: usize = FragmentHeader::LEN + 2;
+
+/// Bundles are cut from buffers of this size, so a bundle costs no
+/// allocation of its own (the buffer is shared until every bundle cut from
+/// it has been sent and acknowledged).
+const BUNDLE_CHUNK: usize = 64 << 10;
 
 /// Configuration of the `slicing` layer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,6 +85,10 @@ pub struct SlicingConfig {
     /// A partial message older than this is dropped. Option
     /// `reassembly_timeout`; default 2 s.
     pub reassembly_timeout: Duration,
+    /// Whether small messages sent in one batch share a datagram. Option
+    /// `bundle=true|false`; default true. Costs one copy of each bundled
+    /// message; a peer of any setting decodes bundles.
+    pub bundle: bool,
 }
 
 impl Default for SlicingConfig {
@@ -67,6 +99,7 @@ impl Default for SlicingConfig {
             max_partials: 32,
             max_partial_bytes: 8 << 20,
             reassembly_timeout: Duration::from_secs(2),
+            bundle: true,
         }
     }
 }
@@ -84,6 +117,7 @@ impl LayerConfig for SlicingConfig {
                 "max_partials" => c.max_partials = o.count_usize()?.max(1),
                 "max_partial_bytes" => c.max_partial_bytes = o.size()?,
                 "reassembly_timeout" => c.reassembly_timeout = o.duration()?,
+                "bundle" => c.bundle = o.flag()?,
                 _ => return Err(o.unknown()),
             }
         }
@@ -178,6 +212,37 @@ impl FragmentHeader {
         Ok(Self { id, index, count })
     }
 
+    /// Parses and validates the header of one record of a datagram: the
+    /// header and, for a bundled record ([`BUNDLED`] set), the length of its
+    /// bytes (which the caller checks against what remains). The header is
+    /// [`FragmentHeader::LEN`] bytes, or [`BUNDLED_HEADER_LEN`] with a
+    /// length.
+    ///
+    /// # Errors
+    ///
+    /// [`SlicingError::Truncated`] or [`SlicingError::BadIndex`].
+    pub fn parse_record(buf: &[u8], max_count: u32) -> Result<(Self, Option<u16>), SlicingError> {
+        let (Some(id), Some(index), Some(word)) = (
+            wire::u32_at(buf, 0),
+            wire::u32_at(buf, 4),
+            wire::u32_at(buf, 8),
+        ) else {
+            return Err(SlicingError::Truncated { len: buf.len() });
+        };
+        let count = word & !BUNDLED;
+        if count == 0 || index >= count || count > max_count {
+            return Err(SlicingError::BadIndex { index, count });
+        }
+        let header = Self { id, index, count };
+        if word & BUNDLED == 0 {
+            return Ok((header, None));
+        }
+        match buf.get(FragmentHeader::LEN..BUNDLED_HEADER_LEN) {
+            Some(&[hi, lo]) => Ok((header, Some(u16::from_be_bytes([hi, lo])))),
+            _ => Err(SlicingError::Truncated { len: buf.len() }),
+        }
+    }
+
     /// Writes the header.
     pub fn emit(&self) -> [u8; 12] {
         let mut b = [0; 12];
@@ -211,6 +276,13 @@ pub struct Slicing {
     next_id: u32,
     partials: Vec<Partial>,
     held: usize,
+    /// The open bundle's first message and its id while it is alone: sent
+    /// in the plain format, uncopied, if nothing joins it before the flush.
+    lone: Option<(u32, Frame)>,
+    /// The open bundle's records once it has two or more (else empty).
+    bundle: BytesMut,
+    /// Bytes of the open bundle, as bundled records.
+    open: usize,
 }
 
 impl Slicing {
@@ -223,6 +295,9 @@ impl Slicing {
             next_id: 0,
             partials: Vec::with_capacity(config.max_partials),
             held: 0,
+            lone: None,
+            bundle: BytesMut::new(),
+            open: 0,
             config,
         }
     }
@@ -235,6 +310,121 @@ impl Slicing {
     /// Bytes charged to partial messages.
     pub fn held_bytes(&self) -> usize {
         self.held
+    }
+
+    /// Adds a one-fragment message to the open bundle, flushing the bundle
+    /// first if the message does not fit.
+    fn bundle_message(&mut self, id: u32, frame: Frame, out: &mut Output) {
+        let record = BUNDLED_HEADER_LEN + frame.len();
+        if self.open + record > self.config.mtu {
+            self.flush_bundle(out, true);
+        }
+        self.open += record;
+        if self.open == record {
+            self.lone = Some((id, frame));
+            return;
+        }
+        if let Some((first_id, first)) = self.lone.take() {
+            if self.bundle.capacity() < self.config.mtu {
+                // The previous buffer is (nearly) used up by bundles still
+                // in flight; start a new one.
+                self.bundle = BytesMut::with_capacity(BUNDLE_CHUNK.max(self.config.mtu));
+            }
+            Self::write_record(&mut self.bundle, first_id, &first);
+        }
+        Self::write_record(&mut self.bundle, id, &frame);
+    }
+
+    fn write_record(buf: &mut BytesMut, id: u32, frame: &Frame) {
+        buf.put_u32(id);
+        buf.put_u32(0);
+        buf.put_u32(1 | BUNDLED);
+        // The caller checked `frame.len() + BUNDLED_HEADER_LEN <= mtu`, and
+        // a bundled record is only written for a message of at most
+        // `u16::MAX` bytes (see `handle_send`).
+        buf.put_u16(frame.len() as u16);
+        frame.extend_into(buf);
+    }
+
+    /// Pushes the open bundle down: a lone message in the plain format, two
+    /// or more as one datagram of bundled records, padded to `mtu` if `pad`
+    /// (more datagrams follow in this batch) and the padding is short.
+    fn flush_bundle(&mut self, out: &mut Output, pad: bool) {
+        if let Some((id, frame)) = self.lone.take() {
+            let header = FragmentHeader {
+                id,
+                index: 0,
+                count: 1,
+            };
+            out.push_down_with_header(frame, &header.emit());
+        } else if !self.bundle.is_empty() {
+            let short = self.config.mtu - self.bundle.len();
+            if pad && short <= self.config.mtu / 8 {
+                // Within the capacity reserved when the bundle started.
+                self.bundle.resize(self.config.mtu, 0);
+            }
+            out.push_down(Frame::from_payload(self.bundle.split().freeze()));
+        }
+        self.open = 0;
+    }
+
+    /// Hands up one received record (a whole message or a fragment).
+    fn receive_record(
+        &mut self,
+        now: Instant,
+        header: FragmentHeader,
+        payload: Bytes,
+        out: &mut Output,
+    ) -> Result<(), SlicingError> {
+        if header.count == 1 {
+            out.push_up_payload(payload);
+            return Ok(());
+        }
+        self.receive_fragment(now, header, payload, out)
+    }
+
+    /// Unpacks a datagram of bundled records whose first header is `first`.
+    /// A malformed record ends the datagram; an error of one record (a
+    /// duplicate fragment) does not stop the others. The first error is
+    /// returned.
+    fn receive_bundle(
+        &mut self,
+        now: Instant,
+        first: (FragmentHeader, Option<u16>),
+        mut rest: Bytes,
+        out: &mut Output,
+    ) -> Result<(), SlicingError> {
+        let mut result = Ok(());
+        let (mut header, mut len) = first;
+        loop {
+            let payload = match len {
+                None => {
+                    rest.advance(FragmentHeader::LEN);
+                    std::mem::take(&mut rest)
+                }
+                Some(len) => {
+                    let end = BUNDLED_HEADER_LEN + len as usize;
+                    if end > rest.len() {
+                        return result.and(Err(SlicingError::Truncated { len: rest.len() }));
+                    }
+                    let payload = rest.slice(BUNDLED_HEADER_LEN..end);
+                    rest.advance(end);
+                    payload
+                }
+            };
+            let r = self.receive_record(now, header, payload, out);
+            result = result.and(r);
+            // The end, or padding (a record never starts with 12 zero
+            // bytes: its count would be 0). Stops at the first non-zero
+            // byte, within a record's first 12 bytes.
+            if rest.iter().all(|&b| b == 0) {
+                return result;
+            }
+            match FragmentHeader::parse_record(&rest, self.max_count) {
+                Ok(next) => (header, len) = next,
+                Err(e) => return result.and(Err(e)),
+            }
+        }
     }
 
     fn evict_oldest(&mut self) {
@@ -361,6 +551,15 @@ impl Layer for Slicing {
         }
         let id = self.next_id;
         self.next_id = self.next_id.wrapping_add(1);
+        if self.config.bundle
+            && frame.len() + BUNDLED_HEADER_LEN <= self.config.mtu.min(u16::MAX as usize)
+        {
+            self.bundle_message(id, frame, out);
+            return Ok(());
+        }
+        // Whatever was bundled before goes first: sends keep their order.
+        // Fragments of `mtu` bytes follow, so the bundle is padded to match.
+        self.flush_bundle(out, true);
         let per = self.config.mtu - FragmentHeader::LEN;
         let count = frame.len().div_ceil(per).max(1);
         if count == 1 {
@@ -396,8 +595,13 @@ impl Layer for Slicing {
         mut frame: Frame,
         out: &mut Output,
     ) -> Result<(), ReceiveError> {
-        let mut scratch = [0; FragmentHeader::LEN];
-        let header = FragmentHeader::parse(frame.prefix(&mut scratch), self.max_count)?;
+        let mut scratch = [0; BUNDLED_HEADER_LEN];
+        let (header, len) =
+            FragmentHeader::parse_record(frame.prefix(&mut scratch), self.max_count)?;
+        if len.is_some() {
+            self.receive_bundle(now, (header, len), frame.into_bytes(), out)?;
+            return Ok(());
+        }
         frame.advance(FragmentHeader::LEN);
         if header.count == 1 {
             out.push_up(frame);
@@ -405,6 +609,10 @@ impl Layer for Slicing {
         }
         self.receive_fragment(now, header, frame.into_bytes(), out)?;
         Ok(())
+    }
+
+    fn handle_flush(&mut self, _now: Instant, out: &mut Output) {
+        self.flush_bundle(out, false);
     }
 
     fn handle_timeout(&mut self, now: Instant, _out: &mut Output) {

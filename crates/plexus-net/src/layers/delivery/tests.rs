@@ -36,6 +36,8 @@ fn send(d: &mut Delivery, now: Instant, msg: &'static [u8]) -> Vec<Frame> {
 fn recv(d: &mut Delivery, now: Instant, frame: &Frame) -> Io {
     let mut out = Output::new();
     let r = d.handle_receive(now, Frame::from_payload(frame.to_bytes()), &mut out);
+    // As the stack does when the driver drains: acks leave at the flush.
+    d.handle_flush(now, &mut out);
     drain(&mut out, r)
 }
 
@@ -383,4 +385,113 @@ fn header_round_trips() {
     assert_eq!(n, h.buffer_len());
     assert_eq!(n, MAX_HEADER_LEN);
     assert_eq!(DeliveryHeader::parse(&buf[..n]), Ok((h, n)));
+}
+
+/// Sends `n` messages of 100 bytes from `d` in one batch; returns the frames.
+fn send_many(d: &mut Delivery, now: Instant, n: usize) -> Vec<Frame> {
+    let mut out = Output::new();
+    for _ in 0..n {
+        d.handle_send(
+            now,
+            Frame::from_payload(Bytes::from(vec![7; 100])),
+            &mut out,
+        )
+        .expect("room");
+    }
+    drain(&mut out, Ok(())).down
+}
+
+#[test]
+fn congestion_window_bounds_the_bytes_in_flight_and_halves_on_fast_retransmit() {
+    let (mut a, mut b, now) = pair();
+    // 16 KiB initial window, 100 + 32 bytes charged per message.
+    let sent = send_many(&mut a, now, 200);
+    let first_window = (16 << 10) / (100 + MESSAGE_CHARGE);
+    assert_eq!(sent.len(), first_window);
+    assert_eq!(
+        (a.in_flight(), a.queued()),
+        (first_window, 200 - first_window)
+    );
+    // Message 0 is lost; 1..=10 arrive: B's SACKs show 0 missing.
+    let mut acks = Vec::new();
+    for frame in &sent[1..=10] {
+        acks.extend(recv(&mut b, now + ms(5), frame).down);
+    }
+    assert!(!acks.is_empty());
+    let before = a.congestion_window().window();
+    let mut retransmitted = Vec::new();
+    for ack in &acks {
+        retransmitted.extend(recv(&mut a, now + ms(10), ack).down);
+    }
+    let cwnd = a.congestion_window();
+    assert!(cwnd.in_recovery());
+    assert_eq!(cwnd.window(), first_window * (100 + MESSAGE_CHARGE) / 2);
+    assert!(cwnd.window() < before);
+    assert_eq!(header(&retransmitted[0]).seq, Some(0), "fast retransmit");
+    // Nothing new enters the halved window until acks free room.
+    assert_eq!(a.in_flight(), first_window);
+}
+
+#[test]
+fn congestion_window_grows_in_slow_start_and_collapses_on_timeout() {
+    let (mut a, mut b, now) = pair();
+    let sent = send_many(&mut a, now, 400);
+    let initial = a.congestion_window().window();
+    let mut acks = Vec::new();
+    for frame in &sent {
+        acks.extend(recv(&mut b, now + ms(5), frame).down);
+    }
+    let mut more = Vec::new();
+    for ack in &acks {
+        more.extend(recv(&mut a, now + ms(10), ack).down);
+    }
+    // Every byte acked grows the window by as much (slow start).
+    assert_eq!(a.in_flight(), more.len());
+    assert!(a.congestion_window().window() >= 2 * initial - 2 * MESSAGE_CHARGE);
+    assert!(more.len() > sent.len(), "the doubled window sends more");
+    // Nothing acked: the RTO resends and restarts from the minimum.
+    let rto = a.rto();
+    let resent = timeout(&mut a, now + ms(10) + rto).down;
+    assert!(!resent.is_empty());
+    assert_eq!(a.congestion_window().window(), MIN_WINDOW);
+}
+
+#[test]
+fn one_message_larger_than_the_window_is_still_sent() {
+    let now = Instant::now();
+    let mut a = Delivery::new(
+        DeliveryConfig {
+            initial_window: 0,
+            ..DeliveryConfig::default()
+        },
+        now,
+    );
+    let mut out = Output::new();
+    a.handle_send(
+        now,
+        Frame::from_payload(Bytes::from(vec![1; 64 << 10])),
+        &mut out,
+    )
+    .expect("room");
+    assert_eq!(drain(&mut out, Ok(())).down.len(), 1);
+    assert_eq!(a.congestion_window().window(), MIN_WINDOW);
+}
+
+#[test]
+fn acks_of_one_batch_are_coalesced_into_one_at_the_flush() {
+    let (mut a, mut b, now) = pair();
+    let sent = send_many(&mut a, now, 20);
+    let mut out = Output::new();
+    // Out of order: each arrival asks for an ack "at once".
+    for frame in sent.iter().rev() {
+        b.handle_receive(now, Frame::from_payload(frame.to_bytes()), &mut out)
+            .expect("fresh");
+    }
+    assert!(out.pop_down().is_none(), "acks wait for the flush");
+    b.handle_flush(now, &mut out);
+    let io = drain(&mut out, Ok(()));
+    assert_eq!(io.up.len(), 20);
+    assert_eq!(io.down.len(), 1);
+    let ack = header(&io.down[0]).ack.expect("an ack");
+    assert_eq!(ack.cumulative, 20);
 }
