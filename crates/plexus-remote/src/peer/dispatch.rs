@@ -4,13 +4,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Buf, Bytes};
 use plexus_core::remote::{self, Control, Inbound, ReceiptError, Signal, Watcher};
 use plexus_core::{ActorId, DeadLetterReason, Down, Exit, ExitReason, NodeId};
 
 use super::{Peer, GOODBYE_PREFIX};
 use crate::node::{lock, NodeInner};
-use crate::wire::{Frame, ReceiptStatus, Resolution};
+use crate::wire::{Frame, MessageHeader, ReceiptStatus, Resolution};
 
 /// Above this many queued messages in the actor it last delivered to, a
 /// link stops reading until the actor is down to [`FLOOD_LOW`]: the
@@ -47,6 +47,14 @@ impl Peer {
         bytes: Bytes,
         cache: &mut InboundCache,
     ) -> Result<(), String> {
+        // Messages, nearly all traffic, skip building a `Frame`.
+        if let Some(header) = MessageHeader::parse(&bytes) {
+            let header = header.map_err(|e| format!("protocol error: {e}"))?;
+            let mut payload = bytes;
+            payload.advance(header.len);
+            self.deliver_message(inner, header, payload, cache);
+            return Ok(());
+        }
         let frame = Frame::decode(bytes).map_err(|e| format!("protocol error: {e}"))?;
         match frame {
             Frame::Message {
@@ -55,15 +63,13 @@ impl Peer {
                 receipt,
                 payload,
             } => {
-                let inbound = match &cache.0 {
-                    Some((key, ib)) if *key == (to, type_id) && ib.is_alive() => Some(ib.clone()),
-                    _ => {
-                        let ib = inner.inbound(to, type_id);
-                        cache.0 = ib.clone().map(|ib| ((to, type_id), ib));
-                        ib
-                    }
+                let header = MessageHeader {
+                    to,
+                    type_id,
+                    receipt,
+                    len: 0,
                 };
-                self.deliver_to(inner, to, inbound, receipt, payload);
+                self.deliver_message(inner, header, payload, cache);
             }
             Frame::Named {
                 name,
@@ -220,6 +226,29 @@ impl Peer {
         Ok(())
     }
 
+    /// Delivers a `MESSAGE`; consecutive messages to one actor reuse the
+    /// cached lookup.
+    fn deliver_message(
+        self: &Arc<Self>,
+        inner: &Arc<NodeInner>,
+        header: MessageHeader,
+        payload: Bytes,
+        cache: &mut InboundCache,
+    ) {
+        let MessageHeader {
+            to,
+            type_id,
+            receipt,
+            ..
+        } = header;
+        let hit = matches!(&cache.0, Some((key, ib)) if *key == (to, type_id) && ib.is_alive());
+        if !hit {
+            cache.0 = inner.inbound(to, type_id).map(|ib| ((to, type_id), ib));
+        }
+        let inbound = cache.0.as_ref().map(|(_, ib)| ib);
+        self.deliver_to(inner, to, inbound, receipt, payload);
+    }
+
     fn deliver(
         self: &Arc<Self>,
         inner: &Arc<NodeInner>,
@@ -229,14 +258,14 @@ impl Peer {
         payload: Bytes,
     ) {
         let inbound = inner.inbound(to, type_id);
-        self.deliver_to(inner, to, inbound, receipt, payload);
+        self.deliver_to(inner, to, inbound.as_ref(), receipt, payload);
     }
 
     fn deliver_to(
         self: &Arc<Self>,
         inner: &Arc<NodeInner>,
         to: u64,
-        inbound: Option<Arc<dyn Inbound>>,
+        inbound: Option<&Arc<dyn Inbound>>,
         receipt: u64,
         payload: Bytes,
     ) {

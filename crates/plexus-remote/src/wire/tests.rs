@@ -243,3 +243,36 @@ proptest! {
         prop_assert_eq!(r.varint("v"), Ok(v));
     }
 }
+
+#[test]
+fn the_message_fast_path_reads_what_decode_reads() {
+    for (to, type_id, receipt) in [(1, 7, 0), (300, u64::MAX, 1 << 40), (u64::MAX, 0, u64::MAX)] {
+        let mut b = BytesMut::new();
+        put_message_header(&mut b, to, type_id, receipt);
+        let header_len = b.len();
+        b.extend_from_slice(b"payload");
+        let frame = b.freeze();
+        let h = MessageHeader::parse(&frame)
+            .expect("a MESSAGE frame")
+            .expect("valid");
+        assert_eq!(
+            (h.to, h.type_id, h.receipt, h.len),
+            (to, type_id, receipt, header_len)
+        );
+        match Frame::decode(frame.clone()).expect("valid") {
+            Frame::Message { payload, .. } => assert_eq!(&payload[..], b"payload"),
+            f => panic!("decoded {f:?}"),
+        }
+        // Every truncation of the header is an error, never a panic.
+        for cut in 0..header_len {
+            if cut == 0 {
+                assert!(MessageHeader::parse(&frame[..0]).is_none());
+            } else {
+                assert!(MessageHeader::parse(&frame[..cut])
+                    .expect("MESSAGE")
+                    .is_err());
+            }
+        }
+    }
+    assert!(MessageHeader::parse(&Frame::Goodbye { reason: "x".into() }.encode()).is_none());
+}
