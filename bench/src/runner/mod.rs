@@ -501,6 +501,9 @@ fn render_section(
     if !args.only.is_empty() {
         s.push_str(&format!(" --only {}", args.only.join(",")));
     }
+    if let Some(t) = args.threads {
+        s.push_str(&format!(" --threads {t}"));
+    }
     s.push_str(
         "\n```\n\nEvery command run and its `RESULT` lines are at the end of this section.\n",
     );
