@@ -8,6 +8,7 @@ mod common;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use common::certified::certified_node;
 use common::process::NodeProcess;
 use common::service::{Counter, Total};
 use plexus_core::{ActorRef, ActorSystem, ExitReason};
@@ -137,18 +138,6 @@ async fn full_cycle_with(system: &ActorSystem, node: &Node, scheme_listen: &str,
     // refs to the old process's actors cannot reach the new ones.
     assert_ne!(first_node, second_node, "the restarted node has a new id");
     drop(restarted);
-}
-
-/// An actor system with the node id `config`'s certificate certifies (a
-/// node with TLS material must run on one), and its node.
-fn certified_node(config: NodeConfig) -> (ActorSystem, Node) {
-    let id = config.certified_node_id().expect("a TLS config");
-    let system = ActorSystem::builder()
-        .node_id(id)
-        .build()
-        .expect("actor system");
-    let node = Node::start(&system, config).expect("start the node");
-    (system, node)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

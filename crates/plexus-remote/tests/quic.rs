@@ -4,8 +4,12 @@
 //! without TLS material cannot listen on `quic://`; a node whose
 //! certificate is from another CA is refused.
 
+#[path = "common/certified.rs"]
+mod certified;
+
 use std::time::Duration;
 
+use certified::certified_node;
 use plexus_core::{Actor, ActorRef, ActorSystem, Context, ReplyTo};
 use plexus_remote::{Node, NodeConfig};
 use plexus_transport::dev_certs::DevCa;
@@ -78,18 +82,6 @@ fn config(ca: &DevCa, name: &str) -> NodeConfig {
         .tls_config(ca)
         .expect("TLS config");
     NodeConfig::default().cookie("quic-test").tls(tls)
-}
-
-/// An actor system with the node id `config`'s certificate certifies (a
-/// node with TLS material must run on one), and its node.
-fn certified_node(config: NodeConfig) -> (ActorSystem, Node) {
-    let id = config.certified_node_id().expect("a TLS config");
-    let system = ActorSystem::builder()
-        .node_id(id)
-        .build()
-        .expect("actor system");
-    let node = Node::start(&system, config).expect("start the node");
-    (system, node)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
