@@ -76,6 +76,7 @@ pub(crate) fn spawn(conn: Connection, config: &QuicConfig, peer: Arc<str>) -> Li
         shared,
         lanes,
         writers: std::array::from_fn(|_| None),
+        staged: std::array::from_fn(|_| Vec::new()),
         writer_tasks: JoinSet::new(),
         readers: JoinSet::new(),
         accepted: 0,
@@ -175,7 +176,11 @@ struct Driver {
     shared: Arc<Shared>,
     lanes: Arc<Lanes>,
     /// The queue of each lane's writer task (opened on first use).
-    writers: [Option<mpsc::UnboundedSender<Bytes>>; Lane::COUNT],
+    /// Each lane's writer task, fed whole batches (one channel send per
+    /// lane per pump round, not per message).
+    writers: [Option<mpsc::UnboundedSender<Vec<Bytes>>>; Lane::COUNT],
+    /// This pump round's messages per lane, before they go to the writers.
+    staged: [Vec<Bytes>; Lane::COUNT],
     /// Writer tasks: `Ok(lane)` once their stream is finished and
     /// acknowledged.
     writer_tasks: JoinSet<Result<u8, QuicError>>,
@@ -297,16 +302,25 @@ impl Driver {
                     break out.senders == 0 || out.close_requested;
                 }
             }
+            let mut touched = 0u64;
             for (lane, message) in batch.drain(..) {
                 let i = usize::from(lane.index());
+                touched |= 1 << i;
+                self.staged[i].push(message);
+            }
+            while touched != 0 {
+                let i = touched.trailing_zeros() as usize;
+                touched &= touched - 1;
                 if self.writers[i].is_none() {
+                    let lane = Lane::new(i as u8).expect("a lane index");
                     self.writers[i] = Some(self.open_lane(lane));
                 }
+                let messages = std::mem::take(&mut self.staged[i]);
                 if let Some(writer) = &self.writers[i] {
                     // The writer ends only after its queue is dropped (or
                     // on a connection error, reported through its join
                     // handle).
-                    let _ = writer.send(message);
+                    let _ = writer.send(messages);
                 }
             }
             rounds += 1;
@@ -327,7 +341,7 @@ impl Driver {
         }
     }
 
-    fn open_lane(&mut self, lane: Lane) -> mpsc::UnboundedSender<Bytes> {
+    fn open_lane(&mut self, lane: Lane) -> mpsc::UnboundedSender<Vec<Bytes>> {
         let (tx, rx) = mpsc::unbounded_channel();
         self.writer_tasks
             .spawn(write_lane(self.conn.clone(), lane, rx, self.lanes.clone()));
@@ -447,7 +461,7 @@ fn connection_reason(e: ConnectionError) -> CloseReason {
 async fn write_lane(
     conn: Connection,
     lane: Lane,
-    mut rx: mpsc::UnboundedReceiver<Bytes>,
+    mut rx: mpsc::UnboundedReceiver<Vec<Bytes>>,
     lanes: Arc<Lanes>,
 ) -> Result<u8, QuicError> {
     let shared = &lanes.shared;
@@ -457,14 +471,14 @@ async fn write_lane(
     let mut staging = BytesMut::with_capacity(16 << 10);
     staging.put_u8(l);
     let mut chunks: Vec<Bytes> = Vec::with_capacity(64);
-    let mut messages = Vec::with_capacity(256);
+    let mut batches = Vec::with_capacity(16);
     loop {
-        if rx.recv_many(&mut messages, 256).await == 0 {
+        if rx.recv_many(&mut batches, 16).await == 0 {
             break;
         }
         let mut released = 0;
         let mut bulk = false;
-        for message in messages.drain(..) {
+        for message in batches.drain(..).flatten() {
             released += shared.cost(message.len());
             bulk |= message.len() >= BULK;
             // Lengths were checked against max_message_len (≤ u32) by
