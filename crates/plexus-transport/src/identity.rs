@@ -71,10 +71,11 @@ pub fn node_id_of(cert: &CertificateDer<'_>) -> Result<u64, IdentityError> {
 pub const INCARNATION_MASK: u64 = 0xffff;
 
 /// Whether a node claiming `node` is the holder of a certificate whose
-/// [`node_id_of`] is `certified`: the certified parts are equal, whatever
-/// the incarnations.
+/// [`node_id_of`] is `certified`: the certified parts are equal, and `node`
+/// has an incarnation (not 0: an id without one would be the same after
+/// every restart).
 pub fn certifies(certified: u64, node: u64) -> bool {
-    (certified ^ node) & !INCARNATION_MASK == 0
+    (certified ^ node) & !INCARNATION_MASK == 0 && node & INCARNATION_MASK != 0
 }
 
 /// A node id for a new incarnation of the node `certified` (a
@@ -157,6 +158,7 @@ mod tests {
             assert!(certifies(a, id));
             assert!(!certifies(b, id), "another key's part");
         }
+        assert!(!certifies(a, a), "incarnation 0 is not a node id");
     }
 
     #[test]

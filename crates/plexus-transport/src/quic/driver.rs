@@ -38,15 +38,20 @@ pub(super) const READ_ALL: u8 = 0x80;
 /// read-all one.
 pub(super) const MAX_STREAMS: usize = Lane::COUNT + 1;
 
-/// Starts the driver of an established connection and returns its link.
-pub(crate) fn spawn(conn: Connection, config: &QuicConfig, peer: Arc<str>) -> Link {
+/// Starts the driver of an established connection and returns its link;
+/// the peer's `identity` comes from [`peer_identity`].
+pub(crate) fn spawn(
+    conn: Connection,
+    config: &QuicConfig,
+    peer: Arc<str>,
+    identity: PeerIdentity,
+) -> Link {
     let notify = Arc::new(Notify::new());
     let room = Arc::new(Notify::new());
     let wake = (notify.clone(), room.clone());
     let extras = Extras {
         unreliable: Some(Box::new(Datagrams(conn.clone()))),
     };
-    let identity = peer_identity(&conn);
     let shared = Shared::with_extras(
         peer,
         Some(config.max_message_len),
@@ -58,10 +63,7 @@ pub(crate) fn spawn(conn: Connection, config: &QuicConfig, peer: Arc<str>) -> Li
         }),
         extras,
     );
-    let mut link = Link::new(shared.clone());
-    if let Some(identity) = identity {
-        link = link.with_identity(identity);
-    }
+    let link = Link::new(shared.clone()).with_identity(identity);
     let lanes = Arc::new(Lanes {
         shared: shared.clone(),
         room,
@@ -91,19 +93,19 @@ pub(crate) fn spawn(conn: Connection, config: &QuicConfig, peer: Arc<str>) -> Li
 
 /// What the peer's end-entity certificate (verified by rustls against the
 /// CA roots during the handshake) says about it: the node id it certifies.
-/// `None` only if the certificate does not parse, which the handshake's
-/// verification already excludes.
-fn peer_identity(conn: &Connection) -> Option<PeerIdentity> {
-    let identity = conn.peer_identity()?;
-    let chain = identity.downcast::<Vec<CertificateDer<'static>>>().ok()?;
-    let cert = chain.into_iter().next()?;
-    match PeerIdentity::new(cert) {
-        Ok(identity) => Some(identity),
-        Err(error) => {
-            tracing::warn!(%error, "quic peer certificate gives no node id");
-            None
-        }
-    }
+/// An error (no certificate, or one that does not parse, which the
+/// handshake's verification already excludes) refuses the connection: a
+/// link without an identity would let the peer claim any node id.
+pub(crate) fn peer_identity(conn: &Connection) -> Result<PeerIdentity, String> {
+    let chain = conn
+        .peer_identity()
+        .and_then(|i| i.downcast::<Vec<CertificateDer<'static>>>().ok())
+        .ok_or("the peer presented no certificate")?;
+    let cert = chain
+        .into_iter()
+        .next()
+        .ok_or("the peer presented no certificate")?;
+    PeerIdentity::new(cert).map_err(|e| e.to_string())
 }
 
 struct Datagrams(Connection);

@@ -499,7 +499,19 @@ impl QuicEndpoint {
                 ))
             })?
             .map_err(|e| failed(e.to_string()))?;
-        Ok(driver::spawn(conn, &self.config, url(addr).into()))
+        let identity = driver::peer_identity(&conn).map_err(|e| {
+            conn.close(
+                quinn::VarInt::from_u32(code::PROTOCOL),
+                b"no certified identity",
+            );
+            failed(e)
+        })?;
+        Ok(driver::spawn(
+            conn,
+            &self.config,
+            url(addr).into(),
+            identity,
+        ))
     }
 
     /// Closes every connection of the endpoint at once (unsent data is
@@ -562,5 +574,12 @@ async fn handshake(ctx: &Accepting, incoming: quinn::Incoming) -> Result<Link, A
         .await
         .map_err(|_| failed(format!("no QUIC handshake within {:?}", ctx.timeout)))?
         .map_err(|e| failed(e.to_string()))?;
-    Ok(driver::spawn(conn, &ctx.config, url(peer).into()))
+    let identity = driver::peer_identity(&conn).map_err(|e| {
+        conn.close(
+            quinn::VarInt::from_u32(code::PROTOCOL),
+            b"no certified identity",
+        );
+        failed(e)
+    })?;
+    Ok(driver::spawn(conn, &ctx.config, url(peer).into(), identity))
 }
