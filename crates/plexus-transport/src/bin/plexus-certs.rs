@@ -7,8 +7,9 @@
 //!     DIR/NAME.pem, DIR/NAME.key: a certificate signed by the CA in --ca,
 //!     valid for DNS NAME, DNS localhost and IP 127.0.0.1, for both server
 //!     and client authentication, for N days (default 365). Prints the
-//!     node id the certificate certifies (derived from its public key; the
-//!     node's actor system must have it).
+//!     part of the node id the certificate certifies (its first 12 hex
+//!     digits, derived from its public key; the last 4 are the node's
+//!     incarnation, new at every start).
 //! ```
 //!
 //! For development and tests only: keys are written unencrypted.
@@ -69,8 +70,10 @@ fn run(args: &[String]) -> Result<(), String> {
             write(&out, &format!("{name}.key"), &node.key_pem)?;
             let id = node.node_id().map_err(|e| e.to_string())?;
             println!(
-                "wrote {0}/{name}.pem and {0}/{name}.key (valid {days} days, node id {id:016x})",
-                out.display()
+                "wrote {0}/{name}.pem and {0}/{name}.key (valid {days} days, node ids {1}xxxx: \
+                 the last 4 hex digits change at every start)",
+                out.display(),
+                &format!("{id:016x}")[..12]
             );
             Ok(())
         }
