@@ -94,18 +94,19 @@ pub(crate) fn spawn(
 /// What the peer's end-entity certificate (verified by rustls against the
 /// CA roots during the handshake) says about it: the node id it certifies.
 /// An error (no certificate, or one that does not parse, which the
-/// handshake's verification already excludes) refuses the connection: a
+/// handshake's verification already excludes) closes the connection: a
 /// link without an identity would let the peer claim any node id.
 pub(crate) fn peer_identity(conn: &Connection) -> Result<PeerIdentity, String> {
-    let chain = conn
+    let identity = conn
         .peer_identity()
         .and_then(|i| i.downcast::<Vec<CertificateDer<'static>>>().ok())
-        .ok_or("the peer presented no certificate")?;
-    let cert = chain
-        .into_iter()
-        .next()
-        .ok_or("the peer presented no certificate")?;
-    PeerIdentity::new(cert).map_err(|e| e.to_string())
+        .and_then(|chain| chain.into_iter().next())
+        .ok_or_else(|| "the peer presented no certificate".to_owned())
+        .and_then(|cert| PeerIdentity::new(cert).map_err(|e| e.to_string()));
+    if identity.is_err() {
+        conn.close(VarInt::from_u32(code::PROTOCOL), b"no certified identity");
+    }
+    identity
 }
 
 struct Datagrams(Connection);

@@ -499,13 +499,7 @@ impl QuicEndpoint {
                 ))
             })?
             .map_err(|e| failed(e.to_string()))?;
-        let identity = driver::peer_identity(&conn).map_err(|e| {
-            conn.close(
-                quinn::VarInt::from_u32(code::PROTOCOL),
-                b"no certified identity",
-            );
-            failed(e)
-        })?;
+        let identity = driver::peer_identity(&conn).map_err(failed)?;
         Ok(driver::spawn(
             conn,
             &self.config,
@@ -574,12 +568,6 @@ async fn handshake(ctx: &Accepting, incoming: quinn::Incoming) -> Result<Link, A
         .await
         .map_err(|_| failed(format!("no QUIC handshake within {:?}", ctx.timeout)))?
         .map_err(|e| failed(e.to_string()))?;
-    let identity = driver::peer_identity(&conn).map_err(|e| {
-        conn.close(
-            quinn::VarInt::from_u32(code::PROTOCOL),
-            b"no certified identity",
-        );
-        failed(e)
-    })?;
+    let identity = driver::peer_identity(&conn).map_err(failed)?;
     Ok(driver::spawn(conn, &ctx.config, url(peer).into(), identity))
 }
