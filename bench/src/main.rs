@@ -100,6 +100,14 @@ enum Workload {
 
 fn main() {
     let cli = Cli::parse();
+    // Diagnostics on demand (`RUST_LOG=plexus_transport=debug`), to stderr,
+    // for every role process alike.
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .init();
+    }
     let role =
         |f: std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>| nodes::runtime().block_on(f);
     match cli.workload {

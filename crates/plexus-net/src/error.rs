@@ -4,6 +4,7 @@
 //! [`ReceiveError`] wraps.
 
 use crate::frame::Frame;
+use crate::layers::batching::BatchingError;
 use crate::layers::compression::CompressionError;
 use crate::layers::delivery::DeliveryError;
 use crate::layers::encryption::EncryptionError;
@@ -85,6 +86,9 @@ pub enum ReceiveError {
     /// See [`EncryptionError`].
     #[error("encryption: {0}")]
     Encryption(#[from] EncryptionError),
+    /// See [`BatchingError`].
+    #[error("batching: {0}")]
+    Batching(#[from] BatchingError),
     /// An error from a user-defined layer.
     #[error("{layer}: {reason}")]
     Custom {
@@ -106,6 +110,7 @@ impl ReceiveError {
             ReceiveError::Ordering(e) => e.is_fatal(),
             ReceiveError::Compression(_) | ReceiveError::Heartbeat(_) => false,
             ReceiveError::Encryption(e) => e.is_fatal(),
+            ReceiveError::Batching(_) => true,
             ReceiveError::Custom { fatal, .. } => *fatal,
         }
     }

@@ -27,7 +27,7 @@ use std::io::IoSlice;
 use bytes::{Buf, Bytes, BytesMut};
 
 /// Bytes of inline headroom for headers, enough for every built-in layer at
-/// once (at most 76: compression 5, heartbeat 1, ordering 8, delivery with a
+/// once (at most 77: batching 1, compression 5, heartbeat 1, ordering 8, delivery with a
 /// full SACK block 50, slicing 12). Sized so that the whole frame is 128
 /// bytes, which the compiler moves with a few vector stores.
 pub const HEADROOM: usize = 80;

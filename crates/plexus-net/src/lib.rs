@@ -24,7 +24,8 @@
 //!
 //! Built-in layers ([`layers`]), each documenting its guarantee:
 //! `framing`, `slicing`, `delivery`, `ordering`, `compression`, `heartbeat`,
-//! `faults`. Their invariants are collected in `ALGORITHM.md`. The [`sim`]
+//! `faults`, `encryption`, `batching`. Their invariants are collected in
+//! `ALGORITHM.md`. The [`sim`]
 //! module moves frames between stacks on virtual time over a seeded lossy
 //! link, for deterministic tests.
 #![forbid(unsafe_code)]

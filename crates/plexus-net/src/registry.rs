@@ -55,9 +55,9 @@ use std::sync::Arc;
 
 use crate::layer::{Interface, Layer, LinkContext};
 use crate::layers::{
-    compression::CompressionConfig, delivery::DeliveryConfig, encryption::EncryptionConfig,
-    faults::FaultsConfig, framing::FramingConfig, heartbeat::HeartbeatConfig,
-    ordering::OrderingConfig, slicing::SlicingConfig,
+    batching::BatchingConfig, compression::CompressionConfig, delivery::DeliveryConfig,
+    encryption::EncryptionConfig, faults::FaultsConfig, framing::FramingConfig,
+    heartbeat::HeartbeatConfig, ordering::OrderingConfig, slicing::SlicingConfig,
 };
 use crate::options::{LayerOptions, OptionError};
 
@@ -119,7 +119,7 @@ impl<C: LayerConfig> LayerConstructor for ConfigConstructor<C> {
 
 /// Layer constructors by name. [`LayerRegistry::default`] holds the built-in
 /// layers: `framing`, `slicing`, `delivery`, `ordering`, `compression`,
-/// `heartbeat`, `faults`, `encryption`.
+/// `heartbeat`, `faults`, `encryption`, `batching`.
 #[derive(Clone)]
 pub struct LayerRegistry {
     constructors: HashMap<String, Arc<dyn LayerConstructor>>,
@@ -136,6 +136,7 @@ impl Default for LayerRegistry {
         registry.register_config::<HeartbeatConfig>();
         registry.register_config::<FaultsConfig>();
         registry.register_config::<EncryptionConfig>();
+        registry.register_config::<BatchingConfig>();
         registry
     }
 }

@@ -16,7 +16,7 @@ use plexus_transport::LinkConfig;
 /// | scheme | stack |
 /// | --- | --- |
 /// | `tcp` | `tcp / framing` |
-/// | `udp` | `udp / heartbeat / slicing / delivery / ordering` |
+/// | `udp` | `udp / heartbeat / slicing / delivery / ordering / batching` |
 /// | `tls` | `tls / framing` (needs [`tls`](Self::tls)) |
 /// | `quic` | `quic` (needs [`tls`](Self::tls); one stream per lane) |
 /// | `uds` | `uds / framing` |
@@ -43,7 +43,10 @@ impl Default for NodeConfig {
     fn default() -> Self {
         let schemes = [
             ("tcp", "tcp / framing"),
-            ("udp", "udp / heartbeat / slicing / delivery / ordering"),
+            (
+                "udp",
+                "udp / heartbeat / slicing / delivery / ordering / batching",
+            ),
             ("tls", "tls / framing"),
             ("quic", "quic"),
             ("uds", "uds / framing"),

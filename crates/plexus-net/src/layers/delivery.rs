@@ -36,7 +36,9 @@
 //!   `WouldBlock` and raises `SendReady` when acks free room.
 //!
 //! **Memory.** Sender: what `send_buffer` allows (soft: the last accepted
-//! message may overshoot it). Receiver: a bitmap of `recv_window` entries;
+//! message may overshoot it, and so may the frames a layer above held back
+//! and flushes after the stack accepted their messages, at most that
+//! layer's bound, e.g. one batch of `batching`). Receiver: a bitmap of `recv_window` entries;
 //! data is never buffered (it goes up at once). Sequence numbers at or beyond
 //! `cum + recv_window` are dropped (and re-sent by the peer later).
 //!
@@ -567,7 +569,12 @@ impl Layer for Delivery {
         frame: Frame,
         out: &mut Output,
     ) -> Result<(), SendError> {
-        if !self.can_send() {
+        // `can_send` is the bound, checked by the stack before it takes a
+        // message. A frame that reaches this point anyway comes from a layer
+        // above that held it back to combine (`batching` at its flush) after
+        // the stack took its messages: refusing it now would lose them, so
+        // it is taken beyond the bound, which that layer's own bound limits.
+        if self.failed {
             return Err(SendError::WouldBlock(frame));
         }
         self.buffered += frame.len();

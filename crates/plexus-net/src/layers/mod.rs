@@ -2,6 +2,7 @@
 //! its `Config` (with documented defaults and spec options), its error, and
 //! its tests.
 
+pub mod batching;
 pub mod compression;
 pub mod delivery;
 pub mod encryption;
