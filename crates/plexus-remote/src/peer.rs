@@ -353,9 +353,13 @@ impl Peer {
         self.send_frame(lane_of(frame), frame.encode())
     }
 
-    /// Sends a `RESOLVE`; the answer arrives on the returned channel.
+    /// Sends a `RESOLVE` on `lane`; the answer arrives on the returned
+    /// channel. The receiver answers a `RESOLVE` only after the frames sent
+    /// before it on the same lane, so a forged ref uses it on its name's
+    /// lane as a fence (see `proxy.rs`); others send it on lane 0.
     pub(crate) fn resolve(
         self: &Arc<Self>,
+        lane: Lane,
         type_id: u64,
         type_name: &str,
         name: &str,
@@ -367,13 +371,14 @@ impl Peer {
         let request = inner.next_id();
         let (tx, rx) = oneshot::channel();
         lock(&p.state).resolves.insert(request, tx);
-        p.send(&Frame::Resolve {
+        let frame = Frame::Resolve {
             request,
             type_id,
             type_name: type_name.to_owned(),
             name: name.to_owned(),
-        })
-        .map_err(|_| LinkError::Closed("send buffer full".into()))?;
+        };
+        p.send_frame(lane, frame.encode())
+            .map_err(|_| LinkError::Closed("send buffer full".into()))?;
         Ok(rx)
     }
 

@@ -4,7 +4,9 @@
 //! Messages become `MESSAGE` frames on the peer link; stop, kill, monitors
 //! and links become their frames. A forged proxy (see
 //! [`Node::forge`](crate::Node::forge)) addresses its actor by name until a
-//! background resolve, started on first use, pins it to a serial.
+//! background resolve, started on first use, pins it to a serial; it moves
+//! from its name's lane to its actor's once that is safe (see
+//! [`NamedState`]).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -40,15 +42,168 @@ struct Named {
     uri: String,
     type_id: u64,
     type_name: &'static str,
+    /// `lane(FNV-1a(name))`: the lane of the ref's frames until it has
+    /// settled on its target's (see [`NamedState`]).
+    lane: Lane,
     state: Mutex<NamedState>,
+    /// Told each time the ref settles on its target's lane.
+    #[cfg(test)]
+    settled: tokio::sync::Notify,
 }
 
+/// A forged ref's resolution, and the lane its frames take (PROTOCOL.md,
+/// "Lanes").
+///
+/// Before the resolve, the ref does not know its target's serial, so its
+/// frames (`NAMED`) take the name's lane. Once it knows the serial, its
+/// frames should take the serial's lane, like those of a ref made by id, so
+/// that what is sent through either kind of ref to one actor stays in
+/// order. But a frame on the serial's lane may overtake frames still on
+/// their way on the name's lane, so the ref moves only once it knows that
+/// the receiver has taken every frame it sent on the name's lane.
+///
+/// The proof is a *fence*: a `RESOLVE` of the name sent on the name's lane,
+/// which the receiver answers only after dispatching the frames sent before
+/// it on that lane. The resolve itself is the first fence. If a frame went
+/// on the name's lane after the last fence, the ref is
+/// [`Settling`](NamedState::Settling): its frames, now addressed by
+/// serial, keep the name's lane, and a new fence follows each answer until
+/// one comes back with no frame sent after it. Then the ref is
+/// [`Resolved`](NamedState::Resolved) and every later frame takes the
+/// serial's lane. A ref that sends without a pause of one round trip stays
+/// on the name's lane (one fence per round trip) and is still in order with
+/// itself, just not with refs made by id. Frames on the name's lane are
+/// queued with the state locked, so none slips between the check of
+/// `fenced` and the switch.
 enum NamedState {
-    Unresolved { watchers: Vec<(u64, Watcher)> },
-    Resolving { watchers: Vec<(u64, Watcher)> },
+    /// Not used yet: no resolve started.
+    Unresolved {
+        watchers: Vec<(u64, Watcher)>,
+    },
+    /// The resolve is under way. `fenced`: its `RESOLVE` has been sent and
+    /// no frame after it on the name's lane.
+    Resolving {
+        watchers: Vec<(u64, Watcher)>,
+        fenced: bool,
+    },
+    /// Resolved to `id`, but frames sent on the name's lane may not have
+    /// been taken yet: frames keep that lane. `fenced`: a fence is on its
+    /// way with no frame after it on the name's lane.
+    Settling {
+        id: ActorId,
+        fenced: bool,
+    },
+    /// Resolved to `id`, and the name's lane drained: frames take the lane
+    /// of `id`'s serial.
     Resolved(ActorId),
     Failed(ExitReason),
 }
+
+/// Where the next frame sent through a forged ref goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Route {
+    /// Not used yet: start the resolve, then as `Name(None)`.
+    Start,
+    /// On the name's lane (with the state locked meanwhile): as `NAMED`
+    /// (`None`) or as `MESSAGE` to the serial.
+    Name(Option<ActorId>),
+    /// On the serial's lane, like a ref made by id.
+    Serial(ActorId),
+    /// The resolve failed: nothing is sent.
+    Failed,
+}
+
+impl Route {
+    /// The lane of a frame sent this way: the serial's once settled, the
+    /// name's before.
+    fn lane(self, name_lane: Lane) -> Lane {
+        match self {
+            Route::Serial(id) => Lane::for_key(id.serial()),
+            Route::Start | Route::Name(_) | Route::Failed => name_lane,
+        }
+    }
+}
+
+impl NamedState {
+    fn route(&self) -> Route {
+        match self {
+            Self::Unresolved { .. } => Route::Start,
+            Self::Resolving { .. } => Route::Name(None),
+            Self::Settling { id, .. } => Route::Name(Some(*id)),
+            Self::Resolved(id) => Route::Serial(*id),
+            Self::Failed(_) => Route::Failed,
+        }
+    }
+
+    /// The resolve starts (its fence is not sent yet).
+    fn on_start(&mut self) {
+        if let Self::Unresolved { watchers } = self {
+            let watchers = std::mem::take(watchers);
+            *self = Self::Resolving {
+                watchers,
+                fenced: false,
+            };
+        }
+    }
+
+    /// A frame went on the name's lane: no fence sent so far covers it.
+    fn on_sent_on_name_lane(&mut self) {
+        if let Self::Resolving { fenced, .. } | Self::Settling { fenced, .. } = self {
+            *fenced = false;
+        }
+    }
+
+    /// A fence went on the name's lane.
+    fn on_fence_sent(&mut self) {
+        if let Self::Resolving { fenced, .. } | Self::Settling { fenced, .. } = self {
+            *fenced = true;
+        }
+    }
+
+    /// The resolve found `id` (its answer is the first fence's). Returns the
+    /// watchers to register, and whether another fence is needed.
+    fn on_resolved(&mut self, id: ActorId) -> (Vec<(u64, Watcher)>, bool) {
+        let (watchers, fenced) = match self {
+            Self::Resolving { watchers, fenced } => (std::mem::take(watchers), *fenced),
+            Self::Unresolved { watchers } => (std::mem::take(watchers), false),
+            _ => (Vec::new(), false),
+        };
+        *self = if fenced {
+            Self::Resolved(id)
+        } else {
+            Self::Settling { id, fenced: false }
+        };
+        (watchers, !fenced)
+    }
+
+    /// The answer to the last fence came. Returns whether the ref is
+    /// resolved now (otherwise another fence is needed).
+    fn on_fence_answered(&mut self) -> bool {
+        match *self {
+            Self::Settling { id, fenced: true } => {
+                *self = Self::Resolved(id);
+                true
+            }
+            Self::Settling { .. } => false,
+            _ => true,
+        }
+    }
+
+    /// The resolve failed. Returns the watchers to tell.
+    fn on_failed(&mut self, reason: ExitReason) -> Vec<(u64, Watcher)> {
+        let watchers = match self {
+            Self::Resolving { watchers, .. } | Self::Unresolved { watchers } => {
+                std::mem::take(watchers)
+            }
+            _ => Vec::new(),
+        };
+        *self = Self::Failed(reason);
+        watchers
+    }
+}
+
+/// The answer to a `RESOLVE`.
+type ResolveAnswer = oneshot::Receiver<Result<Resolution, crate::error::LinkError>>;
 
 impl RemoteActor {
     pub(crate) fn resolved(
@@ -85,6 +240,7 @@ impl RemoteActor {
             runtime: inner.system_runtime(),
             dead: AtomicBool::new(false),
             named: Some(Named {
+                lane: Lane::for_key(crate::peer::name_key(&name)),
                 name,
                 uri,
                 type_id: M::TYPE_ID,
@@ -92,40 +248,90 @@ impl RemoteActor {
                 state: Mutex::new(NamedState::Unresolved {
                     watchers: Vec::new(),
                 }),
+                #[cfg(test)]
+                settled: tokio::sync::Notify::new(),
             }),
         })
     }
 
-    /// The actor's id on its node: the resolved one for forged proxies.
-    fn target(self: &Arc<Self>) -> Option<ActorId> {
-        match &self.named {
-            None => Some(self.id),
-            Some(n) => {
-                let mut st = lock(&n.state);
-                match &mut *st {
-                    NamedState::Resolved(id) => Some(*id),
-                    NamedState::Unresolved { watchers } => {
-                        let watchers = std::mem::take(watchers);
-                        *st = NamedState::Resolving { watchers };
-                        drop(st);
-                        let me = self.clone();
-                        self.runtime.spawn(async move { me.resolve_forged().await });
-                        None
-                    }
-                    _ => None,
-                }
+    /// Sends a frame about the target: `send` gets the lane (see
+    /// [`NamedState`]) and the target (`None`: not resolved yet, address it
+    /// by name) and queues the frame. `None` if the ref failed to resolve.
+    /// A forged ref's first use starts its resolve.
+    fn route<R>(self: &Arc<Self>, send: impl FnOnce(Lane, Option<ActorId>) -> R) -> Option<R> {
+        let Some(n) = &self.named else {
+            return Some(send(Lane::for_key(self.id.serial()), Some(self.id)));
+        };
+        let mut st = lock(&n.state);
+        let route = st.route();
+        let to = match route {
+            Route::Serial(id) => {
+                drop(st);
+                return Some(send(route.lane(n.lane), Some(id)));
             }
+            Route::Failed => return None,
+            Route::Start => {
+                self.start_resolve(&mut st);
+                None
+            }
+            Route::Name(to) => to,
+        };
+        // With the state locked: no fence is sent, and no switch made,
+        // between choosing the name's lane and queueing the frame on it.
+        // (Counted as sent on the name's lane even if `send` sent nothing:
+        // that only costs a fence.)
+        let r = send(route.lane(n.lane), to);
+        st.on_sent_on_name_lane();
+        Some(r)
+    }
+
+    /// The actor's id on its node: the resolved one for forged proxies
+    /// (`None` before, and the first call starts the resolve).
+    fn target(self: &Arc<Self>) -> Option<ActorId> {
+        let Some(n) = &self.named else {
+            return Some(self.id);
+        };
+        let mut st = lock(&n.state);
+        match st.route() {
+            Route::Serial(id) | Route::Name(Some(id)) => Some(id),
+            Route::Start => {
+                self.start_resolve(&mut st);
+                None
+            }
+            Route::Name(None) | Route::Failed => None,
         }
+    }
+
+    /// Starts the resolve of a forged ref (its state is locked).
+    fn start_resolve(self: &Arc<Self>, st: &mut NamedState) {
+        st.on_start();
+        let me = self.clone();
+        // It waits for the lock before it sends its fence, so a frame
+        // queued by the caller under the same lock comes before it.
+        self.runtime.spawn(async move { me.resolve_forged().await });
+    }
+
+    /// Sends a fence (a `RESOLVE` of the name) on the name's lane. `st` is
+    /// `n.state`, locked: nothing else goes on that lane meanwhile.
+    fn send_fence(
+        &self,
+        n: &Named,
+        st: &mut NamedState,
+    ) -> Result<ResolveAnswer, crate::error::LinkError> {
+        let answer = self.peer.resolve(n.lane, n.type_id, n.type_name, &n.name)?;
+        st.on_fence_sent();
+        Ok(answer)
     }
 
     async fn resolve_forged(self: Arc<Self>) {
         let Some(n) = &self.named else { return };
         let outcome = async {
             let node = self.peer.wait_up().await.map_err(|e| e.to_string())?;
-            let rx = self
-                .peer
-                .resolve(n.type_id, n.type_name, &n.name)
-                .map_err(|e| e.to_string())?;
+            let rx = {
+                let mut st = lock(&n.state);
+                self.send_fence(n, &mut st)
+            }
+            .map_err(|e| e.to_string())?;
             match rx.await {
                 Ok(Ok(Resolution::Found(serial))) => Ok(ActorId::new(node, serial)),
                 Ok(Ok(Resolution::NoSuchName)) => {
@@ -140,32 +346,38 @@ impl RemoteActor {
             }
         }
         .await;
-        let watchers = {
-            let mut st = lock(&n.state);
-            let watchers = match &mut *st {
-                NamedState::Resolving { watchers } | NamedState::Unresolved { watchers } => {
-                    std::mem::take(watchers)
-                }
-                _ => Vec::new(),
-            };
-            *st = match &outcome {
-                Ok(id) => NamedState::Resolved(*id),
-                Err(why) => {
-                    NamedState::Failed(ExitReason::Failed(format!("resolve {}: {why}", n.uri)))
-                }
-            };
-            watchers
-        };
         match outcome {
             Ok(id) => {
+                let (watchers, mut fence) = {
+                    let mut st = lock(&n.state);
+                    let (watchers, more) = st.on_resolved(id);
+                    (watchers, more.then(|| self.send_fence(n, &mut st)))
+                };
                 for (_, w) in watchers {
                     self.peer.watch(id, w);
                 }
+                // Fence until one comes back with nothing sent after it on
+                // the name's lane. If the link fails a fence, the ref stays
+                // on the name's lane: still in order with itself.
+                loop {
+                    let Some(answer) = fence else {
+                        #[cfg(test)]
+                        n.settled.notify_one();
+                        break;
+                    };
+                    let Ok(rx) = answer else { break };
+                    if !matches!(rx.await, Ok(Ok(_))) {
+                        break;
+                    }
+                    let mut st = lock(&n.state);
+                    fence = (!st.on_fence_answered()).then(|| self.send_fence(n, &mut st));
+                }
             }
             Err(why) => {
+                let reason = ExitReason::Failed(format!("resolve {}: {why}", n.uri));
+                let watchers = lock(&n.state).on_failed(reason.clone());
                 tracing::warn!(target: "plexus::remote", uri = %n.uri, "forged ref failed: {why}");
                 self.dead.store(true, Ordering::Release);
-                let reason = ExitReason::Failed(format!("resolve {}: {why}", n.uri));
                 for (_, w) in watchers {
                     w.notify(Down {
                         id: self.id,
@@ -176,24 +388,23 @@ impl RemoteActor {
         }
     }
 
-    fn frame_for(self: &Arc<Self>, type_id: u64, receipt: u64, payload: &[u8]) -> Option<Bytes> {
-        if let Some(target) = self.target() {
-            return Some(message_frame(target.serial(), type_id, receipt, payload));
+    /// The frame of a message to `to`, or by name if `None` (only a forged
+    /// ref before its resolve has no target).
+    fn message_to(&self, to: Option<ActorId>, type_id: u64, receipt: u64, payload: &[u8]) -> Bytes {
+        if let Some(to) = to {
+            return message_frame(to.serial(), type_id, receipt, payload);
         }
-        let n = self.named.as_ref()?;
-        if matches!(*lock(&n.state), NamedState::Failed(_)) {
-            return None;
-        }
-        let mut b = BytesMut::with_capacity(32 + n.name.len() + payload.len());
+        let name = self.named.as_ref().map_or("", |n| n.name.as_str());
+        let mut b = BytesMut::with_capacity(32 + name.len() + payload.len());
         Frame::Named {
-            name: n.name.clone(),
+            name: name.to_owned(),
             type_id,
             receipt,
             payload: Bytes::new(),
         }
         .encode_into(&mut b);
         b.put_slice(payload);
-        Some(b.freeze())
+        b.freeze()
     }
 
     fn dead_letter_here(&self, type_name: &'static str, reason: DeadLetterReason) {
@@ -250,7 +461,8 @@ impl RemoteEndpoint for RemoteActor {
         type_name: &'static str,
         encode: &mut dyn FnMut(&mut Vec<u8>) -> Result<(), CodecError>,
     ) -> Result<bool, CodecError> {
-        // Forged proxies still resolving take the general path.
+        // Forged proxies not yet settled on their target's lane take the
+        // general path.
         let target = match &self.named {
             None => self.id,
             Some(n) => match &*lock(&n.state) {
@@ -261,7 +473,8 @@ impl RemoteEndpoint for RemoteActor {
         with_scratch(|frame| {
             crate::wire::put_message_header(frame, target.serial(), type_id, 0);
             encode(frame)?;
-            if self.peer.send_slice(self.lane(), frame).is_err() {
+            let lane = Lane::for_key(target.serial());
+            if self.peer.send_slice(lane, frame).is_err() {
                 self.dead_letter_here(type_name, DeadLetterReason::MailboxFull);
             }
             Ok(true)
@@ -274,12 +487,13 @@ impl RemoteEndpoint for RemoteActor {
             self.dead_letter_here(type_name, DeadLetterReason::Undeliverable);
             return;
         };
-        match me.frame_for(type_id, 0, &payload) {
-            Some(frame) => {
-                if self.peer.send_frame(self.lane(), frame).is_err() {
-                    self.dead_letter_here(type_name, DeadLetterReason::MailboxFull);
-                }
-            }
+        let sent = me.route(|lane, to| {
+            let frame = me.message_to(to, type_id, 0, &payload);
+            self.peer.send_frame(lane, frame).is_ok()
+        });
+        match sent {
+            Some(true) => {}
+            Some(false) => self.dead_letter_here(type_name, DeadLetterReason::MailboxFull),
             None => self.dead_letter_here(type_name, DeadLetterReason::Stopped),
         }
     }
@@ -295,15 +509,15 @@ impl RemoteEndpoint for RemoteActor {
             let _ = tx.send(Err(ReceiptError::Stopped));
             return rx;
         };
-        if me.frame_for(type_id, 0, &[]).is_none() {
+        let sent = me.route(|lane, to| {
+            self.peer
+                .send_with_receipt(lane, |id| me.message_to(to, type_id, id, &payload))
+        });
+        sent.unwrap_or_else(|| {
             self.dead_letter_here(type_name, DeadLetterReason::Stopped);
             let (tx, rx) = oneshot::channel();
             let _ = tx.send(Err(ReceiptError::Stopped));
-            return rx;
-        }
-        self.peer.send_with_receipt(self.lane(), |id| {
-            me.frame_for(type_id, id, &payload)
-                .unwrap_or_else(|| message_frame(me.id.serial(), type_id, id, &payload))
+            rx
         })
     }
 
@@ -313,17 +527,6 @@ impl RemoteEndpoint for RemoteActor {
 }
 
 impl RemoteActor {
-    /// The lane of everything sent through this ref (messages, stop, exit):
-    /// by the target's serial, or for a ref made from a published name by
-    /// the name, also once resolved, so frames sent before and after the
-    /// resolve stay in order.
-    fn lane(&self) -> Lane {
-        match &self.named {
-            Some(n) => Lane::for_key(crate::peer::name_key(&n.name)),
-            None => Lane::for_key(self.id.serial()),
-        }
-    }
-
     fn arc(&self) -> Option<Arc<Self>> {
         self.me.upgrade()
     }
@@ -346,7 +549,9 @@ impl Control for RemoteActor {
             None => self.peer.node_alive(self.id.node()),
             Some(n) => match &*lock(&n.state) {
                 NamedState::Failed(_) => false,
-                NamedState::Resolved(id) => self.peer.node_alive(id.node()),
+                NamedState::Resolved(id) | NamedState::Settling { id, .. } => {
+                    self.peer.node_alive(id.node())
+                }
                 _ => true,
             },
         }
@@ -365,28 +570,33 @@ impl Control for RemoteActor {
     }
 
     fn signal(&self, signal: Signal) -> bool {
-        let Some(me) = self.arc() else { return false };
-        let Some(target) = me.target() else {
+        if matches!(signal, Signal::Down(_)) {
             return false;
-        };
-        let frame = match signal {
-            Signal::Stop(_) => Frame::Stop {
-                target: target.serial(),
-                kill: false,
-            },
-            Signal::Kill => Frame::Stop {
-                target: target.serial(),
-                kill: true,
-            },
-            // A local actor linked to this one exited.
-            Signal::Exit(exit) => Frame::Exit {
-                from: exit.from.serial(),
-                to: target.serial(),
-                reason: exit.reason,
-            },
-            Signal::Down(_) => return false,
-        };
-        self.peer.send_frame(self.lane(), frame.encode()).is_ok()
+        }
+        let Some(me) = self.arc() else { return false };
+        me.route(|lane, target| {
+            // Not resolved yet: a signal needs the serial.
+            let Some(target) = target else { return false };
+            let frame = match signal {
+                Signal::Stop(_) => Frame::Stop {
+                    target: target.serial(),
+                    kill: false,
+                },
+                Signal::Kill => Frame::Stop {
+                    target: target.serial(),
+                    kill: true,
+                },
+                // A local actor linked to this one exited.
+                Signal::Exit(exit) => Frame::Exit {
+                    from: exit.from.serial(),
+                    to: target.serial(),
+                    reason: exit.reason,
+                },
+                Signal::Down(_) => return false,
+            };
+            self.peer.send_frame(lane, frame.encode()).is_ok()
+        })
+        .unwrap_or(false)
     }
 
     fn kill(&self) {
@@ -397,7 +607,7 @@ impl Control for RemoteActor {
         if let Some(n) = &self.named {
             let mut st = lock(&n.state);
             match &mut *st {
-                NamedState::Resolved(id) => {
+                NamedState::Resolved(id) | NamedState::Settling { id, .. } => {
                     let id = *id;
                     drop(st);
                     return self.peer.watch(id, watcher);
@@ -411,7 +621,7 @@ impl Control for RemoteActor {
                     });
                     return None;
                 }
-                NamedState::Unresolved { watchers } | NamedState::Resolving { watchers } => {
+                NamedState::Unresolved { watchers } | NamedState::Resolving { watchers, .. } => {
                     let token = self.inner.upgrade().map_or(0, |i| i.next_id());
                     watchers.push((token, watcher));
                     drop(st);
@@ -429,11 +639,11 @@ impl Control for RemoteActor {
         if let Some(n) = &self.named {
             let mut st = lock(&n.state);
             match &mut *st {
-                NamedState::Unresolved { watchers } | NamedState::Resolving { watchers } => {
+                NamedState::Unresolved { watchers } | NamedState::Resolving { watchers, .. } => {
                     watchers.retain(|(t, _)| *t != token);
                     return;
                 }
-                NamedState::Resolved(id) => {
+                NamedState::Resolved(id) | NamedState::Settling { id, .. } => {
                     let id = *id;
                     drop(st);
                     self.peer.unwatch(id, token);
@@ -481,3 +691,6 @@ impl Control for RemoteActor {
         &self.runtime
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -19,6 +19,16 @@ pub(crate) fn now() -> Instant {
     tokio::time::Instant::now().into_std()
 }
 
+/// What a closing link leaves in its driver's hands, unsent.
+#[derive(Debug, PartialEq, Eq)]
+enum Unsent {
+    /// Messages: the taken queue's entries and the one the stack refused.
+    Messages(usize),
+    /// Inline framing: bytes of framed messages, in chunks that each hold
+    /// any number of messages or part of one, so messages are not counted.
+    Bytes(usize),
+}
+
 pub(crate) struct Conn {
     pub(crate) stack: Stack,
     pub(crate) shared: Arc<Shared>,
@@ -245,15 +255,68 @@ impl Conn {
         self.inbound_ended
     }
 
+    /// What the driver took from the application's queue and did not send.
+    /// (What is still in that queue, `Shared::close` counts.)
+    fn unsent(&self) -> Unsent {
+        if self.shared.inline_framing {
+            Unsent::Bytes(self.outq.iter().map(|(_, chunk)| chunk.len()).sum())
+        } else {
+            Unsent::Messages(self.outq.len() + usize::from(self.held.is_some()))
+        }
+    }
+
     /// Closes the link for its handles after delivering what the stack
     /// still holds.
     pub(crate) fn close(mut self, reason: CloseReason) {
         self.deliver();
-        let unsent = self.outq.len() + usize::from(self.held.is_some());
-        if unsent > 0 {
-            tracing::warn!(peer = %self.shared.peer, unsent, "link closed with messages not sent");
+        match self.unsent() {
+            Unsent::Messages(0) | Unsent::Bytes(0) => {}
+            Unsent::Messages(unsent) => {
+                tracing::warn!(peer = %self.shared.peer, unsent, "link closed with messages not sent");
+            }
+            Unsent::Bytes(unsent_bytes) => {
+                tracing::warn!(peer = %self.shared.peer, unsent_bytes, "link closed with framed bytes not sent");
+            }
         }
         tracing::debug!(peer = %self.shared.peer, %reason, "link closed");
         self.shared.close(reason);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use plexus_net::TransportKind;
+
+    use super::*;
+    use crate::LinkConfig;
+
+    fn conn(inline_framing: bool) -> Conn {
+        let shared = Shared::new(
+            "test://peer".into(),
+            None,
+            inline_framing,
+            LinkConfig::default(),
+            Box::new(|| {}),
+        );
+        Conn::new(Stack::new(TransportKind::Tcp, Vec::new()), shared)
+    }
+
+    #[test]
+    fn unsent_counts_messages_on_a_stack_link() {
+        let mut c = conn(false);
+        for m in ["a", "bb", "ccc"] {
+            c.outq
+                .push_back((Lane::ZERO, Bytes::from_static(m.as_bytes())));
+        }
+        assert_eq!(c.unsent(), Unsent::Messages(3));
+    }
+
+    #[test]
+    fn unsent_counts_bytes_not_chunks_on_an_inline_framing_link() {
+        let mut c = conn(true);
+        // One chunk of three framed messages, one of part of a message.
+        c.outq.push_back((Lane::ZERO, Bytes::from(vec![0; 30])));
+        c.outq.push_back((Lane::ZERO, Bytes::from(vec![0; 7])));
+        assert_eq!(c.unsent(), Unsent::Bytes(37));
     }
 }

@@ -306,6 +306,22 @@ impl UnreliableError {
     }
 }
 
+/// `Ok` if `spec` is for the `expected` transport, else the error `wrong`
+/// makes of the address (`addr` is called only then), the spec's transport
+/// and `expected`: [`BindError::check_transport`] and
+/// [`ConnectError::check_transport`] differ only in that error.
+fn check_transport<E>(
+    spec: &plexus_net::StackSpec,
+    expected: TransportKind,
+    addr: impl FnOnce() -> String,
+    wrong: impl FnOnce(String, TransportKind, TransportKind) -> E,
+) -> Result<(), E> {
+    match spec.transport() {
+        kind if kind == expected => Ok(()),
+        spec => Err(wrong(addr(), spec, expected)),
+    }
+}
+
 impl BindError {
     /// `Ok` if `spec` is for the `expected` transport, else
     /// [`BindError::WrongTransport`] naming `addr` (built only then).
@@ -314,14 +330,13 @@ impl BindError {
         expected: TransportKind,
         addr: impl FnOnce() -> String,
     ) -> Result<(), Self> {
-        match spec.transport() {
-            kind if kind == expected => Ok(()),
-            spec => Err(Self::WrongTransport {
-                addr: addr(),
+        check_transport(spec, expected, addr, |addr, spec, expected| {
+            Self::WrongTransport {
+                addr,
                 spec,
                 expected,
-            }),
-        }
+            }
+        })
     }
 }
 
@@ -333,13 +348,12 @@ impl ConnectError {
         expected: TransportKind,
         addr: impl FnOnce() -> String,
     ) -> Result<(), Self> {
-        match spec.transport() {
-            kind if kind == expected => Ok(()),
-            spec => Err(Self::WrongTransport {
-                addr: addr(),
+        check_transport(spec, expected, addr, |addr, spec, expected| {
+            Self::WrongTransport {
+                addr,
                 spec,
                 expected,
-            }),
-        }
+            }
+        })
     }
 }

@@ -10,9 +10,12 @@ use crate::wire::Frame;
 /// The lane of a frame (see PROTOCOL.md, "Lanes"): frames about one
 /// actor of the receiving node take the lane of its serial, so that what
 /// one sender sends it, and the signals that follow, stay in order; `DOWN`
-/// takes the lane its token names ([`down_token`]); frames about no actor
-/// take lane 0. Only `quic` links keep lanes apart; others carry every lane
-/// on one ordered stream.
+/// takes the lane its token names ([`down_token`]); `NAMED` its name's
+/// lane; frames about no actor take lane 0. A forged ref chooses the lanes
+/// of its frames itself, not by this function: its name's lane until it
+/// has settled on its target's, its fence `RESOLVE`s too (see `NamedState`
+/// in `proxy.rs`). Only `quic` links keep lanes apart; others carry every
+/// lane on one ordered stream.
 pub(crate) fn lane_of(frame: &Frame) -> Lane {
     match frame {
         Frame::Message { to, .. }
