@@ -181,6 +181,66 @@ impl Stack {
                 == <crate::layers::framing::FramingConfig as crate::LayerConfig>::NAME
     }
 
+    /// The largest batch a driver may assemble itself, if the top layer is
+    /// [`batching`](crate::layers::batching): senders then write their
+    /// messages as records of that layer's wire format (one copy, no
+    /// [`Frame`] per message) and the driver hands each batch to
+    /// [`handle_send_batch`](Stack::handle_send_batch). The bytes on the
+    /// wire are those the layer would produce. Bounded by what the layers
+    /// below accept.
+    pub fn batches_inline(&self) -> Option<usize> {
+        let top = self.layers.last()?;
+        let batching = top
+            .as_any()?
+            .downcast_ref::<crate::layers::batching::Batching>()?;
+        let below = self.max_message_len.map_or(usize::MAX, |m| m + 1);
+        Some(batching.max_batch().min(below))
+    }
+
+    /// Sends a batch that a driver assembled in the wire format of the top
+    /// [`batching`](crate::layers::batching) layer (see
+    /// [`batches_inline`](Stack::batches_inline)), holding `messages`
+    /// messages: what that layer holds leaves first, then the batch goes to
+    /// the layer below as if the top layer had made it.
+    ///
+    /// # Errors
+    ///
+    /// As [`handle_send`](Stack::handle_send), handing the batch back.
+    pub fn handle_send_batch(
+        &mut self,
+        now: Instant,
+        batch: Bytes,
+        messages: u64,
+    ) -> Result<(), SendError> {
+        let frame = Frame::from_payload(batch);
+        if self.closed.is_some() {
+            return Err(SendError::Closed(frame));
+        }
+        if let Some(max) = self.batches_inline() {
+            if frame.len() > max {
+                return Err(SendError::TooLarge { frame, max });
+            }
+        } else {
+            return Err(SendError::Layer {
+                layer: "batching",
+                reason: "the top layer is not batching",
+                frame,
+            });
+        }
+        if !self.layers.iter().all(|l| l.can_send()) {
+            self.blocked = true;
+            return Err(SendError::WouldBlock(frame));
+        }
+        self.unflushed = Some(now);
+        let top = self.layers.len() - 1;
+        self.layers[top].handle_flush(now, &mut self.outs[top]);
+        self.outs[top].down.push_back(frame);
+        self.stats.sent += messages;
+        self.after_call(top);
+        self.run_if_needed(now, Start::Down);
+        Ok(())
+    }
+
     /// Counts `messages` that a driver framed itself (see
     /// [`frames_inline`](Stack::frames_inline)) as sent and transmitted.
     pub fn count_inline_sends(&mut self, messages: u64) {
@@ -553,6 +613,41 @@ mod tests {
             build("tcp / framing(max_frame=1KiB)").max_message_len(),
             Some(1024)
         );
+    }
+
+    #[test]
+    fn a_batch_written_by_hand_leaves_as_the_layer_would_write_it() {
+        use crate::layers::batching::{put_record, BATCH};
+        let now = Instant::now();
+        let messages: Vec<&[u8]> = vec![b"one", b"two", b"three"];
+        let mut by_layer = build("udp / batching");
+        for m in &messages {
+            by_layer
+                .handle_send(now, Bytes::copy_from_slice(m))
+                .expect("sent");
+        }
+        let expected = by_layer.poll_transmit().expect("one batch").to_bytes();
+        let mut inline = build("udp / batching");
+        assert_eq!(inline.batches_inline(), Some(1024));
+        let mut batch = bytes::BytesMut::new();
+        batch.extend_from_slice(&[BATCH]);
+        for m in &messages {
+            put_record(&mut batch, m);
+        }
+        inline
+            .handle_send_batch(now, batch.freeze(), 3)
+            .expect("sent");
+        assert_eq!(
+            inline.poll_transmit().expect("one batch").to_bytes(),
+            expected
+        );
+        assert_eq!(inline.stats().sent, 3);
+        let mut plain = build("udp / ordering");
+        assert_eq!(plain.batches_inline(), None);
+        assert!(matches!(
+            plain.handle_send_batch(now, expected, 3),
+            Err(SendError::Layer { .. })
+        ));
     }
 
     #[test]

@@ -43,7 +43,7 @@ fn local_config(cookie: &str) -> NodeConfig {
         .cookie(cookie)
         .scheme(
             "udp",
-            "udp / heartbeat(interval=100ms, acceptable_pause=100ms, min_std_dev=50ms) / slicing / delivery / ordering",
+            "udp / heartbeat(interval=100ms, acceptable_pause=100ms, min_std_dev=50ms) / slicing / delivery / ordering / batching",
         )
         .quic(QuicConfig {
             idle_timeout: Duration::from_millis(1_000),

@@ -11,7 +11,7 @@ use bytes::Bytes;
 use plexus_net::{Frame, LinkEvent, SendError as StackSendError, Stack};
 
 use crate::error::CloseReason;
-use crate::link::{lock, Lane, Received, Shared, MESSAGE_OVERHEAD};
+use crate::link::{lock, Chunk, Inline, Lane, Received, Shared, MESSAGE_OVERHEAD};
 use crate::stats::LinkStats;
 
 /// The current time on tokio's clock (so paused-time tests drive stacks too).
@@ -35,6 +35,10 @@ pub(crate) struct Conn {
     /// A batch taken from the application's queue in one lock. The lane is
     /// dropped here: a stack carries every lane in queue order.
     outq: VecDeque<(Lane, Bytes)>,
+    /// Inline batching: batches (and large messages) taken from the
+    /// application's queue in one lock; one the stack refused with
+    /// `WouldBlock` stays first.
+    chunks: VecDeque<Chunk>,
     /// A message the stack refused with `WouldBlock`; retried first.
     held: Option<Frame>,
     staged: VecDeque<Received>,
@@ -55,6 +59,7 @@ impl Conn {
             stack,
             shared,
             outq: VecDeque::with_capacity(256),
+            chunks: VecDeque::new(),
             held: None,
             uncharged: 0,
             staged: VecDeque::with_capacity(256),
@@ -147,6 +152,72 @@ impl Conn {
         more
     }
 
+    /// Moves the application's queued messages into the stack, up to about
+    /// `budget` bytes, the way the link's senders queue them
+    /// ([`pump_send`](Conn::pump_send), or batches for an inline-batching
+    /// link). Returns `true` if it stopped at the budget with messages
+    /// possibly left.
+    pub(crate) fn pump(&mut self, now: Instant, budget: usize) -> bool {
+        match self.shared.inline {
+            Inline::Batching(_) => self.pump_batches(now, budget),
+            _ => self.pump_send(now, budget),
+        }
+    }
+
+    /// [`pump_send`](Conn::pump_send) for an inline-batching link: hands
+    /// the batches the senders wrote (and the messages too large to share
+    /// one) to the stack whole, returning each one's permits once taken.
+    fn pump_batches(&mut self, now: Instant, budget: usize) -> bool {
+        let mut moved = 0usize;
+        let mut released = 0usize;
+        let mut more = false;
+        loop {
+            if moved >= budget {
+                more = true;
+                break;
+            }
+            if self.chunks.is_empty() {
+                let mut out = lock(&self.shared.out);
+                out.close_batch();
+                std::mem::swap(&mut out.chunks, &mut self.chunks);
+                if self.chunks.is_empty() {
+                    out.driver_waiting = true;
+                    break;
+                }
+            }
+            let Some(chunk) = self.chunks.pop_front() else {
+                break;
+            };
+            let len = chunk.bytes.len();
+            let sent = if chunk.messages == 0 {
+                self.stack.handle_send(now, chunk.bytes)
+            } else {
+                self.stack
+                    .handle_send_batch(now, chunk.bytes, u64::from(chunk.messages))
+            };
+            match sent {
+                Ok(()) | Err(StackSendError::Closed(_)) => {}
+                Err(StackSendError::WouldBlock(frame)) => {
+                    // Retried first once the stack raises SendReady.
+                    self.chunks.push_front(Chunk {
+                        bytes: frame.into_bytes(),
+                        ..chunk
+                    });
+                    break;
+                }
+                Err(error) => {
+                    tracing::warn!(peer = %self.shared.peer, %error, "stack refused a batch; dropped");
+                }
+            }
+            moved += len;
+            released += chunk.permits;
+        }
+        if released > 0 {
+            self.shared.out_space.add_permits(released);
+        }
+        more
+    }
+
     fn next_message(&mut self) -> Option<Bytes> {
         if self.outq.is_empty() {
             let mut out = lock(&self.shared.out);
@@ -174,11 +245,14 @@ impl Conn {
     /// Whether the application is done sending and everything it queued
     /// has entered the stack.
     pub(crate) fn send_done(&self) -> bool {
-        if !self.outq.is_empty() || self.held.is_some() {
+        if !self.outq.is_empty() || self.held.is_some() || !self.chunks.is_empty() {
             return false;
         }
         let out = lock(&self.shared.out);
-        out.queue.is_empty() && out.staging.is_empty() && (out.senders == 0 || out.close_requested)
+        out.queue.is_empty()
+            && out.staging.is_empty()
+            && out.chunks.is_empty()
+            && (out.senders == 0 || out.close_requested)
     }
 
     /// Hands received messages and events to the application (one lock).
@@ -258,10 +332,15 @@ impl Conn {
     /// What the driver took from the application's queue and did not send.
     /// (What is still in that queue, `Shared::close` counts.)
     fn unsent(&self) -> Unsent {
-        if self.shared.inline_framing {
-            Unsent::Bytes(self.outq.iter().map(|(_, chunk)| chunk.len()).sum())
-        } else {
-            Unsent::Messages(self.outq.len() + usize::from(self.held.is_some()))
+        match self.shared.inline {
+            Inline::Framing => Unsent::Bytes(self.outq.iter().map(|(_, chunk)| chunk.len()).sum()),
+            Inline::Batching(_) => Unsent::Messages(
+                self.chunks
+                    .iter()
+                    .map(|c| (c.messages as usize).max(1))
+                    .sum(),
+            ),
+            Inline::Off => Unsent::Messages(self.outq.len() + usize::from(self.held.is_some())),
         }
     }
 
@@ -294,7 +373,11 @@ mod tests {
         let shared = Shared::new(
             "test://peer".into(),
             None,
-            inline_framing,
+            if inline_framing {
+                Inline::Framing
+            } else {
+                Inline::Off
+            },
             LinkConfig::default(),
             Box::new(|| {}),
         );

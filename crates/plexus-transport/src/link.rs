@@ -32,6 +32,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::Waker;
 
 use bytes::{Bytes, BytesMut};
+use plexus_net::layers::batching;
 use plexus_net::layers::framing::FrameHeader;
 use plexus_net::LinkEvent;
 use rustls_pki_types::CertificateDer;
@@ -88,6 +89,47 @@ pub enum Received {
 /// Wakes the driver that serves a link.
 pub(crate) type DriverWaker = Box<dyn Fn() + Send + Sync>;
 
+/// How senders hand messages to the driver (chosen from the link's stack).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Inline {
+    /// A queue entry per message.
+    Off,
+    /// The stack is plain `framing` over a byte stream
+    /// ([`Stack::frames_inline`](plexus_net::Stack::frames_inline)): senders
+    /// write `len | payload` wire bytes and the driver writes them as they
+    /// are.
+    Framing,
+    /// The stack's top layer is `batching`
+    /// ([`Stack::batches_inline`](plexus_net::Stack::batches_inline)):
+    /// senders write the batches, of at most this many bytes, in its wire
+    /// format, and the driver hands each to the stack whole.
+    Batching(usize),
+}
+
+impl Inline {
+    /// The mode for a link over `stack`.
+    pub(crate) fn of(stack: &plexus_net::Stack) -> Self {
+        if stack.frames_inline() {
+            Inline::Framing
+        } else if let Some(max) = stack.batches_inline() {
+            Inline::Batching(max)
+        } else {
+            Inline::Off
+        }
+    }
+}
+
+/// Inline batching: a batch closed by the senders, or a message too large to
+/// share one, with what it was charged.
+#[derive(Debug)]
+pub(crate) struct Chunk {
+    pub(crate) bytes: Bytes,
+    /// Permits to return once the stack took it.
+    pub(crate) permits: usize,
+    /// Messages in the batch; 0 for a message on its own.
+    pub(crate) messages: u32,
+}
+
 pub(crate) struct OutState {
     /// Messages with their lane; on an inline-framing link, wire bytes
     /// (already framed, all on lane 0) instead.
@@ -102,6 +144,13 @@ pub(crate) struct OutState {
     /// message larger than the whole send buffer is charged the buffer);
     /// the driver returns that many fewer permits.
     pub(crate) uncharged: usize,
+    /// Inline batching: closed batches and large messages, in order, before
+    /// the open batch in `staging`.
+    pub(crate) chunks: VecDeque<Chunk>,
+    /// Inline batching: permits charged for the open batch in `staging`.
+    pub(crate) staging_permits: usize,
+    /// Inline batching: messages in the open batch in `staging`.
+    pub(crate) staging_messages: u32,
     /// The driver found the queue empty and waits for a push.
     pub(crate) driver_waiting: bool,
     pub(crate) senders: usize,
@@ -121,15 +170,38 @@ pub(crate) struct InState {
     pub(crate) receiver_alive: bool,
 }
 
+impl OutState {
+    /// Inline batching: closes the open batch in `staging` (if any) into
+    /// `chunks`.
+    pub(crate) fn close_batch(&mut self) {
+        if self.staging.is_empty() {
+            return;
+        }
+        let bytes = self.staging.split().freeze();
+        self.chunks.push_back(Chunk {
+            bytes,
+            permits: std::mem::take(&mut self.staging_permits),
+            messages: std::mem::take(&mut self.staging_messages),
+        });
+    }
+
+    /// Inline batching: messages queued and not yet taken by the driver.
+    pub(crate) fn unsent_batched(&self) -> usize {
+        let chunked: usize = self
+            .chunks
+            .iter()
+            .map(|c| (c.messages as usize).max(1))
+            .sum();
+        chunked + self.staging_messages as usize
+    }
+}
+
 /// State shared by a link's handles and its driver.
 pub(crate) struct Shared {
     pub(crate) peer: Arc<str>,
     pub(crate) max_message_len: Option<usize>,
-    /// Senders frame messages themselves (`len | payload`) into the
-    /// outbound queue: the stack is plain `framing`
-    /// ([`Stack::frames_inline`](plexus_net::Stack::frames_inline)) and the
-    /// driver writes the queue's bytes as they are.
-    pub(crate) inline_framing: bool,
+    /// Whether senders write wire bytes themselves (see [`Inline`]).
+    pub(crate) inline: Inline,
     pub(crate) config: LinkConfig,
     pub(crate) wake_driver: DriverWaker,
     pub(crate) extras: Extras,
@@ -179,14 +251,14 @@ impl Shared {
     pub(crate) fn new(
         peer: Arc<str>,
         max_message_len: Option<usize>,
-        inline_framing: bool,
+        inline: Inline,
         config: LinkConfig,
         wake_driver: DriverWaker,
     ) -> Arc<Self> {
         Self::with_extras(
             peer,
             max_message_len,
-            inline_framing,
+            inline,
             config,
             wake_driver,
             Extras::default(),
@@ -196,7 +268,7 @@ impl Shared {
     pub(crate) fn with_extras(
         peer: Arc<str>,
         max_message_len: Option<usize>,
-        inline_framing: bool,
+        inline: Inline,
         config: LinkConfig,
         wake_driver: DriverWaker,
         extras: Extras,
@@ -207,7 +279,7 @@ impl Shared {
         Arc::new(Self {
             peer,
             max_message_len,
-            inline_framing,
+            inline,
             config: LinkConfig {
                 send_buffer,
                 ..config
@@ -217,6 +289,9 @@ impl Shared {
                 staging: BytesMut::new(),
                 inline_messages: 0,
                 uncharged: 0,
+                chunks: VecDeque::new(),
+                staging_permits: 0,
+                staging_messages: 0,
                 driver_waiting: false,
                 senders: 0,
                 close_requested: false,
@@ -237,13 +312,13 @@ impl Shared {
     }
 
     /// Permits a message of `len` bytes costs: its queue entry, or on an
-    /// inline-framing link its wire bytes (a small message there has no
-    /// entry of its own).
+    /// inline link its wire bytes when it has no entry of its own (any
+    /// message with inline framing, a batched one with inline batching).
     pub(crate) fn cost(&self, len: usize) -> usize {
-        let queued = if self.inline_framing {
-            len + FrameHeader::LEN
-        } else {
-            len + MESSAGE_OVERHEAD
+        let queued = match self.inline {
+            Inline::Framing => len + FrameHeader::LEN,
+            Inline::Batching(max) if batching::batchable(len, max) => batching::record_len(len),
+            _ => len + MESSAGE_OVERHEAD,
         };
         queued.min(self.config.send_buffer)
     }
@@ -257,12 +332,15 @@ impl Shared {
         let unsent = {
             let mut out = lock(&self.out);
             out.staging.clear();
-            let unsent = if self.inline_framing {
-                out.inline_messages as usize
-            } else {
-                out.queue.len()
+            let unsent = match self.inline {
+                Inline::Framing => out.inline_messages as usize,
+                Inline::Batching(_) => out.unsent_batched(),
+                Inline::Off => out.queue.len(),
             };
             out.queue.clear();
+            out.chunks.clear();
+            out.staging_messages = 0;
+            out.staging_permits = 0;
             unsent
         };
         if unsent > 0 {

@@ -29,7 +29,7 @@ use tokio::sync::{mpsc, Notify};
 
 use crate::conn::{now, Conn};
 use crate::error::{AcceptError, BindError, CloseReason, ConnectError};
-use crate::link::{lock, Link, LinkConfig, Shared};
+use crate::link::{lock, Inline, Link, LinkConfig, Shared};
 use crate::stream::WRITE_BUDGET;
 
 /// Datagrams buffered per direction of an in-memory link.
@@ -221,7 +221,7 @@ fn spawn(wire: Wire, stack: plexus_net::Stack, peer: Arc<str>, config: LinkConfi
     let shared = Shared::new(
         peer,
         stack.max_message_len(),
-        false,
+        Inline::of(&stack),
         config,
         Box::new(move || waker.notify_one()),
     );
@@ -244,7 +244,7 @@ async fn run(conn: &mut Conn, notify: &Notify, wire: Wire) -> CloseReason {
     tokio::pin!(sleep);
     let mut spins = 0u32;
     loop {
-        let more = conn.pump_send(now(), WRITE_BUDGET.saturating_sub(pending_bytes));
+        let more = conn.pump(now(), WRITE_BUDGET.saturating_sub(pending_bytes));
         while let Some(frame) = conn.stack.poll_transmit() {
             pending_bytes += frame.len();
             pending.push_back(frame.into_bytes());

@@ -22,7 +22,7 @@ use tokio::sync::Notify;
 
 use crate::conn::{now, Conn};
 use crate::error::CloseReason;
-use crate::link::{Link, LinkConfig, Shared};
+use crate::link::{Inline, Link, LinkConfig, Shared};
 
 /// Bytes read per system call (at least).
 pub(crate) const READ_BUF: usize = 128 << 10;
@@ -92,7 +92,7 @@ pub(crate) fn spawn<S: StreamSocket>(
     let shared = Shared::new(
         peer,
         stack.max_message_len(),
-        stack.frames_inline(),
+        Inline::of(&stack),
         config,
         Box::new(move || waker.notify_one()),
     );
@@ -116,14 +116,14 @@ async fn run<S: StreamSocket>(socket: &mut S, conn: &mut Conn, notify: &Notify) 
     loop {
         // In steps, each drained right away: the stack's transmit queue
         // stays a few KiB (hot in cache) instead of a whole budget of frames.
-        let more = if conn.shared.inline_framing {
+        let more = if conn.shared.inline == Inline::Framing {
             let budget = WRITE_BUDGET.saturating_sub(out.bytes);
             conn.pump_inline(budget, |chunk| out.push_wire(chunk))
         } else {
             let at = now();
             loop {
                 let budget = WRITE_BUDGET.saturating_sub(out.bytes);
-                let more = conn.pump_send(at, budget.min(PUMP_STEP));
+                let more = conn.pump(at, budget.min(PUMP_STEP));
                 conn.stack.drain_transmit(|frame| out.push(frame));
                 if !more || budget <= PUMP_STEP {
                     break more;

@@ -46,7 +46,7 @@ use tokio::sync::{mpsc, oneshot, Notify};
 
 use crate::conn::{now, Conn};
 use crate::error::{AcceptError, BindError, CloseReason, ConnectError};
-use crate::link::{lock, Link, LinkConfig, Shared};
+use crate::link::{lock, Inline, Link, LinkConfig, Shared};
 
 /// Bytes of datagrams queued for the socket before peers stop being pumped.
 const TX_BUDGET: usize = 256 << 10;
@@ -557,7 +557,7 @@ impl Dispatcher {
         let shared = Shared::new(
             url(addr).into(),
             stack.max_message_len(),
-            false,
+            Inline::of(&stack),
             self.config.link,
             Box::new(move || {
                 if let Some(ep) = ep.upgrade() {
@@ -591,7 +591,7 @@ impl Dispatcher {
         };
         let t = now();
         let budget = TX_BUDGET.saturating_sub(self.tx_bytes);
-        let more = peer.conn.pump_send(t, budget);
+        let more = peer.conn.pump(t, budget);
         while let Some(frame) = peer.conn.stack.poll_transmit() {
             self.tx_bytes += frame.len();
             self.tx.push_back((peer.addr, frame));

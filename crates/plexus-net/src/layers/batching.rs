@@ -160,6 +160,28 @@ fn put_len(buf: &mut BytesMut, mut len: usize) {
     buf.put_u8(len as u8);
 }
 
+/// Appends one record, `len | message`, to a batch being written by hand
+/// (see [`Stack::batches_inline`](crate::Stack::batches_inline)); a batch
+/// starts with the [`BATCH`] byte. `message` must not be empty and must be
+/// shorter than 2 MiB.
+pub fn put_record(buf: &mut BytesMut, message: &[u8]) {
+    put_len(buf, message.len());
+    buf.put_slice(message);
+}
+
+/// Wire bytes of the record of a message of `len` bytes (its length prefix
+/// and itself).
+pub fn record_len(len: usize) -> usize {
+    len_of_len(len) + len
+}
+
+/// Whether a message of `len` bytes may travel in a batch of at most
+/// `max_batch` bytes (it is not empty, and its record fits behind the kind
+/// byte).
+pub fn batchable(len: usize, max_batch: usize) -> bool {
+    len > 0 && record_len(len) < max_batch
+}
+
 /// Bytes of the length prefix of a record of `len` bytes.
 fn len_of_len(len: usize) -> usize {
     match len {
@@ -248,9 +270,9 @@ impl Batching {
         (self.batches, self.batched_messages)
     }
 
-    /// Whether a message of `len` bytes may share a batch.
-    fn fits_alone_in_batch(&self, len: usize) -> bool {
-        len > 0 && 1 + len_of_len(len) + len <= self.config.max_batch
+    /// The largest batch frame, in bytes.
+    pub fn max_batch(&self) -> usize {
+        self.config.max_batch
     }
 
     /// Pushes down whatever is open: the held message alone, or the batch.
@@ -304,7 +326,7 @@ impl Layer for Batching {
         out: &mut Output,
     ) -> Result<(), SendError> {
         let len = frame.len();
-        if !self.fits_alone_in_batch(len) {
+        if !batchable(len, self.config.max_batch) {
             // Order: what is open leaves first.
             self.emit(out);
             out.push_down_with_header(frame, &[SINGLE]);

@@ -1,14 +1,16 @@
-//! [`LinkSender`]: the sending half of a link, and the inline framing of
-//! plain `framing` stream links (senders write `len | payload` straight into
-//! the bytes the driver writes).
+//! [`LinkSender`]: the sending half of a link, and the inline paths: on
+//! plain `framing` stream links senders write `len | payload` straight into
+//! the bytes the driver writes; on links whose stack ends in `batching`
+//! they write the batches in that layer's wire format.
 
 use std::sync::Arc;
 
 use bytes::{BufMut, Bytes};
+use plexus_net::layers::batching;
 use plexus_net::layers::framing::FrameHeader;
 use tokio::sync::TryAcquireError;
 
-use super::{lock, Lane, Shared};
+use super::{lock, Chunk, Inline, Lane, Shared};
 use crate::error::{SendError, TrySendError, UnreliableError};
 use crate::stats::LinkStats;
 
@@ -85,8 +87,10 @@ impl LinkSender {
 
     /// Queues a message on `lane` whose permits (`cost`) were taken.
     fn push(&self, lane: Lane, message: Bytes, cost: usize) {
-        if self.shared.inline_framing {
-            return self.push_inline(Payload::Owned(message), cost);
+        match self.shared.inline {
+            Inline::Framing => return self.push_inline(Payload::Owned(message), cost),
+            Inline::Batching(max) => return self.push_batched(Payload::Owned(message), cost, max),
+            Inline::Off => {}
         }
         let wake = {
             let mut out = lock(&self.shared.out);
@@ -129,6 +133,44 @@ impl LinkSender {
         }
     }
 
+    /// Inline batching: appends the message as a record of the open batch
+    /// in the staging buffer, closing the batch first if the record does
+    /// not fit; a message that cannot share a batch (empty, too large) is
+    /// queued on its own, after the open batch.
+    fn push_batched(&self, payload: Payload<'_>, cost: usize, max_batch: usize) {
+        let len = payload.len();
+        let wake = {
+            let mut out = lock(&self.shared.out);
+            let out = &mut *out;
+            if batching::batchable(len, max_batch) {
+                let record = batching::record_len(len);
+                if !out.staging.is_empty() && out.staging.len() + record > max_batch {
+                    out.close_batch();
+                }
+                if out.staging.is_empty() {
+                    if out.staging.capacity() < max_batch {
+                        out.staging.reserve(STAGING_CHUNK.max(max_batch));
+                    }
+                    out.staging.put_u8(batching::BATCH);
+                }
+                batching::put_record(&mut out.staging, payload.as_slice());
+                out.staging_permits += cost;
+                out.staging_messages += 1;
+            } else {
+                out.close_batch();
+                out.chunks.push_back(Chunk {
+                    bytes: payload.into_bytes(),
+                    permits: cost,
+                    messages: 0,
+                });
+            }
+            std::mem::take(&mut out.driver_waiting)
+        };
+        if wake {
+            (self.shared.wake_driver)();
+        }
+    }
+
     /// [`try_send_copy_on`](LinkSender::try_send_copy_on) [`Lane::ZERO`].
     ///
     /// # Errors
@@ -148,7 +190,7 @@ impl LinkSender {
     ///
     /// As [`try_send`](LinkSender::try_send), handing back a copy.
     pub fn try_send_copy_on(&self, lane: Lane, message: &[u8]) -> Result<(), TrySendError> {
-        if !self.shared.inline_framing {
+        if self.shared.inline == Inline::Off {
             return self.try_send_on(lane, Bytes::copy_from_slice(message));
         }
         if let Some(max) = self.shared.max_message_len {
@@ -163,7 +205,10 @@ impl LinkSender {
         }
         let cost = self.shared.cost(message.len());
         self.take_permits(cost, || Bytes::copy_from_slice(message))?;
-        self.push_inline(Payload::Borrowed(message), cost);
+        match self.shared.inline {
+            Inline::Batching(max) => self.push_batched(Payload::Borrowed(message), cost, max),
+            _ => self.push_inline(Payload::Borrowed(message), cost),
+        }
         Ok(())
     }
 

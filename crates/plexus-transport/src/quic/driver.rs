@@ -18,7 +18,9 @@ use tokio::task::JoinSet;
 use super::{code, QuicConfig, QuicError};
 use crate::error::{CloseReason, UnreliableError};
 use crate::identity::PeerIdentity;
-use crate::link::{lock, Extras, Lane, Link, Received, Shared, UnreliableSink, MESSAGE_OVERHEAD};
+use crate::link::{
+    lock, Extras, Inline, Lane, Link, Received, Shared, UnreliableSink, MESSAGE_OVERHEAD,
+};
 
 /// Messages up to this length are copied next to their header (one chunk
 /// per batch); longer ones are handed to quinn as their own chunk.
@@ -55,7 +57,7 @@ pub(crate) fn spawn(
     let shared = Shared::with_extras(
         peer,
         Some(config.max_message_len),
-        false,
+        Inline::Off,
         config.link,
         Box::new(move || {
             wake.0.notify_one();
