@@ -39,6 +39,14 @@ pub trait Sink<M>: Control {
     fn push(&self, msg: M);
     /// Records a message that could not be enqueued as a dead letter.
     fn reject(&self, msg: M, reason: DeadLetterReason);
+    /// [`push`](Self::push) for several messages, each with its room
+    /// taken, in order. A local mailbox takes them under one lock with one
+    /// wake-up; the default pushes them one by one.
+    fn push_batch(&self, msgs: &mut dyn Iterator<Item = M>) {
+        for msg in msgs {
+            self.push(msg);
+        }
+    }
     /// Like [`push`](Self::push), and reports whether the message reached
     /// the actor's mailbox.
     fn push_with_receipt(&self, msg: M) -> ReceiptFuture;
@@ -51,6 +59,10 @@ pub trait Sink<M>: Control {
 impl<M: Send + 'static> Sink<M> for Mailbox<M> {
     fn push(&self, msg: M) {
         Mailbox::push(self, msg);
+    }
+
+    fn push_batch(&self, msgs: &mut dyn Iterator<Item = M>) {
+        Mailbox::push_batch(self, msgs);
     }
 
     fn reject(&self, msg: M, reason: DeadLetterReason) {
@@ -214,6 +226,32 @@ impl<M: Send + 'static> ActorRef<M> {
                 target: self.id,
                 message: msg,
             }),
+        }
+    }
+
+    /// [`try_tell`](Self::try_tell) for every message of `msgs` (drained),
+    /// in order: the ones there is room for are enqueued together (a local
+    /// actor's mailbox is locked once and its actor woken at most once),
+    /// each refused one is handed to `refused`. For a reader that receives
+    /// messages in batches.
+    pub fn try_tell_batch(&self, msgs: &mut Vec<M>, mut refused: impl FnMut(TrySendError<M>)) {
+        let n = msgs.len();
+        let mut granted = 0;
+        while granted < n && self.sink.try_acquire().is_ok() {
+            granted += 1;
+        }
+        if granted == n {
+            self.sink.push_batch(&mut msgs.drain(..));
+            return;
+        }
+        // Rare: a bounded mailbox filled up or the actor stopped mid-way.
+        // The prefix has its room; the rest is tried one by one.
+        let rest = msgs.split_off(granted);
+        self.sink.push_batch(&mut msgs.drain(..));
+        for msg in rest {
+            if let Err(e) = self.try_tell(msg) {
+                refused(e);
+            }
         }
     }
 
@@ -442,6 +480,10 @@ where
 {
     fn push(&self, msg: S) {
         self.inner.sink.push(msg.into());
+    }
+
+    fn push_batch(&self, msgs: &mut dyn Iterator<Item = S>) {
+        self.inner.sink.push_batch(&mut msgs.map(Into::into));
     }
 
     fn reject(&self, msg: S, reason: DeadLetterReason) {

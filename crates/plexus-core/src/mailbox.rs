@@ -296,6 +296,35 @@ impl<M: Send + 'static> Mailbox<M> {
         true
     }
 
+    /// [`push`](Mailbox::push) for several messages, in order, under one
+    /// lock and with at most one wake-up. Returns how many were enqueued
+    /// (all, or none if the actor stopped: those are dead letters).
+    pub(crate) fn push_batch(&self, msgs: &mut dyn Iterator<Item = M>) -> usize {
+        let mut st = self.lock();
+        if st.is_stopped() {
+            drop(st);
+            for msg in msgs {
+                self.dead_letter(msg, DeadLetterReason::Stopped);
+            }
+            return 0;
+        }
+        let mut n = 0;
+        for msg in msgs {
+            if st.first.is_none() && st.queue.is_empty() {
+                st.first = Some(msg);
+            } else {
+                st.queue.push_back(msg);
+            }
+            n += 1;
+        }
+        let waker = st.waker.take();
+        drop(st);
+        if let Some(w) = waker {
+            w.wake();
+        }
+        n
+    }
+
     pub(crate) fn dead_letter(&self, msg: M, reason: DeadLetterReason) {
         self.sys
             .dead_letters

@@ -296,6 +296,20 @@ pub trait Inbound: Send + Sync + 'static {
     ///
     /// [`ReceiptError`] saying why the message was not enqueued.
     fn deliver(&self, payload: Bytes) -> Result<(), ReceiptError>;
+    /// Decodes and enqueues several messages, in order, together (see
+    /// [`ActorRef::try_tell_batch`]); `failed` gets the reason of each one
+    /// not enqueued. The default delivers them one by one.
+    fn deliver_batch(
+        &self,
+        payloads: &mut dyn Iterator<Item = Bytes>,
+        failed: &mut dyn FnMut(ReceiptError),
+    ) {
+        for payload in payloads {
+            if let Err(e) = self.deliver(payload) {
+                failed(e);
+            }
+        }
+    }
     /// Whether the actor is alive.
     fn is_alive(&self) -> bool;
     /// The actor's control block (monitors, links, stop).
@@ -326,6 +340,25 @@ impl<M: RemoteMessage> Inbound for TypedInbound<M> {
             crate::TrySendError::Full { .. } => ReceiptError::MailboxFull,
             _ => ReceiptError::Stopped,
         })
+    }
+    fn deliver_batch(
+        &self,
+        payloads: &mut dyn Iterator<Item = Bytes>,
+        failed: &mut dyn FnMut(ReceiptError),
+    ) {
+        let mut msgs = Vec::with_capacity(payloads.size_hint().0);
+        for payload in payloads {
+            match M::from_payload(payload) {
+                Ok(msg) => msgs.push(msg),
+                Err(e) => failed(ReceiptError::Decode(e)),
+            }
+        }
+        self.target.try_tell_batch(&mut msgs, |e| {
+            failed(match e {
+                crate::TrySendError::Full { .. } => ReceiptError::MailboxFull,
+                _ => ReceiptError::Stopped,
+            })
+        });
     }
     fn is_alive(&self) -> bool {
         self.target.is_alive()

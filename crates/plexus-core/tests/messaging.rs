@@ -227,6 +227,53 @@ async fn bounded_mailbox_try_tell_fails_when_full_and_hands_message_back() {
 }
 
 #[tokio::test]
+async fn try_tell_batch_enqueues_in_order_and_hands_back_what_does_not_fit() {
+    let system = ActorSystem::new();
+    let (r, permits, mut out) = gated(&system, 3);
+    r.try_tell(0).unwrap();
+    // The actor takes message 0 out (returning its room) and waits.
+    tokio::task::yield_now().await;
+    let mut batch = vec![1, 2, 3, 4, 5];
+    let mut refused = Vec::new();
+    r.try_tell_batch(&mut batch, |e| match e {
+        TrySendError::Full { message, .. } => refused.push(message),
+        other => panic!("expected Full, got {other:?}"),
+    });
+    assert!(batch.is_empty(), "the batch is drained");
+    assert_eq!(refused, vec![4, 5], "room for three, in order");
+    for _ in 0..4 {
+        permits.send(()).unwrap();
+    }
+    for want in 0..4 {
+        assert_eq!(out.recv().await, Some(want));
+    }
+    // An unbounded mailbox takes a whole batch, in order, after what came
+    // before it.
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let sink = system.spawn_fn(move |n: u32, _ctx| {
+        let _ = tx.send(n);
+    });
+    sink.tell(0);
+    let mut batch: Vec<u32> = (1..100).collect();
+    sink.try_tell_batch(&mut batch, |e| panic!("refused {e:?}"));
+    for want in 0..100 {
+        assert_eq!(rx.recv().await, Some(want));
+    }
+    // A stopped actor refuses the whole batch.
+    sink.stop();
+    while sink.is_alive() {
+        tokio::task::yield_now().await;
+    }
+    let mut batch = vec![7, 8];
+    let mut stopped = 0;
+    sink.try_tell_batch(&mut batch, |e| {
+        assert!(matches!(e, TrySendError::Stopped { .. }), "{e:?}");
+        stopped += 1;
+    });
+    assert_eq!(stopped, 2);
+}
+
+#[tokio::test]
 async fn bounded_mailbox_send_waits_for_room() {
     let system = ActorSystem::new();
     let (r, permits, mut out) = gated(&system, 1);

@@ -1,12 +1,15 @@
 //! Inbound frames of an established link: messages to local actors,
 //! receipts, replies, resolves, monitors, links, stops, goodbyes.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Buf, Bytes};
 use plexus_core::remote::{self, Control, Inbound, ReceiptError, Signal, Watcher};
 use plexus_core::{ActorId, DeadLetterReason, Down, Exit, ExitReason, NodeId};
+
+use plexus_transport::Received;
 
 use super::{Peer, GOODBYE_PREFIX};
 use crate::node::{lock, NodeInner};
@@ -37,7 +40,86 @@ pub(super) async fn wait_drained(target: &Arc<dyn Inbound>) {
 #[derive(Default)]
 pub(super) struct InboundCache(pub(super) Option<((u64, u64), Arc<dyn Inbound>)>);
 
+/// Messages to one actor delivered together at most: a flooded actor is
+/// noticed after at most this many more (see [`FLOOD_CHECK_EVERY`]).
+const RUN_MAX: usize = FLOOD_CHECK_EVERY as usize;
+
 impl Peer {
+    /// Handles one frame, `bytes`, and with it the `MESSAGE` frames after it
+    /// in `queue` that go to the same actor under the same type without a
+    /// receipt: those are decoded and enqueued together (one mailbox lock,
+    /// one wake-up). Returns how many frames it took. `Err` closes the link
+    /// (the peer broke the protocol).
+    pub(super) fn dispatch_run(
+        self: &Arc<Self>,
+        inner: &Arc<NodeInner>,
+        remote: NodeId,
+        bytes: Bytes,
+        queue: &mut VecDeque<Received>,
+        cache: &mut InboundCache,
+    ) -> Result<usize, String> {
+        let header = match MessageHeader::parse(&bytes) {
+            Some(Ok(header)) if header.receipt == 0 => header,
+            _ => return self.dispatch(inner, remote, bytes, cache).map(|()| 1),
+        };
+        let mut first = bytes;
+        first.advance(header.len);
+        let mut run = vec![first];
+        while run.len() < RUN_MAX {
+            let len = match queue.front() {
+                Some(Received::Message(next)) => match MessageHeader::parse(next) {
+                    Some(Ok(h))
+                        if (h.to, h.type_id, h.receipt) == (header.to, header.type_id, 0) =>
+                    {
+                        h.len
+                    }
+                    _ => break,
+                },
+                _ => break,
+            };
+            if let Some(Received::Message(mut payload)) = queue.pop_front() {
+                payload.advance(len);
+                run.push(payload);
+            }
+        }
+        let n = run.len();
+        if n == 1 {
+            let payload = run.pop().unwrap_or_default();
+            self.deliver_message(inner, header, payload, cache);
+        } else {
+            self.deliver_run(inner, header, run, cache);
+        }
+        Ok(n)
+    }
+
+    /// Delivers `run`, payloads of messages without receipts to one actor
+    /// under one type, together.
+    fn deliver_run(
+        self: &Arc<Self>,
+        inner: &Arc<NodeInner>,
+        header: MessageHeader,
+        run: Vec<Bytes>,
+        cache: &mut InboundCache,
+    ) {
+        let MessageHeader { to, type_id, .. } = header;
+        let hit = matches!(&cache.0, Some((key, ib)) if *key == (to, type_id) && ib.is_alive());
+        if !hit {
+            cache.0 = inner.inbound(to, type_id).map(|ib| ((to, type_id), ib));
+        }
+        let target = ActorId::new(inner.id, to);
+        let Some((_, inbound)) = &cache.0 else {
+            for _ in run {
+                self.deliver_to(inner, to, None, 0, Bytes::new());
+            }
+            return;
+        };
+        remote::with_context(self.context(), || {
+            inbound.deliver_batch(&mut run.into_iter(), &mut |e| {
+                failed_delivery(inner, target, &e);
+            });
+        });
+    }
+
     /// Handles one frame. `Err` closes the link (the peer broke the
     /// protocol).
     pub(super) fn dispatch(
@@ -282,25 +364,7 @@ impl Peer {
         let outcome = remote::with_context(self.context(), || inbound.deliver(payload));
         let status = match outcome {
             Ok(()) => ReceiptStatus::Delivered,
-            Err(e) => {
-                let (status, reason) = match &e {
-                    ReceiptError::MailboxFull => {
-                        (ReceiptStatus::MailboxFull, DeadLetterReason::MailboxFull)
-                    }
-                    ReceiptError::Decode(_) => {
-                        (ReceiptStatus::Undecodable, DeadLetterReason::Undeliverable)
-                    }
-                    _ => (ReceiptStatus::Stopped, DeadLetterReason::Stopped),
-                };
-                if let ReceiptError::Decode(err) = &e {
-                    tracing::warn!(target: "plexus::remote", actor = %target, "undecodable message: {err}");
-                }
-                inner
-                    .system
-                    .dead_letters()
-                    .record(target, "remote message", reason);
-                status
-            }
+            Err(e) => failed_delivery(inner, target, &e),
         };
         self.receipt(receipt, status);
     }
@@ -314,4 +378,23 @@ impl Peer {
 
 fn no_such_actor(inner: &NodeInner) -> ExitReason {
     ExitReason::Failed(format!("no such actor on node {}", inner.id))
+}
+
+/// Records a remote message that did not reach `target`'s mailbox as a dead
+/// letter (logging an undecodable one); returns the receipt status to
+/// report.
+fn failed_delivery(inner: &NodeInner, target: ActorId, e: &ReceiptError) -> ReceiptStatus {
+    let (status, reason) = match e {
+        ReceiptError::MailboxFull => (ReceiptStatus::MailboxFull, DeadLetterReason::MailboxFull),
+        ReceiptError::Decode(err) => {
+            tracing::warn!(target: "plexus::remote", actor = %target, "undecodable message: {err}");
+            (ReceiptStatus::Undecodable, DeadLetterReason::Undeliverable)
+        }
+        _ => (ReceiptStatus::Stopped, DeadLetterReason::Stopped),
+    };
+    inner
+        .system
+        .dead_letters()
+        .record(target, "remote message", reason);
+    status
 }

@@ -230,11 +230,23 @@ impl Peer {
         remote: NodeId,
     ) {
         let mut cache = InboundCache::default();
-        let mut unchecked = 0u32;
-        let cause = loop {
-            match rx.recv().await {
-                Ok(Received::Message(bytes)) => {
-                    if let Err(cause) = self.dispatch(&inner, remote, bytes, &mut cache) {
+        let mut unchecked = 0usize;
+        // Everything received so far, taken in one go: consecutive messages
+        // to one actor are delivered together (`dispatch_run`).
+        let mut batch = VecDeque::with_capacity(256);
+        let cause = 'read: loop {
+            if batch.is_empty() {
+                if let Err(closed) = rx.recv_batch(&mut batch).await {
+                    break closed.reason.to_string();
+                }
+            }
+            let Some(item) = batch.pop_front() else {
+                continue;
+            };
+            match item {
+                Received::Message(bytes) => {
+                    let taken = self.dispatch_run(&inner, remote, bytes, &mut batch, &mut cache);
+                    if let Err(cause) = taken {
                         tracing::warn!(target: "plexus::remote", peer = %remote, "closing the link: {cause}");
                         self.close_link(epoch);
                         if cause.starts_with(GOODBYE_PREFIX) {
@@ -243,20 +255,26 @@ impl Peer {
                             // way on other lanes: take them until the peer
                             // closes.
                             let drain = async {
-                                while let Ok(r) = rx.recv().await {
-                                    if let Received::Message(bytes) = r {
-                                        let _ = self.dispatch(&inner, remote, bytes, &mut cache);
+                                loop {
+                                    while let Some(r) = batch.pop_front() {
+                                        if let Received::Message(bytes) = r {
+                                            let _ =
+                                                self.dispatch(&inner, remote, bytes, &mut cache);
+                                        }
+                                    }
+                                    if rx.recv_batch(&mut batch).await.is_err() {
+                                        break;
                                     }
                                 }
                             };
                             let _ = tokio::time::timeout(inner.config.connect_timeout, drain).await;
                         }
-                        break cause;
+                        break 'read cause;
                     }
                     // Every FLOOD_CHECK_EVERY messages, not each: reading a
                     // mailbox's length is a few dyn calls and atomics.
-                    unchecked += 1;
-                    if unchecked >= FLOOD_CHECK_EVERY {
+                    unchecked += taken.unwrap_or(1);
+                    if unchecked >= FLOOD_CHECK_EVERY as usize {
                         unchecked = 0;
                         if let Some((_, target)) = &cache.0 {
                             if target.queued() > FLOOD_HIGH {
@@ -265,14 +283,13 @@ impl Peer {
                         }
                     }
                 }
-                Ok(Received::Event(LinkEvent::Unreachable { phi })) => {
+                Received::Event(LinkEvent::Unreachable { phi }) => {
                     self.close_link(epoch);
                     break format!("heartbeat: node unreachable (phi {phi:.1})");
                 }
-                Ok(Received::Event(event)) => {
+                Received::Event(event) => {
                     tracing::debug!(target: "plexus::remote", peer = %remote, ?event, "link event");
                 }
-                Err(closed) => break closed.reason.to_string(),
             }
         };
         if cause == format!("{GOODBYE_PREFIX}{DUPLICATE}") {

@@ -55,6 +55,34 @@ impl LinkReceiver {
         .await
     }
 
+    /// Waits until something arrived, then moves everything received so far
+    /// (messages and events, in order) to the back of `batch`: for a reader
+    /// that handles consecutive messages together.
+    ///
+    /// # Errors
+    ///
+    /// As [`recv`](LinkReceiver::recv): only once nothing is left.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: nothing is lost if the future is dropped.
+    pub async fn recv_batch(&mut self, batch: &mut VecDeque<Received>) -> Result<(), LinkClosed> {
+        poll_fn(|cx| {
+            if self.local.is_empty() {
+                if let Err(closed) = ready!(self.poll_refill(cx)) {
+                    return Poll::Ready(Err(closed));
+                }
+            }
+            if batch.is_empty() {
+                std::mem::swap(batch, &mut self.local);
+            } else {
+                batch.append(&mut self.local);
+            }
+            Poll::Ready(Ok(()))
+        })
+        .await
+    }
+
     /// Takes the shared queue's batch into `local`: `Ready(Ok)` once
     /// `local` is non-empty, `Ready(Err)` once the link is closed and
     /// drained, `Pending` (waker registered) otherwise.
