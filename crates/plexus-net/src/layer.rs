@@ -233,6 +233,15 @@ pub trait Layer: Send {
     /// The registry name of the layer, for errors and traces.
     fn name(&self) -> &'static str;
 
+    /// Told once, when the stack is built (bottom layer first), the largest
+    /// frame the layer below accepts (`None`: unbounded), before
+    /// [`max_frame_len`](Layer::max_frame_len) is asked. A layer that
+    /// combines frames (`batching`) bounds what it builds by it. The default
+    /// ignores it.
+    fn bind_below(&mut self, below: Option<usize>) {
+        let _ = below;
+    }
+
     /// The largest frame this layer accepts from above, given that the layer
     /// below accepts frames of at most `below` bytes (`None`: unbounded). The
     /// stack folds this from the transport up to know the largest message it

@@ -116,11 +116,14 @@ impl Stack {
     /// A stack of `layers` (bottom first) over `transport`. Usually built
     /// with [`StackSpec::build`](crate::StackSpec::build), which checks the
     /// layers fit together.
-    pub fn new(transport: TransportKind, layers: Vec<Box<dyn Layer>>) -> Self {
+    pub fn new(transport: TransportKind, mut layers: Vec<Box<dyn Layer>>) -> Self {
         let n = layers.len();
         let max_message_len = layers
-            .iter()
-            .fold(transport.max_datagram(), |below, l| l.max_frame_len(below));
+            .iter_mut()
+            .fold(transport.max_datagram(), |below, l| {
+                l.bind_below(below);
+                l.max_frame_len(below)
+            });
         Self {
             transport,
             layers,
@@ -185,16 +188,16 @@ impl Stack {
     /// [`batching`](crate::layers::batching): senders then write their
     /// messages as records of that layer's wire format (one copy, no
     /// [`Frame`] per message) and the driver hands each batch to
-    /// [`handle_send_batch`](Stack::handle_send_batch). The bytes on the
-    /// wire are those the layer would produce. Bounded by what the layers
-    /// below accept.
+    /// [`handle_send_batch`](Stack::handle_send_batch). What goes on the
+    /// wire is in the layer's format and decodes the same, though it is cut
+    /// differently (a lone message travels as a batch of one). The limit is
+    /// the layer's own, already bounded by what the layers below accept.
     pub fn batches_inline(&self) -> Option<usize> {
         let top = self.layers.last()?;
         let batching = top
             .as_any()?
             .downcast_ref::<crate::layers::batching::Batching>()?;
-        let below = self.max_message_len.map_or(usize::MAX, |m| m + 1);
-        Some(batching.max_batch().min(below))
+        Some(batching.max_batch())
     }
 
     /// Sends a batch that a driver assembled in the wire format of the top
@@ -212,6 +215,10 @@ impl Stack {
         batch: Bytes,
         messages: u64,
     ) -> Result<(), SendError> {
+        debug_assert!(
+            crate::layers::batching::decode(&batch, |_, _| {}).is_ok(),
+            "a malformed batch would close the link at the peer"
+        );
         let frame = Frame::from_payload(batch);
         if self.closed.is_some() {
             return Err(SendError::Closed(frame));

@@ -196,7 +196,15 @@ impl Conn {
                     .handle_send_batch(now, chunk.bytes, u64::from(chunk.messages))
             };
             match sent {
-                Ok(()) | Err(StackSendError::Closed(_)) => {}
+                Ok(()) => {}
+                Err(StackSendError::Closed(frame)) => {
+                    // Left for the close to count as unsent.
+                    self.chunks.push_front(Chunk {
+                        bytes: frame.into_bytes(),
+                        ..chunk
+                    });
+                    break;
+                }
                 Err(StackSendError::WouldBlock(frame)) => {
                     // Retried first once the stack raises SendReady.
                     self.chunks.push_front(Chunk {
@@ -206,7 +214,7 @@ impl Conn {
                     break;
                 }
                 Err(error) => {
-                    tracing::warn!(peer = %self.shared.peer, %error, "stack refused a batch; dropped");
+                    tracing::warn!(peer = %self.shared.peer, %error, messages = chunk.messages.max(1), "stack refused a batch or message; dropped");
                 }
             }
             moved += len;

@@ -56,7 +56,8 @@ pub(crate) const MESSAGE_OVERHEAD: usize = 64;
 /// Per-link buffer sizes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LinkConfig {
-    /// Bytes of messages (plus 64 bytes each) accepted by
+    /// Bytes of messages (plus 64 bytes each for a queue entry; a message
+    /// written inline is charged its wire bytes instead) accepted by
     /// [`LinkSender::send`] and not yet taken by the driver. Default 1 MiB.
     /// A full buffer makes `send` wait and `try_send` fail.
     pub send_buffer: usize,

@@ -1,6 +1,6 @@
 //! Arbitrary bytes into the batching decoder, and into the layer: never
 //! panics; the message ranges it reports lie inside the frame, in order,
-//! without overlap, and re-encode to the frame.
+//! without overlap, and cover it to its end; a malformed frame reports none.
 #![no_main]
 use std::time::Instant;
 

@@ -23,14 +23,24 @@
 //! message runs to the end of the frame) or `1 (batch) | record*`, each
 //! record `len: LEB128 varint (1-3 bytes) | len bytes` with `1 <= len`,
 //! records running to the end of the frame. A decoder rejects an unknown
-//! kind, an empty batch, an empty record, a varint longer than three bytes,
-//! and a length beyond the frame, with [`BatchingError`] (fatal: the layers
-//! below delivered the frame intact, so the peer sent it so); nothing of a
-//! malformed batch is handed up.
+//! kind, a batch longer than its own `max_batch`, an empty batch, an empty
+//! record, a varint longer than three bytes, and a length beyond the frame,
+//! with [`BatchingError`]; nothing of a malformed batch is handed up. The
+//! error is fatal (the link closes): under a stack that checks what it
+//! delivers, the peer sent that frame. On a stack without such a check
+//! (`udp / batching`) a forged datagram can therefore close the link; put
+//! `encryption` below to rule that out.
 //!
 //! **Memory.** Sender: the open batch, at most `max_batch` bytes, cut from
-//! 64 KiB buffers so a batch costs no allocation of its own. Receiver:
-//! nothing; records are handed up as slices of the received frame.
+//! 64 KiB buffers so a batch costs no allocation of its own (a buffer lives
+//! until every batch cut from it has been sent and acknowledged). Receiver:
+//! no state; records are handed up as slices of the received frame (so one
+//! kept message keeps its whole frame alive), and a frame longer than
+//! `max_batch` is rejected, so one frame fans out into at most
+//! `max_batch / 2` messages.
+//!
+//! **Limits below.** `max_batch` is lowered to what the layer below accepts
+//! ([`Layer::bind_below`]), so a batch never exceeds it.
 //!
 //! **Spec options.** `batching(max_batch=1KiB)` (at least 16 bytes, at most
 //! 1 MiB). The default fits a batch and the headers of `delivery`,
@@ -121,6 +131,15 @@ pub enum BatchingError {
         /// Offset of the length prefix in the frame.
         offset: usize,
     },
+    /// A batch longer than the receiver's `max_batch` (both ends must run
+    /// the same stack).
+    #[error("batch of {len} bytes exceeds max_batch {max}")]
+    TooLong {
+        /// The frame's length.
+        len: usize,
+        /// The receiver's limit.
+        max: usize,
+    },
     /// A record that runs past the end of the frame.
     #[error(
         "record of {len} bytes at offset {offset} runs past the end of the {frame} byte frame"
@@ -165,6 +184,9 @@ fn put_len(buf: &mut BytesMut, mut len: usize) {
 /// starts with the [`BATCH`] byte. `message` must not be empty and must be
 /// shorter than 2 MiB.
 pub fn put_record(buf: &mut BytesMut, message: &[u8]) {
+    // A longer record would need a fourth length byte, which no decoder
+    // accepts; `batchable` never lets one through.
+    assert!(message.len() < 1 << (7 * MAX_VARINT_LEN), "record too long");
     put_len(buf, message.len());
     buf.put_slice(message);
 }
@@ -240,7 +262,9 @@ pub fn decode(buf: &[u8], mut each: impl FnMut(usize, usize)) -> Result<(), Batc
 /// The `batching` layer. See the [module docs](self).
 #[derive(Debug)]
 pub struct Batching {
-    config: BatchingConfig,
+    /// `max_batch`, bounded by what the layer below accepts
+    /// ([`Layer::bind_below`]).
+    limit: usize,
     /// The first message of the open batch, kept uncopied: if no second
     /// one comes before the flush it leaves alone in the single format.
     first: Option<Frame>,
@@ -256,7 +280,7 @@ impl Batching {
     /// A batching layer with `config`.
     pub fn new(config: BatchingConfig) -> Self {
         Self {
-            config,
+            limit: config.max_batch,
             first: None,
             open: BytesMut::new(),
             batches: 0,
@@ -264,15 +288,18 @@ impl Batching {
         }
     }
 
-    /// Batch frames sent so far, and the messages they carried (a message
-    /// sent alone counts in neither).
+    /// Batch frames this layer built so far, and the messages they carried
+    /// (a message sent alone counts in neither; batches a driver wrote
+    /// itself, [`Stack::handle_send_batch`](crate::Stack::handle_send_batch),
+    /// neither).
     pub fn batches_sent(&self) -> (u64, u64) {
         (self.batches, self.batched_messages)
     }
 
-    /// The largest batch frame, in bytes.
+    /// The largest batch frame, in bytes: `max_batch`, or less if the layer
+    /// below accepts less.
     pub fn max_batch(&self) -> usize {
-        self.config.max_batch
+        self.limit
     }
 
     /// Pushes down whatever is open: the held message alone, or the batch.
@@ -293,9 +320,9 @@ impl Batching {
     /// at least `need` more bytes in the same buffer.
     fn open_batch(&mut self, first: Frame, need: usize) {
         let total = 1 + len_of_len(first.len()) + first.len() + need;
-        if self.open.capacity() < total.max(self.config.max_batch) {
+        if self.open.capacity() < total.max(self.limit) {
             // Reclaims the chunk if every batch cut from it is gone.
-            self.open.reserve(BATCH_CHUNK.max(self.config.max_batch));
+            self.open.reserve(BATCH_CHUNK.max(self.limit));
         }
         self.open.put_u8(BATCH);
         put_len(&mut self.open, first.len());
@@ -315,6 +342,12 @@ impl Layer for Batching {
         BatchingConfig::NAME
     }
 
+    fn bind_below(&mut self, below: Option<usize>) {
+        if let Some(below) = below {
+            self.limit = self.limit.min(below);
+        }
+    }
+
     fn max_frame_len(&self, below: Option<usize>) -> Option<usize> {
         below.map(|b| b.saturating_sub(1))
     }
@@ -326,7 +359,7 @@ impl Layer for Batching {
         out: &mut Output,
     ) -> Result<(), SendError> {
         let len = frame.len();
-        if !batchable(len, self.config.max_batch) {
+        if !batchable(len, self.limit) {
             // Order: what is open leaves first.
             self.emit(out);
             out.push_down_with_header(frame, &[SINGLE]);
@@ -334,7 +367,7 @@ impl Layer for Batching {
         }
         let record = len_of_len(len) + len;
         if let Some(first) = self.first.take() {
-            if 1 + len_of_len(first.len()) + first.len() + record <= self.config.max_batch {
+            if 1 + len_of_len(first.len()) + first.len() + record <= self.limit {
                 self.open_batch(first, record);
                 self.append(&frame);
             } else {
@@ -347,7 +380,7 @@ impl Layer for Batching {
             self.first = Some(frame);
             return Ok(());
         }
-        if self.open.len() + record > self.config.max_batch {
+        if self.open.len() + record > self.limit {
             self.emit(out);
             self.first = Some(frame);
             return Ok(());
@@ -367,6 +400,16 @@ impl Layer for Batching {
             frame.advance(1);
             out.push_up(frame);
             return Ok(());
+        }
+        // The peer builds batches of at most `limit` bytes (the same stack
+        // on both ends): a longer one would fan out into more messages than
+        // a batch can hold.
+        if frame.len() > self.limit {
+            return Err(BatchingError::TooLong {
+                len: frame.len(),
+                max: self.limit,
+            }
+            .into());
         }
         let data = frame.into_bytes();
         decode(&data, |start, end| {

@@ -571,9 +571,11 @@ impl Layer for Delivery {
     ) -> Result<(), SendError> {
         // `can_send` is the bound, checked by the stack before it takes a
         // message. A frame that reaches this point anyway comes from a layer
-        // above that held it back to combine (`batching` at its flush) after
-        // the stack took its messages: refusing it now would lose them, so
-        // it is taken beyond the bound, which that layer's own bound limits.
+        // above that pushes down on its own: one that held it back to
+        // combine (`batching` at its flush) after the stack took its
+        // messages, or one that sends on a timer or on input (a heartbeat
+        // placed above). Refusing it now would lose it, so it is taken
+        // beyond the bound, which that layer's own pace limits.
         if self.failed {
             return Err(SendError::WouldBlock(frame));
         }

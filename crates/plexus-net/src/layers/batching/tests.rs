@@ -254,6 +254,83 @@ fn a_batch_flushed_into_a_full_delivery_window_is_kept_not_dropped() {
     assert_eq!(sim.b.received, expected);
 }
 
+/// Sends `messages` through `a` in one batch of input and feeds every
+/// frame to `b`; returns what `b` hands up.
+fn stack_to_stack(spec: &str, messages: &[Bytes]) -> (Vec<Bytes>, u64) {
+    let spec: StackSpec = spec.parse().expect("valid");
+    let now = Instant::now();
+    let (mut a, mut b) = (spec.build(now), spec.build(now));
+    for m in messages {
+        a.handle_send(now, m.clone()).expect("accepted");
+    }
+    while let Some(f) = a.poll_transmit() {
+        b.handle_receive(now, f.to_bytes()).expect("valid");
+    }
+    let got = std::iter::from_fn(|| b.poll_receive()).collect();
+    (got, a.stats().send_failures)
+}
+
+#[test]
+fn batches_never_exceed_what_the_layer_below_accepts() {
+    // Two messages that fit framing alone but not together.
+    let spec = "tcp / framing(max_frame=64KiB) / batching(max_batch=1MiB)";
+    let messages = vec![msg(1, 40_000), msg(2, 40_000)];
+    assert_eq!(stack_to_stack(spec, &messages), (messages, 0));
+    let built: StackSpec = spec.parse().expect("valid");
+    let stack = built.build(Instant::now());
+    assert_eq!(stack.batches_inline(), Some(64 << 10));
+    // The largest messages the stack takes, too large to share a batch.
+    let len = stack.max_message_len().expect("bounded") - 1;
+    assert!(!batchable(len, stack.batches_inline().expect("batching")));
+    let messages = vec![msg(3, len), msg(4, len)];
+    assert_eq!(stack_to_stack(spec, &messages), (messages, 0));
+}
+
+#[test]
+fn a_reliable_link_survives_a_max_batch_larger_than_slicing_takes() {
+    let spec: StackSpec =
+        "udp / slicing(max_message=64KiB) / delivery / ordering / batching(max_batch=1MiB)"
+            .parse()
+            .expect("valid");
+    let mut sim = Pair::new(&spec, LinkModel::default(), 1, Instant::now());
+    let messages = vec![msg(1, 40_000), msg(2, 40_000)];
+    for m in &messages {
+        sim.a
+            .stack
+            .handle_send(sim.now, m.clone())
+            .expect("accepted");
+    }
+    sim.pump();
+    assert!(sim.run_until_quiet(Duration::from_secs(5), Duration::from_secs(3600)));
+    assert_eq!(sim.a.closed, None);
+    assert_eq!(sim.b.received, messages);
+}
+
+#[test]
+fn a_batch_longer_than_max_batch_is_refused_before_it_fans_out() {
+    let spec: StackSpec = "tcp / framing / batching".parse().expect("valid");
+    let now = Instant::now();
+    let mut b = spec.build(now);
+    // 2 MiB of one-byte records: a million messages if accepted.
+    let mut payload = vec![BATCH];
+    for _ in 0..(1 << 20) {
+        payload.extend_from_slice(&[1, b'x']);
+    }
+    let mut wire = (payload.len() as u32).to_be_bytes().to_vec();
+    wire.extend_from_slice(&payload);
+    let r = b.handle_receive(now, Bytes::from(wire));
+    assert!(
+        matches!(
+            r,
+            Err(LinkError::Corrupt(ReceiveError::Batching(
+                BatchingError::TooLong { max: 1024, .. }
+            )))
+        ),
+        "{r:?}"
+    );
+    assert!(b.poll_receive().is_none());
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
