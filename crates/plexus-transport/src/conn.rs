@@ -341,7 +341,9 @@ impl Conn {
     /// (What is still in that queue, `Shared::close` counts.)
     fn unsent(&self) -> Unsent {
         match self.shared.inline {
-            Inline::Framing => Unsent::Bytes(self.outq.iter().map(|(_, chunk)| chunk.len()).sum()),
+            Inline::Framing | Inline::Lanes => {
+                Unsent::Bytes(self.outq.iter().map(|(_, chunk)| chunk.len()).sum())
+            }
             Inline::Batching(_) => Unsent::Messages(
                 self.chunks
                     .iter()

@@ -100,6 +100,10 @@ pub(crate) enum Inline {
     /// write `len | payload` wire bytes and the driver writes them as they
     /// are.
     Framing,
+    /// QUIC: as `Framing`, but the bytes are framed per lane (each lane is
+    /// its own stream): staged bytes belong to one lane, and a message on
+    /// another lane first closes them into the queue.
+    Lanes,
     /// The stack's top layer is `batching`
     /// ([`Stack::batches_inline`](plexus_net::Stack::batches_inline)):
     /// senders write the batches, of at most this many bytes, in its wire
@@ -138,6 +142,9 @@ pub(crate) struct OutState {
     /// Inline framing: small messages framed and copied here, behind
     /// `queue`, until the driver takes them as one chunk.
     pub(crate) staging: BytesMut,
+    /// Inline framing per lane ([`Inline::Lanes`]): the lane of the bytes
+    /// in `staging`.
+    pub(crate) staging_lane: Lane,
     /// Inline framing: messages in `queue` and `staging` since the driver
     /// last took them (for the stack's counters).
     pub(crate) inline_messages: u64,
@@ -288,6 +295,7 @@ impl Shared {
             out: CachePadded(Mutex::new(OutState {
                 queue: VecDeque::with_capacity(256),
                 staging: BytesMut::new(),
+                staging_lane: Lane::ZERO,
                 inline_messages: 0,
                 uncharged: 0,
                 chunks: VecDeque::new(),
@@ -317,7 +325,7 @@ impl Shared {
     /// message with inline framing, a batched one with inline batching).
     pub(crate) fn cost(&self, len: usize) -> usize {
         let queued = match self.inline {
-            Inline::Framing => len + FrameHeader::LEN,
+            Inline::Framing | Inline::Lanes => len + FrameHeader::LEN,
             Inline::Batching(max) if batching::batchable(len, max) => batching::record_len(len),
             _ => len + MESSAGE_OVERHEAD,
         };
@@ -334,7 +342,7 @@ impl Shared {
             let mut out = lock(&self.out);
             out.staging.clear();
             let unsent = match self.inline {
-                Inline::Framing => out.inline_messages as usize,
+                Inline::Framing | Inline::Lanes => out.inline_messages as usize,
                 Inline::Batching(_) => out.unsent_batched(),
                 Inline::Off => out.queue.len(),
             };

@@ -601,3 +601,103 @@ async fn large_messages_on_many_lanes_at_once_stay_within_the_peers_budget() {
     assert_eq!(got, [0, 1, 2, 3, 4]);
     let _a = sender.await.expect("sender");
 }
+
+/// Senders frame messages per lane themselves: copied small ones, queued
+/// large ones and ones larger than the whole send buffer, on two lanes in
+/// turn, must each keep their lane's order, and every permit must come
+/// back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inline_lane_framing_keeps_order_and_returns_every_permit() {
+    let ca = new_ca("test CA");
+    let small = QuicConfig {
+        link: LinkConfig {
+            send_buffer: 4 << 10,
+            recv_buffer: 1 << 20,
+        },
+        ..config()
+    };
+    let s = QuicEndpoint::bind(
+        &spec(),
+        "127.0.0.1:0".parse().expect("addr"),
+        &tls("n1", &ca, &ca, false),
+        small,
+    )
+    .expect("bind");
+    let c = QuicEndpoint::client(
+        &spec(),
+        "127.0.0.1:0".parse().expect("addr"),
+        &tls("n2", &ca, &ca, false),
+        small,
+    )
+    .expect("client");
+    let client = c
+        .connect(s.local_addr(), "localhost")
+        .await
+        .expect("connect");
+    let mut server = s.accept().await.expect("accept");
+    let message = |i: usize| -> Vec<u8> {
+        // The first byte names the lane, so every message has one.
+        let len = [10, 2000, 9000, 1, 300][i % 5];
+        let mut m: Vec<u8> = (0..len).map(|j| (i * 31 + j) as u8).collect();
+        if let Some(first) = m.first_mut() {
+            *first = (i % 2) as u8;
+        }
+        m
+    };
+    const N: usize = 2000;
+    let sender = tokio::spawn(async move {
+        let (client, _rx) = client.split();
+        for i in 0..N {
+            let m = message(i);
+            let lane = Lane::new((i % 2) as u8).expect("lane");
+            if i % 3 == 0 {
+                while client.try_send_copy_on(lane, &m).is_err() {
+                    tokio::task::yield_now().await;
+                }
+            } else {
+                client.send_on(lane, Bytes::from(m)).await.expect("send");
+            }
+        }
+        (client, _rx)
+    });
+    // Per lane, in order; lanes interleave freely.
+    let mut next = [0usize, 1];
+    let mut got = 0;
+    while got < N {
+        let m = tokio::time::timeout(T, server.recv_message())
+            .await
+            .expect("in time")
+            .expect("message");
+        let lane = if m.is_empty() {
+            // Empty messages are i % 5 == 3: their lane is i % 2.
+            let i = (0..2)
+                .map(|l| next[l])
+                .find(|&i| i % 5 == 3)
+                .expect("an empty one is due");
+            i % 2
+        } else {
+            usize::from(m[0])
+        };
+        assert_eq!(m, message(next[lane]), "lane {lane}");
+        next[lane] += 2;
+        got += 1;
+    }
+    let (client, _rx) = sender.await.expect("sender");
+    let mut tries = 0;
+    while client
+        .try_send(Bytes::from(vec![7u8; (4 << 10) - 4]))
+        .is_err()
+    {
+        tries += 1;
+        assert!(tries < 1000, "send buffer permits were not all returned");
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    }
+    assert_eq!(
+        tokio::time::timeout(T, server.recv_message())
+            .await
+            .expect("in time")
+            .expect("last")
+            .len(),
+        (4 << 10) - 4
+    );
+}

@@ -88,7 +88,8 @@ impl LinkSender {
     /// Queues a message on `lane` whose permits (`cost`) were taken.
     fn push(&self, lane: Lane, message: Bytes, cost: usize) {
         match self.shared.inline {
-            Inline::Framing => return self.push_inline(Payload::Owned(message), cost),
+            Inline::Framing => return self.push_inline(Lane::ZERO, Payload::Owned(message), cost),
+            Inline::Lanes => return self.push_inline(lane, Payload::Owned(message), cost),
             Inline::Batching(max) => return self.push_batched(Payload::Owned(message), cost, max),
             Inline::Off => {}
         }
@@ -106,12 +107,20 @@ impl LinkSender {
     /// payload is copied into the staging buffer (one chunk for the driver
     /// however many messages it holds); a large one is queued as it is,
     /// after the staged bytes and its header.
-    fn push_inline(&self, payload: Payload<'_>, cost: usize) {
+    fn push_inline(&self, lane: Lane, payload: Payload<'_>, cost: usize) {
         let len = payload.len();
         let header = FrameHeader { len: len as u32 }.emit();
         let wake = {
             let mut out = lock(&self.shared.out);
             let out = &mut *out;
+            if out.staging_lane != lane {
+                // Per-lane framing: the staged bytes are another lane's.
+                if !out.staging.is_empty() {
+                    let staged = out.staging.split().freeze();
+                    out.queue.push_back((out.staging_lane, staged));
+                }
+                out.staging_lane = lane;
+            }
             if len <= INLINE_COPY_MAX {
                 if out.staging.capacity() - out.staging.len() < FrameHeader::LEN + len {
                     out.staging.reserve(STAGING_CHUNK);
@@ -121,8 +130,14 @@ impl LinkSender {
             } else {
                 out.staging.put_slice(&header);
                 let staged = out.staging.split().freeze();
-                out.queue.push_back((Lane::ZERO, staged));
-                out.queue.push_back((Lane::ZERO, payload.into_bytes()));
+                out.queue.push_back((lane, staged));
+                out.queue.push_back((lane, payload.into_bytes()));
+            }
+            if self.shared.inline == Inline::Lanes && out.staging.len() >= STAGING_CHUNK {
+                // Staged small messages leave in chunks below QUIC's bulk
+                // size, so only a large message's own payload counts as bulk.
+                let staged = out.staging.split().freeze();
+                out.queue.push_back((lane, staged));
             }
             out.inline_messages += 1;
             out.uncharged += (FrameHeader::LEN + len) - cost;
@@ -207,7 +222,8 @@ impl LinkSender {
         self.take_permits(cost, || Bytes::copy_from_slice(message))?;
         match self.shared.inline {
             Inline::Batching(max) => self.push_batched(Payload::Borrowed(message), cost, max),
-            _ => self.push_inline(Payload::Borrowed(message), cost),
+            Inline::Lanes => self.push_inline(lane, Payload::Borrowed(message), cost),
+            _ => self.push_inline(Lane::ZERO, Payload::Borrowed(message), cost),
         }
         Ok(())
     }

@@ -57,7 +57,7 @@ pub(crate) fn spawn(
     let shared = Shared::with_extras(
         peer,
         Some(config.max_message_len),
-        Inline::Off,
+        Inline::Lanes,
         config.link,
         Box::new(move || {
             wake.0.notify_one();
@@ -80,7 +80,7 @@ pub(crate) fn spawn(
         shared,
         lanes,
         writers: std::array::from_fn(|_| None),
-        staged: std::array::from_fn(|_| Vec::new()),
+        staged: std::array::from_fn(|_| LaneWire::default()),
         writer_tasks: JoinSet::new(),
         readers: JoinSet::new(),
         accepted: 0,
@@ -183,9 +183,9 @@ struct Driver {
     /// The queue of each lane's writer task (opened on first use).
     /// Each lane's writer task, fed whole batches (one channel send per
     /// lane per pump round, not per message).
-    writers: [Option<mpsc::UnboundedSender<Vec<Bytes>>>; Lane::COUNT],
-    /// This pump round's messages per lane, before they go to the writers.
-    staged: [Vec<Bytes>; Lane::COUNT],
+    writers: [Option<mpsc::UnboundedSender<LaneWire>>; Lane::COUNT],
+    /// This pump round's wire bytes per lane, before they go to the writers.
+    staged: [LaneWire; Lane::COUNT],
     /// Writer tasks: `Ok(lane)` once their stream is finished and
     /// acknowledged.
     writer_tasks: JoinSet<Result<u8, QuicError>>,
@@ -298,20 +298,29 @@ impl Driver {
     fn pump(&mut self, batch: &mut VecDeque<(Lane, Bytes)>, notify: &Notify) {
         let mut rounds = 0;
         let done = loop {
-            {
+            let mut uncharged = {
                 let mut out = lock(&self.shared.out);
                 std::mem::swap(&mut out.queue, batch);
+                // The senders framed the messages per lane (`Inline::Lanes`):
+                // the queue holds wire bytes, the staging buffer the latest.
+                if !out.staging.is_empty() {
+                    let staged = out.staging.split().freeze();
+                    batch.push_back((out.staging_lane, staged));
+                }
                 if batch.is_empty() {
                     // The next push wakes us.
                     out.driver_waiting = true;
                     break out.senders == 0 || out.close_requested;
                 }
-            }
+                out.inline_messages = 0;
+                std::mem::take(&mut out.uncharged)
+            };
             let mut touched = 0u64;
-            for (lane, message) in batch.drain(..) {
+            for (lane, chunk) in batch.drain(..) {
                 let i = usize::from(lane.index());
                 touched |= 1 << i;
-                self.staged[i].push(message);
+                self.staged[i].permits += chunk.len();
+                self.staged[i].chunks.push(chunk);
             }
             while touched != 0 {
                 let i = touched.trailing_zeros() as usize;
@@ -320,12 +329,17 @@ impl Driver {
                     let lane = Lane::new(i as u8).expect("a lane index");
                     self.writers[i] = Some(self.open_lane(lane));
                 }
-                let messages = std::mem::take(&mut self.staged[i]);
+                let mut wire = std::mem::take(&mut self.staged[i]);
+                // Bytes of messages larger than the whole send buffer were
+                // not charged: their lane returns that many fewer permits.
+                let owed = uncharged.min(wire.permits);
+                wire.permits -= owed;
+                uncharged -= owed;
                 if let Some(writer) = &self.writers[i] {
                     // The writer ends only after its queue is dropped (or
                     // on a connection error, reported through its join
                     // handle).
-                    let _ = writer.send(messages);
+                    let _ = writer.send(wire);
                 }
             }
             rounds += 1;
@@ -346,7 +360,7 @@ impl Driver {
         }
     }
 
-    fn open_lane(&mut self, lane: Lane) -> mpsc::UnboundedSender<Vec<Bytes>> {
+    fn open_lane(&mut self, lane: Lane) -> mpsc::UnboundedSender<LaneWire> {
         let (tx, rx) = mpsc::unbounded_channel();
         self.writer_tasks
             .spawn(write_lane(self.conn.clone(), lane, rx, self.lanes.clone()));
@@ -458,15 +472,23 @@ fn connection_reason(e: ConnectionError) -> CloseReason {
     }
 }
 
+/// Messages of one lane in `framing` format, as the senders framed them
+/// (whole messages, a large one's payload in a chunk of its own after its
+/// header), and the permits to return once they are written.
+#[derive(Default)]
+pub(crate) struct LaneWire {
+    chunks: Vec<Bytes>,
+    permits: usize,
+}
+
 /// One lane's writer: opens the stream, writes the lane byte, then the
-/// queued messages in `framing` format in batches; returns permits to the
-/// link's send buffer as quinn takes the bytes. Once the queue is closed
-/// and drained, finishes the stream and waits until the peer acknowledged
-/// it.
+/// queued wire bytes in batches; returns permits to the link's send buffer
+/// as quinn takes the bytes. Once the queue is closed and drained,
+/// finishes the stream and waits until the peer acknowledged it.
 async fn write_lane(
     conn: Connection,
     lane: Lane,
-    mut rx: mpsc::UnboundedReceiver<Vec<Bytes>>,
+    mut rx: mpsc::UnboundedReceiver<LaneWire>,
     lanes: Arc<Lanes>,
 ) -> Result<u8, QuicError> {
     let shared = &lanes.shared;
@@ -483,20 +505,19 @@ async fn write_lane(
         }
         let mut released = 0;
         let mut bulk = false;
-        for message in batches.drain(..).flatten() {
-            released += shared.cost(message.len());
-            bulk |= message.len() >= BULK;
-            // Lengths were checked against max_message_len (≤ u32) by
-            // the sender.
-            let header = FrameHeader {
-                len: message.len() as u32,
-            };
-            staging.put_slice(&header.emit());
-            if message.len() <= COPY_MAX {
-                staging.put_slice(&message);
-            } else {
-                chunks.push(staging.split().freeze());
-                chunks.push(message);
+        for wire in batches.drain(..) {
+            released += wire.permits;
+            for chunk in wire.chunks {
+                // A chunk this large is (mostly) one message's payload.
+                bulk |= chunk.len() >= BULK;
+                if chunk.len() <= COPY_MAX {
+                    staging.put_slice(&chunk);
+                } else {
+                    if !staging.is_empty() {
+                        chunks.push(staging.split().freeze());
+                    }
+                    chunks.push(chunk);
+                }
             }
         }
         if !staging.is_empty() {
@@ -561,23 +582,51 @@ async fn read_lane(mut stream: RecvStream, lanes: Arc<Lanes>) -> Result<u8, Quic
             }
             return Ok(lane);
         };
-        buf.extend_from_slice(&chunk.bytes);
-        if lane == NO_LANE && !buf.is_empty() {
-            lane = buf[0];
-            bytes::Buf::advance(&mut buf, 1);
+        let mut data = chunk.bytes;
+        if lane == NO_LANE && !data.is_empty() {
+            // `buf` is empty until the lane byte is read.
+            lane = data[0];
+            bytes::Buf::advance(&mut data, 1);
             claim_lane(&lanes.seen, lane)?;
         }
-        if lane == READ_ALL && !buf.is_empty() {
+        if lane == READ_ALL && !(buf.is_empty() && data.is_empty()) {
             return Err(QuicError::BadLane {
                 lane,
                 max: Lane::COUNT,
             });
         }
         let framing_err = |source| QuicError::Framing { lane, source };
-        while let Some(message) =
-            framing::decode(&mut buf, lanes.max_message_len).map_err(framing_err)?
-        {
-            staged.push_back(Received::Message(message));
+        // First the message the previous chunk cut: only its missing bytes
+        // are copied behind it.
+        while !buf.is_empty() && !data.is_empty() {
+            let missing =
+                match FrameHeader::parse(&buf, lanes.max_message_len).map_err(framing_err)? {
+                    Some(header) => FrameHeader::LEN + header.len as usize - buf.len(),
+                    None => FrameHeader::LEN - buf.len(),
+                };
+            let take = missing.min(data.len());
+            buf.extend_from_slice(&data.split_to(take));
+            if let Some(message) =
+                framing::decode(&mut buf, lanes.max_message_len).map_err(framing_err)?
+            {
+                staged.push_back(Received::Message(message));
+            }
+        }
+        if buf.is_empty() {
+            // Whole messages are sliced off the chunk itself, uncopied;
+            // only a message cut by the chunk's end is copied to `buf`.
+            while let Some(header) =
+                FrameHeader::parse(&data, lanes.max_message_len).map_err(framing_err)?
+            {
+                let total = FrameHeader::LEN + header.len as usize;
+                if data.len() < total {
+                    break;
+                }
+                let mut message = data.split_to(total);
+                bytes::Buf::advance(&mut message, FrameHeader::LEN);
+                staged.push_back(Received::Message(message));
+            }
+            buf.extend_from_slice(&data);
         }
         if !staged.is_empty() {
             push(&lanes.shared, &mut staged);
