@@ -137,7 +137,8 @@ pub struct QuicConfig {
     /// receiving (the connection is closed). Default 16 MiB.
     pub max_message_len: usize,
     /// Bytes a peer may send ahead on one stream (lane) before we read
-    /// them. Default 2 MiB. Memory: at most this per open lane.
+    /// them. Default 4 MiB. Memory: at most this per open lane, and
+    /// `receive_window` for all lanes of a connection together.
     pub stream_receive_window: u32,
     /// Bytes a peer may send ahead on the whole connection. Default 8 MiB;
     /// bounds the memory one peer holds in quinn's buffers.
@@ -160,7 +161,7 @@ impl Default for QuicConfig {
         Self {
             link: LinkConfig::default(),
             max_message_len: 16 << 20,
-            stream_receive_window: 2 << 20,
+            stream_receive_window: 4 << 20,
             receive_window: 8 << 20,
             send_window: 8 << 20,
             datagram_receive_buffer: 1 << 20,
