@@ -67,7 +67,7 @@ const GSO_BYTES: usize = 60 << 10;
 /// Socket buffers asked for (the kernel caps them at `rmem_max`/`wmem_max`):
 /// a burst of a large congestion window must not overflow the receive
 /// queue while the task is busy.
-const SOCKET_BUFFER: usize = 4 << 20;
+pub(crate) const SOCKET_BUFFER: usize = 4 << 20;
 /// How long a link whose handles are all dropped keeps its state to finish
 /// delivery (at most; it goes as soon as the stack has no timer).
 const LINGER: Duration = Duration::from_secs(5);

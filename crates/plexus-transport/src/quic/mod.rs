@@ -102,6 +102,24 @@ use crate::tls::TlsConfig;
 #[cfg(doc)]
 use crate::link::Lane;
 
+/// Binds the endpoint's UDP socket with large kernel buffers (as the `udp`
+/// transport does): with the default (~200 KiB) a burst of a large
+/// congestion window overflows the receive queue while the task is busy,
+/// and every such loss halves quinn's sending rate.
+fn bind_socket(addr: SocketAddr) -> io::Result<std::net::UdpSocket> {
+    let socket = std::net::UdpSocket::bind(addr)?;
+    let state = quinn_udp::UdpSocketState::new((&socket).into())?;
+    for result in [
+        state.set_recv_buffer_size((&socket).into(), crate::udp::SOCKET_BUFFER),
+        state.set_send_buffer_size((&socket).into(), crate::udp::SOCKET_BUFFER),
+    ] {
+        if let Err(error) = result {
+            tracing::debug!(%error, "quic socket buffer size not set");
+        }
+    }
+    Ok(socket)
+}
+
 /// The ALPN protocol both sides must offer.
 pub const ALPN: &[u8] = b"plexus/1";
 /// Handshakes an endpoint runs at once; further peers wait in quinn's
@@ -364,10 +382,19 @@ impl QuicEndpoint {
             .transport_config(config.transport())
             .migration(false)
             .max_incoming(MAX_INCOMING);
-        let endpoint = quinn::Endpoint::server(server, addr).map_err(|source| BindError::Io {
-            addr: url(addr),
-            source,
-        })?;
+        let endpoint = bind_socket(addr)
+            .and_then(|socket| {
+                quinn::Endpoint::new(
+                    quinn::EndpointConfig::default(),
+                    Some(server),
+                    socket,
+                    Arc::new(quinn::TokioRuntime),
+                )
+            })
+            .map_err(|source| BindError::Io {
+                addr: url(addr),
+                source,
+            })?;
         let mut this = Self::new(endpoint, addr, tls, config)?;
         let (tx, rx) = mpsc::channel(ACCEPT_QUEUE);
         let task = tokio::spawn(accept_loop(
@@ -401,10 +428,19 @@ impl QuicEndpoint {
         config: QuicConfig,
     ) -> Result<Self, BindError> {
         check_spec(spec, addr)?;
-        let endpoint = quinn::Endpoint::client(addr).map_err(|source| BindError::Io {
-            addr: url(addr),
-            source,
-        })?;
+        let endpoint = bind_socket(addr)
+            .and_then(|socket| {
+                quinn::Endpoint::new(
+                    quinn::EndpointConfig::default(),
+                    None,
+                    socket,
+                    Arc::new(quinn::TokioRuntime),
+                )
+            })
+            .map_err(|source| BindError::Io {
+                addr: url(addr),
+                source,
+            })?;
         Self::new(endpoint, addr, tls, config)
     }
 
