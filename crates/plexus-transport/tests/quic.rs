@@ -388,14 +388,20 @@ async fn a_peer_opening_thousands_of_streams_is_throttled_then_closed_and_others
     let why = closed.to_string();
     println!("hostile peer: {why}");
     assert!(matches!(closed.reason, CloseReason::Quic(_)), "{why}");
-    assert!(why.contains("second stream for lane"), "{why}");
+    // Which limit it hits first depends on timing: a second stream for a
+    // lane already claimed, or more streams than lanes. Either is typed
+    // and names the violation.
+    let named = |why: &str| {
+        why.contains("second stream for lane") || why.contains("at most 65 (one per lane)")
+    };
+    assert!(named(&why), "{why}");
     let (opened, reason) = opener.await.expect("opener");
     assert!(
         opened < 5_000,
         "the hostile peer was cut off after {opened} streams"
     );
     let reason = reason.map(|r| r.to_string()).unwrap_or_default();
-    assert!(reason.contains("second stream for lane"), "{reason}");
+    assert!(named(&reason), "{reason}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
