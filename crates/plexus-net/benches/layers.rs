@@ -31,7 +31,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use plexus_net::layers::ordering::{Ordering, OrderingConfig, OrderingHeader};
 use plexus_net::{Frame, Layer, Output, Stack, StackSpec};
 
-const STACKS: [&str; 10] = [
+const STACKS: [&str; 12] = [
     "mem",
     "tcp / framing",
     "mem / slicing",
@@ -41,6 +41,10 @@ const STACKS: [&str; 10] = [
     "mem / heartbeat",
     "tcp / framing / ordering",
     "udp / slicing / delivery / ordering",
+    // A lone message per drain: what `batching` costs when there is
+    // nothing to batch (the default udp scheme ends in it).
+    "mem / batching",
+    "udp / slicing / delivery / ordering / batching",
     // Named `mem/encryption` in the results (options are left out of ids).
     "mem / encryption(psk=000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f)",
 ];
@@ -129,22 +133,31 @@ impl Bench {
         n
     }
 
-    /// Returns B's acks (and any other frames) to A and fires due timers.
+    /// Returns B's acks (and any other frames) to A and fires due timers,
+    /// until nothing moves: with large messages the congestion window lets
+    /// a batch out over several round trips, and what stayed queued would
+    /// pile up across batches until the window refuses sends.
     fn settle(&mut self) {
         self.now += Duration::from_millis(20);
-        for _ in 0..2 {
+        for _ in 0..1000 {
             for s in [&mut self.a, &mut self.b] {
                 let _ = s.handle_timeout(self.now);
             }
+            let mut moved = false;
             while let Some(f) = self.b.poll_transmit() {
+                moved = true;
                 self.a
                     .handle_receive(self.now, f.to_bytes())
                     .expect("link stays up");
             }
             while let Some(f) = self.a.poll_transmit() {
+                moved = true;
                 self.b
                     .handle_receive(self.now, f.to_bytes())
                     .expect("link stays up");
+            }
+            if !moved {
+                break;
             }
         }
         while self.b.poll_receive().is_some() {}
