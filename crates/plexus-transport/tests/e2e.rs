@@ -138,19 +138,8 @@ async fn tcp_inline_framing_keeps_order_across_copied_and_queued_messages() {
     }
     let client = sender.await.expect("sender");
     // Every permit is back: a message filling the whole buffer goes at once.
-    let mut tries = 0;
-    while client
-        .try_send(Bytes::from(vec![7u8; (4 << 10) - 4]))
-        .is_err()
-    {
-        tries += 1;
-        assert!(tries < 1000, "send buffer permits were not all returned");
-        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
-    }
-    assert_eq!(
-        server.recv_message().await.expect("last").len(),
-        (4 << 10) - 4
-    );
+    common::assert_permits_returned(|m| client.try_send(m).is_ok(), &mut server, (4 << 10) - 4)
+        .await;
 }
 
 /// A link whose stack ends in `batching` has its senders write the batches
@@ -212,17 +201,6 @@ async fn udp_inline_batching_keeps_order_across_batched_and_lone_messages_throug
     .expect("all messages arrive");
     let client = sender.await.expect("sender");
     // Every permit is back: a message costing the whole buffer goes at once.
-    let mut tries = 0;
-    while client
-        .try_send(Bytes::from(vec![7u8; (4 << 10) - 64]))
-        .is_err()
-    {
-        tries += 1;
-        assert!(tries < 1000, "send buffer permits were not all returned");
-        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
-    }
-    assert_eq!(
-        server.recv_message().await.expect("last").len(),
-        (4 << 10) - 64
-    );
+    common::assert_permits_returned(|m| client.try_send(m).is_ok(), &mut server, (4 << 10) - 64)
+        .await;
 }

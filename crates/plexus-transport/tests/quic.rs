@@ -689,21 +689,6 @@ async fn inline_lane_framing_keeps_order_and_returns_every_permit() {
         got += 1;
     }
     let (client, _rx) = sender.await.expect("sender");
-    let mut tries = 0;
-    while client
-        .try_send(Bytes::from(vec![7u8; (4 << 10) - 4]))
-        .is_err()
-    {
-        tries += 1;
-        assert!(tries < 1000, "send buffer permits were not all returned");
-        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
-    }
-    assert_eq!(
-        tokio::time::timeout(T, server.recv_message())
-            .await
-            .expect("in time")
-            .expect("last")
-            .len(),
-        (4 << 10) - 4
-    );
+    common::assert_permits_returned(|m| client.try_send(m).is_ok(), &mut server, (4 << 10) - 4)
+        .await;
 }

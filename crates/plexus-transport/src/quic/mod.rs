@@ -102,6 +102,27 @@ use crate::tls::TlsConfig;
 #[cfg(doc)]
 use crate::link::Lane;
 
+/// A quinn endpoint on a socket bound by [`bind_socket`], accepting
+/// connections if `server` is given.
+fn endpoint_on(
+    addr: SocketAddr,
+    server: Option<quinn::ServerConfig>,
+) -> Result<quinn::Endpoint, BindError> {
+    bind_socket(addr)
+        .and_then(|socket| {
+            quinn::Endpoint::new(
+                quinn::EndpointConfig::default(),
+                server,
+                socket,
+                Arc::new(quinn::TokioRuntime),
+            )
+        })
+        .map_err(|source| BindError::Io {
+            addr: url(addr),
+            source,
+        })
+}
+
 /// Binds the endpoint's UDP socket with large kernel buffers (as the `udp`
 /// transport does): with the default (~200 KiB) a burst of a large
 /// congestion window overflows the receive queue while the task is busy,
@@ -382,19 +403,7 @@ impl QuicEndpoint {
             .transport_config(config.transport())
             .migration(false)
             .max_incoming(MAX_INCOMING);
-        let endpoint = bind_socket(addr)
-            .and_then(|socket| {
-                quinn::Endpoint::new(
-                    quinn::EndpointConfig::default(),
-                    Some(server),
-                    socket,
-                    Arc::new(quinn::TokioRuntime),
-                )
-            })
-            .map_err(|source| BindError::Io {
-                addr: url(addr),
-                source,
-            })?;
+        let endpoint = endpoint_on(addr, Some(server))?;
         let mut this = Self::new(endpoint, addr, tls, config)?;
         let (tx, rx) = mpsc::channel(ACCEPT_QUEUE);
         let task = tokio::spawn(accept_loop(
@@ -428,19 +437,7 @@ impl QuicEndpoint {
         config: QuicConfig,
     ) -> Result<Self, BindError> {
         check_spec(spec, addr)?;
-        let endpoint = bind_socket(addr)
-            .and_then(|socket| {
-                quinn::Endpoint::new(
-                    quinn::EndpointConfig::default(),
-                    None,
-                    socket,
-                    Arc::new(quinn::TokioRuntime),
-                )
-            })
-            .map_err(|source| BindError::Io {
-                addr: url(addr),
-                source,
-            })?;
+        let endpoint = endpoint_on(addr, None)?;
         Self::new(endpoint, addr, tls, config)
     }
 

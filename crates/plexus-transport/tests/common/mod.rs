@@ -106,3 +106,24 @@ pub async fn exchange(a: Link, b: Link, seed: u64, max_len: usize, n: usize, bot
         .await
         .expect("exchange finishes");
 }
+
+/// Every permit of the sender's buffer came back: a message of `len` bytes
+/// costing the whole buffer is accepted (retrying for up to a second) and
+/// arrives at `server`.
+pub async fn assert_permits_returned(
+    try_send: impl Fn(Bytes) -> bool,
+    server: &mut Link,
+    len: usize,
+) {
+    let mut tries = 0;
+    while !try_send(Bytes::from(vec![7u8; len])) {
+        tries += 1;
+        assert!(tries < 1000, "send buffer permits were not all returned");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let last = tokio::time::timeout(Duration::from_secs(10), server.recv_message())
+        .await
+        .expect("in time")
+        .expect("last message");
+    assert_eq!(last.len(), len);
+}
