@@ -66,6 +66,9 @@ impl WireContext for PeerContext {
             // A ref to one of our own actors that is no longer exported:
             // it has stopped. A proxy through this peer reports it dead.
             peer
+        } else if peer.remote() == Some(path.id.node()) {
+            // Nearly always: a ref to an actor of the node that sent it.
+            peer
         } else {
             inner
                 .peer_for(path.id.node(), &peer.scheme, &path.addr)

@@ -473,10 +473,17 @@ impl NodeInner {
     /// The URI peers reach us on for `scheme` (empty if we do not listen on
     /// it: then only existing links lead here).
     pub(crate) fn listen_uri_for(&self, scheme: &str) -> String {
-        let prefix = format!("{scheme}://");
-        self.listen_uris()
-            .into_iter()
-            .find(|u| u.starts_with(&prefix))
+        // Called for every ref sent inside a message: one copy, of the
+        // match, and no other allocation.
+        let Ok(uris) = self.listen_uris.read() else {
+            return String::new();
+        };
+        uris.iter()
+            .find(|u| {
+                u.strip_prefix(scheme)
+                    .is_some_and(|rest| rest.starts_with("://"))
+            })
+            .cloned()
             .unwrap_or_default()
     }
 
