@@ -38,7 +38,24 @@ pub(super) async fn wait_drained(target: &Arc<dyn Inbound>) {
 /// The last local target a link delivered to: consecutive messages to one
 /// actor skip the export table's lock.
 #[derive(Default)]
-pub(super) struct InboundCache(pub(super) Option<((u64, u64), Arc<dyn Inbound>)>);
+pub(super) struct InboundCache {
+    pub(super) last: Option<((u64, u64), Arc<dyn Inbound>)>,
+    /// Payloads of the run being delivered ([`Peer::dispatch_run`]); kept
+    /// for its allocation.
+    run: Vec<Bytes>,
+}
+
+impl InboundCache {
+    /// The inbound of actor `to` under `type_id`: the last one while it is
+    /// the same and alive, otherwise looked up in the export table.
+    fn lookup(&mut self, inner: &NodeInner, to: u64, type_id: u64) -> Option<&Arc<dyn Inbound>> {
+        let hit = matches!(&self.last, Some((key, ib)) if *key == (to, type_id) && ib.is_alive());
+        if !hit {
+            self.last = inner.inbound(to, type_id).map(|ib| ((to, type_id), ib));
+        }
+        self.last.as_ref().map(|(_, ib)| ib)
+    }
+}
 
 /// Messages to one actor delivered together at most: a flooded actor is
 /// noticed after at most this many more (see [`FLOOD_CHECK_EVERY`]).
@@ -62,59 +79,59 @@ impl Peer {
             Some(Ok(header)) if header.receipt == 0 => header,
             _ => return self.dispatch(inner, remote, bytes, cache).map(|()| 1),
         };
-        let mut first = bytes;
-        first.advance(header.len);
-        let mut run = vec![first];
-        while run.len() < RUN_MAX {
-            let len = match queue.front() {
-                Some(Received::Message(next)) => match MessageHeader::parse(next) {
-                    Some(Ok(h))
-                        if (h.to, h.type_id, h.receipt) == (header.to, header.type_id, 0) =>
-                    {
-                        h.len
-                    }
-                    _ => break,
-                },
+        // The length of the next queued frame's header if it continues the
+        // run (same actor, same type, no receipt).
+        let continues = |queue: &VecDeque<Received>| match queue.front() {
+            Some(Received::Message(next)) => match MessageHeader::parse(next) {
+                Some(Ok(h)) if (h.to, h.type_id, h.receipt) == (header.to, header.type_id, 0) => {
+                    Some(h.len)
+                }
+                _ => None,
+            },
+            _ => None,
+        };
+        let mut payload = bytes;
+        payload.advance(header.len);
+        let Some(mut len) = continues(queue) else {
+            // A lone message (a round trip): no run to gather.
+            self.deliver_message(inner, header, payload, cache);
+            return Ok(1);
+        };
+        let mut run = std::mem::take(&mut cache.run);
+        run.push(payload);
+        while let Some(Received::Message(mut payload)) = queue.pop_front() {
+            payload.advance(len);
+            run.push(payload);
+            match continues(queue) {
+                Some(next) if run.len() < RUN_MAX => len = next,
                 _ => break,
-            };
-            if let Some(Received::Message(mut payload)) = queue.pop_front() {
-                payload.advance(len);
-                run.push(payload);
             }
         }
         let n = run.len();
-        if n == 1 {
-            let payload = run.pop().unwrap_or_default();
-            self.deliver_message(inner, header, payload, cache);
-        } else {
-            self.deliver_run(inner, header, run, cache);
-        }
+        self.deliver_run(inner, header, &mut run, cache);
+        cache.run = run;
         Ok(n)
     }
 
-    /// Delivers `run`, payloads of messages without receipts to one actor
-    /// under one type, together.
+    /// Delivers (and drains) `run`, payloads of messages without receipts to
+    /// one actor under one type, together.
     fn deliver_run(
         self: &Arc<Self>,
         inner: &Arc<NodeInner>,
         header: MessageHeader,
-        run: Vec<Bytes>,
+        run: &mut Vec<Bytes>,
         cache: &mut InboundCache,
     ) {
         let MessageHeader { to, type_id, .. } = header;
-        let hit = matches!(&cache.0, Some((key, ib)) if *key == (to, type_id) && ib.is_alive());
-        if !hit {
-            cache.0 = inner.inbound(to, type_id).map(|ib| ((to, type_id), ib));
-        }
         let target = ActorId::new(inner.id, to);
-        let Some((_, inbound)) = &cache.0 else {
-            for _ in run {
+        let Some(inbound) = cache.lookup(inner, to, type_id) else {
+            for _ in run.drain(..) {
                 self.deliver_to(inner, to, None, 0, Bytes::new());
             }
             return;
         };
         remote::with_context(self.context(), || {
-            inbound.deliver_batch(&mut run.into_iter(), &mut |e| {
+            inbound.deliver_batch(&mut run.drain(..), &mut |e| {
                 failed_delivery(inner, target, &e);
             });
         });
@@ -323,11 +340,7 @@ impl Peer {
             receipt,
             ..
         } = header;
-        let hit = matches!(&cache.0, Some((key, ib)) if *key == (to, type_id) && ib.is_alive());
-        if !hit {
-            cache.0 = inner.inbound(to, type_id).map(|ib| ((to, type_id), ib));
-        }
-        let inbound = cache.0.as_ref().map(|(_, ib)| ib);
+        let inbound = cache.lookup(inner, to, type_id);
         self.deliver_to(inner, to, inbound, receipt, payload);
     }
 

@@ -276,7 +276,7 @@ impl Peer {
                     unchecked += taken.unwrap_or(1);
                     if unchecked >= FLOOD_CHECK_EVERY as usize {
                         unchecked = 0;
-                        if let Some((_, target)) = &cache.0 {
+                        if let Some((_, target)) = &cache.last {
                             if target.queued() > FLOOD_HIGH {
                                 wait_drained(target).await;
                             }
