@@ -220,24 +220,15 @@ impl Stack {
             "a malformed batch would close the link at the peer"
         );
         let frame = Frame::from_payload(batch);
-        if self.closed.is_some() {
-            return Err(SendError::Closed(frame));
-        }
-        if let Some(max) = self.batches_inline() {
-            if frame.len() > max {
-                return Err(SendError::TooLarge { frame, max });
-            }
-        } else {
+        let max = self.batches_inline();
+        if max.is_none() && self.closed.is_none() {
             return Err(SendError::Layer {
                 layer: "batching",
                 reason: "the top layer is not batching",
                 frame,
             });
         }
-        if !self.layers.iter().all(|l| l.can_send()) {
-            self.blocked = true;
-            return Err(SendError::WouldBlock(frame));
-        }
+        let frame = self.admit(frame, max)?;
         self.unflushed = Some(now);
         let top = self.layers.len() - 1;
         self.layers[top].handle_flush(now, &mut self.outs[top]);
@@ -246,6 +237,25 @@ impl Stack {
         self.after_call(top);
         self.run_if_needed(now, Start::Down);
         Ok(())
+    }
+
+    /// The checks every send passes, in order: the link is open, the frame
+    /// is at most `max` bytes, every layer has room (if not, `SendReady`
+    /// follows once they do). The frame is handed back on failure.
+    fn admit(&mut self, frame: Frame, max: Option<usize>) -> Result<Frame, SendError> {
+        if self.closed.is_some() {
+            return Err(SendError::Closed(frame));
+        }
+        if let Some(max) = max {
+            if frame.len() > max {
+                return Err(SendError::TooLarge { frame, max });
+            }
+        }
+        if !self.layers.iter().all(|l| l.can_send()) {
+            self.blocked = true;
+            return Err(SendError::WouldBlock(frame));
+        }
+        Ok(frame)
     }
 
     /// Counts `messages` that a driver framed itself (see
@@ -297,19 +307,7 @@ impl Stack {
         now: Instant,
         message: impl Into<Frame>,
     ) -> Result<(), SendError> {
-        let frame = message.into();
-        if self.closed.is_some() {
-            return Err(SendError::Closed(frame));
-        }
-        if let Some(max) = self.max_message_len {
-            if frame.len() > max {
-                return Err(SendError::TooLarge { frame, max });
-            }
-        }
-        if !self.layers.iter().all(|l| l.can_send()) {
-            self.blocked = true;
-            return Err(SendError::WouldBlock(frame));
-        }
+        let frame = self.admit(message.into(), self.max_message_len)?;
         self.unflushed = Some(now);
         let Some(top) = self.layers.len().checked_sub(1) else {
             self.stats.sent += 1;

@@ -197,16 +197,9 @@ impl Conn {
             };
             match sent {
                 Ok(()) => {}
-                Err(StackSendError::Closed(frame)) => {
-                    // Left for the close to count as unsent.
-                    self.chunks.push_front(Chunk {
-                        bytes: frame.into_bytes(),
-                        ..chunk
-                    });
-                    break;
-                }
-                Err(StackSendError::WouldBlock(frame)) => {
-                    // Retried first once the stack raises SendReady.
+                Err(StackSendError::WouldBlock(frame) | StackSendError::Closed(frame)) => {
+                    // Kept first: retried once the stack raises SendReady,
+                    // or counted as unsent when the closed link goes.
                     self.chunks.push_front(Chunk {
                         bytes: frame.into_bytes(),
                         ..chunk
