@@ -3,6 +3,7 @@
 //! unreliable datagrams, a peer that opens too many streams, and refusal of
 //! peers without a certificate, with one from another CA or an expired one.
 
+mod certs;
 mod common;
 
 use std::net::SocketAddr;
@@ -10,15 +11,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use certs::{assert_refused_after_handshake, new_ca, node_pem, Ca};
 use common::exchange;
 use plexus_net::StackSpec;
 use plexus_transport::quic::{QuicConfig, QuicEndpoint, ALPN};
 use plexus_transport::tls::TlsConfig;
 use plexus_transport::{AcceptError, CloseReason, Lane, Link, LinkConfig, UnreliableError};
-use rcgen::{
-    BasicConstraints, Certificate, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa,
-    KeyPair, KeyUsagePurpose, SanType,
-};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
@@ -26,46 +24,6 @@ const T: Duration = Duration::from_secs(10);
 
 fn spec() -> StackSpec {
     "quic".parse().expect("valid spec")
-}
-
-struct Ca {
-    cert: Certificate,
-    key: KeyPair,
-}
-
-fn new_ca(name: &str) -> Ca {
-    let key = KeyPair::generate().expect("CA key");
-    let mut params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    params.distinguished_name.push(DnType::CommonName, name);
-    let cert = params.self_signed(&key).expect("self-sign CA");
-    Ca { cert, key }
-}
-
-/// A node's certificate and key (PEM), signed by `ca`.
-fn node_pem(name: &str, ca: &Ca, expired: bool) -> (String, String) {
-    let key = KeyPair::generate().expect("node key");
-    let mut params =
-        CertificateParams::new(vec![name.to_owned(), "localhost".to_owned()]).expect("params");
-    params
-        .subject_alt_names
-        .push(SanType::IpAddress("127.0.0.1".parse().expect("ip")));
-    params.extended_key_usages = vec![
-        ExtendedKeyUsagePurpose::ServerAuth,
-        ExtendedKeyUsagePurpose::ClientAuth,
-    ];
-    if expired {
-        params.not_before = rcgen::date_time_ymd(2000, 1, 1);
-        params.not_after = rcgen::date_time_ymd(2001, 1, 1);
-    }
-    let cert = params
-        .signed_by(&key, &ca.cert, &ca.key)
-        .expect("sign node");
-    (cert.pem(), key.serialize_pem())
 }
 
 fn tls(name: &str, ca: &Ca, trusted: &Ca, expired: bool) -> TlsConfig {
@@ -117,16 +75,6 @@ fn handshake_error(r: Result<Link, AcceptError>) -> String {
         Err(e) => panic!("expected a handshake error, got {e}"),
         Ok(_) => panic!("expected a handshake error, got a link"),
     }
-}
-
-/// A client whose handshake "succeeded" (TLS 1.3: before the server
-/// checked our certificate) sees its link closed without a message.
-async fn assert_refused_after_handshake(mut link: Link) {
-    let _ = link.send(Bytes::from_static(b"hello")).await;
-    let r = tokio::time::timeout(T, link.recv_message())
-        .await
-        .expect("the refused link closes");
-    assert!(r.is_err(), "refused client received {r:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -443,7 +391,7 @@ async fn certificate_from_another_ca_is_refused_and_the_endpoint_serves_on() {
     // Trusts the right CA, but its own certificate is from the rogue one.
     let c = client(&tls("n2", &rogue, &ca, false));
     match c.connect(s.local_addr(), "localhost").await {
-        Ok(link) => assert_refused_after_handshake(link).await,
+        Ok(link) => assert_refused_after_handshake(link, T).await,
         Err(e) => assert!(e.to_string().contains("handshake"), "{e}"),
     }
     let error = handshake_error(s.accept().await);
@@ -489,7 +437,7 @@ async fn expired_certificate_is_refused_with_the_reason() {
     let s = server(&tls("n3", &ca, &ca, false));
     let c = client(&tls("n4", &ca, &ca, true));
     if let Ok(link) = c.connect(s.local_addr(), "localhost").await {
-        assert_refused_after_handshake(link).await;
+        assert_refused_after_handshake(link, T).await;
     }
     let error = handshake_error(s.accept().await);
     println!("{error}");

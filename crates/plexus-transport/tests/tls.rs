@@ -4,6 +4,7 @@
 //! expired certificate, and of plain TCP bytes; each end learns the node id
 //! the other's certificate certifies.
 
+mod certs;
 mod common;
 
 use std::net::SocketAddr;
@@ -11,63 +12,26 @@ use std::path::Path;
 use std::time::Duration;
 
 use bytes::Bytes;
+use certs::{assert_refused_after_handshake, new_ca, node_pem, Ca};
 use common::exchange;
 use plexus_net::StackSpec;
 use plexus_transport::tls::{self, TlsConfig, TlsListener};
 use plexus_transport::{AcceptError, LinkConfig};
-use rcgen::{
-    BasicConstraints, Certificate, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa,
-    KeyPair, KeyUsagePurpose, SanType,
-};
 use tokio::io::AsyncWriteExt;
 
 fn spec() -> StackSpec {
     "tls / framing".parse().expect("valid spec")
 }
 
-struct Ca {
-    cert: Certificate,
-    key: KeyPair,
-}
-
-fn new_ca(name: &str) -> Ca {
-    let key = KeyPair::generate().expect("CA key");
-    let mut params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    params.distinguished_name.push(DnType::CommonName, name);
-    let cert = params.self_signed(&key).expect("self-sign CA");
-    Ca { cert, key }
-}
-
 /// Writes `name.pem`, `name.key` (signed by `ca`) and `ca.pem` into `dir`,
 /// and loads them; `expired` puts the validity in the past.
 fn node(dir: &Path, name: &str, ca: &Ca, trusted: &Ca, expired: bool) -> TlsConfig {
-    let key = KeyPair::generate().expect("node key");
-    let mut params =
-        CertificateParams::new(vec![name.to_owned(), "localhost".to_owned()]).expect("params");
-    params
-        .subject_alt_names
-        .push(SanType::IpAddress("127.0.0.1".parse().expect("ip")));
-    params.extended_key_usages = vec![
-        ExtendedKeyUsagePurpose::ServerAuth,
-        ExtendedKeyUsagePurpose::ClientAuth,
-    ];
-    if expired {
-        params.not_before = rcgen::date_time_ymd(2000, 1, 1);
-        params.not_after = rcgen::date_time_ymd(2001, 1, 1);
-    }
-    let cert = params
-        .signed_by(&key, &ca.cert, &ca.key)
-        .expect("sign node");
+    let (cert, key) = node_pem(name, ca, expired);
     let cert_path = dir.join(format!("{name}.pem"));
     let key_path = dir.join(format!("{name}.key"));
     let ca_path = dir.join(format!("{name}-ca.pem"));
-    std::fs::write(&cert_path, cert.pem()).expect("write cert");
-    std::fs::write(&key_path, key.serialize_pem()).expect("write key");
+    std::fs::write(&cert_path, cert).expect("write cert");
+    std::fs::write(&key_path, key).expect("write key");
     std::fs::write(&ca_path, trusted.cert.pem()).expect("write ca");
     TlsConfig::from_pem_files(&cert_path, &key_path, &ca_path)
         .expect("load TLS config")
@@ -89,16 +53,6 @@ async fn connect(addr: SocketAddr, tls: &TlsConfig) -> Result<plexus_transport::
     tls::connect(&spec(), addr, "localhost", tls, LinkConfig::default())
         .await
         .map_err(|e| e.to_string())
-}
-
-/// A client whose handshake "succeeded" (TLS 1.3: before the server
-/// checked our certificate) sees its link closed without a message.
-async fn assert_refused_after_handshake(mut link: plexus_transport::Link) {
-    let _ = link.send(Bytes::from_static(b"hello")).await;
-    let r = tokio::time::timeout(Duration::from_secs(5), link.recv_message())
-        .await
-        .expect("the refused link closes");
-    assert!(r.is_err(), "refused client received {r:?}");
 }
 
 fn handshake_error(r: Result<plexus_transport::Link, AcceptError>) -> String {
@@ -175,7 +129,7 @@ async fn client_with_certificate_from_another_ca_is_refused() {
     let client_tls = node(dir.path(), "n2", &rogue, &ca, false);
     let listener = listener(&server_tls).await;
     match connect(listener.local_addr(), &client_tls).await {
-        Ok(link) => assert_refused_after_handshake(link).await,
+        Ok(link) => assert_refused_after_handshake(link, Duration::from_secs(5)).await,
         Err(e) => panic!("the client's side of the handshake should pass: {e}"),
     }
     let error = handshake_error(listener.accept().await);
@@ -202,7 +156,7 @@ async fn expired_certificate_is_refused() {
     let client_tls = node(dir.path(), "n4", &ca, &ca, true);
     let listener = self::listener(&server_tls).await;
     if let Ok(link) = connect(listener.local_addr(), &client_tls).await {
-        assert_refused_after_handshake(link).await;
+        assert_refused_after_handshake(link, Duration::from_secs(5)).await;
     }
     let error = handshake_error(listener.accept().await);
     assert!(error.to_lowercase().contains("expired"), "{error}");
