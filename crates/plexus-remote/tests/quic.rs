@@ -4,44 +4,17 @@
 //! without TLS material cannot listen on `quic://`; a node whose
 //! certificate is from another CA is refused.
 
-#[path = "common/certified.rs"]
-mod certified;
+mod common;
 
 use std::time::Duration;
 
-use certified::certified_node;
-use plexus_core::{Actor, ActorRef, ActorSystem, Context, ReplyTo};
-use plexus_remote::{Node, NodeConfig};
+use common::certified::{self, certified_node};
+use common::service::{Counter, CounterActor, Total};
+use plexus_core::{Actor, ActorRef, Context, ReplyTo};
+use plexus_remote::NodeConfig;
 use plexus_transport::dev_certs::DevCa;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
-
-#[derive(Serialize, Deserialize)]
-enum Counter {
-    Add(u64),
-    Get(ReplyTo<u64>),
-    /// Reply to the ref inside the message.
-    Report(ActorRef<Total>),
-}
-plexus_core::remote_message!(Counter = "test.quic.Counter");
-
-#[derive(Serialize, Deserialize, Debug, PartialEq)]
-struct Total(u64);
-plexus_core::remote_message!(Total = "test.quic.Total");
-
-#[derive(Default)]
-struct CounterActor(u64);
-
-impl Actor for CounterActor {
-    type Msg = Counter;
-    async fn handle(&mut self, msg: Counter, _: &mut Context<Counter>) {
-        match msg {
-            Counter::Add(n) => self.0 += n,
-            Counter::Get(r) => r.send(self.0),
-            Counter::Report(to) => to.tell(Total(self.0)),
-        }
-    }
-}
 
 /// Checks that numbered messages come in order.
 #[derive(Serialize, Deserialize)]
@@ -76,12 +49,7 @@ impl Actor for SeqActor {
 const T: Duration = Duration::from_secs(10);
 
 fn config(ca: &DevCa, name: &str) -> NodeConfig {
-    let tls = ca
-        .node(name, 1)
-        .expect("node certificate")
-        .tls_config(ca)
-        .expect("TLS config");
-    NodeConfig::default().cookie("quic-test").tls(tls)
+    certified::config(ca, name, "quic-test")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -150,37 +118,10 @@ async fn messages_to_many_actors_keep_per_actor_order_across_lanes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quic_listen_without_certificate_says_what_is_missing() {
-    let a = ActorSystem::new();
-    let na = Node::start(&a, NodeConfig::default()).expect("start");
-    let error = na
-        .listen("quic://127.0.0.1:0")
-        .await
-        .expect_err("no TLS material")
-        .to_string();
-    assert!(error.contains("NodeConfig::tls"), "{error}");
+    certified::listen_without_certificate_says_what_is_missing("quic").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn node_with_certificate_from_another_ca_is_refused_over_quic() {
-    let ca = DevCa::generate().expect("CA");
-    let rogue = DevCa::generate().expect("rogue CA");
-    let (_a, na) = certified_node(config(&rogue, "a"));
-    let (b, nb) = certified_node(config(&ca, "b"));
-    let uri_b = nb.listen("quic://127.0.0.1:0").await.expect("listen");
-    nb.publish(&b.spawn(CounterActor::default()), "counter")
-        .expect("publish");
-    let error = na
-        .resolve::<Counter>(&format!("{uri_b}/counter"))
-        .await
-        .map(|_| ())
-        .expect_err("untrusted node refused")
-        .to_string();
-    assert!(error.contains("UnknownIssuer"), "{error}");
-    // The endpoint keeps serving trusted nodes.
-    let (_c, nc) = certified_node(config(&ca, "c"));
-    let remote = nc
-        .resolve::<Counter>(&format!("{uri_b}/counter"))
-        .await
-        .expect("trusted node still served");
-    assert_eq!(remote.ask(Counter::Get, T).await, Ok(0));
+    certified::another_ca_is_refused_and_the_endpoint_serves_on("quic", T).await;
 }

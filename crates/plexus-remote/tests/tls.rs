@@ -3,8 +3,11 @@
 //! on `tls://`; a node whose certificate is from another CA is refused; a
 //! node's id is the one its certificate certifies.
 
+mod common;
+
 use std::time::Duration;
 
+use common::certified::{self, certified_node};
 use plexus_core::{Actor, ActorSystem, Context, ReplyTo};
 use plexus_remote::{Node, NodeConfig};
 use plexus_transport::dev_certs::DevCa;
@@ -30,34 +33,14 @@ impl Actor for EchoActor {
 const T: Duration = Duration::from_secs(5);
 
 fn config(ca: &DevCa, name: &str) -> NodeConfig {
-    let tls = ca
-        .node(name, 1)
-        .expect("node certificate")
-        .tls_config(ca)
-        .expect("TLS config");
-    NodeConfig::default().cookie("tls-test").tls(tls)
-}
-
-/// A system with the node id `config`'s certificate certifies.
-fn system(config: &NodeConfig) -> ActorSystem {
-    ActorSystem::builder()
-        .node_id(config.certified_node_id().expect("a TLS config"))
-        .build()
-        .expect("system")
-}
-
-/// A node for `config`, on a system with the certified id.
-fn node(config: NodeConfig) -> (ActorSystem, Node) {
-    let system = system(&config);
-    let node = Node::start(&system, config).expect("start node");
-    (system, node)
+    certified::config(ca, name, "tls-test")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nodes_resolve_and_ask_over_tls() {
     let ca = DevCa::generate().expect("CA");
-    let (_a, na) = node(config(&ca, "a"));
-    let (b, nb) = node(config(&ca, "b"));
+    let (_a, na) = certified_node(config(&ca, "a"));
+    let (b, nb) = certified_node(config(&ca, "b"));
     let uri_b = nb.listen("tls://127.0.0.1:0").await.expect("listen");
     assert!(uri_b.starts_with("tls://127.0.0.1:"), "{uri_b}");
     let echo = b.spawn(EchoActor);
@@ -93,42 +76,16 @@ async fn a_system_without_the_certified_id_cannot_start_a_tls_node() {
     let text = error.to_string();
     assert!(text.contains(&certified.to_string()), "{text}");
     assert!(text.contains("ActorSystem::builder().node_id("), "{text}");
-    let (_s, n) = node(cfg);
+    let (_s, n) = certified_node(cfg);
     assert_eq!(n.id(), certified);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_listen_without_certificate_says_what_is_missing() {
-    let a = ActorSystem::new();
-    let na = Node::start(&a, NodeConfig::default()).expect("start");
-    let error = na
-        .listen("tls://127.0.0.1:0")
-        .await
-        .expect_err("no TLS material")
-        .to_string();
-    assert!(error.contains("NodeConfig::tls"), "{error}");
+    certified::listen_without_certificate_says_what_is_missing("tls").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn node_with_certificate_from_another_ca_is_refused() {
-    let ca = DevCa::generate().expect("CA");
-    let rogue = DevCa::generate().expect("rogue CA");
-    let (_a, na) = node(config(&rogue, "a"));
-    let (b, nb) = node(config(&ca, "b"));
-    let uri_b = nb.listen("tls://127.0.0.1:0").await.expect("listen");
-    nb.publish(&b.spawn(EchoActor), "echo").expect("publish");
-    let error = na
-        .resolve::<Echo>(&format!("{uri_b}/echo"))
-        .await
-        .map(|_| ())
-        .expect_err("untrusted node refused")
-        .to_string();
-    assert!(error.contains("UnknownIssuer"), "{error}");
-    // The listener keeps serving trusted nodes.
-    let (_c, nc) = node(config(&ca, "c"));
-    let remote = nc
-        .resolve::<Echo>(&format!("{uri_b}/echo"))
-        .await
-        .expect("trusted node still served");
-    assert_eq!(remote.ask(|r| Echo::Twice(1, r), T).await, Ok(2));
+    certified::another_ca_is_refused_and_the_endpoint_serves_on("tls", T).await;
 }
