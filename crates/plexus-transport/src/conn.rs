@@ -19,6 +19,18 @@ pub(crate) fn now() -> Instant {
     tokio::time::Instant::now().into_std()
 }
 
+/// Where a link's sending stands ([`Conn::send_state`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SendState {
+    /// Messages are queued (or held by the driver).
+    Busy,
+    /// Nothing queued; senders remain.
+    Idle,
+    /// Nothing queued, and nothing more will be: every sender is gone or
+    /// the link was asked to close.
+    Done,
+}
+
 /// What a closing link leaves in its driver's hands, unsent.
 #[derive(Debug, PartialEq, Eq)]
 enum Unsent {
@@ -135,6 +147,7 @@ impl Conn {
                     }
                     self.uncharged += std::mem::take(&mut out.uncharged);
                     std::mem::take(&mut out.inline_messages)
+                        + std::mem::take(&mut out.direct_messages)
                 };
                 self.stack.count_inline_sends(messages);
             }
@@ -246,14 +259,28 @@ impl Conn {
     /// Whether the application is done sending and everything it queued
     /// has entered the stack.
     pub(crate) fn send_done(&self) -> bool {
+        self.send_state(false) == SendState::Done
+    }
+
+    /// Where sending stands, for a driver that holds nothing more for the
+    /// socket: if nothing is queued either and `direct` is asked for,
+    /// senders may now write to the socket themselves
+    /// (`OutState::write_idle`), until one has to queue.
+    pub(crate) fn send_state(&self, direct: bool) -> SendState {
         if !self.outq.is_empty() || self.held.is_some() || !self.chunks.is_empty() {
-            return false;
+            return SendState::Busy;
         }
-        let out = lock(&self.shared.out);
-        out.queue.is_empty()
-            && out.staging.is_empty()
-            && out.chunks.is_empty()
-            && (out.senders == 0 || out.close_requested)
+        let mut out = lock(&self.shared.out);
+        if !(out.queue.is_empty() && out.staging.is_empty() && out.chunks.is_empty()) {
+            return SendState::Busy;
+        }
+        if out.senders == 0 || out.close_requested {
+            return SendState::Done;
+        }
+        if direct && out.direct.is_some() {
+            out.write_idle = true;
+        }
+        SendState::Idle
     }
 
     /// Hands received messages and events to the application (one lock).

@@ -42,6 +42,7 @@ use crate::error::{CloseReason, LinkClosed, SendError, TrySendError, UnreliableE
 use crate::identity::PeerIdentity;
 pub use crate::lane::Lane;
 use crate::stats::LinkStats;
+use crate::stream::DirectSocket;
 
 mod receiver;
 mod sender;
@@ -161,6 +162,19 @@ pub(crate) struct OutState {
     pub(crate) staging_messages: u32,
     /// The driver found the queue empty and waits for a push.
     pub(crate) driver_waiting: bool,
+    /// Plain stream links: a second handle on the socket, for senders to
+    /// write through themselves while `write_idle`. Dropped when the driver
+    /// stops, so the socket closes with it.
+    pub(crate) direct: Option<DirectSocket>,
+    /// The driver has nothing queued for the socket and took everything
+    /// from `queue` and `staging`, which are empty: a sender may write its
+    /// message straight to `direct` (holding this lock, which keeps the
+    /// bytes in order), instead of queueing it and waking the driver. Set
+    /// by the driver; cleared by a sender that had to queue after all.
+    pub(crate) write_idle: bool,
+    /// Messages senders wrote through `direct` since the driver last
+    /// counted them (for the stack's counters; they are not unsent).
+    pub(crate) direct_messages: u64,
     pub(crate) senders: usize,
     /// [`Link::close`] was called.
     pub(crate) close_requested: bool,
@@ -302,6 +316,9 @@ impl Shared {
                 staging_permits: 0,
                 staging_messages: 0,
                 driver_waiting: false,
+                direct: None,
+                write_idle: false,
+                direct_messages: 0,
                 senders: 0,
                 close_requested: false,
             })),
@@ -340,6 +357,8 @@ impl Shared {
         self.out_space.close();
         let unsent = {
             let mut out = lock(&self.out);
+            out.write_idle = false;
+            out.direct = None;
             out.staging.clear();
             let unsent = match self.inline {
                 Inline::Framing | Inline::Lanes => out.inline_messages as usize,
@@ -402,6 +421,12 @@ pub struct Link {
 }
 
 impl Link {
+    /// The state this link's handles share with its driver.
+    #[cfg(test)]
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.receiver.shared
+    }
+
     pub(crate) fn new(shared: Arc<Shared>) -> Self {
         Self {
             sender: LinkSender::new(shared.clone()),

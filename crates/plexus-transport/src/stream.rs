@@ -7,10 +7,16 @@
 //! [`Frame::advance`]), hand received messages up, then wait for the first
 //! of: socket readable (read up to 64 KiB+ in one call), socket writable,
 //! a wake-up from the link handles, the stack's next deadline.
+//!
+//! On a plain TCP or Unix socket link (`tcp / framing`) a sender writes its
+//! message to the socket itself when the driver has nothing queued
+//! ([`DirectSocket`]): a request–response exchange then costs the driver
+//! one turn per message received and none per message sent.
 
 use std::collections::VecDeque;
 use std::future::Future;
-use std::io::{self, IoSlice};
+use std::io::{self, IoSlice, Write};
+use std::os::fd::AsFd;
 use std::sync::Arc;
 
 use bytes::BytesMut;
@@ -20,9 +26,9 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpStream, UnixStream};
 use tokio::sync::Notify;
 
-use crate::conn::{now, Conn};
+use crate::conn::{now, Conn, SendState};
 use crate::error::CloseReason;
-use crate::link::{Inline, Link, LinkConfig, Shared};
+use crate::link::{lock, Inline, Link, LinkConfig, Shared};
 
 /// Bytes read per system call (at least).
 pub(crate) const READ_BUF: usize = 128 << 10;
@@ -53,10 +59,38 @@ pub(crate) trait StreamSocket: Send + 'static {
     fn flush_pending(&self) -> io::Result<()> {
         Ok(())
     }
+    /// A second handle for senders to write through (see [`DirectSocket`]);
+    /// `None` where the bytes must pass through the driver (TLS).
+    fn direct(&self) -> Option<DirectSocket> {
+        None
+    }
+}
+
+/// A duplicate of a plain stream socket's file descriptor, through which a
+/// sender writes its framed message itself while the driver has nothing
+/// queued (the link's `write_idle`), holding the
+/// link's send lock so that bytes stay in order. The socket is non-blocking
+/// (the flag belongs to the socket, not the descriptor): a write that would
+/// block writes what fits, and the rest goes to the driver's queue.
+///
+/// Costs one descriptor per link; dropped when the driver stops, so the
+/// socket closes with the link.
+pub(crate) enum DirectSocket {
+    Tcp(std::net::TcpStream),
+    Unix(std::os::unix::net::UnixStream),
+}
+
+impl DirectSocket {
+    pub(crate) fn write_vectored(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        match self {
+            DirectSocket::Tcp(s) => (&*s).write_vectored(bufs),
+            DirectSocket::Unix(s) => (&*s).write_vectored(bufs),
+        }
+    }
 }
 
 macro_rules! stream_socket {
-    ($t:ty) => {
+    ($t:ty, $direct:ident, $std:ty) => {
         impl StreamSocket for $t {
             fn readable(&self) -> impl Future<Output = io::Result<()>> + Send {
                 <$t>::readable(self)
@@ -73,12 +107,23 @@ macro_rules! stream_socket {
             fn shutdown_write(&mut self) -> impl Future<Output = io::Result<()>> + Send {
                 AsyncWriteExt::shutdown(self)
             }
+            fn direct(&self) -> Option<DirectSocket> {
+                match self.as_fd().try_clone_to_owned() {
+                    Ok(fd) => Some(DirectSocket::$direct(<$std>::from(fd))),
+                    Err(error) => {
+                        // Out of descriptors: every message goes through
+                        // the driver, which works, a little slower.
+                        tracing::debug!(%error, "no second descriptor for direct writes");
+                        None
+                    }
+                }
+            }
         }
     };
 }
 
-stream_socket!(TcpStream);
-stream_socket!(UnixStream);
+stream_socket!(TcpStream, Tcp, std::net::TcpStream);
+stream_socket!(UnixStream, Unix, std::os::unix::net::UnixStream);
 
 /// Starts the driver task of a stream link and returns its handle.
 pub(crate) fn spawn<S: StreamSocket>(
@@ -96,6 +141,9 @@ pub(crate) fn spawn<S: StreamSocket>(
         config,
         Box::new(move || waker.notify_one()),
     );
+    if shared.inline == Inline::Framing {
+        lock(&shared.out).direct = socket.direct();
+    }
     let link = Link::new(shared.clone());
     tokio::spawn(drive(socket, Conn::new(stack, shared), notify));
     link
@@ -139,7 +187,10 @@ async fn run<S: StreamSocket>(socket: &mut S, conn: &mut Conn, notify: &Notify) 
         if let Err(e) = out.write_to(socket) {
             return e.into();
         }
-        if !shut && out.is_empty() && conn.send_done() {
+        // With nothing left for the socket, senders may write to it
+        // themselves until one has to queue (plain sockets only).
+        let direct = conn.shared.inline == Inline::Framing;
+        if !shut && out.is_empty() && conn.send_state(direct) == SendState::Done {
             if let Err(e) = socket.shutdown_write().await {
                 return e.into();
             }
@@ -328,3 +379,6 @@ impl WriteQueue {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

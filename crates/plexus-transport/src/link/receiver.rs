@@ -13,7 +13,7 @@ use crate::error::LinkClosed;
 
 /// The receiving half of a link.
 pub struct LinkReceiver {
-    shared: Arc<Shared>,
+    pub(super) shared: Arc<Shared>,
     /// A batch taken from the shared queue in one lock.
     local: VecDeque<Received>,
 }

@@ -3,14 +3,15 @@
 //! the bytes the driver writes; on links whose stack ends in `batching`
 //! they write the batches in that layer's wire format.
 
-use std::sync::Arc;
+use std::io::IoSlice;
+use std::sync::{Arc, MutexGuard};
 
 use bytes::{BufMut, Bytes};
 use plexus_net::layers::batching;
 use plexus_net::layers::framing::FrameHeader;
 use tokio::sync::TryAcquireError;
 
-use super::{lock, Chunk, Inline, Lane, Shared};
+use super::{lock, Chunk, Inline, Lane, OutState, Shared};
 use crate::error::{SendError, TrySendError, UnreliableError};
 use crate::stats::LinkStats;
 
@@ -19,6 +20,13 @@ use crate::stats::LinkStats;
 const INLINE_COPY_MAX: usize = 1024;
 /// Staging buffer grown by at least this much at a time.
 const STAGING_CHUNK: usize = 64 << 10;
+
+/// How far a direct write got.
+enum Direct {
+    Written,
+    /// Bytes written before the socket would block (or failed).
+    Partly(usize),
+}
 
 /// A message for [`LinkSender::push_inline`]: borrowed from the caller's
 /// scratch buffer, or owned.
@@ -111,8 +119,20 @@ impl LinkSender {
         let len = payload.len();
         let header = FrameHeader { len: len as u32 }.emit();
         let wake = {
-            let mut out = lock(&self.shared.out);
-            let out = &mut *out;
+            let mut guard = lock(&self.shared.out);
+            if guard.write_idle {
+                match Self::write_direct(&mut guard, &header, payload.as_slice()) {
+                    Direct::Written => {
+                        drop(guard);
+                        self.shared.out_space.add_permits(cost);
+                        return;
+                    }
+                    Direct::Partly(written) => {
+                        return self.queue_rest(guard, &header, payload, written, cost);
+                    }
+                }
+            }
+            let out = &mut *guard;
             if out.staging_lane != lane {
                 // Per-lane framing: the staged bytes are another lane's.
                 if !out.staging.is_empty() {
@@ -143,6 +163,83 @@ impl LinkSender {
             out.uncharged += (FrameHeader::LEN + len) - cost;
             std::mem::take(&mut out.driver_waiting)
         };
+        if wake {
+            (self.shared.wake_driver)();
+        }
+    }
+
+    /// Writes `header | payload` to the socket through the driver's idle
+    /// window (`OutState::write_idle`, which the caller checked).
+    fn write_direct(out: &mut OutState, header: &[u8], payload: &[u8]) -> Direct {
+        let Some(socket) = &out.direct else {
+            out.write_idle = false;
+            return Direct::Partly(0);
+        };
+        let total = header.len() + payload.len();
+        match socket.write_vectored(&[IoSlice::new(header), IoSlice::new(payload)]) {
+            Ok(n) if n == total => {
+                out.direct_messages += 1;
+                // One message per driver turn: the messages after it are
+                // queued and leave together in one write (a sender in a
+                // tight loop would otherwise pay a system call for each).
+                // The driver opens the window again once it finds nothing
+                // to send.
+                out.write_idle = false;
+                Direct::Written
+            }
+            Ok(n) => {
+                out.write_idle = false;
+                Direct::Partly(n)
+            }
+            // Would block, or failed: the driver writes it and, on an
+            // error, finds it and closes the link.
+            Err(_) => {
+                out.write_idle = false;
+                Direct::Partly(0)
+            }
+        }
+    }
+
+    /// Queues what a direct write left of `header | payload` (its first
+    /// `written` bytes went out) for the driver, and wakes it.
+    fn queue_rest(
+        &self,
+        mut out: MutexGuard<'_, OutState>,
+        header: &[u8],
+        payload: Payload<'_>,
+        written: usize,
+        cost: usize,
+    ) {
+        let total = header.len() + payload.len();
+        let rest = total - written;
+        let (head, body) = (
+            &header[written.min(header.len())..],
+            written.saturating_sub(header.len()),
+        );
+        if payload.len() - body <= INLINE_COPY_MAX {
+            out.staging.reserve(rest);
+            out.staging.put_slice(head);
+            out.staging.put_slice(&payload.as_slice()[body..]);
+        } else {
+            out.staging.put_slice(head);
+            let staged = out.staging.split().freeze();
+            out.queue.push_back((Lane::ZERO, staged));
+            out.queue
+                .push_back((Lane::ZERO, payload.into_bytes().slice(body..)));
+        }
+        out.inline_messages += 1;
+        // The driver returns a permit per byte it takes, less `uncharged`.
+        let refund = if rest >= cost {
+            out.uncharged += rest - cost;
+            0
+        } else {
+            cost - rest
+        };
+        let wake = std::mem::take(&mut out.driver_waiting);
+        drop(out);
+        if refund > 0 {
+            self.shared.out_space.add_permits(refund);
+        }
         if wake {
             (self.shared.wake_driver)();
         }
@@ -366,7 +463,13 @@ impl LinkSender {
     /// Closes the link gracefully: messages already queued are still sent,
     /// later sends fail, and the transport is shut down once they are out.
     pub fn close(&self) {
-        lock(&self.shared.out).close_requested = true;
+        {
+            let mut out = lock(&self.shared.out);
+            out.close_requested = true;
+            // From here on everything goes through the driver, which shuts
+            // the socket down once the queue is empty.
+            out.write_idle = false;
+        }
         (self.shared.wake_driver)();
     }
 }
