@@ -8,10 +8,10 @@
 //! of: socket readable (read up to 64 KiB+ in one call), socket writable,
 //! a wake-up from the link handles, the stack's next deadline.
 //!
-//! On a plain TCP or Unix socket link (`tcp / framing`) a sender writes its
-//! message to the socket itself when the driver has nothing queued
-//! ([`DirectSocket`]): a request–response exchange then costs the driver
-//! one turn per message received and none per message sent.
+//! On a TCP, TLS or Unix socket link with framing alone the first message
+//! sent after a turn that received, with nothing queued, is written to the
+//! socket by its sender ([`DirectSocket`]): a request–response exchange then
+//! costs the driver one turn per message received and none per reply.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -29,6 +29,7 @@ use tokio::sync::Notify;
 use crate::conn::{now, Conn, SendState};
 use crate::error::CloseReason;
 use crate::link::{lock, Inline, Link, LinkConfig, Shared};
+use crate::tls::DirectTls;
 
 /// Bytes read per system call (at least).
 pub(crate) const READ_BUF: usize = 128 << 10;
@@ -78,13 +79,18 @@ pub(crate) trait StreamSocket: Send + 'static {
 pub(crate) enum DirectSocket {
     Tcp(std::net::TcpStream),
     Unix(std::os::unix::net::UnixStream),
+    Tls(DirectTls),
 }
 
 impl DirectSocket {
-    pub(crate) fn write_vectored(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+    /// Writes what the socket takes of `bufs` without blocking. Returns
+    /// the bytes taken, and whether all of them reached the socket (TLS
+    /// may seal more than it can write; the driver must write the rest).
+    pub(crate) fn write(&self, bufs: &[IoSlice<'_>]) -> io::Result<(usize, bool)> {
         match self {
-            DirectSocket::Tcp(s) => (&*s).write_vectored(bufs),
-            DirectSocket::Unix(s) => (&*s).write_vectored(bufs),
+            DirectSocket::Tcp(s) => (&*s).write_vectored(bufs).map(|n| (n, true)),
+            DirectSocket::Unix(s) => (&*s).write_vectored(bufs).map(|n| (n, true)),
+            DirectSocket::Tls(s) => s.write(bufs),
         }
     }
 }
@@ -161,6 +167,8 @@ async fn run<S: StreamSocket>(socket: &mut S, conn: &mut Conn, notify: &Notify) 
     let sleep = tokio::time::sleep(std::time::Duration::ZERO);
     tokio::pin!(sleep);
     let mut spins = 0u32;
+    // This turn read bytes from the socket.
+    let mut received = false;
     loop {
         // In steps, each drained right away: the stack's transmit queue
         // stays a few KiB (hot in cache) instead of a whole budget of frames.
@@ -187,9 +195,12 @@ async fn run<S: StreamSocket>(socket: &mut S, conn: &mut Conn, notify: &Notify) 
         if let Err(e) = out.write_to(socket) {
             return e.into();
         }
-        // With nothing left for the socket, senders may write to it
-        // themselves until one has to queue (plain sockets only).
-        let direct = conn.shared.inline == Inline::Framing;
+        // With nothing left for the socket after a turn that received,
+        // senders may write to it themselves (framing alone): the
+        // reply to what came in leaves without another turn of this loop.
+        // Not after turns that only sent: a sender in a tight loop would
+        // then pay a system call and a packet for one message per turn.
+        let direct = conn.shared.inline == Inline::Framing && std::mem::take(&mut received);
         if !shut && out.is_empty() && conn.send_state(direct) == SendState::Done {
             if let Err(e) = socket.shutdown_write().await {
                 return e.into();
@@ -228,6 +239,7 @@ async fn run<S: StreamSocket>(socket: &mut S, conn: &mut Conn, notify: &Notify) 
                 match socket.try_read_buf(&mut rbuf) {
                     Ok(0) => conn.end_inbound(CloseReason::PeerClosed),
                     Ok(_) => {
+                        received = true;
                         // An error closes the stack; close_reason() above
                         // picks it up.
                         let _ = conn.stack.handle_receive(now(), rbuf.split().freeze());

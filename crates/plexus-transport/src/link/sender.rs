@@ -176,8 +176,8 @@ impl LinkSender {
             return Direct::Partly(0);
         };
         let total = header.len() + payload.len();
-        match socket.write_vectored(&[IoSlice::new(header), IoSlice::new(payload)]) {
-            Ok(n) if n == total => {
+        match socket.write(&[IoSlice::new(header), IoSlice::new(payload)]) {
+            Ok((n, true)) if n == total => {
                 out.direct_messages += 1;
                 // One message per driver turn: the messages after it are
                 // queued and leave together in one write (a sender in a
@@ -187,7 +187,9 @@ impl LinkSender {
                 out.write_idle = false;
                 Direct::Written
             }
-            Ok(n) => {
+            // Taken in part, or (TLS) sealed but not all written: the
+            // driver writes the rest.
+            Ok((n, _)) => {
                 out.write_idle = false;
                 Direct::Partly(n)
             }
@@ -201,7 +203,7 @@ impl LinkSender {
     }
 
     /// Queues what a direct write left of `header | payload` (its first
-    /// `written` bytes went out) for the driver, and wakes it.
+    /// `written` bytes were taken) for the driver, and wakes it.
     fn queue_rest(
         &self,
         mut out: MutexGuard<'_, OutState>,
@@ -212,6 +214,15 @@ impl LinkSender {
     ) {
         let total = header.len() + payload.len();
         let rest = total - written;
+        if rest == 0 {
+            // TLS sealed it all but could not write every record: the
+            // driver writes them (it checks for records before it waits).
+            out.direct_messages += 1;
+            drop(out);
+            self.shared.out_space.add_permits(cost);
+            (self.shared.wake_driver)();
+            return;
+        }
         let (head, body) = (
             &header[written.min(header.len())..],
             written.saturating_sub(header.len()),

@@ -39,7 +39,11 @@ async fn until_idle(link: &Link) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sender_writes_to_an_idle_socket_itself_and_queues_what_follows() {
-    let (client, mut server) = pair(LinkConfig::default()).await;
+    let (mut client, mut server) = pair(LinkConfig::default()).await;
+    // Only a turn that received opens the window: the reply goes direct.
+    assert!(!lock(&client.shared().out).write_idle);
+    server.try_send_copy(b"request").expect("send");
+    assert_eq!(client.recv_message().await.unwrap(), &b"request"[..]);
     until_idle(&client).await;
     client.try_send_copy(b"first").expect("send");
     {
@@ -64,7 +68,12 @@ async fn a_sender_writes_to_an_idle_socket_itself_and_queues_what_follows() {
         shared.out_space.available_permits(),
         shared.config.send_buffer
     );
-    // The driver counted both as sent.
+    // A turn that only sent does not open it again; the next one that
+    // receives does, and the driver has counted both messages as sent.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert!(!lock(&client.shared().out).write_idle);
+    server.try_send_copy(b"again").expect("send");
+    assert_eq!(client.recv_message().await.unwrap(), &b"again"[..]);
     until_idle(&client).await;
     assert_eq!(lock(&client.shared().out).direct_messages, 0);
 }
@@ -78,7 +87,9 @@ async fn a_partly_written_message_leaves_its_rest_to_the_driver_in_order() {
         send_buffer: 64 << 10,
         recv_buffer: 32 << 20,
     };
-    let (client, mut server) = pair(config).await;
+    let (mut client, mut server) = pair(config).await;
+    server.try_send_copy(b"go").expect("send");
+    client.recv_message().await.expect("go");
     until_idle(&client).await;
     let big: Vec<u8> = (0..(12 << 20)).map(|i: u32| (i % 251) as u8).collect();
     client.send(Bytes::from(big.clone())).await.expect("send");
