@@ -40,9 +40,10 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use plexus_net::{Frame, LinkContext, StackSpec, TransportKind};
 use quinn_udp::{RecvMeta, Transmit, UdpSocketState};
-use tokio::io::Interest;
-use tokio::net::UdpSocket;
 use tokio::sync::{mpsc, oneshot, Notify};
+
+mod socket;
+use socket::EndpointSocket;
 
 use crate::conn::{now, Conn};
 use crate::error::{AcceptError, BindError, CloseReason, ConnectError};
@@ -207,13 +208,13 @@ impl UdpEndpoint {
             addr: url(addr),
             source,
         };
-        let socket = UdpSocket::bind(addr).await.map_err(io_err)?;
-        let local = socket.local_addr().map_err(io_err)?;
+        let socket = EndpointSocket::bind(addr).map_err(io_err)?;
+        let local = socket.get_ref().local_addr().map_err(io_err)?;
         // Enables GRO and the ancillary data quinn-udp reads.
-        let state = UdpSocketState::new((&socket).into()).map_err(io_err)?;
+        let state = UdpSocketState::new(socket.get_ref().into()).map_err(io_err)?;
         for result in [
-            state.set_recv_buffer_size((&socket).into(), SOCKET_BUFFER),
-            state.set_send_buffer_size((&socket).into(), SOCKET_BUFFER),
+            state.set_recv_buffer_size(socket.get_ref().into(), SOCKET_BUFFER),
+            state.set_send_buffer_size(socket.get_ref().into(), SOCKET_BUFFER),
         ] {
             if let Err(error) = result {
                 tracing::debug!(%error, "udp socket buffer size not set");
@@ -330,7 +331,7 @@ struct Peer {
 
 /// The socket task.
 struct Dispatcher {
-    socket: UdpSocket,
+    socket: EndpointSocket,
     state: UdpSocketState,
     spec: StackSpec,
     config: UdpConfig,
@@ -426,9 +427,9 @@ impl Dispatcher {
             // One buffer per read, all of it: a datagram or a coalesced run
             // of up to 64 KiB fits, and what is read is split off without a
             // copy. (Several buffers would each need that room.)
-            let received = self.socket.try_io(Interest::READABLE, || {
+            let received = self.socket.try_recv(|socket| {
                 let mut bufs = [IoSliceMut::new(&mut rbuf[..RX_MAX])];
-                self.state.recv((&self.socket).into(), &mut bufs, &mut meta)
+                self.state.recv(socket.into(), &mut bufs, &mut meta)
             });
             match received {
                 Ok(n) => {
@@ -697,7 +698,9 @@ impl Dispatcher {
             let sent = if n == 1 {
                 // A lone datagram: plain sendto, without the control
                 // messages quinn-udp's sendmsg carries.
-                self.socket.try_send_to(contents, addr).map(drop)
+                self.socket
+                    .try_send(|socket| socket.send_to(contents, addr))
+                    .map(drop)
             } else {
                 let transmit = Transmit {
                     destination: addr,
@@ -706,9 +709,9 @@ impl Dispatcher {
                     segment_size: Some(segment),
                     src_ip: None,
                 };
-                self.socket.try_io(Interest::WRITABLE, || {
-                    self.state.try_send((&self.socket).into(), &transmit)
-                })
+                let state = &self.state;
+                self.socket
+                    .try_send(|socket| state.try_send(socket.into(), &transmit))
             };
             match sent {
                 Ok(()) => {}

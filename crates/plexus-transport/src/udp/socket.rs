@@ -1,0 +1,109 @@
+//! The endpoint's UDP socket as the reactor sees it: registered for
+//! reading only.
+//!
+//! Linux reports a UDP socket writable again each time the receiver of
+//! one of its datagrams consumes it (the send buffer space comes back).
+//! Registered for both directions, the socket would turn every datagram
+//! the peer reads into a readiness event: an extra `epoll_wait` return,
+//! or a wake-up of a sleeping process, per message of a request–response
+//! exchange. Sends are tried straight away instead; only when one would
+//! block is a second descriptor registered for writability, until the
+//! socket takes the queued datagrams again.
+
+use std::io;
+use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::{AsFd, OwnedFd};
+
+use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
+
+/// Registers `fd` with the reactor for `interest`.
+///
+/// `AsyncFd::with_interest` is deprecated because a type that does not own
+/// its descriptor could close it while registered; tokio's replacement is
+/// `unsafe`. The types registered here own theirs (a `UdpSocket`, an
+/// `OwnedFd`): the descriptor stays open, and the same, until the `AsyncFd`
+/// is dropped, which deregisters it first. Safe tokio offers no other way to
+/// register for one direction only.
+#[allow(deprecated)]
+pub(crate) fn register<T: std::os::fd::AsRawFd>(
+    fd: T,
+    interest: Interest,
+) -> io::Result<AsyncFd<T>> {
+    AsyncFd::with_interest(fd, interest)
+}
+
+pub(super) struct EndpointSocket {
+    socket: AsyncFd<UdpSocket>,
+    /// Registered for writability while a send would block.
+    blocked: Option<AsyncFd<OwnedFd>>,
+}
+
+impl EndpointSocket {
+    /// Binds a non-blocking socket to `addr` and registers it for reading.
+    pub(super) fn bind(addr: SocketAddr) -> io::Result<Self> {
+        let socket = UdpSocket::bind(addr)?;
+        socket.set_nonblocking(true)?;
+        Ok(Self {
+            socket: register(socket, Interest::READABLE)?,
+            blocked: None,
+        })
+    }
+
+    pub(super) fn get_ref(&self) -> &UdpSocket {
+        self.socket.get_ref()
+    }
+
+    /// Resolves once the socket may have datagrams to read.
+    pub(super) async fn readable(&self) -> io::Result<()> {
+        self.socket.readable().await.map(drop)
+    }
+
+    /// Runs `recv`, a read of the socket; its `WouldBlock` clears the
+    /// readiness [`readable`](Self::readable) waits for.
+    pub(super) fn try_recv<R>(
+        &self,
+        recv: impl FnOnce(&UdpSocket) -> io::Result<R>,
+    ) -> io::Result<R> {
+        self.socket.try_io(Interest::READABLE, recv)
+    }
+
+    /// Runs `send`, a write of the socket. If it would block, registers
+    /// for writability ([`writable`](Self::writable) then waits for it);
+    /// once a send goes through, the registration is dropped.
+    pub(super) fn try_send<R>(
+        &mut self,
+        send: impl FnOnce(&UdpSocket) -> io::Result<R>,
+    ) -> io::Result<R> {
+        match send(self.socket.get_ref()) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                if self.blocked.is_none() {
+                    let fd = self.socket.get_ref().as_fd().try_clone_to_owned()?;
+                    self.blocked = Some(register(fd, Interest::WRITABLE)?);
+                }
+                Err(e)
+            }
+            result => {
+                if result.is_ok() {
+                    self.blocked = None;
+                }
+                result
+            }
+        }
+    }
+
+    /// Resolves once a send that would block may go through; pending
+    /// forever while no send is blocked.
+    pub(super) async fn writable(&self) -> io::Result<()> {
+        match &self.blocked {
+            Some(fd) => {
+                let mut ready = fd.writable().await?;
+                // Edge-triggered: the next wait needs a new edge, which
+                // the next send that would block is followed by.
+                ready.clear_ready();
+                Ok(())
+            }
+            None => std::future::pending().await,
+        }
+    }
+}
