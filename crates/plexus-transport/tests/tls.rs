@@ -16,7 +16,7 @@ use certs::{assert_refused_after_handshake, new_ca, node_pem, Ca};
 use common::exchange;
 use plexus_net::StackSpec;
 use plexus_transport::tls::{self, TlsConfig, TlsListener};
-use plexus_transport::{AcceptError, LinkConfig};
+use plexus_transport::{AcceptError, Link, LinkConfig};
 use tokio::io::AsyncWriteExt;
 
 fn spec() -> StackSpec {
@@ -49,13 +49,13 @@ async fn listener(tls: &TlsConfig) -> TlsListener {
     .expect("bind")
 }
 
-async fn connect(addr: SocketAddr, tls: &TlsConfig) -> Result<plexus_transport::Link, String> {
+async fn connect(addr: SocketAddr, tls: &TlsConfig) -> Result<Link, String> {
     tls::connect(&spec(), addr, "localhost", tls, LinkConfig::default())
         .await
         .map_err(|e| e.to_string())
 }
 
-fn handshake_error(r: Result<plexus_transport::Link, AcceptError>) -> String {
+fn handshake_error(r: Result<Link, AcceptError>) -> String {
     match r {
         Err(e @ AcceptError::Handshake { .. }) => e.to_string(),
         Err(e) => panic!("expected a handshake error, got {e}"),
@@ -63,20 +63,27 @@ fn handshake_error(r: Result<plexus_transport::Link, AcceptError>) -> String {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tls_links_exchange_10k_mixed_messages_in_order() {
-    let dir = tempfile::tempdir().expect("temp dir");
+/// A client and a server link between two nodes of one CA (client, server,
+/// and their configurations).
+async fn trusted_pair(dir: &Path) -> (Link, Link, TlsConfig, TlsConfig) {
     let ca = new_ca("test CA");
-    let server_tls = node(dir.path(), "n1", &ca, &ca, false);
-    let client_tls = node(dir.path(), "n2", &ca, &ca, false);
+    let server_tls = node(dir, "n1", &ca, &ca, false);
+    let client_tls = node(dir, "n2", &ca, &ca, false);
     let listener = listener(&server_tls).await;
     let client = connect(listener.local_addr(), &client_tls)
         .await
         .expect("connect");
     let server = listener.accept().await.expect("accept");
+    (client, server, client_tls, server_tls)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_links_exchange_10k_mixed_messages_in_order() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (client, server, client_tls, server_tls) = trusted_pair(dir.path()).await;
     // Each end knows the node id the other's certificate certifies.
     use plexus_transport::identity::certifies;
-    let certified = |l: &plexus_transport::Link| l.peer_identity().map(|i| i.node_id);
+    let certified = |l: &Link| l.peer_identity().map(|i| i.node_id);
     assert!(certifies(
         certified(&client).expect("server certified"),
         server_tls.node_id()
@@ -96,14 +103,7 @@ async fn tls_links_exchange_10k_mixed_messages_in_order() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_replies_of_any_size_arrive_whole_and_in_order() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let ca = new_ca("test CA");
-    let server_tls = node(dir.path(), "n1", &ca, &ca, false);
-    let client_tls = node(dir.path(), "n2", &ca, &ca, false);
-    let listener = listener(&server_tls).await;
-    let mut client = connect(listener.local_addr(), &client_tls)
-        .await
-        .expect("connect");
-    let mut server = listener.accept().await.expect("accept");
+    let (mut client, mut server, _, _) = trusted_pair(dir.path()).await;
     let reply = |i: u32| -> Vec<u8> {
         let len = [3usize, 900, 70_000, 3 << 20][i as usize % 4];
         (0..len).map(|j| (j as u32 ^ i) as u8).collect()
