@@ -378,6 +378,8 @@ impl Conn {
     /// still holds.
     pub(crate) fn close(mut self, reason: CloseReason) {
         self.deliver();
+        let direct = std::mem::take(&mut lock(&self.shared.out).direct_messages);
+        self.stack.count_inline_sends(direct);
         match self.unsent() {
             Unsent::Messages(0) | Unsent::Bytes(0) => {}
             Unsent::Messages(unsent) => {

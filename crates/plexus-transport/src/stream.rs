@@ -38,6 +38,9 @@ pub(crate) const MAX_IOV: usize = 512;
 /// Bytes of messages moved into the stack between two drains of its
 /// transmit queue.
 const PUMP_STEP: usize = 8 << 10;
+/// How long a link that is shut down, with nobody reading, waits for the
+/// peer's end before it closes the socket anyway.
+const LINGER: std::time::Duration = std::time::Duration::from_secs(2);
 /// Bytes of frames the driver holds for the socket before it stops taking
 /// messages from the application (the rest wait in the link's send buffer).
 pub(crate) const WRITE_BUDGET: usize = 256 << 10;
@@ -61,7 +64,7 @@ pub(crate) trait StreamSocket: Send + 'static {
         Ok(())
     }
     /// A second handle for senders to write through (see [`DirectSocket`]);
-    /// `None` where the bytes must pass through the driver (TLS).
+    /// `None` where the bytes must pass through the driver.
     fn direct(&self) -> Option<DirectSocket> {
         None
     }
@@ -156,6 +159,9 @@ pub(crate) fn spawn<S: StreamSocket>(
 }
 
 async fn drive<S: StreamSocket>(mut socket: S, mut conn: Conn, notify: Arc<Notify>) {
+    // Also when the task is cancelled (runtime shut down) rather than
+    // closing: the second descriptor must not keep the socket open.
+    let _direct = DirectGuard(conn.shared.clone());
     let reason = run(&mut socket, &mut conn, &notify).await;
     conn.close(reason);
 }
@@ -169,6 +175,8 @@ async fn run<S: StreamSocket>(socket: &mut S, conn: &mut Conn, notify: &Notify) 
     let mut spins = 0u32;
     // This turn read bytes from the socket.
     let mut received = false;
+    // Shut down, nobody reading: when to stop waiting for the peer's end.
+    let mut linger: Option<std::time::Instant> = None;
     loop {
         // In steps, each drained right away: the stack's transmit queue
         // stays a few KiB (hot in cache) instead of a whole budget of frames.
@@ -207,12 +215,18 @@ async fn run<S: StreamSocket>(socket: &mut S, conn: &mut Conn, notify: &Notify) 
             }
             shut = true;
         }
-        if shut && (conn.inbound_ended() || !conn.receiver_alive()) {
-            return if conn.inbound_ended() {
-                CloseReason::PeerClosed
-            } else {
-                CloseReason::Local
-            };
+        if shut && conn.inbound_ended() {
+            return CloseReason::PeerClosed;
+        }
+        if shut && !conn.receiver_alive() {
+            // Nobody reads what still comes. But a socket closed with
+            // unread input makes the kernel reset the connection, and the
+            // peer then loses what it has not read yet of ours: read (and
+            // drop) until the peer closes too, for at most LINGER.
+            let until = *linger.get_or_insert_with(|| now() + LINGER);
+            if now() >= until {
+                return CloseReason::Local;
+            }
         }
         if more && out.bytes < WRITE_BUDGET {
             // The socket took everything: go on with the queued messages
@@ -223,7 +237,10 @@ async fn run<S: StreamSocket>(socket: &mut S, conn: &mut Conn, notify: &Notify) 
             }
             continue;
         }
-        let deadline = conn.stack.poll_timeout();
+        let deadline = match (conn.stack.poll_timeout(), linger) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         if let Some(d) = deadline {
             sleep.as_mut().reset(d.into());
         }
@@ -258,6 +275,17 @@ async fn run<S: StreamSocket>(socket: &mut S, conn: &mut Conn, notify: &Notify) 
                 let _ = conn.stack.handle_timeout(now());
             }
         }
+    }
+}
+
+/// Drops a link's [`DirectSocket`] when its driver ends, however it ends.
+struct DirectGuard(Arc<Shared>);
+
+impl Drop for DirectGuard {
+    fn drop(&mut self) {
+        let mut out = lock(&self.0.out);
+        out.write_idle = false;
+        out.direct = None;
     }
 }
 

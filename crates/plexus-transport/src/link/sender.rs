@@ -47,6 +47,14 @@ impl Payload<'_> {
         }
     }
 
+    /// The bytes from `from` on, copying only those of a borrowed payload.
+    fn tail(self, from: usize) -> Bytes {
+        match self {
+            Payload::Borrowed(b) => Bytes::copy_from_slice(&b[from..]),
+            Payload::Owned(b) => b.slice(from..),
+        }
+    }
+
     fn into_bytes(self) -> Bytes {
         match self {
             Payload::Borrowed(b) => Bytes::copy_from_slice(b),
@@ -235,8 +243,7 @@ impl LinkSender {
             out.staging.put_slice(head);
             let staged = out.staging.split().freeze();
             out.queue.push_back((Lane::ZERO, staged));
-            out.queue
-                .push_back((Lane::ZERO, payload.into_bytes().slice(body..)));
+            out.queue.push_back((Lane::ZERO, payload.tail(body)));
         }
         out.inline_messages += 1;
         // The driver returns a permit per byte it takes, less `uncharged`.

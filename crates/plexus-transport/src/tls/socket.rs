@@ -46,7 +46,9 @@ impl DirectTls {
         let n = tls.writer().write_vectored(bufs)?;
         match flush_records(&mut tls, &mut raw) {
             Ok(()) => Ok((n, true)),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok((n, false)),
+            // Sealed, so taken: on an error the driver's next write meets
+            // it (the bytes must not be queued again).
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock || n > 0 => Ok((n, false)),
             Err(e) => Err(e),
         }
     }

@@ -37,7 +37,13 @@ pub(super) struct EndpointSocket {
     socket: AsyncFd<UdpSocket>,
     /// Registered for writability while a send would block.
     blocked: Option<AsyncFd<OwnedFd>>,
+    /// A send would block and the writability registration failed (out of
+    /// descriptors): retry after a short pause instead.
+    retry: bool,
 }
+
+/// Pause before retrying a blocked send when writability cannot be watched.
+const RETRY: std::time::Duration = std::time::Duration::from_millis(1);
 
 impl EndpointSocket {
     /// Binds a non-blocking socket to `addr` and registers it for reading.
@@ -47,6 +53,7 @@ impl EndpointSocket {
         Ok(Self {
             socket: register(socket, Interest::READABLE)?,
             blocked: None,
+            retry: false,
         })
     }
 
@@ -78,14 +85,26 @@ impl EndpointSocket {
         match send(self.socket.get_ref()) {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 if self.blocked.is_none() {
-                    let fd = self.socket.get_ref().as_fd().try_clone_to_owned()?;
-                    self.blocked = Some(register(fd, Interest::WRITABLE)?);
+                    let watch = self
+                        .socket
+                        .get_ref()
+                        .as_fd()
+                        .try_clone_to_owned()
+                        .and_then(|fd| register(fd, Interest::WRITABLE));
+                    match watch {
+                        Ok(watch) => self.blocked = Some(watch),
+                        Err(error) => {
+                            tracing::debug!(%error, "udp: cannot watch writability; polling");
+                            self.retry = true;
+                        }
+                    }
                 }
                 Err(e)
             }
             result => {
                 if result.is_ok() {
                     self.blocked = None;
+                    self.retry = false;
                 }
                 result
             }
@@ -101,6 +120,10 @@ impl EndpointSocket {
                 // Edge-triggered: the next wait needs a new edge, which
                 // the next send that would block is followed by.
                 ready.clear_ready();
+                Ok(())
+            }
+            None if self.retry => {
+                tokio::time::sleep(RETRY).await;
                 Ok(())
             }
             None => std::future::pending().await,
