@@ -1,7 +1,9 @@
 //! [`LinkSender`]: the sending half of a link, and the inline paths: on
 //! plain `framing` stream links senders write `len | payload` straight into
-//! the bytes the driver writes; on links whose stack ends in `batching`
-//! they write the batches in that layer's wire format.
+//! the bytes the driver writes, or, while the driver is idle after a turn
+//! that received, to the socket itself (see `stream`); on links whose
+//! stack ends in `batching` they write the batches in that layer's wire
+//! format.
 
 use std::io::IoSlice;
 use std::sync::{Arc, MutexGuard};
@@ -187,11 +189,11 @@ impl LinkSender {
         match socket.write(&[IoSlice::new(header), IoSlice::new(payload)]) {
             Ok((n, true)) if n == total => {
                 out.direct_messages += 1;
-                // One message per driver turn: the messages after it are
+                // One message per window: the messages after it are
                 // queued and leave together in one write (a sender in a
                 // tight loop would otherwise pay a system call for each).
-                // The driver opens the window again once it finds nothing
-                // to send.
+                // The driver opens the window again after its next turn
+                // that receives, with nothing left to send.
                 out.write_idle = false;
                 Direct::Written
             }
