@@ -40,6 +40,21 @@ pub struct RemoteArgs {
     /// (default: one per core).
     #[arg(long)]
     pub threads: Option<usize>,
+    /// Alternate the baseline and Plexus phases this many times and report
+    /// the round whose ratio is the median (a `ROUND` line per round
+    /// first): drift of a noisy machine between the two phases then moves
+    /// the reported ratio less than it moves any single pair.
+    #[arg(long, default_value_t = 1)]
+    pub rounds: usize,
+}
+
+/// Picks, from `(baseline, ours, ratio)` rounds, the one with the median
+/// ratio (the lower middle one of an even count).
+pub fn median_round<T>(mut rounds: Vec<(T, T, f64)>) -> (T, T) {
+    assert!(!rounds.is_empty(), "median of no rounds");
+    rounds.sort_by(|a, b| a.2.total_cmp(&b.2));
+    let (base, ours, _) = rounds.swap_remove((rounds.len() - 1) / 2);
+    (base, ours)
 }
 
 /// The environment variable that hands `--threads` to child processes.

@@ -114,32 +114,48 @@ pub fn run(args: &Args) {
     let rt = nodes::runtime();
     let warmup = Duration::from_secs_f64(args.warmup);
     let duration = Duration::from_secs_f64(args.duration);
-    let base = {
+    let mut rounds = Vec::new();
+    for round in 1..=args.rounds.max(1) {
+        let base = {
+            let pongs: Vec<ChildNode> = (0..args.n)
+                .map(|_| ChildNode::start(&["w1-pong-baseline".into()]))
+                .collect();
+            let addrs: Vec<String> = pongs.iter().map(|p| p.ready.clone()).collect();
+            rt.block_on(async move { tokio::spawn(ping_baseline(addrs, warmup, duration)).await })
+                .expect("baseline ping task")
+        };
+        if args.baseline {
+            report(args, "baseline", &base, None);
+            return;
+        }
         let pongs: Vec<ChildNode> = (0..args.n)
-            .map(|_| ChildNode::start(&["w1-pong-baseline".into()]))
+            .map(|_| {
+                ChildNode::start(&[
+                    "w1-pong".into(),
+                    "--transport".into(),
+                    args.transport.clone(),
+                ])
+            })
             .collect();
-        let addrs: Vec<String> = pongs.iter().map(|p| p.ready.clone()).collect();
-        rt.block_on(async move { tokio::spawn(ping_baseline(addrs, warmup, duration)).await })
-            .expect("baseline ping task")
-    };
-    report(args, "baseline", &base, None);
-    if args.baseline {
-        return;
+        let uris: Vec<String> = pongs.iter().map(|p| p.ready.clone()).collect();
+        let transport = args.transport.clone();
+        let ours = rt
+            .block_on(
+                async move { tokio::spawn(ping_plexus(uris, transport, warmup, duration)).await },
+            )
+            .expect("plexus ping task");
+        let ratio = ours.rate() / base.rate();
+        if args.rounds > 1 {
+            println!(
+                "ROUND workload=w1 round={round} rtt_per_s={:.0} baseline_rtt_per_s={:.0} vs_baseline={ratio:.2}",
+                ours.rate(),
+                base.rate()
+            );
+        }
+        rounds.push((base, ours, ratio));
     }
-    let pongs: Vec<ChildNode> = (0..args.n)
-        .map(|_| {
-            ChildNode::start(&[
-                "w1-pong".into(),
-                "--transport".into(),
-                args.transport.clone(),
-            ])
-        })
-        .collect();
-    let uris: Vec<String> = pongs.iter().map(|p| p.ready.clone()).collect();
-    let transport = args.transport.clone();
-    let ours = rt
-        .block_on(async move { tokio::spawn(ping_plexus(uris, transport, warmup, duration)).await })
-        .expect("plexus ping task");
+    let (base, ours) = nodes::median_round(rounds);
+    report(args, "baseline", &base, None);
     report(args, "plexus", &ours, Some(&base));
 }
 
@@ -147,6 +163,13 @@ pub fn run(args: &Args) {
 struct Run {
     samples: Vec<u32>,
     seconds: f64,
+}
+
+impl Run {
+    /// Round trips per second.
+    fn rate(&self) -> f64 {
+        self.samples.len() as f64 / self.seconds
+    }
 }
 
 async fn ping_plexus(
@@ -236,7 +259,7 @@ fn report(args: &Args, system: &str, run: &Run, base: Option<&Run>) {
             .copied()
             .unwrap_or(0)
     };
-    let rate = s.len() as f64 / run.seconds;
+    let rate = run.rate();
     let mut line = ResultLine::new("w1", system)
         .field("rtt_per_s", format!("{rate:.0}"))
         .field("p50_us", pct(0.50))
@@ -244,8 +267,10 @@ fn report(args: &Args, system: &str, run: &Run, base: Option<&Run>) {
         .field("n", args.n)
         .field("transport", args.transport.replace(' ', ""));
     if let Some(b) = base {
-        let b_rate = b.samples.len() as f64 / b.seconds;
-        line = line.field("vs_baseline", format!("{:.2}", rate / b_rate));
+        line = line.field("vs_baseline", format!("{:.2}", rate / b.rate()));
+    }
+    if args.rounds > 1 {
+        line = line.field("rounds", args.rounds);
     }
     line.print();
 }

@@ -128,17 +128,31 @@ pub fn run(args: &Args) {
     let warmup = Duration::from_secs_f64(args.warmup);
     let duration = Duration::from_secs_f64(args.duration);
     let n = args.n;
-    let base = rt
-        .block_on(async move { tokio::spawn(sink_baseline(n, warmup, duration)).await })
-        .expect("baseline sink");
-    report(args, "baseline", base, None);
-    if args.baseline {
-        return;
+    let mut rounds = Vec::new();
+    for round in 1..=args.rounds.max(1) {
+        let base = rt
+            .block_on(async move { tokio::spawn(sink_baseline(n, warmup, duration)).await })
+            .expect("baseline sink");
+        if args.baseline {
+            report(args, "baseline", base, None);
+            return;
+        }
+        let transport = args.transport.clone();
+        let ours = rt
+            .block_on(
+                async move { tokio::spawn(sink_plexus(n, transport, warmup, duration)).await },
+            )
+            .expect("plexus sink");
+        let ratio = ours / base;
+        if args.rounds > 1 {
+            println!(
+                "ROUND workload=w2 round={round} values_per_s={ours:.0} baseline_values_per_s={base:.0} vs_baseline={ratio:.3}"
+            );
+        }
+        rounds.push((base, ours, ratio));
     }
-    let transport = args.transport.clone();
-    let ours = rt
-        .block_on(async move { tokio::spawn(sink_plexus(n, transport, warmup, duration)).await })
-        .expect("plexus sink");
+    let (base, ours) = nodes::median_round(rounds);
+    report(args, "baseline", base, None);
     report(args, "plexus", ours, Some(base));
 }
 
@@ -274,6 +288,9 @@ fn report(args: &Args, system: &str, rate: f64, base: Option<f64>) {
         .field("transport", args.transport.replace(' ', ""));
     if let Some(b) = base {
         line = line.field("vs_baseline", format!("{:.3}", rate / b));
+    }
+    if args.rounds > 1 {
+        line = line.field("rounds", args.rounds);
     }
     line.print();
 }
