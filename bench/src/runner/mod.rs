@@ -78,6 +78,11 @@ pub struct Args {
     /// workloads); default one per core.
     #[arg(long)]
     threads: Option<usize>,
+    /// Alternating baseline/Plexus rounds per W1/W2 cell (`--rounds` of
+    /// those workloads: the round with the median ratio is reported);
+    /// default 1. Each cell takes this many times as long.
+    #[arg(long)]
+    rounds: Option<usize>,
     /// Messages each W3 side sends; default the workload's 2,000.
     #[arg(long)]
     w3_count: Option<u64>,
@@ -155,6 +160,7 @@ fn jobs(args: &Args, groups: &[&str]) -> Vec<Job> {
         args.transports.iter().map(String::as_str).collect()
     };
     let threads = args.threads.map(|t| t.to_string());
+    let rounds = args.rounds.map(|r| r.to_string());
     for w in ["w1", "w2"] {
         if !groups.contains(&w) {
             continue;
@@ -166,6 +172,9 @@ fn jobs(args: &Args, groups: &[&str]) -> Vec<Job> {
                 a.extend_from_slice(timing);
                 if let Some(threads) = &threads {
                     a.extend_from_slice(&["--threads", threads]);
+                }
+                if let Some(rounds) = &rounds {
+                    a.extend_from_slice(&["--rounds", rounds]);
                 }
                 out.push(Job::new(
                     &a,
@@ -503,6 +512,9 @@ fn render_section(
     }
     if let Some(t) = args.threads {
         s.push_str(&format!(" --threads {t}"));
+    }
+    if let Some(r) = args.rounds {
+        s.push_str(&format!(" --rounds {r}"));
     }
     s.push_str(
         "\n```\n\nEvery command run and its `RESULT` lines are at the end of this section.\n",
