@@ -181,34 +181,27 @@ impl LinkSender {
     /// Writes `header | payload` to the socket through the driver's idle
     /// window (`OutState::write_idle`, which the caller checked).
     fn write_direct(out: &mut OutState, header: &[u8], payload: &[u8]) -> Direct {
+        // One message per window, whatever happens to it: the messages
+        // after it are queued and leave together in one write (a sender in
+        // a tight loop would otherwise pay a system call for each). The
+        // driver opens the window again after its next turn that receives,
+        // with nothing left to send.
+        out.write_idle = false;
         let Some(socket) = &out.direct else {
-            out.write_idle = false;
             return Direct::Partly(0);
         };
         let total = header.len() + payload.len();
         match socket.write(&[IoSlice::new(header), IoSlice::new(payload)]) {
             Ok((n, true)) if n == total => {
                 out.direct_messages += 1;
-                // One message per window: the messages after it are
-                // queued and leave together in one write (a sender in a
-                // tight loop would otherwise pay a system call for each).
-                // The driver opens the window again after its next turn
-                // that receives, with nothing left to send.
-                out.write_idle = false;
                 Direct::Written
             }
             // Taken in part, or (TLS) sealed but not all written: the
             // driver writes the rest.
-            Ok((n, _)) => {
-                out.write_idle = false;
-                Direct::Partly(n)
-            }
+            Ok((n, _)) => Direct::Partly(n),
             // Would block, or failed: the driver writes it and, on an
             // error, finds it and closes the link.
-            Err(_) => {
-                out.write_idle = false;
-                Direct::Partly(0)
-            }
+            Err(_) => Direct::Partly(0),
         }
     }
 
