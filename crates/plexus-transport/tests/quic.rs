@@ -48,19 +48,32 @@ fn config() -> QuicConfig {
 }
 
 fn server(tls: &TlsConfig) -> QuicEndpoint {
-    QuicEndpoint::bind(&spec(), "127.0.0.1:0".parse().expect("addr"), tls, config()).expect("bind")
+    server_with(tls, config())
+}
+
+fn server_with(tls: &TlsConfig, config: QuicConfig) -> QuicEndpoint {
+    QuicEndpoint::bind(&spec(), "127.0.0.1:0".parse().expect("addr"), tls, config).expect("bind")
 }
 
 fn client(tls: &TlsConfig) -> QuicEndpoint {
-    QuicEndpoint::client(&spec(), "127.0.0.1:0".parse().expect("addr"), tls, config())
+    client_with(tls, config())
+}
+
+fn client_with(tls: &TlsConfig, config: QuicConfig) -> QuicEndpoint {
+    QuicEndpoint::client(&spec(), "127.0.0.1:0".parse().expect("addr"), tls, config)
         .expect("client endpoint")
 }
 
 /// A connected pair of links (client, server) under one CA.
 async fn pair() -> (Link, Link, QuicEndpoint, QuicEndpoint) {
+    pair_with(config()).await
+}
+
+/// [`pair`] with both endpoints on `config`.
+async fn pair_with(config: QuicConfig) -> (Link, Link, QuicEndpoint, QuicEndpoint) {
     let ca = new_ca("test CA");
-    let s = server(&tls("n1", &ca, &ca, false));
-    let c = client(&tls("n2", &ca, &ca, false));
+    let s = server_with(&tls("n1", &ca, &ca, false), config);
+    let c = client_with(&tls("n2", &ca, &ca, false), config);
     let a = c
         .connect(s.local_addr(), "localhost")
         .await
@@ -562,7 +575,6 @@ async fn large_messages_on_many_lanes_at_once_stay_within_the_peers_budget() {
 /// back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inline_lane_framing_keeps_order_and_returns_every_permit() {
-    let ca = new_ca("test CA");
     let small = QuicConfig {
         link: LinkConfig {
             send_buffer: 4 << 10,
@@ -570,25 +582,7 @@ async fn inline_lane_framing_keeps_order_and_returns_every_permit() {
         },
         ..config()
     };
-    let s = QuicEndpoint::bind(
-        &spec(),
-        "127.0.0.1:0".parse().expect("addr"),
-        &tls("n1", &ca, &ca, false),
-        small,
-    )
-    .expect("bind");
-    let c = QuicEndpoint::client(
-        &spec(),
-        "127.0.0.1:0".parse().expect("addr"),
-        &tls("n2", &ca, &ca, false),
-        small,
-    )
-    .expect("client");
-    let client = c
-        .connect(s.local_addr(), "localhost")
-        .await
-        .expect("connect");
-    let mut server = s.accept().await.expect("accept");
+    let (client, mut server, _s, _c) = pair_with(small).await;
     let message = |i: usize| -> Vec<u8> {
         // The first byte names the lane, so every message has one.
         let len = [10, 2000, 9000, 1, 300][i % 5];
