@@ -11,7 +11,7 @@ use bytes::Bytes;
 use plexus_net::{Frame, LinkEvent, SendError as StackSendError, Stack};
 
 use crate::error::CloseReason;
-use crate::link::{lock, Chunk, Inline, Lane, Received, Shared, MESSAGE_OVERHEAD};
+use crate::link::{lock, queued_bytes, Chunk, Inline, Lane, Received, Shared, MESSAGE_OVERHEAD};
 use crate::stats::LinkStats;
 
 /// The current time on tokio's clock (so paused-time tests drive stacks too).
@@ -290,17 +290,17 @@ impl Conn {
             self.dropped = dropped;
             *lock(&self.shared.stats) = LinkStats::of(&self.stack);
         }
-        let mut bytes = 0;
         while let Some(m) = self.stack.poll_receive() {
-            bytes += m.len() + MESSAGE_OVERHEAD;
             self.staged.push_back(Received::Message(m));
         }
         while let Some(event) = self.stack.poll_event() {
             // SendReady is the driver's business: pump_send retries.
             if event != LinkEvent::SendReady {
-                bytes += MESSAGE_OVERHEAD;
                 self.staged.push_back(Received::Event(event));
             }
+        }
+        if !self.staged.is_empty() {
+            self.shared.offer_inline(&mut self.staged);
         }
         if self.staged.is_empty() {
             if self.inbox_full {
@@ -308,6 +308,7 @@ impl Conn {
             }
             return;
         }
+        let bytes = queued_bytes(&self.staged);
         let receiver = {
             let mut inb = lock(&self.shared.inb);
             self.receiver_alive = inb.receiver_alive;

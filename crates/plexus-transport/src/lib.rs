@@ -71,7 +71,7 @@ pub use error::{
     AcceptError, BindError, CloseReason, ConnectError, LinkClosed, SendError, TrySendError,
     UnreliableError,
 };
-pub use link::{Lane, Link, LinkConfig, LinkReceiver, LinkSender, Received};
+pub use link::{InlineReceive, Lane, Link, LinkConfig, LinkReceiver, LinkSender, Received};
 pub use stats::LinkStats;
 
 #[cfg(test)]

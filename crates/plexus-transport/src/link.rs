@@ -46,8 +46,10 @@ use crate::stream::DirectSocket;
 
 mod receiver;
 mod sender;
+#[cfg(test)]
+mod tests;
 
-pub use receiver::LinkReceiver;
+pub use receiver::{InlineReceive, LinkReceiver};
 pub use sender::LinkSender;
 
 /// Bookkeeping bytes charged per queued message on top of its length, so a
@@ -86,6 +88,18 @@ pub enum Received {
     Message(Bytes),
     /// A stack event (heartbeat suspicion, skipped gap, delivery failure).
     Event(LinkEvent),
+}
+
+/// Bytes `items` are charged in the inbound queue: each message's length
+/// plus [`MESSAGE_OVERHEAD`] per entry.
+pub(crate) fn queued_bytes(items: &VecDeque<Received>) -> usize {
+    items
+        .iter()
+        .map(|r| match r {
+            Received::Message(m) => m.len() + MESSAGE_OVERHEAD,
+            Received::Event(_) => MESSAGE_OVERHEAD,
+        })
+        .sum()
 }
 
 /// Wakes the driver that serves a link.
@@ -190,6 +204,13 @@ pub(crate) struct InState {
     /// The driver stopped reading because the queue is full.
     pub(crate) driver_waiting: bool,
     pub(crate) receiver_alive: bool,
+    /// Handles what arrives on the driver's task while the receiver is idle
+    /// ([`LinkReceiver::receive_inline`]). Taken out while it runs.
+    pub(crate) inline: Option<Box<dyn InlineReceive>>,
+    /// The receiver holds items it took and has not finished with: nothing
+    /// may be handled inline before it waits again (that would overtake
+    /// them).
+    pub(crate) receiver_busy: bool,
 }
 
 impl OutState {
@@ -330,6 +351,8 @@ impl Shared {
                 receiver: None,
                 driver_waiting: false,
                 receiver_alive: true,
+                inline: None,
+                receiver_busy: false,
             })),
             wake_driver,
             stats: Mutex::default(),
@@ -392,6 +415,36 @@ impl Shared {
         };
         if let Some(receiver) = receiver {
             receiver.wake();
+        }
+    }
+
+    /// Offers `staged`, what the driver is about to queue for the receiver,
+    /// to the receiver's inline handler: it takes what it can from the
+    /// front, and the rest is queued as before. Only while nothing is
+    /// queued and the receiver waits with nothing in hand, so nothing is
+    /// overtaken; only one caller at a time runs the handler (the others
+    /// queue). The handler runs without any of the link's locks held: it
+    /// may send on this link.
+    pub(crate) fn offer_inline(&self, staged: &mut VecDeque<Received>) {
+        let mut handler = {
+            let mut inb = lock(&self.inb);
+            if !inb.queue.is_empty() || inb.receiver_busy {
+                return;
+            }
+            match inb.inline.take() {
+                Some(handler) => handler,
+                None => return,
+            }
+        };
+        handler.receive(staged);
+        let mut inb = lock(&self.inb);
+        if inb.receiver_alive {
+            inb.inline = Some(handler);
+        } else {
+            // Dropped after the lock: the handler may own handles of this
+            // link.
+            drop(inb);
+            drop(handler);
         }
     }
 

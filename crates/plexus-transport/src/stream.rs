@@ -421,4 +421,4 @@ impl WriteQueue {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -9,7 +9,7 @@ use bytes::{Buf, Bytes};
 use plexus_core::remote::{self, Control, Inbound, ReceiptError, Signal, Watcher};
 use plexus_core::{ActorId, DeadLetterReason, Down, Exit, ExitReason, NodeId};
 
-use plexus_transport::Received;
+use plexus_transport::{InlineReceive, Received};
 
 use super::{Peer, GOODBYE_PREFIX};
 use crate::node::{lock, NodeInner};
@@ -54,6 +54,71 @@ impl InboundCache {
             self.last = inner.inbound(to, type_id).map(|ib| ((to, type_id), ib));
         }
         self.last.as_ref().map(|(_, ib)| ib)
+    }
+}
+
+/// Batches of up to this many items are handled on the transport's driver
+/// task ([`InlineDispatch`]); larger ones (a stream) go to the link's
+/// reader task, which on a multi-threaded runtime decodes them while the
+/// driver reads the next.
+const INLINE_BATCH_MAX: usize = 16;
+
+/// Delivers the messages of a link whose reader task waits idle right on
+/// the transport's driver task, as they arrive: a message reaches its
+/// actor's mailbox with one task wake-up (the actor's) instead of two.
+///
+/// It takes only `MESSAGE` frames with a valid header, whose delivery
+/// cannot fail and never waits. Everything else (other frames, link
+/// events, large batches, and everything while the last actor it delivered
+/// to is flooded) it leaves to the reader task, behind what it took.
+pub(super) struct InlineDispatch {
+    pub(super) peer: Arc<Peer>,
+    pub(super) inner: Arc<NodeInner>,
+    pub(super) remote: NodeId,
+    pub(super) cache: InboundCache,
+    /// Messages since the last look at the target's mailbox length.
+    pub(super) unchecked: usize,
+    /// The flooded actor that made it hand everything to the reader task,
+    /// until it is down to [`FLOOD_LOW`].
+    pub(super) flooded: Option<Arc<dyn Inbound>>,
+}
+
+impl InlineReceive for InlineDispatch {
+    fn receive(&mut self, batch: &mut VecDeque<Received>) {
+        if batch.len() > INLINE_BATCH_MAX {
+            return;
+        }
+        if let Some(target) = &self.flooded {
+            if target.is_alive() && target.queued() > FLOOD_LOW {
+                return;
+            }
+            self.flooded = None;
+        }
+        while let Some(Received::Message(bytes)) = batch.front() {
+            if !matches!(MessageHeader::parse(bytes), Some(Ok(_))) {
+                break;
+            }
+            let Some(Received::Message(bytes)) = batch.pop_front() else {
+                break;
+            };
+            let taken =
+                self.peer
+                    .dispatch_run(&self.inner, self.remote, bytes, batch, &mut self.cache);
+            // A message with a valid header is always delivered (or dead
+            // lettered); only other frames fail.
+            self.unchecked += taken.unwrap_or(1);
+            if self.unchecked >= FLOOD_CHECK_EVERY as usize {
+                self.unchecked = 0;
+                if let Some((_, target)) = &self.cache.last {
+                    if target.queued() > FLOOD_HIGH {
+                        // The reader task waits for the actor to drain,
+                        // and the queue behind it pushes back on the peer.
+                        self.flooded = Some(target.clone());
+                        return;
+                    }
+                }
+            }
+        }
     }
 }
 

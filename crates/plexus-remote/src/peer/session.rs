@@ -217,6 +217,15 @@ impl Peer {
             let _ = w.send(Ok(hs.node));
         }
         tracing::debug!(target: "plexus::remote", node = %inner.id, peer = %hs.node, scheme = %self.scheme, "link up");
+        let mut receiver = receiver;
+        receiver.receive_inline(Box::new(InlineDispatch {
+            peer: self.clone(),
+            inner: inner.clone(),
+            remote: hs.node,
+            cache: InboundCache::default(),
+            unchecked: 0,
+            flooded: None,
+        }));
         let peer = self.clone();
         let inner = inner.clone();
         tokio::spawn(async move { peer.read(inner, receiver, epoch, hs.node).await });

@@ -1,5 +1,7 @@
 //! [`LinkReceiver`]: the receiving half of a link, which takes what the
-//! driver queued in one batch per lock.
+//! driver queued in one batch per lock, and [`InlineReceive`], a handler
+//! that takes what arrives on the driver's own task while the receiver
+//! waits (one task hand-off less per message).
 
 use std::collections::VecDeque;
 use std::future::poll_fn;
@@ -10,6 +12,23 @@ use bytes::Bytes;
 
 use super::{lock, Received, Shared};
 use crate::error::LinkClosed;
+
+/// Handles received items on the link's driver task, as they arrive,
+/// instead of the receiver's task being woken for them
+/// ([`LinkReceiver::receive_inline`]).
+///
+/// The driver offers what it received only while the receiver waits with
+/// nothing in hand and nothing is queued for it, so items keep their order:
+/// whatever the handler leaves goes to the receiver, behind what the
+/// handler took. It runs on the driver's task, holding none of the link's
+/// locks: it must not block or wait (it delays the link's reading, and on
+/// UDP every link of the endpoint), and may send on the link.
+pub trait InlineReceive: Send {
+    /// Takes the items it handles from the front of `batch`, stopping at
+    /// the first it leaves to the receiver (a message that needs waiting,
+    /// an event, a batch too large to handle here).
+    fn receive(&mut self, batch: &mut VecDeque<Received>);
+}
 
 /// The receiving half of a link.
 pub struct LinkReceiver {
@@ -31,6 +50,15 @@ impl LinkReceiver {
         &self.shared.peer
     }
 
+    /// Installs `handler` to take arriving items on the driver's task while
+    /// this receiver waits (see [`InlineReceive`]); it replaces any handler
+    /// installed before. What the handler leaves arrives here as usual.
+    /// The handler is dropped with the receiver.
+    pub fn receive_inline(&mut self, handler: Box<dyn InlineReceive>) {
+        let old = lock(&self.shared.inb).inline.replace(handler);
+        drop(old);
+    }
+
     /// The next message or event, waiting until one arrives.
     ///
     /// # Errors
@@ -48,7 +76,7 @@ impl LinkReceiver {
             if let Some(item) = self.local.pop_front() {
                 return Poll::Ready(Ok(item));
             }
-            if let Err(closed) = ready!(self.poll_refill(cx)) {
+            if let Err(closed) = ready!(self.poll_refill(cx, true)) {
                 return Poll::Ready(Err(closed));
             }
         })
@@ -69,7 +97,7 @@ impl LinkReceiver {
     pub async fn recv_batch(&mut self, batch: &mut VecDeque<Received>) -> Result<(), LinkClosed> {
         poll_fn(|cx| {
             if self.local.is_empty() {
-                if let Err(closed) = ready!(self.poll_refill(cx)) {
+                if let Err(closed) = ready!(self.poll_refill(cx, batch.is_empty())) {
                     return Poll::Ready(Err(closed));
                 }
             }
@@ -85,12 +113,15 @@ impl LinkReceiver {
 
     /// Takes the shared queue's batch into `local`: `Ready(Ok)` once
     /// `local` is non-empty, `Ready(Err)` once the link is closed and
-    /// drained, `Pending` (waker registered) otherwise.
-    fn poll_refill(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), LinkClosed>> {
+    /// drained, `Pending` (waker registered) otherwise. `idle`: the caller
+    /// holds no items it took before, so while it waits the inline handler
+    /// may take new ones.
+    fn poll_refill(&mut self, cx: &mut Context<'_>, idle: bool) -> Poll<Result<(), LinkClosed>> {
         let wake_driver = {
             let mut inb = lock(&self.shared.inb);
             std::mem::swap(&mut inb.queue, &mut self.local);
             inb.bytes = 0;
+            inb.receiver_busy = !(idle && self.local.is_empty());
             if self.local.is_empty() {
                 if let Some(closed) = &inb.closed {
                     return Poll::Ready(Err(closed.clone()));
@@ -128,7 +159,7 @@ impl LinkReceiver {
                     tracing::debug!(peer = %self.shared.peer, ?event, "link event skipped");
                 }
                 None => {
-                    if let Err(closed) = ready!(self.poll_refill(cx)) {
+                    if let Err(closed) = ready!(self.poll_refill(cx, true)) {
                         return Poll::Ready(Err(closed));
                     }
                 }
@@ -140,12 +171,15 @@ impl LinkReceiver {
 
 impl Drop for LinkReceiver {
     fn drop(&mut self) {
-        {
+        let handler = {
             let mut inb = lock(&self.shared.inb);
             inb.receiver_alive = false;
             inb.queue.clear();
             inb.bytes = 0;
-        }
+            inb.inline.take()
+        };
+        // After the lock: the handler may own handles of this link.
+        drop(handler);
         (self.shared.wake_driver)();
     }
 }

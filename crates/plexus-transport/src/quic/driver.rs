@@ -19,7 +19,7 @@ use super::{code, QuicConfig, QuicError};
 use crate::error::{CloseReason, UnreliableError};
 use crate::identity::PeerIdentity;
 use crate::link::{
-    lock, Extras, Inline, Lane, Link, Received, Shared, UnreliableSink, MESSAGE_OVERHEAD,
+    lock, queued_bytes, Extras, Inline, Lane, Link, Received, Shared, UnreliableSink,
 };
 
 /// Messages up to this length are copied next to their header (one chunk
@@ -728,15 +728,14 @@ async fn wait_room(shared: &Shared, room: &Notify) {
     }
 }
 
-/// Appends `staged` to the inbound queue (one lock) and wakes the receiver.
+/// Offers `staged` to the receiver's inline handler, then appends what it
+/// left to the inbound queue (one lock) and wakes the receiver.
 fn push(shared: &Shared, staged: &mut VecDeque<Received>) {
-    let bytes: usize = staged
-        .iter()
-        .map(|r| match r {
-            Received::Message(m) => m.len() + MESSAGE_OVERHEAD,
-            Received::Event(_) => MESSAGE_OVERHEAD,
-        })
-        .sum();
+    shared.offer_inline(staged);
+    if staged.is_empty() {
+        return;
+    }
+    let bytes = queued_bytes(staged);
     let receiver = {
         let mut inb = lock(&shared.inb);
         if !inb.receiver_alive {

@@ -15,7 +15,7 @@ fn spec() -> StackSpec {
     "tcp / framing".parse().expect("valid spec")
 }
 
-async fn pair(config: LinkConfig) -> (Link, Link) {
+pub(crate) async fn pair(config: LinkConfig) -> (Link, Link) {
     let listener = tcp::TcpListener::bind_with(&spec(), "127.0.0.1:0".parse().unwrap(), config)
         .await
         .expect("bind");
