@@ -41,6 +41,7 @@ use tokio::sync::Semaphore;
 use crate::error::{CloseReason, LinkClosed, SendError, TrySendError, UnreliableError};
 use crate::identity::PeerIdentity;
 pub use crate::lane::Lane;
+use crate::quic::driver::LaneWriters;
 use crate::stats::LinkStats;
 use crate::stream::DirectSocket;
 
@@ -181,11 +182,16 @@ pub(crate) struct OutState {
     /// stops, so the socket closes with it.
     pub(crate) direct: Option<DirectSocket>,
     /// The driver has nothing queued for the socket and took everything
-    /// from `queue` and `staging`, which are empty: a sender may write its
-    /// message straight to `direct` (holding this lock, which keeps the
-    /// bytes in order), instead of queueing it and waking the driver. Set
-    /// by the driver; cleared by a sender that had to queue after all.
+    /// from `queue` and `staging`, which are empty: the next sender may
+    /// write its message straight to `direct` (QUIC: hand it to its lane's
+    /// writer in `lane_writers`), holding this lock, which keeps the bytes
+    /// in order, instead of queueing it and waking the driver. Set by the
+    /// driver; cleared by that sender.
     pub(crate) write_idle: bool,
+    /// QUIC: the lane writers' queues, for senders to hand messages to
+    /// while `write_idle` (see [`LaneWriters`]). Cleared when sending ends,
+    /// so the writers' queues close.
+    pub(crate) lane_writers: Option<Box<LaneWriters>>,
     /// Messages senders wrote through `direct` since the driver last
     /// counted them (for the stack's counters; they are not unsent).
     pub(crate) direct_messages: u64,
@@ -338,6 +344,7 @@ impl Shared {
                 staging_messages: 0,
                 driver_waiting: false,
                 direct: None,
+                lane_writers: None,
                 write_idle: false,
                 direct_messages: 0,
                 senders: 0,
@@ -382,6 +389,7 @@ impl Shared {
             let mut out = lock(&self.out);
             out.write_idle = false;
             out.direct = None;
+            out.lane_writers = None;
             out.staging.clear();
             let unsent = match self.inline {
                 Inline::Framing | Inline::Lanes => out.inline_messages as usize,

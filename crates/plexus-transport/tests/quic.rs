@@ -634,3 +634,62 @@ async fn inline_lane_framing_keeps_order_and_returns_every_permit() {
     common::assert_permits_returned(|m| client.try_send(m).is_ok(), &mut server, (4 << 10) - 4)
         .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replies_handed_to_lane_writers_stay_in_order_and_the_link_still_closes() {
+    // Each request opens the window for the reply to go to its lane's
+    // writer without the driver; the burst behind it is staged for the
+    // driver. Each lane must keep its order across that seam, and the
+    // writers' queues the senders could reach must close with the link.
+    let (mut client, server, _s, _c) = pair().await;
+    const ROUNDS: u32 = 50;
+    const BURST: u32 = 40;
+    let (server_tx, mut server_rx) = server.split();
+    let lanes = [Lane::ZERO, Lane::new(3).expect("lane")];
+    let checker = tokio::spawn(async move {
+        let mut next = [0u32; 2];
+        for round in 0..ROUNDS {
+            server_tx
+                .send(Bytes::from(round.to_be_bytes().to_vec()))
+                .await
+                .expect("request");
+            for _ in 0..BURST * 2 {
+                let m = tokio::time::timeout(T, server_rx.recv_message())
+                    .await
+                    .expect("reply in time")
+                    .expect("link open");
+                let lane = usize::from(m[0]);
+                let seq = u32::from_be_bytes(m[1..5].try_into().expect("4 bytes"));
+                assert_eq!(seq, next[lane], "lane {lane} out of order");
+                next[lane] += 1;
+            }
+        }
+        // The client closes after the last burst: the link ends here too.
+        let end = tokio::time::timeout(T, server_rx.recv_message())
+            .await
+            .expect("the link closes in time");
+        assert!(end.is_err(), "nothing after the last reply");
+        next
+    });
+    let mut seqs = [0u32; 2];
+    for _ in 0..ROUNDS {
+        tokio::time::timeout(T, client.recv_message())
+            .await
+            .expect("request in time")
+            .expect("link open");
+        for _ in 0..BURST {
+            for (i, lane) in lanes.iter().enumerate() {
+                let seq = seqs[i];
+                seqs[i] += 1;
+                // Some replies large enough to travel as chunks of their own.
+                let len = if seq % 13 == 0 { 20_000 } else { 9 };
+                let mut m = vec![i as u8; len];
+                m[1..5].copy_from_slice(&seq.to_be_bytes());
+                client.send_on(*lane, Bytes::from(m)).await.expect("reply");
+            }
+        }
+    }
+    client.close();
+    let next = checker.await.expect("checker");
+    assert_eq!(next, [ROUNDS * BURST; 2]);
+}

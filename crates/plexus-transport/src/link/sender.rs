@@ -8,7 +8,7 @@
 use std::io::IoSlice;
 use std::sync::{Arc, MutexGuard};
 
-use bytes::{BufMut, Bytes};
+use bytes::{BufMut, Bytes, BytesMut};
 use plexus_net::layers::batching;
 use plexus_net::layers::framing::FrameHeader;
 use tokio::sync::TryAcquireError;
@@ -130,7 +130,7 @@ impl LinkSender {
         let header = FrameHeader { len: len as u32 }.emit();
         let wake = {
             let mut guard = lock(&self.shared.out);
-            if guard.write_idle {
+            if guard.write_idle && guard.direct.is_some() {
                 match Self::write_direct(&mut guard, &header, payload.as_slice()) {
                     Direct::Written => {
                         drop(guard);
@@ -142,40 +142,94 @@ impl LinkSender {
                     }
                 }
             }
-            let out = &mut *guard;
-            if out.staging_lane != lane {
-                // Per-lane framing: the staged bytes are another lane's.
-                if !out.staging.is_empty() {
-                    let staged = out.staging.split().freeze();
-                    out.queue.push_back((out.staging_lane, staged));
+            // QUIC, with the driver idle: straight to the lane's writer,
+            // one message per window as above.
+            let to_lane =
+                guard.write_idle && guard.lane_writers.as_ref().is_some_and(|w| w.has(lane));
+            guard.write_idle = false;
+            if to_lane {
+                match Self::hand_to_lane(&mut guard, lane, &header, payload, cost) {
+                    None => return,
+                    Some(wake) => wake,
                 }
-                out.staging_lane = lane;
-            }
-            if len <= INLINE_COPY_MAX {
-                if out.staging.capacity() - out.staging.len() < FrameHeader::LEN + len {
-                    out.staging.reserve(STAGING_CHUNK);
-                }
-                out.staging.put_slice(&header);
-                out.staging.put_slice(payload.as_slice());
             } else {
-                out.staging.put_slice(&header);
-                let staged = out.staging.split().freeze();
-                out.queue.push_back((lane, staged));
-                out.queue.push_back((lane, payload.into_bytes()));
+                self.stage(&mut guard, lane, &header, payload, cost)
             }
-            if self.shared.inline == Inline::Lanes && out.staging.len() >= STAGING_CHUNK {
-                // Staged small messages leave in chunks below QUIC's bulk
-                // size, so only a large message's own payload counts as bulk.
-                let staged = out.staging.split().freeze();
-                out.queue.push_back((lane, staged));
-            }
-            out.inline_messages += 1;
-            out.uncharged += (FrameHeader::LEN + len) - cost;
-            std::mem::take(&mut out.driver_waiting)
         };
         if wake {
             (self.shared.wake_driver)();
         }
+    }
+
+    /// QUIC: hands `header | payload` to `lane`'s writer (which the caller
+    /// checked exists). `Some(wake)` if it had ended after all (the
+    /// connection failed): the message is queued for the driver instead,
+    /// which finds out and counts it unsent.
+    fn hand_to_lane(
+        out: &mut OutState,
+        lane: Lane,
+        header: &[u8],
+        payload: Payload<'_>,
+        cost: usize,
+    ) -> Option<bool> {
+        let len = payload.len();
+        let chunks = if len <= INLINE_COPY_MAX {
+            let mut wire = BytesMut::with_capacity(FrameHeader::LEN + len);
+            wire.put_slice(header);
+            wire.put_slice(payload.as_slice());
+            vec![wire.freeze()]
+        } else {
+            vec![Bytes::copy_from_slice(header), payload.into_bytes()]
+        };
+        let writers = out.lane_writers.as_ref()?;
+        let chunks = writers.send(lane, chunks, cost).err()?;
+        out.queue.extend(chunks.into_iter().map(|c| (lane, c)));
+        out.inline_messages += 1;
+        out.uncharged += (FrameHeader::LEN + len) - cost;
+        Some(std::mem::take(&mut out.driver_waiting))
+    }
+
+    /// Inline framing: appends `header | payload` to the staging buffer (a
+    /// large payload as a queue entry of its own, after it); returns
+    /// whether the driver waits for it.
+    fn stage(
+        &self,
+        out: &mut OutState,
+        lane: Lane,
+        header: &[u8],
+        payload: Payload<'_>,
+        cost: usize,
+    ) -> bool {
+        let len = payload.len();
+        if out.staging_lane != lane {
+            // Per-lane framing: the staged bytes are another lane's.
+            if !out.staging.is_empty() {
+                let staged = out.staging.split().freeze();
+                out.queue.push_back((out.staging_lane, staged));
+            }
+            out.staging_lane = lane;
+        }
+        if len <= INLINE_COPY_MAX {
+            if out.staging.capacity() - out.staging.len() < FrameHeader::LEN + len {
+                out.staging.reserve(STAGING_CHUNK);
+            }
+            out.staging.put_slice(header);
+            out.staging.put_slice(payload.as_slice());
+        } else {
+            out.staging.put_slice(header);
+            let staged = out.staging.split().freeze();
+            out.queue.push_back((lane, staged));
+            out.queue.push_back((lane, payload.into_bytes()));
+        }
+        if self.shared.inline == Inline::Lanes && out.staging.len() >= STAGING_CHUNK {
+            // Staged small messages leave in chunks below QUIC's bulk
+            // size, so only a large message's own payload counts as bulk.
+            let staged = out.staging.split().freeze();
+            out.queue.push_back((lane, staged));
+        }
+        out.inline_messages += 1;
+        out.uncharged += (FrameHeader::LEN + len) - cost;
+        std::mem::take(&mut out.driver_waiting)
     }
 
     /// Writes `header | payload` to the socket through the driver's idle

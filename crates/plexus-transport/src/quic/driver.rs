@@ -308,9 +308,19 @@ impl Driver {
                     batch.push_back((out.staging_lane, staged));
                 }
                 if batch.is_empty() {
-                    // The next push wakes us.
+                    // The next push wakes us, or senders hand their
+                    // messages to the lane writers themselves meanwhile.
                     out.driver_waiting = true;
-                    break out.senders == 0 || out.close_requested;
+                    let done = out.senders == 0 || out.close_requested;
+                    if done {
+                        // The writers' queues must close for the lanes to
+                        // finish: no sender may reach them any more.
+                        out.lane_writers = None;
+                    }
+                    // Everything taken is with the writers: the next
+                    // message may go to its writer straight away.
+                    out.write_idle = out.lane_writers.is_some();
+                    break done;
                 }
                 out.inline_messages = 0;
                 std::mem::take(&mut out.uncharged)
@@ -327,7 +337,17 @@ impl Driver {
                 touched &= touched - 1;
                 if self.writers[i].is_none() {
                     let lane = Lane::new(i as u8).expect("a lane index");
-                    self.writers[i] = Some(self.open_lane(lane));
+                    let writer = self.open_lane(lane);
+                    let mut out = lock(&self.shared.out);
+                    if !out.close_requested {
+                        out.lane_writers
+                            .get_or_insert_with(|| {
+                                Box::new(LaneWriters(std::array::from_fn(|_| None)))
+                            })
+                            .0[i] = Some(writer.clone());
+                    }
+                    drop(out);
+                    self.writers[i] = Some(writer);
                 }
                 let mut wire = std::mem::take(&mut self.staged[i]);
                 // Bytes of messages larger than the whole send buffer were
@@ -469,6 +489,40 @@ fn connection_reason(e: ConnectionError) -> CloseReason {
         }
         ConnectionError::LocallyClosed => CloseReason::Local,
         _ => CloseReason::Quic(Arc::new(QuicError::Connection(e))),
+    }
+}
+
+/// The lane writers' queues, shared with the senders
+/// (`OutState::lane_writers`): once the driver, with nothing left to take,
+/// opens the window (`OutState::write_idle`), the next sender hands its
+/// message to its lane's writer itself, instead of queueing it and waking
+/// the driver to do that: one task wake-up less per message of a
+/// request–response exchange. Everything queued before is with the writers
+/// already, so the lane keeps its order. One message per window: those
+/// after it are staged and go to the writer together, as before.
+pub(crate) struct LaneWriters([Option<mpsc::UnboundedSender<LaneWire>>; Lane::COUNT]);
+
+impl LaneWriters {
+    /// Hands `chunks`, one message's wire bytes charged `permits`, to
+    /// `lane`'s writer; gives them back if the lane has none (not opened
+    /// yet, or its writer ended).
+    pub(crate) fn send(
+        &self,
+        lane: Lane,
+        chunks: Vec<Bytes>,
+        permits: usize,
+    ) -> Result<(), Vec<Bytes>> {
+        match &self.0[usize::from(lane.index())] {
+            Some(writer) => writer
+                .send(LaneWire { chunks, permits })
+                .map_err(|e| e.0.chunks),
+            None => Err(chunks),
+        }
+    }
+
+    /// Whether `lane` has a writer.
+    pub(crate) fn has(&self, lane: Lane) -> bool {
+        self.0[usize::from(lane.index())].is_some()
     }
 }
 
@@ -731,6 +785,16 @@ async fn wait_room(shared: &Shared, room: &Notify) {
 /// Offers `staged` to the receiver's inline handler, then appends what it
 /// left to the inbound queue (one lock) and wakes the receiver.
 fn push(shared: &Shared, staged: &mut VecDeque<Received>) {
+    {
+        // Something arrived while the driver has nothing to hand the
+        // writers: the reply to it may go to its writer straight away (as
+        // a byte-stream link's driver opens the window after a turn that
+        // received). A waiting driver left nothing queued or staged.
+        let mut out = lock(&shared.out);
+        if out.driver_waiting && out.lane_writers.is_some() {
+            out.write_idle = true;
+        }
+    }
     shared.offer_inline(staged);
     if staged.is_empty() {
         return;

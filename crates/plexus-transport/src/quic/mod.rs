@@ -81,7 +81,7 @@
 //! # Ok(()) }
 //! ```
 
-mod driver;
+pub(crate) mod driver;
 
 use std::io;
 use std::net::SocketAddr;
