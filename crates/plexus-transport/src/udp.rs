@@ -58,7 +58,7 @@ const TX_BUDGET: usize = 256 << 10;
 /// bound by at most one read.
 const RX_BATCH: usize = 64;
 /// Receive buffer: datagrams are read into it and split off without copies.
-const RX_BUF: usize = 256 << 10;
+const RX_BUF: usize = 512 << 10;
 /// Room left in the receive buffer for one read: the largest datagram or
 /// coalesced (GRO) run.
 const RX_MAX: usize = 64 << 10;
@@ -418,21 +418,31 @@ impl Dispatcher {
     fn read(&mut self, rbuf: &mut BytesMut) {
         let mut meta = [RecvMeta::default(); quinn_udp::BATCH_SIZE];
         for _ in 0..RX_BATCH {
-            if rbuf.len() < RX_MAX {
+            if rbuf.len() < 2 * RX_MAX {
                 // Zeroed once: safe code cannot read into uninitialised
                 // memory. Reads then fill it front to back and split off
                 // what they got, so each byte is zeroed once.
                 *rbuf = BytesMut::zeroed(RX_BUF);
             }
-            // One buffer per read, all of it: a datagram or a coalesced run
-            // of up to 64 KiB fits, and what is read is split off without a
-            // copy. (Several buffers would each need that room.)
-            let received = self.socket.try_recv(|socket| {
-                let mut bufs = [IoSliceMut::new(&mut rbuf[..RX_MAX])];
-                self.state.recv(socket.into(), &mut bufs, &mut meta)
+            // Two buffers per read, each room for a datagram or a coalesced
+            // run of up to 64 KiB. Fewer than two datagrams read means the
+            // socket had no more: its readiness is cleared then, instead of
+            // by another read that would block (one system call less per
+            // message of a request–response exchange).
+            let received = self.socket.try_recv_until_drained(|socket| {
+                let (first, second) = rbuf[..2 * RX_MAX].split_at_mut(RX_MAX);
+                let mut bufs = [IoSliceMut::new(first), IoSliceMut::new(second)];
+                let n = self.state.recv(socket.into(), &mut bufs, &mut meta)?;
+                Ok((n, n < bufs.len()))
             });
             match received {
                 Ok(n) => {
+                    if n == 2 {
+                        // Move the second datagram next to the first, so
+                        // both are split off the front.
+                        let (len, at) = (meta[1].len, RX_MAX - meta[0].len);
+                        rbuf[meta[0].len..].copy_within(at..at + len, 0);
+                    }
                     for m in &meta[..n] {
                         let mut run = rbuf.split_to(m.len).freeze();
                         // A coalesced run holds datagrams of `stride` bytes

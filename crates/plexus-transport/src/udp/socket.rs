@@ -66,13 +66,32 @@ impl EndpointSocket {
         self.socket.readable().await.map(drop)
     }
 
-    /// Runs `recv`, a read of the socket; its `WouldBlock` clears the
-    /// readiness [`readable`](Self::readable) waits for.
-    pub(super) fn try_recv<R>(
+    /// Runs `recv`, a read of the socket that also says whether it found
+    /// the socket drained (it read fewer datagrams than it had room for):
+    /// then the readiness [`readable`](Self::readable) waits for is
+    /// cleared, as by a read that would block. A datagram that arrives
+    /// after the read sets it again (the reactor's next event for the
+    /// socket is newer than the one cleared).
+    pub(super) fn try_recv_until_drained<R>(
         &self,
-        recv: impl FnOnce(&UdpSocket) -> io::Result<R>,
+        recv: impl FnOnce(&UdpSocket) -> io::Result<(R, bool)>,
     ) -> io::Result<R> {
-        self.socket.try_io(Interest::READABLE, recv)
+        let mut read = None;
+        let cleared = self.socket.try_io(Interest::READABLE, |socket| {
+            let (r, drained) = recv(socket)?;
+            read = Some(r);
+            if drained {
+                Err(io::ErrorKind::WouldBlock.into())
+            } else {
+                Ok(())
+            }
+        });
+        // Without a result, the read failed (or the socket was not ready).
+        read.ok_or_else(|| {
+            cleared
+                .err()
+                .unwrap_or_else(|| io::ErrorKind::WouldBlock.into())
+        })
     }
 
     /// Runs `send`, a write of the socket. If it would block, registers
