@@ -217,6 +217,10 @@ pub(crate) struct InState {
     /// may be handled inline before it waits again (that would overtake
     /// them).
     pub(crate) receiver_busy: bool,
+    /// The inline handler is running (taken out of `inline`): the
+    /// receiver must not report the close before it is back, or the
+    /// application would see the link end while messages still reach it.
+    pub(crate) inline_running: bool,
 }
 
 impl OutState {
@@ -360,6 +364,7 @@ impl Shared {
                 receiver_alive: true,
                 inline: None,
                 receiver_busy: false,
+                inline_running: false,
             })),
             wake_driver,
             stats: Mutex::default(),
@@ -440,19 +445,33 @@ impl Shared {
                 return;
             }
             match inb.inline.take() {
-                Some(handler) => handler,
+                Some(handler) => {
+                    inb.inline_running = true;
+                    handler
+                }
                 None => return,
             }
         };
         handler.receive(staged);
         let mut inb = lock(&self.inb);
+        inb.inline_running = false;
+        // A receiver that found the link closed meanwhile waits for this.
+        let receiver = if inb.closed.is_some() {
+            inb.receiver.take()
+        } else {
+            None
+        };
         if inb.receiver_alive {
             inb.inline = Some(handler);
+            drop(inb);
         } else {
             // Dropped after the lock: the handler may own handles of this
             // link.
             drop(inb);
             drop(handler);
+        }
+        if let Some(receiver) = receiver {
+            receiver.wake();
         }
     }
 

@@ -641,7 +641,16 @@ async fn replies_handed_to_lane_writers_stay_in_order_and_the_link_still_closes(
     // writer without the driver; the burst behind it is staged for the
     // driver. Each lane must keep its order across that seam, and the
     // writers' queues the senders could reach must close with the link.
-    let (mut client, server, _s, _c) = pair().await;
+    // A send buffer a tenth of what the replies add up to: a permit not
+    // returned on the direct path would stall the replies.
+    let small = QuicConfig {
+        link: LinkConfig {
+            send_buffer: 64 << 10,
+            recv_buffer: 4 << 20,
+        },
+        ..QuicConfig::default()
+    };
+    let (mut client, server, _s, _c) = pair_with(small).await;
     const ROUNDS: u32 = 50;
     const BURST: u32 = 40;
     let (server_tx, mut server_rx) = server.split();

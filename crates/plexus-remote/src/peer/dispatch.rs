@@ -62,6 +62,9 @@ impl InboundCache {
 /// reader task, which on a multi-threaded runtime decodes them while the
 /// driver reads the next.
 const INLINE_BATCH_MAX: usize = 16;
+/// Nor batches of more bytes than this: decoding them would hold up the
+/// driver (on UDP, every peer of the endpoint).
+const INLINE_BYTES_MAX: usize = 64 << 10;
 
 /// Delivers the messages of a link whose reader task waits idle right on
 /// the transport's driver task, as they arrive: a message reaches its
@@ -69,8 +72,9 @@ const INLINE_BATCH_MAX: usize = 16;
 ///
 /// It takes only `MESSAGE` frames with a valid header, whose delivery
 /// cannot fail and never waits. Everything else (other frames, link
-/// events, large batches, and everything while the last actor it delivered
-/// to is flooded) it leaves to the reader task, behind what it took.
+/// events, batches of more than 16 messages or 64 KiB, and everything
+/// while the last actor it delivered to is flooded) it leaves to the
+/// reader task, behind what it took.
 pub(super) struct InlineDispatch {
     pub(super) peer: Arc<Peer>,
     pub(super) inner: Arc<NodeInner>,
@@ -86,6 +90,16 @@ pub(super) struct InlineDispatch {
 impl InlineReceive for InlineDispatch {
     fn receive(&mut self, batch: &mut VecDeque<Received>) {
         if batch.len() > INLINE_BATCH_MAX {
+            return;
+        }
+        let bytes: usize = batch
+            .iter()
+            .map(|r| match r {
+                Received::Message(m) => m.len(),
+                Received::Event(_) => 0,
+            })
+            .sum();
+        if bytes > INLINE_BYTES_MAX {
             return;
         }
         if let Some(target) = &self.flooded {

@@ -301,6 +301,9 @@ impl Peer {
                 }
             }
         };
+        // With the receiver goes its inline handler: nothing of this link
+        // reaches an actor after it is declared down.
+        drop(rx);
         if cause == format!("{GOODBYE_PREFIX}{DUPLICATE}") {
             self.superseded(&inner, epoch);
         } else {

@@ -123,7 +123,7 @@ impl LinkReceiver {
             inb.bytes = 0;
             inb.receiver_busy = !(idle && self.local.is_empty());
             if self.local.is_empty() {
-                if let Some(closed) = &inb.closed {
+                if let Some(closed) = inb.closed.as_ref().filter(|_| !inb.inline_running) {
                     return Poll::Ready(Err(closed.clone()));
                 }
                 // Registered under the lock the driver pushes under: no

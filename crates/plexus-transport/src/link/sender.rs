@@ -162,9 +162,9 @@ impl LinkSender {
     }
 
     /// QUIC: hands `header | payload` to `lane`'s writer (which the caller
-    /// checked exists). `Some(wake)` if it had ended after all (the
-    /// connection failed): the message is queued for the driver instead,
-    /// which finds out and counts it unsent.
+    /// checked exists). `Some(wake)` if there was none after all (its
+    /// writer ended: the connection failed): the message is queued for the
+    /// driver instead, which finds out and counts it unsent.
     fn hand_to_lane(
         out: &mut OutState,
         lane: Lane,
@@ -181,8 +181,11 @@ impl LinkSender {
         } else {
             vec![Bytes::copy_from_slice(header), payload.into_bytes()]
         };
-        let writers = out.lane_writers.as_ref()?;
-        let chunks = writers.send(lane, chunks, cost).err()?;
+        let handed = match &out.lane_writers {
+            Some(writers) => writers.send(lane, chunks, cost),
+            None => Err(chunks),
+        };
+        let chunks = handed.err()?;
         out.queue.extend(chunks.into_iter().map(|c| (lane, c)));
         out.inline_messages += 1;
         out.uncharged += (FrameHeader::LEN + len) - cost;

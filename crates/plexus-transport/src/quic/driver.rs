@@ -791,7 +791,7 @@ fn push(shared: &Shared, staged: &mut VecDeque<Received>) {
         // a byte-stream link's driver opens the window after a turn that
         // received). A waiting driver left nothing queued or staged.
         let mut out = lock(&shared.out);
-        if out.driver_waiting && out.lane_writers.is_some() {
+        if out.driver_waiting && out.lane_writers.is_some() && !out.close_requested {
             out.write_idle = true;
         }
     }
