@@ -388,7 +388,6 @@ impl Shared {
     /// the queued messages, senders get [`SendError::Closed`]. Returns how
     /// many accepted messages were never sent. The first reason wins.
     pub(crate) fn close(&self, reason: CloseReason) -> usize {
-        self.close_inbound(reason);
         self.out_space.close();
         let unsent = {
             let mut out = lock(&self.out);
@@ -407,6 +406,9 @@ impl Shared {
             out.staging_permits = 0;
             unsent
         };
+        // Last: a receiver that sees the close finds the socket handle for
+        // direct writes gone already.
+        self.close_inbound(reason);
         if unsent > 0 {
             tracing::warn!(peer = %self.peer, unsent, "link closed with messages not sent");
         }
