@@ -37,7 +37,7 @@ mod session;
 pub(crate) use session::accept;
 use session::{established, handshake_on};
 
-use dispatch::{wait_drained, InboundCache, InlineDispatch, FLOOD_CHECK_EVERY, FLOOD_HIGH};
+use dispatch::{wait_drained, InboundCache, InlineDispatch};
 use lanes::down_token;
 pub(crate) use lanes::{lane_of, name_key};
 

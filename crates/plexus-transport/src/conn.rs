@@ -11,7 +11,7 @@ use bytes::Bytes;
 use plexus_net::{Frame, LinkEvent, SendError as StackSendError, Stack};
 
 use crate::error::CloseReason;
-use crate::link::{lock, queued_bytes, Chunk, Inline, Lane, Received, Shared, MESSAGE_OVERHEAD};
+use crate::link::{lock, Chunk, Inline, Lane, Received, Shared, MESSAGE_OVERHEAD};
 use crate::stats::LinkStats;
 
 /// The current time on tokio's clock (so paused-time tests drive stacks too).
@@ -299,38 +299,13 @@ impl Conn {
                 self.staged.push_back(Received::Event(event));
             }
         }
-        if !self.staged.is_empty() {
-            self.shared.offer_inline(&mut self.staged);
-        }
-        if self.staged.is_empty() {
-            if self.inbox_full {
-                self.refresh_inbox();
+        match self.shared.hand_over(&mut self.staged, true) {
+            Some(handed) => {
+                self.receiver_alive = handed.receiver_alive;
+                self.inbox_full = handed.full;
             }
-            return;
-        }
-        let bytes = queued_bytes(&self.staged);
-        let receiver = {
-            let mut inb = lock(&self.shared.inb);
-            self.receiver_alive = inb.receiver_alive;
-            if inb.receiver_alive {
-                if inb.queue.is_empty() {
-                    // The receiver took the last batch: hand over the whole
-                    // buffer instead of copying each entry.
-                    std::mem::swap(&mut inb.queue, &mut self.staged);
-                } else {
-                    inb.queue.append(&mut self.staged);
-                }
-                inb.bytes += bytes;
-            } else {
-                tracing::trace!(peer = %self.shared.peer, n = self.staged.len(), "receiver dropped; discarding");
-                self.staged.clear();
-            }
-            self.inbox_full = inb.bytes >= self.shared.config.recv_buffer;
-            inb.driver_waiting = self.inbox_full;
-            inb.receiver.take()
-        };
-        if let Some(receiver) = receiver {
-            receiver.wake();
+            None if self.inbox_full => self.refresh_inbox(),
+            None => {}
         }
     }
 

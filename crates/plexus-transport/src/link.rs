@@ -93,7 +93,7 @@ pub enum Received {
 
 /// Bytes `items` are charged in the inbound queue: each message's length
 /// plus [`MESSAGE_OVERHEAD`] per entry.
-pub(crate) fn queued_bytes(items: &VecDeque<Received>) -> usize {
+fn queued_bytes(items: &VecDeque<Received>) -> usize {
     items
         .iter()
         .map(|r| match r {
@@ -101,6 +101,13 @@ pub(crate) fn queued_bytes(items: &VecDeque<Received>) -> usize {
             Received::Event(_) => MESSAGE_OVERHEAD,
         })
         .sum()
+}
+
+/// What [`Shared::hand_over`] left: whether the receiver is alive, and
+/// whether the inbound queue is full.
+pub(crate) struct HandedOver {
+    pub(crate) receiver_alive: bool,
+    pub(crate) full: bool,
 }
 
 /// Wakes the driver that serves a link.
@@ -440,7 +447,7 @@ impl Shared {
     /// overtaken; only one caller at a time runs the handler (the others
     /// queue). The handler runs without any of the link's locks held: it
     /// may send on this link.
-    pub(crate) fn offer_inline(&self, staged: &mut VecDeque<Received>) {
+    fn offer_inline(&self, staged: &mut VecDeque<Received>) {
         let mut handler = {
             let mut inb = lock(&self.inb);
             if !inb.queue.is_empty() || inb.receiver_busy {
@@ -455,26 +462,75 @@ impl Shared {
             }
         };
         handler.receive(staged);
-        let mut inb = lock(&self.inb);
-        inb.inline_running = false;
-        // A receiver that found the link closed meanwhile waits for this.
-        let receiver = if inb.closed.is_some() {
-            inb.receiver.take()
-        } else {
-            None
+        let (gone, receiver) = {
+            let mut inb = lock(&self.inb);
+            inb.inline_running = false;
+            let gone = if inb.receiver_alive {
+                inb.inline = Some(handler);
+                None
+            } else {
+                Some(handler)
+            };
+            // A receiver that found the link closed meanwhile waits for this.
+            let receiver = inb.closed.is_some().then(|| inb.receiver.take()).flatten();
+            (gone, receiver)
         };
-        if inb.receiver_alive {
-            inb.inline = Some(handler);
-            drop(inb);
-        } else {
-            // Dropped after the lock: the handler may own handles of this
-            // link.
-            drop(inb);
-            drop(handler);
-        }
+        // Dropped after the lock: the handler may own handles of this link.
+        drop(gone);
         if let Some(receiver) = receiver {
             receiver.wake();
         }
+    }
+
+    /// Hands `staged`, what the driver received, to the receiver: first to
+    /// its inline handler ([`offer_inline`](Shared::offer_inline)), then
+    /// what that left to the inbound queue (one lock), waking the
+    /// receiver. `None` if the handler took everything (no lock taken);
+    /// otherwise whether the receiver is alive (if not, the items are
+    /// dropped) and whether the queue is now full. With `driver_waits`,
+    /// the driver stops reading while it is full: the receiver wakes it
+    /// when it takes the batch.
+    pub(crate) fn hand_over(
+        &self,
+        staged: &mut VecDeque<Received>,
+        driver_waits: bool,
+    ) -> Option<HandedOver> {
+        if !staged.is_empty() {
+            self.offer_inline(staged);
+        }
+        if staged.is_empty() {
+            return None;
+        }
+        let bytes = queued_bytes(staged);
+        let (handed, receiver) = {
+            let mut inb = lock(&self.inb);
+            if inb.receiver_alive {
+                if inb.queue.is_empty() {
+                    // The receiver took the last batch: hand over the whole
+                    // buffer instead of copying each entry.
+                    std::mem::swap(&mut inb.queue, staged);
+                } else {
+                    inb.queue.append(staged);
+                }
+                inb.bytes += bytes;
+            } else {
+                tracing::trace!(peer = %self.peer, n = staged.len(), "receiver dropped; discarding");
+                staged.clear();
+            }
+            let full = inb.bytes >= self.config.recv_buffer;
+            if driver_waits {
+                inb.driver_waiting = full;
+            }
+            let handed = HandedOver {
+                receiver_alive: inb.receiver_alive,
+                full,
+            };
+            (handed, inb.receiver.take())
+        };
+        if let Some(receiver) = receiver {
+            receiver.wake();
+        }
+        Some(handed)
     }
 
     pub(crate) fn closed(&self) -> LinkClosed {

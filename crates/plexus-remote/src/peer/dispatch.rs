@@ -20,11 +20,11 @@ use crate::wire::{Frame, MessageHeader, ReceiptStatus, Resolution};
 /// transport's bounded buffers then push back on the sending node, whose
 /// own bounded buffers turn the excess into dead letters there. Memory per
 /// flooded actor stays bounded even with an unbounded mailbox.
-pub(super) const FLOOD_HIGH: usize = 100_000;
+const FLOOD_HIGH: usize = 100_000;
 const FLOOD_LOW: usize = 50_000;
 /// A link looks at the mailbox length once per this many messages: a flood
 /// overshoots [`FLOOD_HIGH`] by at most this many.
-pub(super) const FLOOD_CHECK_EVERY: u32 = 256;
+const FLOOD_CHECK_EVERY: u32 = 256;
 
 pub(super) async fn wait_drained(target: &Arc<dyn Inbound>) {
     tracing::debug!(target: "plexus::remote", actor = %target.id(), "actor flooded; pausing the link");
@@ -39,7 +39,10 @@ pub(super) async fn wait_drained(target: &Arc<dyn Inbound>) {
 /// actor skip the export table's lock.
 #[derive(Default)]
 pub(super) struct InboundCache {
-    pub(super) last: Option<((u64, u64), Arc<dyn Inbound>)>,
+    last: Option<((u64, u64), Arc<dyn Inbound>)>,
+    /// Messages delivered since the last look at a mailbox's length
+    /// ([`flooded_after`](InboundCache::flooded_after)).
+    unchecked: usize,
     /// Payloads of the run being delivered ([`Peer::dispatch_run`]); kept
     /// for its allocation.
     run: Vec<Bytes>,
@@ -54,6 +57,21 @@ impl InboundCache {
             self.last = inner.inbound(to, type_id).map(|ib| ((to, type_id), ib));
         }
         self.last.as_ref().map(|(_, ib)| ib)
+    }
+
+    /// Counts `taken` more messages delivered. Every
+    /// [`FLOOD_CHECK_EVERY`] messages, not each (reading a mailbox's
+    /// length is a few dyn calls and atomics), looks at the last target:
+    /// `Some(target)` if it holds more than [`FLOOD_HIGH`], and the link
+    /// must pause until it drains.
+    pub(super) fn flooded_after(&mut self, taken: usize) -> Option<Arc<dyn Inbound>> {
+        self.unchecked += taken;
+        if self.unchecked < FLOOD_CHECK_EVERY as usize {
+            return None;
+        }
+        self.unchecked = 0;
+        let (_, target) = self.last.as_ref()?;
+        (target.queued() > FLOOD_HIGH).then(|| target.clone())
     }
 }
 
@@ -80,8 +98,6 @@ pub(super) struct InlineDispatch {
     pub(super) inner: Arc<NodeInner>,
     pub(super) remote: NodeId,
     pub(super) cache: InboundCache,
-    /// Messages since the last look at the target's mailbox length.
-    pub(super) unchecked: usize,
     /// The flooded actor that made it hand everything to the reader task,
     /// until it is down to [`FLOOD_LOW`].
     pub(super) flooded: Option<Arc<dyn Inbound>>,
@@ -120,17 +136,11 @@ impl InlineReceive for InlineDispatch {
                     .dispatch_run(&self.inner, self.remote, bytes, batch, &mut self.cache);
             // A message with a valid header is always delivered (or dead
             // lettered); only other frames fail.
-            self.unchecked += taken.unwrap_or(1);
-            if self.unchecked >= FLOOD_CHECK_EVERY as usize {
-                self.unchecked = 0;
-                if let Some((_, target)) = &self.cache.last {
-                    if target.queued() > FLOOD_HIGH {
-                        // The reader task waits for the actor to drain,
-                        // and the queue behind it pushes back on the peer.
-                        self.flooded = Some(target.clone());
-                        return;
-                    }
-                }
+            if let Some(target) = self.cache.flooded_after(taken.unwrap_or(1)) {
+                // The reader task waits for the actor to drain, and the
+                // queue behind it pushes back on the peer.
+                self.flooded = Some(target);
+                return;
             }
         }
     }

@@ -223,7 +223,6 @@ impl Peer {
             inner: inner.clone(),
             remote: hs.node,
             cache: InboundCache::default(),
-            unchecked: 0,
             flooded: None,
         }));
         let peer = self.clone();
@@ -239,7 +238,6 @@ impl Peer {
         remote: NodeId,
     ) {
         let mut cache = InboundCache::default();
-        let mut unchecked = 0usize;
         // Everything received so far, taken in one go: consecutive messages
         // to one actor are delivered together (`dispatch_run`).
         let mut batch = VecDeque::with_capacity(256);
@@ -280,16 +278,8 @@ impl Peer {
                         }
                         break 'read cause;
                     }
-                    // Every FLOOD_CHECK_EVERY messages, not each: reading a
-                    // mailbox's length is a few dyn calls and atomics.
-                    unchecked += taken.unwrap_or(1);
-                    if unchecked >= FLOOD_CHECK_EVERY as usize {
-                        unchecked = 0;
-                        if let Some((_, target)) = &cache.last {
-                            if target.queued() > FLOOD_HIGH {
-                                wait_drained(target).await;
-                            }
-                        }
+                    if let Some(target) = cache.flooded_after(taken.unwrap_or(1)) {
+                        wait_drained(&target).await;
                     }
                 }
                 Received::Event(LinkEvent::Unreachable { phi }) => {

@@ -18,9 +18,7 @@ use tokio::task::JoinSet;
 use super::{code, QuicConfig, QuicError};
 use crate::error::{CloseReason, UnreliableError};
 use crate::identity::PeerIdentity;
-use crate::link::{
-    lock, queued_bytes, Extras, Inline, Lane, Link, Received, Shared, UnreliableSink,
-};
+use crate::link::{lock, Extras, Inline, Lane, Link, Received, Shared, UnreliableSink};
 
 /// Messages up to this length are copied next to their header (one chunk
 /// per batch); longer ones are handed to quinn as their own chunk.
@@ -782,8 +780,9 @@ async fn wait_room(shared: &Shared, room: &Notify) {
     }
 }
 
-/// Offers `staged` to the receiver's inline handler, then appends what it
-/// left to the inbound queue (one lock) and wakes the receiver.
+/// Hands `staged` to the receiver ([`Shared::hand_over`]). Lane readers
+/// wait for room themselves, before they read ([`wait_room`]), so a full
+/// queue is not marked here.
 fn push(shared: &Shared, staged: &mut VecDeque<Received>) {
     {
         // Something arrived while the driver has nothing to hand the
@@ -795,22 +794,5 @@ fn push(shared: &Shared, staged: &mut VecDeque<Received>) {
             out.write_idle = true;
         }
     }
-    shared.offer_inline(staged);
-    if staged.is_empty() {
-        return;
-    }
-    let bytes = queued_bytes(staged);
-    let receiver = {
-        let mut inb = lock(&shared.inb);
-        if !inb.receiver_alive {
-            staged.clear();
-            return;
-        }
-        inb.queue.append(staged);
-        inb.bytes += bytes;
-        inb.receiver.take()
-    };
-    if let Some(receiver) = receiver {
-        receiver.wake();
-    }
+    shared.hand_over(staged, false);
 }
