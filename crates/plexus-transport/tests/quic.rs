@@ -104,6 +104,22 @@ async fn quic_lane_carries_10k_mixed_messages_in_order_both_ways() {
     exchange(a, b, 11, 64 << 10, 10_000, true).await;
 }
 
+/// A message of `len` bytes (at least 5) for stream `slot`: the slot in
+/// its first byte, `seq` in the next four.
+fn sequenced(slot: u8, seq: u32, len: usize) -> Bytes {
+    let mut m = vec![slot; len];
+    m[1..5].copy_from_slice(&seq.to_be_bytes());
+    Bytes::from(m)
+}
+
+/// Checks that `m` ([`sequenced`]) is the next of its slot, and counts it.
+fn expect_next_in_order(m: &[u8], next: &mut [u32]) {
+    let slot = usize::from(m[0]);
+    let seq = u32::from_be_bytes(m[1..5].try_into().expect("4 bytes"));
+    assert_eq!(seq, next[slot], "slot {slot} out of order");
+    next[slot] += 1;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_lane_keeps_its_order_when_lanes_interleave() {
     let (a, mut b, _s, _c) = pair().await;
@@ -114,16 +130,12 @@ async fn each_lane_keeps_its_order_when_lanes_interleave() {
             for l in 0..LANES {
                 let lane = Lane::new(l).expect("lane in range");
                 // Every 97th message is large, so streams progress unevenly.
-                let mut m = vec![
-                    l;
-                    if (seq + u32::from(l)) % 97 == 0 {
-                        40_000
-                    } else {
-                        8
-                    }
-                ];
-                m[1..5].copy_from_slice(&seq.to_be_bytes());
-                a.send_on(lane, Bytes::from(m)).await.expect("send");
+                let len = if (seq + u32::from(l)) % 97 == 0 {
+                    40_000
+                } else {
+                    8
+                };
+                a.send_on(lane, sequenced(l, seq, len)).await.expect("send");
             }
         }
         a
@@ -134,10 +146,7 @@ async fn each_lane_keeps_its_order_when_lanes_interleave() {
             .await
             .expect("message in time")
             .expect("link open");
-        let lane = usize::from(m[0]);
-        let seq = u32::from_be_bytes(m[1..5].try_into().expect("4 bytes"));
-        assert_eq!(seq, next[lane], "lane {lane} out of order");
-        next[lane] += 1;
+        expect_next_in_order(&m, &mut next);
     }
     assert!(next.iter().all(|&n| n == PER_LANE));
     let _a = sender.await.expect("sender");
@@ -667,10 +676,7 @@ async fn replies_handed_to_lane_writers_stay_in_order_and_the_link_still_closes(
                     .await
                     .expect("reply in time")
                     .expect("link open");
-                let lane = usize::from(m[0]);
-                let seq = u32::from_be_bytes(m[1..5].try_into().expect("4 bytes"));
-                assert_eq!(seq, next[lane], "lane {lane} out of order");
-                next[lane] += 1;
+                expect_next_in_order(&m, &mut next);
             }
         }
         // The client closes after the last burst: the link ends here too.
@@ -692,9 +698,10 @@ async fn replies_handed_to_lane_writers_stay_in_order_and_the_link_still_closes(
                 seqs[i] += 1;
                 // Some replies large enough to travel as chunks of their own.
                 let len = if seq % 13 == 0 { 20_000 } else { 9 };
-                let mut m = vec![i as u8; len];
-                m[1..5].copy_from_slice(&seq.to_be_bytes());
-                client.send_on(*lane, Bytes::from(m)).await.expect("reply");
+                client
+                    .send_on(*lane, sequenced(i as u8, seq, len))
+                    .await
+                    .expect("reply");
             }
         }
     }
