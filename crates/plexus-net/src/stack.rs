@@ -417,6 +417,13 @@ impl Stack {
         self.events.pop_front()
     }
 
+    /// Whether messages or events wait for
+    /// [`poll_receive`](Stack::poll_receive) or
+    /// [`poll_event`](Stack::poll_event).
+    pub fn has_received(&self) -> bool {
+        !self.receive.is_empty() || !self.events.is_empty()
+    }
+
     /// The earliest deadline over all layers; call
     /// [`handle_timeout`](Stack::handle_timeout) once it has passed.
     pub fn poll_timeout(&self) -> Option<Instant> {

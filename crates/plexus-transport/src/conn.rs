@@ -284,14 +284,17 @@ impl Conn {
     }
 
     /// Hands received messages and events to the application (one lock).
-    pub(crate) fn deliver(&mut self) {
+    /// Returns whether there were messages.
+    pub(crate) fn deliver(&mut self) -> bool {
         let dropped = self.stack.stats().dropped;
         if dropped != self.dropped {
             self.dropped = dropped;
             *lock(&self.shared.stats) = LinkStats::of(&self.stack);
         }
+        let mut messages = false;
         while let Some(m) = self.stack.poll_receive() {
             self.staged.push_back(Received::Message(m));
+            messages = true;
         }
         while let Some(event) = self.stack.poll_event() {
             // SendReady is the driver's business: pump_send retries.
@@ -307,6 +310,7 @@ impl Conn {
             None if self.inbox_full => self.refresh_inbox(),
             None => {}
         }
+        messages
     }
 
     /// Re-reads whether the inbound queue has room (after a wake-up).
@@ -352,7 +356,7 @@ impl Conn {
 
     /// Closes the link for its handles after delivering what the stack
     /// still holds.
-    pub(crate) fn close(mut self, reason: CloseReason) {
+    pub(crate) fn close(&mut self, reason: CloseReason) {
         self.deliver();
         let direct = std::mem::take(&mut lock(&self.shared.out).direct_messages);
         self.stack.count_inline_sends(direct);

@@ -113,6 +113,12 @@ pub(crate) struct HandedOver {
 /// Wakes the driver that serves a link.
 pub(crate) type DriverWaker = Box<dyn Fn() + Send + Sync>;
 
+/// Lets a sender whose message the driver waits for do the driver's work
+/// itself, on its own task: returns whether it did, and nothing is left
+/// for the driver (otherwise the driver is woken). UDP's
+/// (`udp::peer::send_direct`).
+pub(crate) type DirectSend = Box<dyn Fn() -> bool + Send + Sync>;
+
 /// How senders hand messages to the driver (chosen from the link's stack).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Inline {
@@ -276,11 +282,12 @@ pub(crate) struct Shared {
     pub(crate) stats: Mutex<LinkStats>,
 }
 
-/// What some transports add to a link: the peer's certificate (QUIC) and
-/// a way to send unreliable datagrams (QUIC).
+/// What some transports add to a link: a way to send unreliable datagrams
+/// (QUIC), a way for senders to send without the driver (UDP).
 #[derive(Default)]
 pub(crate) struct Extras {
     pub(crate) unreliable: Option<Box<dyn UnreliableSink>>,
+    pub(crate) direct_send: Option<DirectSend>,
 }
 
 /// Sends a message as one unreliable datagram, right away.
@@ -531,6 +538,16 @@ impl Shared {
             receiver.wake();
         }
         Some(handed)
+    }
+
+    /// A sender queued a message the driver waits for: lets the sender
+    /// send it itself where the transport offers that ([`DirectSend`]),
+    /// and wakes the driver otherwise.
+    pub(crate) fn wake_for_send(&self) {
+        let sent = self.extras.direct_send.as_ref().is_some_and(|send| send());
+        if !sent {
+            (self.wake_driver)();
+        }
     }
 
     pub(crate) fn closed(&self) -> LinkClosed {

@@ -32,9 +32,9 @@
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::io::{self, IoSliceMut};
-use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::Release};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
@@ -42,12 +42,14 @@ use plexus_net::{Frame, LinkContext, StackSpec, TransportKind};
 use quinn_udp::{RecvMeta, Transmit, UdpSocketState};
 use tokio::sync::{mpsc, oneshot, Notify};
 
+mod peer;
 mod socket;
+use peer::{contiguous, send_direct, PeerCell, PeerState};
 use socket::EndpointSocket;
 
 use crate::conn::{now, Conn};
 use crate::error::{AcceptError, BindError, CloseReason, ConnectError};
-use crate::link::{lock, Inline, Link, LinkConfig, Shared};
+use crate::link::{lock, Extras, Inline, Link, LinkConfig, Shared};
 
 /// Bytes of datagrams queued for the socket before peers stop being pumped.
 const TX_BUDGET: usize = 256 << 10;
@@ -140,13 +142,19 @@ struct Counters {
 /// A pending `connect` and where to send its result.
 type ConnectRequest = (SocketAddr, oneshot::Sender<Result<Link, ConnectError>>);
 
-/// State shared by the endpoint handle, the link wakers and the task.
+/// State shared by the endpoint handle, the links' senders and the task.
 struct EpShared {
     ready: Mutex<Vec<u64>>,
     commands: Mutex<VecDeque<ConnectRequest>>,
     notify: Notify,
     closed: AtomicBool,
     counters: Counters,
+    /// The task's socket, for senders' direct sends (`peer::send_direct`).
+    socket: UdpSocket,
+    /// The task has no datagrams queued for the socket: a sender's direct
+    /// send overtakes none. Cleared by the task while it holds the lock of
+    /// the peer whose datagrams it queues.
+    tx_idle: AtomicBool,
 }
 
 impl EpShared {
@@ -226,6 +234,8 @@ impl UdpEndpoint {
             notify: Notify::new(),
             closed: AtomicBool::new(false),
             counters: Counters::default(),
+            socket: socket.get_ref().try_clone().map_err(io_err)?,
+            tx_idle: AtomicBool::new(true),
         });
         let (accept_tx, accept_rx) = mpsc::channel(config.accept_backlog.max(1));
         let task = Dispatcher {
@@ -317,13 +327,11 @@ impl Drop for UdpEndpoint {
 }
 
 struct Peer {
-    conn: Conn,
+    state: Arc<PeerCell>,
     addr: SocketAddr,
     last_heard: Instant,
     /// Set once every handle is dropped: drop the state by then.
     linger_until: Option<Instant>,
-    /// The entry this peer has in the timer set.
-    timer: Option<Instant>,
     deferred: bool,
     /// Fed a datagram in the current receive batch; serviced after it.
     touched: bool,
@@ -366,7 +374,7 @@ impl Dispatcher {
             std::mem::swap(&mut *lock(&self.shared.ready), &mut ready);
             for id in ready.drain(..) {
                 if let Some(peer) = self.peers.get_mut(&id) {
-                    peer.conn.refresh_inbox();
+                    lock(&peer.state).conn.refresh_inbox();
                     self.service(id);
                 }
             }
@@ -410,7 +418,9 @@ impl Dispatcher {
             }
         }
         for (_, peer) in self.peers.drain() {
-            peer.conn.close(CloseReason::EndpointClosed);
+            let mut st = lock(&peer.state);
+            st.removed = true;
+            st.conn.close(CloseReason::EndpointClosed);
         }
         self.shared.counters.peers.store(0, Relaxed);
     }
@@ -489,14 +499,16 @@ impl Dispatcher {
         let Some(peer) = self.peers.get_mut(&id) else {
             return;
         };
-        if peer.conn.inbox_full {
+        let mut st = lock(&peer.state);
+        if st.conn.inbox_full {
             self.shared.counters.dropped_datagrams.fetch_add(1, Relaxed);
             return;
         }
         peer.last_heard = t;
         // An error closes the stack; service() (after the batch) removes
         // the peer.
-        let _ = peer.conn.stack.handle_receive(t, datagram);
+        let _ = st.conn.stack.handle_receive(t, datagram);
+        drop(st);
         if !peer.touched {
             peer.touched = true;
             self.touched.push(id);
@@ -534,10 +546,10 @@ impl Dispatcher {
 
     fn connect(&mut self, addr: SocketAddr) -> Result<Link, ConnectError> {
         if let Some(&id) = self.by_addr.get(&addr) {
-            let abandoned = self
-                .peers
-                .get(&id)
-                .is_some_and(|p| p.conn.send_done() && !p.conn.receiver_alive());
+            let abandoned = self.peers.get(&id).is_some_and(|p| {
+                let st = lock(&p.state);
+                st.conn.send_done() && !st.conn.receiver_alive()
+            });
             if !abandoned {
                 return Err(ConnectError::AlreadyConnected { addr: url(addr) });
             }
@@ -564,27 +576,41 @@ impl Dispatcher {
     fn insert(&mut self, addr: SocketAddr, stack: plexus_net::Stack, t: Instant) -> (u64, Link) {
         let id = self.next_id;
         self.next_id += 1;
-        let ep = Arc::downgrade(&self.shared);
-        let shared = Shared::new(
-            url(addr).into(),
-            stack.max_message_len(),
-            Inline::of(&stack),
-            self.config.link,
-            Box::new(move || {
-                if let Some(ep) = ep.upgrade() {
-                    ep.wake(id);
-                }
-            }),
-        );
-        let link = Link::new(shared.clone());
+        let mut link = None;
+        let state = Arc::new_cyclic(|cell: &Weak<PeerCell>| {
+            let (ep, cell) = (Arc::downgrade(&self.shared), cell.clone());
+            let direct_send = Box::new(move || match (ep.upgrade(), cell.upgrade()) {
+                (Some(ep), Some(cell)) => send_direct(&ep, &cell, addr),
+                // Gone: so is the task, and waking it does nothing.
+                _ => false,
+            });
+            let ep = Arc::downgrade(&self.shared);
+            let shared = Shared::with_extras(
+                url(addr).into(),
+                stack.max_message_len(),
+                Inline::of(&stack),
+                self.config.link,
+                Box::new(move || {
+                    if let Some(ep) = ep.upgrade() {
+                        ep.wake(id);
+                    }
+                }),
+                Extras {
+                    direct_send: Some(direct_send),
+                    ..Extras::default()
+                },
+            );
+            link = Some(Link::new(shared.clone()));
+            Mutex::new(PeerState::new(Conn::new(stack, shared)))
+        });
+        let link = link.expect("new_cyclic ran the constructor");
         self.peers.insert(
             id,
             Peer {
-                conn: Conn::new(stack, shared),
+                state,
                 addr,
                 last_heard: t,
                 linger_until: None,
-                timer: None,
                 deferred: false,
                 touched: false,
             },
@@ -600,29 +626,42 @@ impl Dispatcher {
         let Some(peer) = self.peers.get_mut(&id) else {
             return;
         };
+        let mut guard = lock(&peer.state);
+        let st = &mut *guard;
         let t = now();
         let budget = TX_BUDGET.saturating_sub(self.tx_bytes);
-        let more = peer.conn.pump(t, budget);
-        while let Some(frame) = peer.conn.stack.poll_transmit() {
+        let more = st.conn.pump(t, budget);
+        // What a sender's direct send could not send goes first.
+        let spilled = st.spill.drain(..);
+        let produced = std::iter::from_fn(|| st.conn.stack.poll_transmit());
+        for frame in spilled.chain(produced) {
             self.tx_bytes += frame.len();
             self.tx.push_back((peer.addr, frame));
         }
-        peer.conn.deliver();
+        if !self.tx.is_empty() {
+            self.shared.tx_idle.store(false, Relaxed);
+        }
+        let delivered = st.conn.deliver();
+        // A request handed over, nothing left to send: the reply may leave
+        // from its sender (`peer::send_direct`).
+        st.send_window = delivered && !more;
         if (more || self.tx_bytes >= TX_BUDGET) && !peer.deferred {
             peer.deferred = true;
             self.deferred.push(id);
         }
-        if let Some(reason) = peer.conn.stack.close_reason() {
+        if let Some(reason) = st.conn.stack.close_reason() {
             let reason = reason.clone().into();
+            drop(guard);
             self.remove(id, reason);
             return;
         }
-        let idle = peer.conn.send_done() && !peer.conn.receiver_alive();
+        let idle = st.conn.send_done() && !st.conn.receiver_alive();
         if idle && peer.linger_until.is_none() {
             peer.linger_until = Some(t + LINGER.min(self.config.idle_timeout));
         }
-        let stack_deadline = peer.conn.stack.poll_timeout();
+        let stack_deadline = st.conn.stack.poll_timeout();
         if peer.linger_until.is_some() && stack_deadline.is_none() {
+            drop(guard);
             self.remove(id, CloseReason::Local);
             return;
         }
@@ -630,8 +669,13 @@ impl Dispatcher {
         for d in [stack_deadline, peer.linger_until].into_iter().flatten() {
             deadline = deadline.min(d);
         }
-        if peer.timer != Some(deadline) {
-            if let Some(old) = peer.timer.replace(deadline) {
+        // The entry only ever moves earlier. A later deadline (every
+        // message moves the delivery and heartbeat timers on) leaves it
+        // where it is: it fires early, and the service it runs finds
+        // nothing due and files the peer again. One early wake-up per
+        // deadline instead of two timer-set updates per message.
+        if st.timer.is_none_or(|armed| deadline < armed) {
+            if let Some(old) = st.timer.replace(deadline) {
                 self.timers.remove(&(old, id));
             }
             self.timers.insert((deadline, id));
@@ -648,18 +692,22 @@ impl Dispatcher {
             let Some(peer) = self.peers.get_mut(&id) else {
                 continue;
             };
-            peer.timer = None;
+            let mut st = lock(&peer.state);
+            st.timer = None;
             if t >= peer.last_heard + self.config.idle_timeout {
+                drop(st);
                 self.shared.counters.idle_timeouts.fetch_add(1, Relaxed);
                 let reason = CloseReason::IdleTimeout(self.config.idle_timeout);
                 self.remove(id, reason);
                 continue;
             }
             if peer.linger_until.is_some_and(|l| t >= l) {
+                drop(st);
                 self.remove(id, CloseReason::Local);
                 continue;
             }
-            let _ = peer.conn.stack.handle_timeout(t);
+            let _ = st.conn.stack.handle_timeout(t);
+            drop(st);
             self.service(id);
         }
     }
@@ -667,10 +715,12 @@ impl Dispatcher {
     fn remove(&mut self, id: u64, reason: CloseReason) {
         if let Some(peer) = self.peers.remove(&id) {
             self.by_addr.remove(&peer.addr);
-            if let Some(t) = peer.timer {
+            let mut st = lock(&peer.state);
+            if let Some(t) = st.timer {
                 self.timers.remove(&(t, id));
             }
-            peer.conn.close(reason);
+            st.removed = true;
+            st.conn.close(reason);
             self.shared.counters.peers.store(self.peers.len(), Relaxed);
         }
     }
@@ -696,8 +746,8 @@ impl Dispatcher {
                 }
             }
             let n = n.max(1);
-            let contents: &[u8] = if n == 1 && first.chunks().count() == 1 {
-                first.first_chunk()
+            let contents: &[u8] = if n == 1 {
+                contiguous(first, &mut self.scratch)
             } else {
                 self.scratch.clear();
                 for (_, frame) in self.tx.iter().take(n) {
@@ -745,5 +795,8 @@ impl Dispatcher {
                 }
             }
         }
+        // Everything queued is with the kernel: senders' direct sends come
+        // after it.
+        self.shared.tx_idle.store(true, Release);
     }
 }

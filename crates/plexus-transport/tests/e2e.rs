@@ -204,3 +204,80 @@ async fn udp_inline_batching_keeps_order_across_batched_and_lone_messages_throug
     common::assert_permits_returned(|m| client.try_send(m).is_ok(), &mut server, (4 << 10) - 64)
         .await;
 }
+
+/// After a link hands received messages over, the next reply leaves from
+/// its sender's task, running the stack there (the send window), and the
+/// rest of the burst through the socket task. Replies of every size (one
+/// datagram, batched, sliced into several) must arrive in order through
+/// loss in both directions, and every permit must come back: the
+/// retransmission timers the senders' sends start are the socket task's
+/// to fire.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn udp_replies_sent_from_their_senders_arrive_in_order_through_loss() {
+    use bytes::Bytes;
+    use plexus_transport::udp::UdpConfig;
+    use plexus_transport::LinkConfig;
+
+    let spec = spec(
+        "udp / faults(drop=0.1, seed=7) / slicing / delivery(min_rto=5ms, initial_rto=20ms, max_retries=40) / ordering / batching",
+    );
+    let config = UdpConfig {
+        link: LinkConfig {
+            send_buffer: 16 << 10,
+            recv_buffer: 1 << 20,
+        },
+        ..UdpConfig::default()
+    };
+    let a = UdpEndpoint::bind_with(&spec, "127.0.0.1:0".parse().unwrap(), config)
+        .await
+        .expect("bind a");
+    let b = UdpEndpoint::bind_with(&spec, "127.0.0.1:0".parse().unwrap(), config)
+        .await
+        .expect("bind b");
+    let mut client = a.connect(b.local_addr()).await.expect("connect");
+    const ROUNDS: usize = 400;
+    // Reply j of request i: sizes from an empty message to several
+    // datagrams, 1 to 5 replies per request.
+    let reply = |i: usize, j: usize| -> Vec<u8> {
+        let len = [0, 40, 900, 3000][(i + j) % 4];
+        (0..len).map(|k| (i * 7 + j * 13 + k) as u8).collect()
+    };
+    let burst = |i: usize| 1 + i % 5;
+    client
+        .send(Bytes::from(vec![0u8; 8]))
+        .await
+        .expect("request");
+    let mut server = b.accept().await.expect("accept");
+    let responder = tokio::spawn(async move {
+        for i in 0..ROUNDS {
+            let request = server.recv_message().await.expect("request");
+            assert_eq!(request, (i as u64).to_le_bytes().as_slice(), "request {i}");
+            for j in 0..burst(i) {
+                server.send(Bytes::from(reply(i, j))).await.expect("reply");
+            }
+        }
+        server
+    });
+    tokio::time::timeout(std::time::Duration::from_secs(60), async {
+        for i in 0..ROUNDS {
+            for j in 0..burst(i) {
+                let got = client.recv_message().await.expect("reply");
+                assert_eq!(got, reply(i, j), "reply {j} to request {i}");
+            }
+            if i + 1 < ROUNDS {
+                let next = ((i + 1) as u64).to_le_bytes().to_vec();
+                client.send(Bytes::from(next)).await.expect("request");
+            }
+        }
+    })
+    .await
+    .expect("every reply arrives");
+    let server = responder.await.expect("responder");
+    let (server_tx, _server_rx) = server.split();
+    common::assert_permits_returned(
+        |m| server_tx.try_send(m).is_ok(),
+        &mut client,
+        (16 << 10) - 64,
+    )
+    .await;
+}

@@ -117,7 +117,7 @@ impl LinkSender {
             std::mem::take(&mut out.driver_waiting)
         };
         if wake {
-            (self.shared.wake_driver)();
+            self.shared.wake_for_send();
         }
     }
 
@@ -349,7 +349,7 @@ impl LinkSender {
             std::mem::take(&mut out.driver_waiting)
         };
         if wake {
-            (self.shared.wake_driver)();
+            self.shared.wake_for_send();
         }
     }
 

@@ -51,6 +51,7 @@ pub(crate) fn spawn(
     let wake = (notify.clone(), room.clone());
     let extras = Extras {
         unreliable: Some(Box::new(Datagrams(conn.clone()))),
+        ..Extras::default()
     };
     let shared = Shared::with_extras(
         peer,
