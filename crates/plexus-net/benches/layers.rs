@@ -290,5 +290,55 @@ fn ordering_sequence(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, send_receive, ordering_sequence);
+/// `round_trip/<stack>/<bytes>`: one request and its reply through two
+/// stacks, the way a driver runs them for W1 (`pingpong`): send, drain the
+/// transmit queue, read the stack's deadline; receive, drain the received
+/// messages, read the deadline; and back. Acks ride on the replies and
+/// the requests, as on a real link; the clock moves 20 µs per round trip,
+/// so no timer fires. Time per round trip (both directions, both stacks).
+fn round_trip(c: &mut Criterion) {
+    let mut group = c.benchmark_group("round_trip");
+    group
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_millis(900))
+        .sample_size(20);
+    let stacks = [
+        "tcp / framing",
+        "udp / slicing / delivery / ordering",
+        "udp / heartbeat / slicing / delivery / ordering / batching",
+    ];
+    /// One leg: `from` sends `payload`, `to` receives it.
+    fn leg(from: &mut Stack, to: &mut Stack, now: Instant, payload: &Bytes) -> usize {
+        from.handle_send(now, payload.clone())
+            .expect("window has room");
+        black_box(from.poll_timeout());
+        let mut n = 0;
+        while let Some(frame) = from.poll_transmit() {
+            to.handle_receive(now, frame.to_bytes())
+                .expect("link stays up");
+        }
+        while let Some(m) = to.poll_receive() {
+            n += black_box(m).len();
+        }
+        black_box(to.poll_timeout());
+        n
+    }
+    for spec in stacks {
+        let size = 16;
+        group.throughput(Throughput::Elements(1));
+        group.bench_function(BenchmarkId::new(label(spec), size), |bench| {
+            let spec: StackSpec = spec.parse().expect("valid spec");
+            let mut now = Instant::now();
+            let (mut a, mut b) = (spec.build(now), spec.build(now));
+            let payload = Bytes::from(vec![7u8; size]);
+            bench.iter(|| {
+                now += Duration::from_micros(20);
+                leg(&mut a, &mut b, now, &payload) + leg(&mut b, &mut a, now, &payload)
+            });
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, send_receive, ordering_sequence, round_trip);
 criterion_main!(benches);

@@ -10,7 +10,7 @@ use bytes::Bytes;
 
 use crate::error::{LinkError, SendError};
 use crate::frame::Frame;
-use crate::layer::{earliest, Layer, LinkEvent, Output};
+use crate::layer::{earliest, take_front, Layer, LinkEvent, Output};
 use crate::spec::TransportKind;
 
 /// Counters of a stack instance.
@@ -374,7 +374,7 @@ impl Stack {
         if let Some(now) = self.unflushed.take() {
             self.flush(now);
         }
-        let frame = self.outs[0].down.pop_front()?;
+        let frame = take_front(&mut self.outs[0].down)?;
         self.stats.transmitted += 1;
         Some(frame)
     }
@@ -409,12 +409,12 @@ impl Stack {
 
     /// The next whole message for the application.
     pub fn poll_receive(&mut self) -> Option<Bytes> {
-        self.receive.pop_front()
+        take_front(&mut self.receive)
     }
 
     /// The next event.
     pub fn poll_event(&mut self) -> Option<LinkEvent> {
-        self.events.pop_front()
+        take_front(&mut self.events)
     }
 
     /// Whether messages or events wait for
@@ -494,7 +494,7 @@ impl Stack {
         let n = self.layers.len();
         for i in (0..n).rev() {
             if i + 1 < n {
-                while let Some(frame) = self.outs[i + 1].down.pop_front() {
+                while let Some(frame) = take_front(&mut self.outs[i + 1].down) {
                     if let Err(error) = self.layers[i].handle_send(now, frame, &mut self.outs[i]) {
                         self.stats.send_failures += 1;
                         tracing::debug!(layer = self.layers[i].name(), %error, "send dropped");
@@ -551,7 +551,7 @@ impl Stack {
                 // the top layer from above but `handle_send`, which calls it
                 // directly.
                 for i in (0..n.saturating_sub(1)).rev() {
-                    while let Some(frame) = self.outs[i + 1].down.pop_front() {
+                    while let Some(frame) = take_front(&mut self.outs[i + 1].down) {
                         progressed = true;
                         if let Err(error) =
                             self.layers[i].handle_send(now, frame, &mut self.outs[i])
@@ -567,7 +567,7 @@ impl Stack {
             // Layer i receives what layer i - 1 pushed up. Nothing feeds the
             // bottom layer but `handle_receive`, which calls it directly.
             for i in 1..n {
-                while let Some(frame) = self.outs[i - 1].up.pop_front() {
+                while let Some(frame) = take_front(&mut self.outs[i - 1].up) {
                     progressed = true;
                     self.receive_at(i, now, frame);
                     self.after_call(i);

@@ -190,6 +190,9 @@ impl Conn {
                 break;
             }
             if self.chunks.is_empty() {
+                // Empty: its start back to the front of its buffer, so one
+                // chunk at a time reuses one slot (as the stack's queues).
+                self.chunks.clear();
                 let mut out = lock(&self.shared.out);
                 out.close_batch();
                 std::mem::swap(&mut out.chunks, &mut self.chunks);
@@ -234,6 +237,8 @@ impl Conn {
 
     fn next_message(&mut self) -> Option<Bytes> {
         if self.outq.is_empty() {
+            // As in `pump_batches`.
+            self.outq.clear();
             let mut out = lock(&self.shared.out);
             std::mem::swap(&mut out.queue, &mut self.outq);
             if self.outq.is_empty() {

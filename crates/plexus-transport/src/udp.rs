@@ -31,6 +31,7 @@
 //! datagram arrives ([`UdpEndpoint::accept`]).
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::future::poll_fn;
 use std::io::{self, IoSliceMut};
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::Release};
@@ -365,6 +366,12 @@ impl Dispatcher {
         let sleep = tokio::time::sleep(Duration::ZERO);
         tokio::pin!(sleep);
         let mut armed = None;
+        // Kept across turns, registered once: a new `Notified` per turn
+        // would queue and unqueue a waiter in the `Notify` every time.
+        let ep = self.shared.clone();
+        let notified = ep.notify.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
         while !self.shared.closed.load(Relaxed) {
             let commands = std::mem::take(&mut *lock(&self.shared.commands));
             for (addr, reply) in commands {
@@ -372,18 +379,22 @@ impl Dispatcher {
                 let _ = reply.send(self.connect(addr));
             }
             std::mem::swap(&mut *lock(&self.shared.ready), &mut ready);
-            for id in ready.drain(..) {
-                if let Some(peer) = self.peers.get_mut(&id) {
-                    lock(&peer.state).conn.refresh_inbox();
-                    self.service(id);
+            if !ready.is_empty() {
+                let t = now();
+                for id in ready.drain(..) {
+                    if let Some(peer) = self.peers.get_mut(&id) {
+                        lock(&peer.state).conn.refresh_inbox();
+                        self.service(id, t);
+                    }
                 }
             }
             self.flush();
             if self.tx_bytes < TX_BUDGET && !self.deferred.is_empty() {
+                let t = now();
                 for id in std::mem::take(&mut self.deferred) {
                     if let Some(peer) = self.peers.get_mut(&id) {
                         peer.deferred = false;
-                        self.service(id);
+                        self.service(id, t);
                     }
                 }
                 self.flush();
@@ -398,7 +409,7 @@ impl Dispatcher {
                 }
             }
             tokio::select! {
-                r = self.socket.readable() => {
+                r = poll_fn(|cx| self.socket.poll_readable(cx)) => {
                     if let Err(error) = r {
                         tracing::warn!(%error, "udp socket failed");
                         break;
@@ -411,7 +422,10 @@ impl Dispatcher {
                         break;
                     }
                 }
-                () = self.shared.notify.notified() => {}
+                () = &mut notified => {
+                    notified.set(ep.notify.notified());
+                    notified.as_mut().enable();
+                }
                 // Deferred peers with an idle socket: serve them next turn.
                 () = tokio::task::yield_now(), if !self.deferred.is_empty() && self.tx.is_empty() => {}
                 () = &mut sleep, if deadline.is_some() => self.fire_timers(),
@@ -447,6 +461,7 @@ impl Dispatcher {
             });
             match received {
                 Ok(n) => {
+                    let t = now();
                     if n == 2 {
                         // Move the second datagram next to the first, so
                         // both are split off the front.
@@ -460,13 +475,13 @@ impl Dispatcher {
                         let stride = if m.stride == 0 { m.len } else { m.stride };
                         while !run.is_empty() {
                             let datagram = run.split_to(stride.min(run.len()));
-                            self.on_datagram(m.addr, datagram);
+                            self.on_datagram(m.addr, datagram, t);
                         }
                     }
                     // Before the next read: a lone datagram (a round trip
                     // waiting on it) is answered without another system
                     // call first; a coalesced run still gets one service.
-                    self.service_touched();
+                    self.service_touched(t);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(error) => {
@@ -476,21 +491,19 @@ impl Dispatcher {
                 }
             }
         }
-        self.service_touched();
     }
 
     /// Services every peer fed since the last call, once each.
-    fn service_touched(&mut self) {
+    fn service_touched(&mut self, t: Instant) {
         for id in std::mem::take(&mut self.touched) {
             if let Some(peer) = self.peers.get_mut(&id) {
                 peer.touched = false;
-                self.service(id);
+                self.service(id, t);
             }
         }
     }
 
-    fn on_datagram(&mut self, src: SocketAddr, datagram: Bytes) {
-        let t = now();
+    fn on_datagram(&mut self, src: SocketAddr, datagram: Bytes, t: Instant) {
         let Some(&id) = self.by_addr.get(&src) else {
             self.on_new_peer(src, datagram, t);
             return;
@@ -541,7 +554,7 @@ impl Dispatcher {
         let (id, link) = self.insert(src, stack, t);
         counters.accepted.fetch_add(1, Relaxed);
         permit.send(link);
-        self.service(id);
+        self.service(id, t);
     }
 
     fn connect(&mut self, addr: SocketAddr) -> Result<Link, ConnectError> {
@@ -569,7 +582,7 @@ impl Dispatcher {
             link_id: self.next_id,
         });
         let (id, link) = self.insert(addr, stack, t);
-        self.service(id);
+        self.service(id, t);
         Ok(link)
     }
 
@@ -622,13 +635,12 @@ impl Dispatcher {
 
     /// Runs one peer's outputs after any input: pump its messages into the
     /// stack, queue its datagrams, deliver, and re-arm its timer.
-    fn service(&mut self, id: u64) {
+    fn service(&mut self, id: u64, t: Instant) {
         let Some(peer) = self.peers.get_mut(&id) else {
             return;
         };
         let mut guard = lock(&peer.state);
         let st = &mut *guard;
-        let t = now();
         let budget = TX_BUDGET.saturating_sub(self.tx_bytes);
         let more = st.conn.pump(t, budget);
         // What a sender's direct send could not send goes first.
@@ -708,7 +720,7 @@ impl Dispatcher {
             }
             let _ = st.conn.stack.handle_timeout(t);
             drop(st);
-            self.service(id);
+            self.service(id, t);
         }
     }
 
@@ -798,5 +810,8 @@ impl Dispatcher {
         // Everything queued is with the kernel: senders' direct sends come
         // after it.
         self.shared.tx_idle.store(true, Release);
+        // Back to the front of its buffer (see `plexus_net`'s queues
+        // between layers): one datagram at a time reuses one slot.
+        self.tx.clear();
     }
 }

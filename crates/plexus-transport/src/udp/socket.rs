@@ -13,6 +13,7 @@
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::{AsFd, OwnedFd};
+use std::task::{Context, Poll};
 
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
@@ -61,9 +62,12 @@ impl EndpointSocket {
         self.socket.get_ref()
     }
 
-    /// Resolves once the socket may have datagrams to read.
-    pub(super) async fn readable(&self) -> io::Result<()> {
-        self.socket.readable().await.map(drop)
+    /// Ready once the socket may have datagrams to read. A poll, not a
+    /// future: the task waits for this on every turn, and a poll stores
+    /// its waker in the socket's registration instead of queueing a new
+    /// waiter each time.
+    pub(super) fn poll_readable(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.socket.poll_read_ready(cx).map_ok(drop)
     }
 
     /// Runs `recv`, a read of the socket that also says whether it found
