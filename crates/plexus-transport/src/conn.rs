@@ -307,7 +307,12 @@ impl Conn {
                 self.staged.push_back(Received::Event(event));
             }
         }
-        match self.shared.hand_over(&mut self.staged, true) {
+        let handed = self.shared.hand_over(&mut self.staged, true);
+        if self.staged.is_empty() {
+            // Taken one item at a time (inline): back to its first slot.
+            self.staged.clear();
+        }
+        match handed {
             Some(handed) => {
                 self.receiver_alive = handed.receiver_alive;
                 self.inbox_full = handed.full;

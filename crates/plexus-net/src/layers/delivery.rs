@@ -417,6 +417,11 @@ impl Delivery {
             }
             advanced = true;
         }
+        if self.inflight.is_empty() {
+            // One message in flight at a time reuses one slot (see
+            // `take_front`).
+            self.inflight.clear();
+        }
         let base = self.inflight.front().map_or(self.next_seq, |f| f.seq);
         for range in ack.ranges() {
             let from = range.start.max(base) - base;
