@@ -318,6 +318,14 @@ pub trait Layer: Send {
         let _ = (now, out);
     }
 
+    /// Whether [`handle_flush`](Layer::handle_flush) can push anything. A
+    /// layer that never holds frames back returns `false`, and the stack
+    /// leaves it out of every flush (one call less per layer per drain).
+    /// Asked once, when the stack is built. Default `true`.
+    fn flushes(&self) -> bool {
+        true
+    }
+
     /// The earliest instant at which [`handle_timeout`](Layer::handle_timeout)
     /// has work to do, if any.
     fn poll_timeout(&self) -> Option<Instant>;

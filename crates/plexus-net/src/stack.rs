@@ -75,6 +75,8 @@ pub struct Stack {
     /// layer's is emptied into `receive` after every call). One entry even
     /// without layers, for the transmit queue.
     outs: Vec<Output>,
+    /// `flushing[i]`: layer `i` may hold frames back ([`Layer::flushes`]).
+    flushing: Vec<bool>,
     /// Events raised by layer `.0`, to hand to the layers above it.
     raised: VecDeque<(usize, LinkEvent)>,
     receive: VecDeque<Bytes>,
@@ -126,6 +128,7 @@ impl Stack {
             });
         Self {
             transport,
+            flushing: layers.iter().map(|l| l.flushes()).collect(),
             layers,
             outs: (0..n.max(1))
                 .map(|i| Output {
@@ -502,8 +505,10 @@ impl Stack {
                     self.after_call(i);
                 }
             }
-            self.layers[i].handle_flush(now, &mut self.outs[i]);
-            self.after_call(i);
+            if self.flushing[i] {
+                self.layers[i].handle_flush(now, &mut self.outs[i]);
+                self.after_call(i);
+            }
             if self.closed.is_some() {
                 return;
             }

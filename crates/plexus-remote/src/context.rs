@@ -66,9 +66,15 @@ impl WireContext for PeerContext {
             // A ref to one of our own actors that is no longer exported:
             // it has stopped. A proxy through this peer reports it dead.
             peer
-        } else if peer.remote() == Some(path.id.node()) {
-            // Nearly always: a ref to an actor of the node that sent it.
-            peer
+        } else if peer.is_node(path.id.node()) {
+            // Nearly always: a ref to an actor of the node that sent it,
+            // often the same as last time (a request–response exchange).
+            if let Some(proxy) = peer.recent_import(path.id) {
+                return proxy;
+            }
+            let proxy = inner.proxy(path.id, &peer, Some(path.addr.clone()));
+            peer.keep_import(&proxy);
+            return proxy;
         } else {
             inner
                 .peer_for(path.id.node(), &peer.scheme, &path.addr)

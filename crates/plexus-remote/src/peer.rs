@@ -28,6 +28,7 @@ use crate::context::PeerContext;
 use crate::error::LinkError;
 use crate::handshake::{self, Handshake};
 use crate::node::{lock, NodeInner};
+use crate::proxy::RemoteActor;
 use crate::wire::{Frame, Resolution};
 
 mod dispatch;
@@ -53,6 +54,13 @@ pub(crate) struct Peer {
     /// link is down, and the node behind it (0: not known yet).
     down: AtomicBool,
     remote_node: AtomicU64,
+    /// The proxy of the remote actor whose ref arrived through this peer
+    /// last (see [`recent_import`](Peer::recent_import)), kept while the
+    /// link is up. A request–response exchange brings the same sender's
+    /// ref with every request: without it, each would build a proxy (and
+    /// copy its address) for one reply, then drop it. It holds this peer,
+    /// so it is let go when the link goes down.
+    recent_import: Mutex<Option<Arc<RemoteActor>>>,
 }
 
 #[derive(Default)]
@@ -109,7 +117,34 @@ impl Peer {
             epoch: AtomicU64::new(0),
             down: AtomicBool::new(false),
             remote_node: AtomicU64::new(0),
+            recent_import: Mutex::new(None),
         })
+    }
+
+    /// Whether the node behind this peer is `node` (read without the lock).
+    pub(crate) fn is_node(self: &Arc<Self>, node: NodeId) -> bool {
+        self.canonical().remote_node.load(Ordering::Acquire) == node.as_u64()
+    }
+
+    /// The proxy of `id` if it is the one imported through this peer last.
+    pub(crate) fn recent_import(&self, id: ActorId) -> Option<Arc<RemoteActor>> {
+        lock(&self.recent_import)
+            .as_ref()
+            .filter(|p| p.id() == id)
+            .cloned()
+    }
+
+    /// Keeps `proxy`, imported through this peer, as the recent one; not
+    /// while the link is down (nothing would let it go).
+    pub(crate) fn keep_import(&self, proxy: &Arc<RemoteActor>) {
+        let old = lock(&self.recent_import).replace(proxy.clone());
+        drop(old);
+        // After the store: a link going down meanwhile either took it, or
+        // is seen here (its flag is set before it takes).
+        if self.down.load(Ordering::SeqCst) {
+            let kept = lock(&self.recent_import).take();
+            drop(kept);
+        }
     }
 
     /// The peer that actually holds the link (see the module docs).
@@ -161,9 +196,15 @@ impl Peer {
     }
 
     fn set_phase(&self, st: &mut State, phase: Phase) {
-        self.down
-            .store(matches!(phase, Phase::Down), Ordering::Release);
+        let down = matches!(phase, Phase::Down);
+        self.down.store(down, Ordering::SeqCst);
         st.phase = phase;
+        if down {
+            // Not the last handle on anything but this peer, which the
+            // caller holds: dropped under the lock without effect.
+            let kept = lock(&self.recent_import).take();
+            drop(kept);
+        }
     }
 
     /// Starts connecting if idle or down (after the backoff).
@@ -484,6 +525,10 @@ impl Peer {
 
     /// The link of `epoch` is gone: tell everyone who depended on it.
     fn link_down(self: &Arc<Self>, epoch: u64, cause: &str) {
+        // First: with the node gone the phase stays as it is, and the
+        // proxy would keep this peer (and its link sender) alive.
+        let kept = lock(&self.recent_import).take();
+        drop(kept);
         let Some(inner) = self.inner.upgrade() else {
             return;
         };

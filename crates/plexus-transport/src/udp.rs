@@ -41,6 +41,7 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use plexus_net::{Frame, LinkContext, StackSpec, TransportKind};
 use quinn_udp::{RecvMeta, Transmit, UdpSocketState};
+use rustc_hash::FxHashMap;
 use tokio::sync::{mpsc, oneshot, Notify};
 
 mod peer;
@@ -246,7 +247,7 @@ impl UdpEndpoint {
             config,
             shared: shared.clone(),
             accept_tx,
-            peers: HashMap::new(),
+            peers: FxHashMap::default(),
             by_addr: HashMap::new(),
             timers: BTreeSet::new(),
             tx: VecDeque::new(),
@@ -346,7 +347,11 @@ struct Dispatcher {
     config: UdpConfig,
     shared: Arc<EpShared>,
     accept_tx: mpsc::Sender<Link>,
-    peers: HashMap<u64, Peer>,
+    /// By the ids this task hands out (a fast hash; nobody else picks
+    /// them).
+    peers: FxHashMap<u64, Peer>,
+    /// By source address: the network picks these, so the hash is the
+    /// standard library's, which resists chosen collisions.
     by_addr: HashMap<SocketAddr, u64>,
     timers: BTreeSet<(Instant, u64)>,
     tx: VecDeque<(SocketAddr, Frame)>,

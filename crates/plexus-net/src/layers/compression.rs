@@ -137,6 +137,10 @@ impl Layer for Compression {
         CompressionConfig::NAME
     }
 
+    fn flushes(&self) -> bool {
+        false
+    }
+
     fn max_frame_len(&self, below: Option<usize>) -> Option<usize> {
         let own = self.config.max_decompressed;
         Some(below.map_or(own, |b| b.saturating_sub(1).min(own)))

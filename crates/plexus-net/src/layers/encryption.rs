@@ -748,6 +748,10 @@ impl Layer for Encryption {
         EncryptionConfig::NAME
     }
 
+    fn flushes(&self) -> bool {
+        false
+    }
+
     fn as_any(&self) -> Option<&dyn std::any::Any> {
         Some(self)
     }

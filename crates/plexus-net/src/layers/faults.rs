@@ -213,6 +213,10 @@ impl Layer for Faults {
         FaultsConfig::NAME
     }
 
+    fn flushes(&self) -> bool {
+        false
+    }
+
     fn handle_send(
         &mut self,
         now: Instant,

@@ -196,6 +196,10 @@ impl Layer for Framing {
         FramingConfig::NAME
     }
 
+    fn flushes(&self) -> bool {
+        false
+    }
+
     fn max_frame_len(&self, _below: Option<usize>) -> Option<usize> {
         Some(self.config.max_frame_len)
     }

@@ -268,6 +268,10 @@ impl Layer for Heartbeat {
         HeartbeatConfig::NAME
     }
 
+    fn flushes(&self) -> bool {
+        false
+    }
+
     fn max_frame_len(&self, below: Option<usize>) -> Option<usize> {
         below.map(|b| b.saturating_sub(1))
     }

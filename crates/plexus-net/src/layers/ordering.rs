@@ -294,6 +294,10 @@ impl Layer for Ordering {
         OrderingConfig::NAME
     }
 
+    fn flushes(&self) -> bool {
+        false
+    }
+
     fn max_frame_len(&self, below: Option<usize>) -> Option<usize> {
         below.map(|b| b.saturating_sub(OrderingHeader::LEN))
     }
