@@ -112,11 +112,12 @@ pub enum LinkEvent {
 /// every message: cold ones, with many processes sharing the caches.
 #[inline(always)]
 pub(crate) fn take_front<T>(queue: &mut VecDeque<T>) -> Option<T> {
-    let item = queue.pop_front();
+    // An empty queue is only read: most of the stack's checks find one.
+    let item = queue.pop_front()?;
     if queue.is_empty() {
         queue.clear();
     }
-    item
+    Some(item)
 }
 
 /// Where a layer puts its results: frames going down (towards the

@@ -96,6 +96,10 @@ pub struct Stack {
 enum Start {
     /// With the frames going down (top to bottom), then up, then events.
     Down,
+    /// As `Down`, after only the top layer's `handle_send` ran: nothing
+    /// waits to go up (what the top layer pushes up is the application's
+    /// already), so no up pass unless a layer below pushes something up.
+    Sent,
     /// With the frames going up: nothing is waiting to go down.
     Up,
 }
@@ -238,7 +242,7 @@ impl Stack {
         self.outs[top].down.push_back(frame);
         self.stats.sent += messages;
         self.after_call(top);
-        self.run_if_needed(now, Start::Down);
+        self.run_if_needed(now, Start::Sent);
         Ok(())
     }
 
@@ -320,7 +324,7 @@ impl Stack {
         self.layers[top].handle_send(now, frame, &mut self.outs[top])?;
         self.stats.sent += 1;
         self.after_call(top);
-        self.run_if_needed(now, Start::Down);
+        self.run_if_needed(now, Start::Sent);
         Ok(())
     }
 
@@ -545,19 +549,22 @@ impl Stack {
 
     /// Runs layers until every internal queue is empty: passes of frames
     /// going down (top to bottom), frames going up (bottom to top), then
-    /// events, repeated while a pass did anything.
+    /// events, repeated while a layer pushed frames the other way than its
+    /// pass (an ack sent down while receiving) or raised events. A pass
+    /// consumes what each layer pushes its own way, so a message through
+    /// the stack costs one pass, not a second one to find nothing left.
     fn run(&mut self, now: Instant, start: Start) {
         let n = self.layers.len();
-        let mut skip_down = start == Start::Up;
-        loop {
-            let mut progressed = false;
-            if !skip_down {
+        let mut down = start != Start::Up;
+        let mut up = start != Start::Sent;
+        while down || up || !self.raised.is_empty() {
+            if down {
+                down = false;
                 // Layer i sends what layer i + 1 pushed down. Nothing feeds
                 // the top layer from above but `handle_send`, which calls it
                 // directly.
                 for i in (0..n.saturating_sub(1)).rev() {
                     while let Some(frame) = take_front(&mut self.outs[i + 1].down) {
-                        progressed = true;
                         if let Err(error) =
                             self.layers[i].handle_send(now, frame, &mut self.outs[i])
                         {
@@ -565,28 +572,33 @@ impl Stack {
                             tracing::debug!(layer = self.layers[i].name(), %error, "send dropped");
                         }
                         self.after_call(i);
+                        up |= !self.outs[i].up.is_empty();
                     }
                 }
             }
-            skip_down = false;
-            // Layer i receives what layer i - 1 pushed up. Nothing feeds the
-            // bottom layer but `handle_receive`, which calls it directly.
-            for i in 1..n {
-                while let Some(frame) = take_front(&mut self.outs[i - 1].up) {
-                    progressed = true;
-                    self.receive_at(i, now, frame);
-                    self.after_call(i);
+            if up {
+                up = false;
+                // Layer i receives what layer i - 1 pushed up. Nothing feeds
+                // the bottom layer but `handle_receive`, which calls it
+                // directly.
+                for i in 1..n {
+                    while let Some(frame) = take_front(&mut self.outs[i - 1].up) {
+                        self.receive_at(i, now, frame);
+                        self.after_call(i);
+                        down |= !self.outs[i].down.is_empty();
+                    }
                 }
             }
             while let Some((origin, event)) = self.raised.pop_front() {
-                progressed = true;
                 for j in origin + 1..n {
                     self.layers[j].handle_event(now, &event, &mut self.outs[j]);
                     self.after_call(j);
+                    down |= !self.outs[j].down.is_empty();
+                    up |= !self.outs[j].up.is_empty();
                 }
                 self.events.push_back(event);
             }
-            if !progressed || self.closed.is_some() {
+            if self.closed.is_some() {
                 break;
             }
         }

@@ -445,7 +445,9 @@ impl Dispatcher {
     }
 
     fn read(&mut self, rbuf: &mut BytesMut) {
-        let mut meta = [RecvMeta::default(); quinn_udp::BATCH_SIZE];
+        // Two entries, as two buffers are read into: a batch-sized array
+        // would be 1.5 KiB of stack written on every read.
+        let mut meta = [RecvMeta::default(); 2];
         for _ in 0..RX_BATCH {
             if rbuf.len() < 2 * RX_MAX {
                 // Zeroed once: safe code cannot read into uninitialised
