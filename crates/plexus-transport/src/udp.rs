@@ -45,7 +45,7 @@ use rustc_hash::FxHashMap;
 use tokio::sync::{mpsc, oneshot, Notify};
 
 mod peer;
-mod socket;
+pub(crate) mod socket;
 use peer::{contiguous, send_direct, PeerCell, PeerState};
 use socket::EndpointSocket;
 

@@ -82,6 +82,7 @@
 //! ```
 
 pub(crate) mod driver;
+mod socket;
 
 use std::io;
 use std::net::SocketAddr;
@@ -98,22 +99,24 @@ use tokio::task::AbortHandle;
 use crate::error::{AcceptError, BindError, ConnectError};
 use crate::link::{Link, LinkConfig};
 use crate::tls::TlsConfig;
+use socket::QuicSocket;
 
 #[cfg(doc)]
 use crate::link::Lane;
 
-/// A quinn endpoint on a socket bound by [`bind_socket`], accepting
-/// connections if `server` is given.
+/// A quinn endpoint on a socket bound by [`bind_socket`] (registered as
+/// [`QuicSocket`]), accepting connections if `server` is given.
 fn endpoint_on(
     addr: SocketAddr,
     server: Option<quinn::ServerConfig>,
 ) -> Result<quinn::Endpoint, BindError> {
     bind_socket(addr)
+        .and_then(QuicSocket::new)
         .and_then(|socket| {
-            quinn::Endpoint::new(
+            quinn::Endpoint::new_with_abstract_socket(
                 quinn::EndpointConfig::default(),
                 server,
-                socket,
+                Arc::new(socket),
                 Arc::new(quinn::TokioRuntime),
             )
         })

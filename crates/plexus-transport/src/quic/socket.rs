@@ -1,0 +1,166 @@
+//! The QUIC endpoint's UDP socket as quinn sees it
+//! ([`quinn::AsyncUdpSocket`]), registered with the reactor the way the
+//! `udp` transport registers its own (`udp/socket.rs`):
+//!
+//! * **For reading only.** Registered for writability too (as quinn's
+//!   tokio socket is), the socket turns every datagram the peer consumes
+//!   into a readiness event: the process returns from `epoll_wait` once
+//!   more per message of a request–response exchange. Writability is
+//!   watched on a second descriptor only while a send would block.
+//! * **Drained without a read that would block.** quinn reads until the
+//!   socket has nothing left. A read that fills fewer receive buffers than
+//!   it offered has found the socket drained: its readiness is cleared
+//!   then, so quinn's next read waits instead of making a system call that
+//!   returns nothing.
+
+use std::fmt;
+use std::io::{self, IoSliceMut};
+use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::{AsFd, OwnedFd};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+
+use quinn::udp::{RecvMeta, Transmit, UdpSocketState};
+use quinn::{AsyncUdpSocket, UdpPoller};
+use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
+
+use crate::udp::socket::register;
+
+pub(super) struct QuicSocket {
+    socket: AsyncFd<UdpSocket>,
+    state: UdpSocketState,
+    /// The last send would have blocked: writability is worth watching.
+    /// (quinn asks whether the socket is writable before every send.)
+    blocked: AtomicBool,
+}
+
+impl fmt::Debug for QuicSocket {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("QuicSocket")
+            .field("local", &self.socket.get_ref().local_addr().ok())
+            .finish_non_exhaustive()
+    }
+}
+
+impl QuicSocket {
+    /// Takes `socket` (with its options set), non-blocking, registered for
+    /// reading. Must run inside a tokio runtime.
+    pub(super) fn new(socket: UdpSocket) -> io::Result<Self> {
+        socket.set_nonblocking(true)?;
+        let state = UdpSocketState::new((&socket).into())?;
+        Ok(Self {
+            socket: register(socket, Interest::READABLE)?,
+            state,
+            blocked: AtomicBool::new(false),
+        })
+    }
+}
+
+impl AsyncUdpSocket for QuicSocket {
+    fn create_io_poller(self: Arc<Self>) -> Pin<Box<dyn UdpPoller>> {
+        Box::pin(WritablePoller {
+            socket: self,
+            watch: None,
+        })
+    }
+
+    fn try_send(&self, transmit: &Transmit) -> io::Result<()> {
+        let sent = self.state.send(self.socket.get_ref().into(), transmit);
+        let blocked = matches!(&sent, Err(e) if e.kind() == io::ErrorKind::WouldBlock);
+        self.blocked.store(blocked, Relaxed);
+        sent
+    }
+
+    fn poll_recv(
+        &self,
+        cx: &mut Context<'_>,
+        bufs: &mut [IoSliceMut<'_>],
+        meta: &mut [RecvMeta],
+    ) -> Poll<io::Result<usize>> {
+        loop {
+            let mut guard = ready!(self.socket.poll_read_ready(cx))?;
+            let offered = bufs.len().min(meta.len());
+            let mut read = None;
+            let result = guard.try_io(|socket| {
+                let n = self.state.recv(socket.get_ref().into(), bufs, meta)?;
+                read = Some(n);
+                if n < offered {
+                    // Drained: clear the readiness (tick-checked, so a
+                    // datagram that arrived meanwhile sets it again).
+                    Err(io::ErrorKind::WouldBlock.into())
+                } else {
+                    Ok(())
+                }
+            });
+            if let Some(n) = read {
+                return Poll::Ready(Ok(n));
+            }
+            match result {
+                Ok(Err(error)) => return Poll::Ready(Err(error)),
+                // Would block (readiness cleared): wait for the next event.
+                Ok(Ok(())) | Err(_) => {}
+            }
+        }
+    }
+
+    fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.socket.get_ref().local_addr()
+    }
+
+    fn may_fragment(&self) -> bool {
+        self.state.may_fragment()
+    }
+
+    fn max_transmit_segments(&self) -> usize {
+        self.state.max_gso_segments()
+    }
+
+    fn max_receive_segments(&self) -> usize {
+        self.state.gro_segments()
+    }
+}
+
+/// Ready at once while sends go through. After a send that would have
+/// blocked, waits for the socket to take datagrams again: on a second
+/// descriptor registered for writability, dropped once it reports the
+/// socket writable, so that no writability events arrive while sends go
+/// through.
+struct WritablePoller {
+    socket: Arc<QuicSocket>,
+    watch: Option<AsyncFd<OwnedFd>>,
+}
+
+impl fmt::Debug for WritablePoller {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WritablePoller")
+            .field("watching", &self.watch.is_some())
+            .finish()
+    }
+}
+
+impl UdpPoller for WritablePoller {
+    fn poll_writable(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if !this.socket.blocked.load(Relaxed) {
+            // Sends go through: try the next one.
+            this.watch = None;
+            return Poll::Ready(Ok(()));
+        }
+        let watch = match &mut this.watch {
+            Some(watch) => watch,
+            None => {
+                // A new registration reports the current state: writable
+                // already, if the socket took datagrams meanwhile.
+                let fd = this.socket.socket.get_ref().as_fd().try_clone_to_owned()?;
+                this.watch.insert(register(fd, Interest::WRITABLE)?)
+            }
+        };
+        // The registration goes with the descriptor: nothing to clear.
+        ready!(watch.poll_write_ready(cx))?.retain_ready();
+        this.watch = None;
+        Poll::Ready(Ok(()))
+    }
+}
