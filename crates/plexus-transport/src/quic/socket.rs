@@ -98,11 +98,10 @@ impl AsyncUdpSocket for QuicSocket {
             if let Some(n) = read {
                 return Poll::Ready(Ok(n));
             }
-            match result {
-                Ok(Err(error)) => return Poll::Ready(Err(error)),
-                // Would block (readiness cleared): wait for the next event.
-                Ok(Ok(())) | Err(_) => {}
+            if let Ok(Err(error)) = result {
+                return Poll::Ready(Err(error));
             }
+            // Would block (readiness cleared): wait for the next event.
         }
     }
 
