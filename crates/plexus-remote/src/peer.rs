@@ -34,6 +34,8 @@ use crate::wire::{Frame, Resolution};
 mod dispatch;
 mod lanes;
 mod session;
+#[cfg(test)]
+mod tests;
 
 pub(crate) use session::accept;
 use session::{established, handshake_on};
@@ -105,6 +107,17 @@ const GOODBYE_PREFIX: &str = "peer said goodbye: ";
 #[derive(Debug)]
 pub(crate) struct Undelivered;
 
+/// Held by a peer's read task: releases the peer's recent import when the
+/// task ends, also when it is dropped without running to its end (a
+/// runtime shutting down with the link up), where no `link_down` runs.
+pub(crate) struct ImportRelease(pub(crate) Arc<Peer>);
+
+impl Drop for ImportRelease {
+    fn drop(&mut self) {
+        self.0.release_import();
+    }
+}
+
 impl Peer {
     pub(crate) fn new(inner: &Arc<NodeInner>, scheme: &str, dial: Option<String>) -> Arc<Self> {
         Arc::new(Self {
@@ -142,9 +155,17 @@ impl Peer {
         // After the store: a link going down meanwhile either took it, or
         // is seen here (its flag is set before it takes).
         if self.down.load(Ordering::SeqCst) {
-            let kept = lock(&self.recent_import).take();
-            drop(kept);
+            self.release_import();
         }
+    }
+
+    /// Lets go of the proxy kept by [`keep_import`](Peer::keep_import),
+    /// which holds this peer: when the link goes down, and when its read
+    /// task ends however it ends ([`ImportRelease`]).
+    pub(crate) fn release_import(&self) {
+        // Taken out first: a proxy is dropped without the lock held.
+        let kept = lock(&self.recent_import).take();
+        drop(kept);
     }
 
     /// The peer that actually holds the link (see the module docs).
@@ -200,10 +221,7 @@ impl Peer {
         self.down.store(down, Ordering::SeqCst);
         st.phase = phase;
         if down {
-            // Not the last handle on anything but this peer, which the
-            // caller holds: dropped under the lock without effect.
-            let kept = lock(&self.recent_import).take();
-            drop(kept);
+            self.release_import();
         }
     }
 
@@ -527,8 +545,7 @@ impl Peer {
     fn link_down(self: &Arc<Self>, epoch: u64, cause: &str) {
         // First: with the node gone the phase stays as it is, and the
         // proxy would keep this peer (and its link sender) alive.
-        let kept = lock(&self.recent_import).take();
-        drop(kept);
+        self.release_import();
         let Some(inner) = self.inner.upgrade() else {
             return;
         };

@@ -34,7 +34,9 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::future::poll_fn;
 use std::io::{self, IoSliceMut};
 use std::net::{SocketAddr, UdpSocket};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::Release};
+use std::sync::atomic::{
+    AtomicBool, AtomicU64, AtomicUsize, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
+};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -149,6 +151,9 @@ struct EpShared {
     ready: Mutex<Vec<u64>>,
     commands: Mutex<VecDeque<ConnectRequest>>,
     notify: Notify,
+    /// Set after something is put in `ready` or `commands`: the task takes
+    /// their locks only then, not on every turn (most turns are reads).
+    queued: AtomicBool,
     closed: AtomicBool,
     counters: Counters,
     /// The task's socket, for senders' direct sends (`peer::send_direct`).
@@ -162,6 +167,7 @@ struct EpShared {
 impl EpShared {
     fn wake(&self, peer: u64) {
         lock(&self.ready).push(peer);
+        self.queued.store(true, Release);
         self.notify.notify_one();
     }
 }
@@ -234,6 +240,7 @@ impl UdpEndpoint {
             ready: Mutex::new(Vec::new()),
             commands: Mutex::new(VecDeque::new()),
             notify: Notify::new(),
+            queued: AtomicBool::new(false),
             closed: AtomicBool::new(false),
             counters: Counters::default(),
             socket: socket.get_ref().try_clone().map_err(io_err)?,
@@ -294,6 +301,7 @@ impl UdpEndpoint {
     pub async fn connect(&self, addr: SocketAddr) -> Result<Link, ConnectError> {
         let (reply, rx) = oneshot::channel();
         lock(&self.shared.commands).push_back((addr, reply));
+        self.shared.queued.store(true, Release);
         self.shared.notify.notify_one();
         rx.await
             .unwrap_or_else(|_| Err(ConnectError::EndpointClosed { addr: url(addr) }))
@@ -378,18 +386,20 @@ impl Dispatcher {
         tokio::pin!(notified);
         notified.as_mut().enable();
         while !self.shared.closed.load(Relaxed) {
-            let commands = std::mem::take(&mut *lock(&self.shared.commands));
-            for (addr, reply) in commands {
-                // The caller may have given up; nothing to do then.
-                let _ = reply.send(self.connect(addr));
-            }
-            std::mem::swap(&mut *lock(&self.shared.ready), &mut ready);
-            if !ready.is_empty() {
-                let t = now();
-                for id in ready.drain(..) {
-                    if let Some(peer) = self.peers.get_mut(&id) {
-                        lock(&peer.state).conn.refresh_inbox();
-                        self.service(id, t);
+            if self.shared.queued.swap(false, Acquire) {
+                let commands = std::mem::take(&mut *lock(&self.shared.commands));
+                for (addr, reply) in commands {
+                    // The caller may have given up; nothing to do then.
+                    let _ = reply.send(self.connect(addr));
+                }
+                std::mem::swap(&mut *lock(&self.shared.ready), &mut ready);
+                if !ready.is_empty() {
+                    let t = now();
+                    for id in ready.drain(..) {
+                        if let Some(peer) = self.peers.get_mut(&id) {
+                            lock(&peer.state).conn.refresh_inbox();
+                            self.service(id, t);
+                        }
                     }
                 }
             }

@@ -237,6 +237,7 @@ impl Peer {
         epoch: u64,
         remote: NodeId,
     ) {
+        let _release = ImportRelease(self.clone());
         let mut cache = InboundCache::default();
         // Everything received so far, taken in one go: consecutive messages
         // to one actor are delivered together (`dispatch_run`).

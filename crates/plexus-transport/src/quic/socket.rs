@@ -14,6 +14,7 @@
 //!   returns nothing.
 
 use std::fmt;
+use std::future::Future;
 use std::io::{self, IoSliceMut};
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::{AsFd, OwnedFd};
@@ -21,11 +22,13 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
+use std::time::Duration;
 
 use quinn::udp::{RecvMeta, Transmit, UdpSocketState};
 use quinn::{AsyncUdpSocket, UdpPoller};
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
+use tokio::time::Sleep;
 
 use crate::udp::socket::register;
 
@@ -64,6 +67,7 @@ impl AsyncUdpSocket for QuicSocket {
         Box::pin(WritablePoller {
             socket: self,
             watch: None,
+            retry: None,
         })
     }
 
@@ -130,7 +134,13 @@ impl AsyncUdpSocket for QuicSocket {
 struct WritablePoller {
     socket: Arc<QuicSocket>,
     watch: Option<AsyncFd<OwnedFd>>,
+    /// Writability could not be watched (out of descriptors): try sending
+    /// again after a pause instead.
+    retry: Option<Pin<Box<Sleep>>>,
 }
+
+/// Pause before retrying a blocked send when writability cannot be watched.
+const RETRY: Duration = Duration::from_millis(1);
 
 impl fmt::Debug for WritablePoller {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -148,13 +158,33 @@ impl UdpPoller for WritablePoller {
             this.watch = None;
             return Poll::Ready(Ok(()));
         }
+        if let Some(retry) = &mut this.retry {
+            ready!(retry.as_mut().poll(cx));
+            this.retry = None;
+            return Poll::Ready(Ok(()));
+        }
         let watch = match &mut this.watch {
             Some(watch) => watch,
             None => {
                 // A new registration reports the current state: writable
                 // already, if the socket took datagrams meanwhile.
-                let fd = this.socket.socket.get_ref().as_fd().try_clone_to_owned()?;
-                this.watch.insert(register(fd, Interest::WRITABLE)?)
+                let watch = this
+                    .socket
+                    .socket
+                    .get_ref()
+                    .as_fd()
+                    .try_clone_to_owned()
+                    .and_then(|fd| register(fd, Interest::WRITABLE));
+                match watch {
+                    Ok(watch) => this.watch.insert(watch),
+                    Err(error) => {
+                        // An error here would end quinn's connection
+                        // driver: poll again shortly instead.
+                        tracing::debug!(%error, "quic: cannot watch writability; polling");
+                        this.retry = Some(Box::pin(tokio::time::sleep(RETRY)));
+                        return Pin::new(this).poll_writable(cx);
+                    }
+                }
             }
         };
         // The registration goes with the descriptor: nothing to clear.

@@ -36,8 +36,9 @@ use super::EpShared;
 use crate::conn::{now, Conn};
 
 /// Bytes of queued messages one direct send moves into the stack at most;
-/// beyond, the task takes over.
-const DIRECT_BUDGET: usize = 64 << 10;
+/// beyond, the task takes over. Small: the task waits for the peer's lock
+/// meanwhile (a reply is usually one message).
+const DIRECT_BUDGET: usize = 16 << 10;
 
 /// The part of a peer the link's senders share with the socket task.
 pub(super) type PeerCell = Mutex<PeerState>;
