@@ -12,6 +12,24 @@ fn spec(s: &str) -> StackSpec {
     s.parse().expect("valid spec")
 }
 
+/// Two udp endpoints on 127.0.0.1 serving `stack`, with links of
+/// `send_buffer` bytes of send buffer (and 1 MiB to receive).
+async fn udp_pair(stack: &str, send_buffer: usize) -> (UdpEndpoint, UdpEndpoint) {
+    use plexus_transport::udp::UdpConfig;
+    use plexus_transport::LinkConfig;
+
+    let spec = spec(stack);
+    let config = UdpConfig {
+        link: LinkConfig {
+            send_buffer,
+            recv_buffer: 1 << 20,
+        },
+        ..UdpConfig::default()
+    };
+    let bind = || UdpEndpoint::bind_with(&spec, "127.0.0.1:0".parse().unwrap(), config);
+    (bind().await.expect("bind a"), bind().await.expect("bind b"))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tcp_framing_delivers_100k_mixed_messages_both_ways_in_order() {
     let spec = spec("tcp / framing");
@@ -149,25 +167,12 @@ async fn tcp_inline_framing_keeps_order_across_copied_and_queued_messages() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn udp_inline_batching_keeps_order_across_batched_and_lone_messages_through_loss() {
     use bytes::Bytes;
-    use plexus_transport::udp::UdpConfig;
-    use plexus_transport::LinkConfig;
 
-    let spec = spec(
+    let (a, b) = udp_pair(
         "udp / faults(drop=0.05, seed=5) / slicing / delivery(min_rto=5ms, initial_rto=20ms, max_retries=40) / ordering / batching",
-    );
-    let config = UdpConfig {
-        link: LinkConfig {
-            send_buffer: 4 << 10,
-            recv_buffer: 1 << 20,
-        },
-        ..UdpConfig::default()
-    };
-    let a = UdpEndpoint::bind_with(&spec, "127.0.0.1:0".parse().unwrap(), config)
-        .await
-        .expect("bind a");
-    let b = UdpEndpoint::bind_with(&spec, "127.0.0.1:0".parse().unwrap(), config)
-        .await
-        .expect("bind b");
+        4 << 10,
+    )
+    .await;
     let client = a.connect(b.local_addr()).await.expect("connect");
     let message = |i: usize| -> Vec<u8> {
         // Batched, batched, too large for a batch (alone, sliced), empty
@@ -216,25 +221,12 @@ async fn udp_inline_batching_keeps_order_across_batched_and_lone_messages_throug
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn udp_replies_sent_from_their_senders_arrive_in_order_through_loss() {
     use bytes::Bytes;
-    use plexus_transport::udp::UdpConfig;
-    use plexus_transport::LinkConfig;
 
-    let spec = spec(
+    let (a, b) = udp_pair(
         "udp / faults(drop=0.1, seed=7) / slicing / delivery(min_rto=5ms, initial_rto=20ms, max_rto=40ms, max_retries=400) / ordering / batching",
-    );
-    let config = UdpConfig {
-        link: LinkConfig {
-            send_buffer: 16 << 10,
-            recv_buffer: 1 << 20,
-        },
-        ..UdpConfig::default()
-    };
-    let a = UdpEndpoint::bind_with(&spec, "127.0.0.1:0".parse().unwrap(), config)
-        .await
-        .expect("bind a");
-    let b = UdpEndpoint::bind_with(&spec, "127.0.0.1:0".parse().unwrap(), config)
-        .await
-        .expect("bind b");
+        16 << 10,
+    )
+    .await;
     let mut client = a.connect(b.local_addr()).await.expect("connect");
     const ROUNDS: usize = 400;
     // Reply j of request i: sizes from an empty message to several

@@ -45,8 +45,18 @@ fn recent(peer: &Peer) -> Option<Arc<RemoteActor>> {
     lock(&peer.recent_import).clone()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_recent_import_is_shared_by_requests_and_let_go_when_the_link_goes_down() {
+/// Node a, with an actor that forwards the answers it gets to `answers`,
+/// and node b, with a responder that a resolved over tcp.
+struct Pair {
+    _systems: (ActorSystem, ActorSystem),
+    na: Node,
+    nb: Node,
+    responder: ActorRef<Request>,
+    me: ActorRef<Answer>,
+    answers: mpsc::UnboundedReceiver<u64>,
+}
+
+async fn pair() -> Pair {
     let (a, b) = (ActorSystem::new(), ActorSystem::new());
     let cfg = NodeConfig::default().cookie("peer-test");
     let na = Node::start(&a, cfg.clone()).expect("node a");
@@ -54,29 +64,48 @@ async fn the_recent_import_is_shared_by_requests_and_let_go_when_the_link_goes_d
     let uri_b = nb.listen("tcp://127.0.0.1:0").await.expect("listen");
     nb.publish(&b.spawn(Responder), "responder")
         .expect("publish");
-    let responder: ActorRef<Request> = na
+    let responder = na
         .resolve(&format!("{uri_b}/responder"))
         .await
         .expect("resolve");
-    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (tx, answers) = mpsc::unbounded_channel();
     let me = a.spawn_fn(move |Answer(n), _| {
         let _ = tx.send(n);
     });
-    let mut round_trip = async |n| {
-        responder.tell(Request(n, me.clone()));
-        tokio::time::timeout(T, rx.recv()).await.expect("in time")
-    };
+    Pair {
+        _systems: (a, b),
+        na,
+        nb,
+        responder,
+        me,
+        answers,
+    }
+}
 
-    assert_eq!(round_trip(1).await, Some(1));
-    let peer = peer_of(&nb, na.id());
+impl Pair {
+    /// Sends request `n` with a's actor as the one to answer; its answer.
+    async fn round_trip(&mut self, n: u64) -> Option<u64> {
+        self.responder.tell(Request(n, self.me.clone()));
+        tokio::time::timeout(T, self.answers.recv())
+            .await
+            .expect("in time")
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_recent_import_is_shared_by_requests_and_let_go_when_the_link_goes_down() {
+    let mut p = pair().await;
+
+    assert_eq!(p.round_trip(1).await, Some(1));
+    let peer = peer_of(&p.nb, p.na.id());
     let first = recent(&peer).expect("the sender's proxy is kept");
-    assert_eq!(first.id(), me.id());
-    assert_eq!(round_trip(2).await, Some(2));
+    assert_eq!(first.id(), p.me.id());
+    assert_eq!(p.round_trip(2).await, Some(2));
     let second = recent(&peer).expect("still kept");
     assert!(Arc::ptr_eq(&first, &second), "the second request reused it");
     drop((first, second));
 
-    na.shutdown().await;
+    p.na.shutdown().await;
     tokio::time::timeout(T, async {
         while recent(&peer).is_some() {
             tokio::time::sleep(Duration::from_millis(5)).await;
@@ -97,25 +126,9 @@ fn a_peer_is_freed_when_its_runtime_shuts_down_with_the_link_up() {
         .build()
         .expect("runtime");
     let peer = rt.block_on(async {
-        let (a, b) = (ActorSystem::new(), ActorSystem::new());
-        let cfg = NodeConfig::default().cookie("peer-test");
-        let na = Node::start(&a, cfg.clone()).expect("node a");
-        let nb = Node::start(&b, cfg).expect("node b");
-        let uri_b = nb.listen("tcp://127.0.0.1:0").await.expect("listen");
-        nb.publish(&b.spawn(Responder), "responder")
-            .expect("publish");
-        let responder: ActorRef<Request> = na
-            .resolve(&format!("{uri_b}/responder"))
-            .await
-            .expect("resolve");
-        let (tx, mut rx) = mpsc::unbounded_channel();
-        let me = a.spawn_fn(move |Answer(n), _| {
-            let _ = tx.send(n);
-        });
-        responder.tell(Request(7, me));
-        let got = tokio::time::timeout(T, rx.recv()).await.expect("in time");
-        assert_eq!(got, Some(7));
-        let peer = peer_of(&nb, na.id());
+        let mut p = pair().await;
+        assert_eq!(p.round_trip(7).await, Some(7));
+        let peer = peer_of(&p.nb, p.na.id());
         assert!(recent(&peer).is_some(), "the sender's proxy is kept");
         Arc::downgrade(&peer)
     });

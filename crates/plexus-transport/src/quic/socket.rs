@@ -17,7 +17,7 @@ use std::fmt;
 use std::future::Future;
 use std::io::{self, IoSliceMut};
 use std::net::{SocketAddr, UdpSocket};
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
@@ -30,7 +30,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 use tokio::time::Sleep;
 
-use crate::udp::socket::register;
+use crate::udp::socket::{register, watch_writable};
 
 pub(super) struct QuicSocket {
     socket: AsyncFd<UdpSocket>,
@@ -168,14 +168,7 @@ impl UdpPoller for WritablePoller {
             None => {
                 // A new registration reports the current state: writable
                 // already, if the socket took datagrams meanwhile.
-                let watch = this
-                    .socket
-                    .socket
-                    .get_ref()
-                    .as_fd()
-                    .try_clone_to_owned()
-                    .and_then(|fd| register(fd, Interest::WRITABLE));
-                match watch {
+                match watch_writable(this.socket.socket.get_ref()) {
                     Ok(watch) => this.watch.insert(watch),
                     Err(error) => {
                         // An error here would end quinn's connection

@@ -34,6 +34,12 @@ pub(crate) fn register<T: std::os::fd::AsRawFd>(
     AsyncFd::with_interest(fd, interest)
 }
 
+/// A second descriptor of `socket`, registered for writability only: for
+/// a socket registered for reading, while a send would block.
+pub(crate) fn watch_writable(socket: &UdpSocket) -> io::Result<AsyncFd<OwnedFd>> {
+    register(socket.as_fd().try_clone_to_owned()?, Interest::WRITABLE)
+}
+
 pub(super) struct EndpointSocket {
     socket: AsyncFd<UdpSocket>,
     /// Registered for writability while a send would block.
@@ -108,13 +114,7 @@ impl EndpointSocket {
         match send(self.socket.get_ref()) {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 if self.blocked.is_none() {
-                    let watch = self
-                        .socket
-                        .get_ref()
-                        .as_fd()
-                        .try_clone_to_owned()
-                        .and_then(|fd| register(fd, Interest::WRITABLE));
-                    match watch {
+                    match watch_writable(self.socket.get_ref()) {
                         Ok(watch) => self.blocked = Some(watch),
                         Err(error) => {
                             tracing::debug!(%error, "udp: cannot watch writability; polling");
