@@ -26,6 +26,11 @@
 //! where the kernel has it, and the socket reads coalesced runs (GRO) and
 //! several datagrams per `recvmmsg`.
 //!
+//! A peer's link state is shared with the link's senders under a lock: after
+//! a turn that handed received messages to the application, the next
+//! sender runs the stack and sends the reply's datagrams itself, without a
+//! second turn of the socket task (see `peer`).
+//!
 //! There is no connection handshake: [`UdpEndpoint::connect`] only creates
 //! local peer state, and the remote endpoint sees the peer when its first
 //! datagram arrives ([`UdpEndpoint::accept`]).
