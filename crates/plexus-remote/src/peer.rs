@@ -161,7 +161,8 @@ impl Peer {
 
     /// Lets go of the proxy kept by [`keep_import`](Peer::keep_import),
     /// which holds this peer: when the link goes down, and when its read
-    /// task ends however it ends ([`ImportRelease`]).
+    /// task ends however it ends ([`ImportRelease`]; also when the node is
+    /// gone and `link_down` leaves the phase as it is).
     pub(crate) fn release_import(&self) {
         // Taken out first: a proxy is dropped without the lock held.
         let kept = lock(&self.recent_import).take();
@@ -543,9 +544,6 @@ impl Peer {
 
     /// The link of `epoch` is gone: tell everyone who depended on it.
     fn link_down(self: &Arc<Self>, epoch: u64, cause: &str) {
-        // First: with the node gone the phase stays as it is, and the
-        // proxy would keep this peer (and its link sender) alive.
-        self.release_import();
         let Some(inner) = self.inner.upgrade() else {
             return;
         };

@@ -452,9 +452,7 @@ impl Dispatcher {
             }
         }
         for (_, peer) in self.peers.drain() {
-            let mut st = lock(&peer.state);
-            st.removed = true;
-            st.conn.close(CloseReason::EndpointClosed);
+            lock(&peer.state).close(CloseReason::EndpointClosed);
         }
         self.shared.counters.peers.store(0, Relaxed);
     }
@@ -753,8 +751,7 @@ impl Dispatcher {
             if let Some(t) = st.timer {
                 self.timers.remove(&(t, id));
             }
-            st.removed = true;
-            st.conn.close(reason);
+            st.close(reason);
             self.shared.counters.peers.store(self.peers.len(), Relaxed);
         }
     }

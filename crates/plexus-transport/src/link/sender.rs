@@ -187,9 +187,16 @@ impl LinkSender {
         };
         let chunks = handed.err()?;
         out.queue.extend(chunks.into_iter().map(|c| (lane, c)));
+        Some(Self::count_queued(out, len, cost))
+    }
+
+    /// Inline framing: counts a framed message of `len` bytes, charged
+    /// `cost`, that was queued for the driver; returns whether the driver
+    /// waits for it.
+    fn count_queued(out: &mut OutState, len: usize, cost: usize) -> bool {
         out.inline_messages += 1;
         out.uncharged += (FrameHeader::LEN + len) - cost;
-        Some(std::mem::take(&mut out.driver_waiting))
+        std::mem::take(&mut out.driver_waiting)
     }
 
     /// Inline framing: appends `header | payload` to the staging buffer (a
@@ -230,9 +237,7 @@ impl LinkSender {
             let staged = out.staging.split().freeze();
             out.queue.push_back((lane, staged));
         }
-        out.inline_messages += 1;
-        out.uncharged += (FrameHeader::LEN + len) - cost;
-        std::mem::take(&mut out.driver_waiting)
+        Self::count_queued(out, len, cost)
     }
 
     /// Writes `header | payload` to the socket through the driver's idle

@@ -30,7 +30,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 use tokio::time::Sleep;
 
-use crate::udp::socket::{register, watch_writable};
+use crate::udp::socket::{register, try_recv_until_drained, watch_writable};
 
 pub(super) struct QuicSocket {
     socket: AsyncFd<UdpSocket>,
@@ -84,28 +84,20 @@ impl AsyncUdpSocket for QuicSocket {
         bufs: &mut [IoSliceMut<'_>],
         meta: &mut [RecvMeta],
     ) -> Poll<io::Result<usize>> {
+        let offered = bufs.len().min(meta.len());
         loop {
-            let mut guard = ready!(self.socket.poll_read_ready(cx))?;
-            let offered = bufs.len().min(meta.len());
-            let mut read = None;
-            let result = guard.try_io(|socket| {
-                let n = self.state.recv(socket.get_ref().into(), bufs, meta)?;
-                read = Some(n);
-                if n < offered {
-                    // Drained: clear the readiness (tick-checked, so a
-                    // datagram that arrived meanwhile sets it again).
-                    Err(io::ErrorKind::WouldBlock.into())
-                } else {
-                    Ok(())
-                }
+            // The read below clears the readiness when it finds the
+            // socket drained.
+            ready!(self.socket.poll_read_ready(cx))?.retain_ready();
+            let read = try_recv_until_drained(&self.socket, |socket| {
+                let n = self.state.recv(socket.into(), bufs, meta)?;
+                Ok((n, n < offered))
             });
-            if let Some(n) = read {
-                return Poll::Ready(Ok(n));
+            match read {
+                // Readiness cleared: wait for the next event.
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                read => return Poll::Ready(read),
             }
-            if let Ok(Err(error)) = result {
-                return Poll::Ready(Err(error));
-            }
-            // Would block (readiness cleared): wait for the next event.
         }
     }
 

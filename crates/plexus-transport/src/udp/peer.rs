@@ -34,6 +34,7 @@ use plexus_net::Frame;
 
 use super::EpShared;
 use crate::conn::{now, Conn};
+use crate::error::CloseReason;
 
 /// Bytes of queued messages one direct send moves into the stack at most;
 /// beyond, the task takes over. Small: the task waits for the peer's lock
@@ -71,6 +72,15 @@ impl PeerState {
             removed: false,
             scratch: BytesMut::new(),
         }
+    }
+}
+
+impl PeerState {
+    /// The task dropped the peer: closes its link with `reason`, and no
+    /// sender runs its stack any more.
+    pub(super) fn close(&mut self, reason: CloseReason) {
+        self.removed = true;
+        self.conn.close(reason);
     }
 }
 

@@ -40,6 +40,35 @@ pub(crate) fn watch_writable(socket: &UdpSocket) -> io::Result<AsyncFd<OwnedFd>>
     register(socket.as_fd().try_clone_to_owned()?, Interest::WRITABLE)
 }
 
+/// Runs `recv`, a read of `socket` that also says whether it found the
+/// socket drained (it read fewer datagrams than it had room for): then
+/// the socket's read readiness is cleared, as by a read that would block,
+/// and the next wait for it waits instead of another read returning
+/// nothing. A datagram that arrives after the read sets it again (the
+/// reactor's next event for the socket is newer than the one cleared).
+/// `WouldBlock` if the socket was not ready.
+pub(crate) fn try_recv_until_drained<R>(
+    socket: &AsyncFd<UdpSocket>,
+    recv: impl FnOnce(&UdpSocket) -> io::Result<(R, bool)>,
+) -> io::Result<R> {
+    let mut read = None;
+    let cleared = socket.try_io(Interest::READABLE, |socket| {
+        let (r, drained) = recv(socket)?;
+        read = Some(r);
+        if drained {
+            Err(io::ErrorKind::WouldBlock.into())
+        } else {
+            Ok(())
+        }
+    });
+    // Without a result, the read failed (or the socket was not ready).
+    read.ok_or_else(|| {
+        cleared
+            .err()
+            .unwrap_or_else(|| io::ErrorKind::WouldBlock.into())
+    })
+}
+
 pub(super) struct EndpointSocket {
     socket: AsyncFd<UdpSocket>,
     /// Registered for writability while a send would block.
@@ -76,32 +105,12 @@ impl EndpointSocket {
         self.socket.poll_read_ready(cx).map_ok(drop)
     }
 
-    /// Runs `recv`, a read of the socket that also says whether it found
-    /// the socket drained (it read fewer datagrams than it had room for):
-    /// then the readiness [`readable`](Self::readable) waits for is
-    /// cleared, as by a read that would block. A datagram that arrives
-    /// after the read sets it again (the reactor's next event for the
-    /// socket is newer than the one cleared).
+    /// [`try_recv_until_drained`] on this socket.
     pub(super) fn try_recv_until_drained<R>(
         &self,
         recv: impl FnOnce(&UdpSocket) -> io::Result<(R, bool)>,
     ) -> io::Result<R> {
-        let mut read = None;
-        let cleared = self.socket.try_io(Interest::READABLE, |socket| {
-            let (r, drained) = recv(socket)?;
-            read = Some(r);
-            if drained {
-                Err(io::ErrorKind::WouldBlock.into())
-            } else {
-                Ok(())
-            }
-        });
-        // Without a result, the read failed (or the socket was not ready).
-        read.ok_or_else(|| {
-            cleared
-                .err()
-                .unwrap_or_else(|| io::ErrorKind::WouldBlock.into())
-        })
+        try_recv_until_drained(&self.socket, recv)
     }
 
     /// Runs `send`, a write of the socket. If it would block, registers
