@@ -233,6 +233,7 @@ impl UdpEndpoint {
         let local = socket.get_ref().local_addr().map_err(io_err)?;
         // Enables GRO and the ancillary data quinn-udp reads.
         let state = UdpSocketState::new(socket.get_ref().into()).map_err(io_err)?;
+        socket::skip_unused_ancillary_data(socket.get_ref());
         for result in [
             state.set_recv_buffer_size(socket.get_ref().into(), SOCKET_BUFFER),
             state.set_send_buffer_size(socket.get_ref().into(), SOCKET_BUFFER),

@@ -40,6 +40,33 @@ pub(crate) fn watch_writable(socket: &UdpSocket) -> io::Result<AsyncFd<OwnedFd>>
     register(socket.as_fd().try_clone_to_owned()?, Interest::WRITABLE)
 }
 
+/// Turns off the ancillary data quinn-udp asks for but Plexus does not
+/// read: the destination address (`IP_PKTINFO`) and the ECN bits
+/// (`IP_RECVTOS`), and their IPv6 twins. The kernel builds them into every
+/// read otherwise (several hundred nanoseconds per datagram on a round
+/// trip's critical path). GRO stays on. Best effort: a socket that keeps
+/// them still works.
+pub(crate) fn skip_unused_ancillary_data(socket: &UdpSocket) {
+    #[cfg(target_os = "linux")]
+    {
+        use nix::sys::socket::{setsockopt, sockopt};
+        let v6 = socket.local_addr().is_ok_and(|a| a.is_ipv6());
+        let mut results = vec![
+            setsockopt(socket, sockopt::Ipv4PacketInfo, &false),
+            setsockopt(socket, sockopt::IpRecvTos, &false),
+        ];
+        if v6 {
+            results.push(setsockopt(socket, sockopt::Ipv6RecvPacketInfo, &false));
+            results.push(setsockopt(socket, sockopt::Ipv6RecvTClass, &false));
+        }
+        for error in results.into_iter().filter_map(Result::err) {
+            tracing::debug!(%error, "udp ancillary data left on");
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = socket;
+}
+
 /// Runs `recv`, a read of `socket` that also says whether it found the
 /// socket drained (it read fewer datagrams than it had room for): then
 /// the socket's read readiness is cleared, as by a read that would block,
@@ -160,5 +187,35 @@ impl EndpointSocket {
             }
             None => std::future::pending().await,
         }
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use nix::sys::socket::{getsockopt, sockopt};
+    use quinn_udp::UdpSocketState;
+
+    use super::*;
+
+    #[test]
+    fn ancillary_data_quinn_udp_asks_for_is_turned_off() {
+        let v4 = UdpSocket::bind("127.0.0.1:0").unwrap();
+        UdpSocketState::new((&v4).into()).unwrap();
+        // quinn-udp turned them on: the test would pass vacuously otherwise.
+        assert!(getsockopt(&v4, sockopt::Ipv4PacketInfo).unwrap());
+        assert!(getsockopt(&v4, sockopt::IpRecvTos).unwrap());
+        skip_unused_ancillary_data(&v4);
+        assert!(!getsockopt(&v4, sockopt::Ipv4PacketInfo).unwrap());
+        assert!(!getsockopt(&v4, sockopt::IpRecvTos).unwrap());
+
+        // IPv6 may be off on a test machine; then there is nothing to check.
+        let Ok(v6) = UdpSocket::bind("[::1]:0") else {
+            return;
+        };
+        UdpSocketState::new((&v6).into()).unwrap();
+        assert!(getsockopt(&v6, sockopt::Ipv6RecvPacketInfo).unwrap());
+        skip_unused_ancillary_data(&v6);
+        assert!(!getsockopt(&v6, sockopt::Ipv6RecvPacketInfo).unwrap());
+        assert!(!getsockopt(&v6, sockopt::Ipv6RecvTClass).unwrap());
     }
 }
