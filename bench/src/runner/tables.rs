@@ -31,6 +31,8 @@ pub struct RatePoint {
     pub rate: f64,
     pub p50_us: Option<f64>,
     pub p99_us: Option<f64>,
+    /// W1: round trips per second of the pong served least.
+    pub slowest_pong: Option<f64>,
     pub vs_baseline: Option<f64>,
 }
 
@@ -40,6 +42,8 @@ pub struct RatePoint {
 pub struct Rates {
     pub by_transport: Vec<(String, Vec<RatePoint>)>,
     pub baseline: Vec<(u64, f64)>,
+    /// W1: the baseline's slowest pong (median over the baseline runs).
+    pub baseline_slowest: Vec<(u64, f64)>,
 }
 
 impl Rates {
@@ -61,6 +65,7 @@ impl Rates {
                         rate: r.num(key)?,
                         p50_us: r.num("p50_us"),
                         p99_us: r.num("p99_us"),
+                        slowest_pong: r.num(SLOWEST),
                         vs_baseline: r.num("vs_baseline"),
                     })
                 })
@@ -68,29 +73,47 @@ impl Rates {
             pts.sort_by_key(|p| p.n);
             by_transport.push((t, pts));
         }
-        let mut base: BTreeMap<u64, Vec<f64>> = BTreeMap::new();
-        for r in records
+        let baselines: Vec<&Record> = records
             .iter()
+            .copied()
             .filter(|r| r.ok && r.workload() == w && r.system() == "baseline")
-        {
-            if let (Some(n), Some(v)) = (r.num("n"), r.num(key)) {
-                base.entry(n as u64).or_default().push(v);
-            }
-        }
-        let baseline = base
-            .into_iter()
-            .filter_map(|(n, v)| Some((n, Spread::of(&v)?.median)))
             .collect();
         Rates {
             by_transport,
-            baseline,
+            baseline: median_by_n(&baselines, key),
+            baseline_slowest: median_by_n(&baselines, SLOWEST),
         }
     }
 
     /// The baseline figure at `n`.
     pub fn baseline_at(&self, n: u64) -> Option<f64> {
-        self.baseline.iter().find(|(m, _)| *m == n).map(|(_, v)| *v)
+        at(&self.baseline, n)
     }
+
+    /// The baseline's slowest pong at `n` (W1).
+    pub fn baseline_slowest_at(&self, n: u64) -> Option<f64> {
+        at(&self.baseline_slowest, n)
+    }
+}
+
+/// The W1 field with the rate of the pong served least.
+const SLOWEST: &str = "slowest_pong_rtt_per_s";
+
+/// The median of field `key` of `records` at each N.
+fn median_by_n(records: &[&Record], key: &str) -> Vec<(u64, f64)> {
+    let mut by_n: BTreeMap<u64, Vec<f64>> = BTreeMap::new();
+    for r in records {
+        if let (Some(n), Some(v)) = (r.num("n"), r.num(key)) {
+            by_n.entry(n as u64).or_default().push(v);
+        }
+    }
+    by_n.into_iter()
+        .filter_map(|(n, v)| Some((n, Spread::of(&v)?.median)))
+        .collect()
+}
+
+fn at(points: &[(u64, f64)], n: u64) -> Option<f64> {
+    points.iter().find(|(m, _)| *m == n).map(|(_, v)| *v)
 }
 
 /// One W3 cell: the runtimes of its runs and how many failed.
@@ -185,19 +208,21 @@ fn opt(x: Option<f64>, f: impl Fn(f64) -> String) -> String {
 /// The W1 table (markdown).
 pub fn w1_table(r: &Rates) -> String {
     let mut s = String::from(
-        "| transport | N | round trips/s | p50 µs | p99 µs | baseline round trips/s | vs baseline |\n\
-         | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+        "| transport | N | round trips/s | slowest pong | p50 µs | p99 µs | baseline round trips/s | baseline slowest pong | vs baseline |\n\
+         | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
     );
     for (t, pts) in &r.by_transport {
         for p in pts {
             let _ = writeln!(
                 s,
-                "| `{t}` | {} | {} | {} | {} | {} | {} |",
+                "| `{t}` | {} | {} | {} | {} | {} | {} | {} | {} |",
                 p.n,
                 fmt_rate(p.rate),
+                opt(p.slowest_pong, fmt_rate),
                 opt(p.p50_us, |x| format!("{x:.0}")),
                 opt(p.p99_us, |x| format!("{x:.0}")),
                 opt(r.baseline_at(p.n), fmt_rate),
+                opt(r.baseline_slowest_at(p.n), fmt_rate),
                 opt(p.vs_baseline, |x| format!("{x:.2}")),
             );
         }
@@ -351,8 +376,8 @@ RESULT workload=w3 system=plexus transport=tcp p=0 d_ms=10 seconds=41",
     #[test]
     fn rates_pair_each_point_with_the_median_baseline() {
         let rs = recs(
-            "RESULT workload=w1 system=baseline rtt_per_s=100 n=4 transport=tcp
-RESULT workload=w1 system=plexus rtt_per_s=80 p50_us=40 p99_us=90 n=4 transport=tcp vs_baseline=0.80
+            "RESULT workload=w1 system=baseline rtt_per_s=100 slowest_pong_rtt_per_s=10 n=4 transport=tcp
+RESULT workload=w1 system=plexus rtt_per_s=80 p50_us=40 p99_us=90 slowest_pong_rtt_per_s=19 n=4 transport=tcp vs_baseline=0.80
 RESULT workload=w1 system=baseline rtt_per_s=120 n=4 transport=udp
 RESULT workload=w1 system=baseline rtt_per_s=110 n=4 transport=udp
 RESULT workload=w1 system=plexus rtt_per_s=70 n=4 transport=udp vs_baseline=0.64
@@ -367,11 +392,11 @@ RESULT workload=w1 system=plexus rtt_per_s=20 n=1 transport=udp vs_baseline=0.5"
         assert_eq!(pts.iter().map(|p| p.n).collect::<Vec<_>>(), [1, 4]);
         let table = w1_table(&r);
         assert!(
-            table.contains("| `tcp` | 4 | 80.00 | 40 | 90 | 110 | 0.80 |"),
+            table.contains("| `tcp` | 4 | 80.00 | 19.00 | 40 | 90 | 110 | 10.00 | 0.80 |"),
             "{table}"
         );
         assert!(
-            table.contains("| `udp` | 1 | 20.00 | – | – | – | 0.50 |"),
+            table.contains("| `udp` | 1 | 20.00 | – | – | – | – | – | 0.50 |"),
             "{table}"
         );
     }
