@@ -516,11 +516,19 @@ impl Dispatcher {
 
     /// Services every peer fed since the last call, once each.
     fn service_touched(&mut self, t: Instant) {
-        for id in std::mem::take(&mut self.touched) {
+        let mut touched = std::mem::take(&mut self.touched);
+        for &id in &touched {
             if let Some(peer) = self.peers.get_mut(&id) {
                 peer.touched = false;
                 self.service(id, t);
             }
+        }
+        // The list goes back for its allocation (a round trip would
+        // otherwise allocate it anew for its one peer), unless servicing
+        // touched a peer again.
+        touched.clear();
+        if self.touched.is_empty() {
+            self.touched = touched;
         }
     }
 
