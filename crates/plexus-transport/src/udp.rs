@@ -231,7 +231,8 @@ impl UdpEndpoint {
         };
         let socket = EndpointSocket::bind(addr).map_err(io_err)?;
         let local = socket.get_ref().local_addr().map_err(io_err)?;
-        // Enables GRO and the ancillary data quinn-udp reads.
+        // Enables GRO, and ancillary data that Plexus does not read and
+        // turns off again.
         let state = UdpSocketState::new(socket.get_ref().into()).map_err(io_err)?;
         socket::skip_unused_ancillary_data(socket.get_ref());
         for result in [
