@@ -172,6 +172,12 @@ struct EpShared {
 impl EpShared {
     fn wake(&self, peer: u64) {
         lock(&self.ready).push(peer);
+        self.signal_queued();
+    }
+
+    /// Tells the task that `ready` or `commands` has something: the flag
+    /// before the notification, so the woken task sees it.
+    fn signal_queued(&self) {
         self.queued.store(true, Release);
         self.notify.notify_one();
     }
@@ -308,8 +314,7 @@ impl UdpEndpoint {
     pub async fn connect(&self, addr: SocketAddr) -> Result<Link, ConnectError> {
         let (reply, rx) = oneshot::channel();
         lock(&self.shared.commands).push_back((addr, reply));
-        self.shared.queued.store(true, Release);
-        self.shared.notify.notify_one();
+        self.shared.signal_queued();
         rx.await
             .unwrap_or_else(|_| Err(ConnectError::EndpointClosed { addr: url(addr) }))
     }

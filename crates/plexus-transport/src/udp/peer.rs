@@ -73,9 +73,7 @@ impl PeerState {
             scratch: BytesMut::new(),
         }
     }
-}
 
-impl PeerState {
     /// The task dropped the peer: closes its link with `reason`, and no
     /// sender runs its stack any more.
     pub(super) fn close(&mut self, reason: CloseReason) {
