@@ -16,7 +16,10 @@
 //! room, and the stack accepts the datagram (garbage is counted, not
 //! admitted); otherwise it is dropped and counted ([`UdpStats`]). A peer
 //! silent for [`UdpConfig::idle_timeout`] is dropped, closing its link with
-//! [`CloseReason::IdleTimeout`]. While a peer's receive buffer is full its
+//! [`CloseReason::IdleTimeout`]. A peer's stack timers fire at the first
+//! read after they are due, and on an idle socket at most 2 ms late
+//! (`TIMER_SLACK`, on top of the runtime timer's 1 ms granularity).
+//! While a peer's receive buffer is full its
 //! datagrams are dropped before its stack sees them, so `delivery`
 //! retransmits them later and memory stays bounded.
 //!
@@ -83,6 +86,14 @@ pub(crate) const SOCKET_BUFFER: usize = 4 << 20;
 /// How long a link whose handles are all dropped keeps its state to finish
 /// delivery (at most; it goes as soon as the stack has no timer).
 const LINGER: Duration = Duration::from_secs(5);
+/// How late the socket task's sleep may wake it for a due timer. With
+/// traffic, a due timer fires earlier: at the first read after it is due.
+/// Most timer entries fire early and find nothing due (see `service`): in
+/// a request–response exchange each peer's delivery timer is filed at the
+/// delayed-ack deadline of a request, and its reply takes the ack along.
+/// Without the slack each such entry would wake an otherwise idle process
+/// to find nothing to do; with it, the next request usually comes first.
+const TIMER_SLACK: Duration = Duration::from_millis(2);
 
 fn url(addr: SocketAddr) -> String {
     format!("udp://{addr}")
@@ -431,7 +442,7 @@ impl Dispatcher {
                 // Re-arming takes the timer driver's lock: only on a change
                 // (an elapsed sleep stays ready, and its entry was popped).
                 if armed != Some(d) {
-                    sleep.as_mut().reset(d.into());
+                    sleep.as_mut().reset((d + TIMER_SLACK).into());
                     armed = Some(d);
                 }
             }
@@ -441,7 +452,13 @@ impl Dispatcher {
                         tracing::warn!(%error, "udp socket failed");
                         break;
                     }
-                    self.read(&mut rbuf);
+                    if let Some(t) = self.read(&mut rbuf) {
+                        // Due timers fire now, while the task is awake
+                        // anyway, instead of at the sleep's later wake-up.
+                        if self.timers.first().is_some_and(|&(d, _)| d <= t) {
+                            self.fire_timers();
+                        }
+                    }
                 }
                 r = self.socket.writable(), if !self.tx.is_empty() => {
                     if let Err(error) = r {
@@ -464,7 +481,11 @@ impl Dispatcher {
         self.shared.counters.peers.store(0, Relaxed);
     }
 
-    fn read(&mut self, rbuf: &mut BytesMut) {
+    /// Reads until the socket has no more datagrams (or a batch's worth),
+    /// feeding each to its peer's stack. Returns the time of the last read
+    /// that got datagrams, if any did.
+    fn read(&mut self, rbuf: &mut BytesMut) -> Option<Instant> {
+        let mut last = None;
         // Two entries, as two buffers are read into: a batch-sized array
         // would be 1.5 KiB of stack written on every read.
         let mut meta = [RecvMeta::default(); 2];
@@ -509,6 +530,7 @@ impl Dispatcher {
                     // waiting on it) is answered without another system
                     // call first; a coalesced run still gets one service.
                     self.service_touched(t);
+                    last = Some(t);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(error) => {
@@ -518,6 +540,7 @@ impl Dispatcher {
                 }
             }
         }
+        last
     }
 
     /// Services every peer fed since the last call, once each.
@@ -718,9 +741,10 @@ impl Dispatcher {
         }
         // The entry only ever moves earlier. A later deadline (every
         // message moves the delivery and heartbeat timers on) leaves it
-        // where it is: it fires early, and the service it runs finds
-        // nothing due and files the peer again. One early wake-up per
-        // deadline instead of two timer-set updates per message.
+        // where it is: it fires early (at a read, mostly: `TIMER_SLACK`),
+        // and the service it runs finds nothing due and files the peer
+        // again. One early firing per deadline instead of two timer-set
+        // updates per message.
         if st.timer.is_none_or(|armed| deadline < armed) {
             if let Some(old) = st.timer.replace(deadline) {
                 self.timers.remove(&(old, id));
