@@ -777,6 +777,18 @@ impl Dispatcher {
                 self.remove(id, CloseReason::Local);
                 continue;
             }
+            // Filed early (an entry only moves earlier, see `service`) and
+            // nothing of the stack is due yet: filed again at the stack's
+            // deadline, without a turn of the stack. Most firings are
+            // these.
+            if peer.linger_until.is_none() {
+                if let Some(d) = st.conn.stack.poll_timeout().filter(|&d| d > t) {
+                    let deadline = d.min(peer.last_heard + self.config.idle_timeout);
+                    st.timer = Some(deadline);
+                    self.timers.insert((deadline, id));
+                    continue;
+                }
+            }
             let _ = st.conn.stack.handle_timeout(t);
             drop(st);
             self.service(id, t);
