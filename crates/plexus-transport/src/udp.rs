@@ -370,6 +370,17 @@ struct Peer {
     touched: bool,
 }
 
+impl Peer {
+    /// When the task must next look at the peer: its idle timeout, its
+    /// stack's deadline and its linger deadline, whichever comes first.
+    fn deadline(&self, idle_timeout: Duration, stack_deadline: Option<Instant>) -> Instant {
+        [stack_deadline, self.linger_until]
+            .into_iter()
+            .flatten()
+            .fold(self.last_heard + idle_timeout, Instant::min)
+    }
+}
+
 /// The socket task.
 struct Dispatcher {
     socket: EndpointSocket,
@@ -735,10 +746,7 @@ impl Dispatcher {
             self.remove(id, CloseReason::Local);
             return;
         }
-        let mut deadline = peer.last_heard + self.config.idle_timeout;
-        for d in [stack_deadline, peer.linger_until].into_iter().flatten() {
-            deadline = deadline.min(d);
-        }
+        let deadline = peer.deadline(self.config.idle_timeout, stack_deadline);
         // The entry only ever moves earlier. A later deadline (every
         // message moves the delivery and heartbeat timers on) leaves it
         // where it is: it fires early (at a read, mostly: `TIMER_SLACK`),
@@ -783,7 +791,7 @@ impl Dispatcher {
             // these.
             if peer.linger_until.is_none() {
                 if let Some(d) = st.conn.stack.poll_timeout().filter(|&d| d > t) {
-                    let deadline = d.min(peer.last_heard + self.config.idle_timeout);
+                    let deadline = peer.deadline(self.config.idle_timeout, Some(d));
                     st.timer = Some(deadline);
                     self.timers.insert((deadline, id));
                     continue;
