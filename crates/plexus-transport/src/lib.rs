@@ -52,6 +52,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+mod alarm;
 mod conn;
 pub mod dev_certs;
 pub mod error;

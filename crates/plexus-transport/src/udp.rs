@@ -18,7 +18,9 @@
 //! silent for [`UdpConfig::idle_timeout`] is dropped, closing its link with
 //! [`CloseReason::IdleTimeout`]. A peer's stack timers fire at the first
 //! read after they are due, and on an idle socket at most 2 ms late
-//! (`TIMER_SLACK`, on top of the runtime timer's 1 ms granularity).
+//! (`TIMER_SLACK`). The task's alarm is a timerfd that stays armed across
+//! waits and only ever moves earlier (see `alarm`): a busy socket does not
+//! arm and cancel a kernel timer every time it waits for the next datagram.
 //! While a peer's receive buffer is full its
 //! datagrams are dropped before its stack sees them, so `delivery`
 //! retransmits them later and memory stays bounded.
@@ -59,6 +61,7 @@ pub(crate) mod socket;
 use peer::{contiguous, send_direct, PeerCell, PeerState};
 use socket::EndpointSocket;
 
+use crate::alarm::Alarm;
 use crate::conn::{now, Conn};
 use crate::error::{AcceptError, BindError, CloseReason, ConnectError};
 use crate::link::{lock, Extras, Inline, Link, LinkConfig, Shared};
@@ -86,7 +89,7 @@ pub(crate) const SOCKET_BUFFER: usize = 4 << 20;
 /// How long a link whose handles are all dropped keeps its state to finish
 /// delivery (at most; it goes as soon as the stack has no timer).
 const LINGER: Duration = Duration::from_secs(5);
-/// How late the socket task's sleep may wake it for a due timer. With
+/// How late the socket task's alarm may wake it for a due timer. With
 /// traffic, a due timer fires earlier: at the first read after it is due.
 /// Most timer entries fire early and find nothing due (see `service`): in
 /// a request–response exchange each peer's delivery timer is filed at the
@@ -410,9 +413,7 @@ impl Dispatcher {
     async fn run(mut self) {
         let mut rbuf = BytesMut::new();
         let mut ready = Vec::new();
-        let sleep = tokio::time::sleep(Duration::ZERO);
-        tokio::pin!(sleep);
-        let mut armed = None;
+        let mut alarm = Alarm::new();
         // Kept across turns, registered once: a new `Notified` per turn
         // would queue and unqueue a waiter in the `Notify` every time.
         let ep = self.shared.clone();
@@ -448,14 +449,10 @@ impl Dispatcher {
                 }
                 self.flush();
             }
-            let deadline = self.timers.first().map(|(t, _)| *t);
-            if let Some(d) = deadline {
-                // Re-arming takes the timer driver's lock: only on a change
-                // (an elapsed sleep stays ready, and its entry was popped).
-                if armed != Some(d) {
-                    sleep.as_mut().reset((d + TIMER_SLACK).into());
-                    armed = Some(d);
-                }
+            if let Some(&(d, _)) = self.timers.first() {
+                // Only ever earlier: a ring before the first entry is due
+                // finds nothing to fire and comes back here to arm again.
+                alarm.arm_by(d + TIMER_SLACK);
             }
             tokio::select! {
                 r = poll_fn(|cx| self.socket.poll_readable(cx)) => {
@@ -483,7 +480,7 @@ impl Dispatcher {
                 }
                 // Deferred peers with an idle socket: serve them next turn.
                 () = tokio::task::yield_now(), if !self.deferred.is_empty() && self.tx.is_empty() => {}
-                () = &mut sleep, if deadline.is_some() => self.fire_timers(),
+                () = alarm.ring(), if alarm.is_armed() => self.fire_timers(),
             }
         }
         for (_, peer) in self.peers.drain() {
