@@ -1,27 +1,33 @@
-//! The deadline timer of a driver task, kept off the reactor's wait.
+//! The deadline timer of the UDP socket task, kept off the reactor's wait.
 //!
 //! A tokio `Sleep` turns every park of the runtime into an `epoll_wait` with
 //! a timeout, and the kernel arms a high-resolution timer for each such
-//! wait and cancels it when the wait ends early. A driver of a busy link
-//! parks between every request and its reply while its stack's timers (a
-//! delivery layer's delayed ack and retransmission timeout) are nearly
-//! always pending, so every park paid for arming and cancelling a kernel
-//! timer. On a virtual machine that is a trap to the hypervisor each: in W1
-//! with 16 pongs over `udp`, 3.5 µs of system time per round trip, a tenth
-//! of all the CPU the exchange takes (docs/benchmarks.md).
+//! wait and cancels it when the wait ends early. The socket task of a busy
+//! endpoint parks between every request and its reply while its peers'
+//! stack timers (a delivery layer's delayed ack and retransmission timeout)
+//! are nearly always pending, so every park paid for arming and cancelling
+//! a kernel timer. On a virtual machine that is a trap to the hypervisor
+//! each: in W1 with 16 pongs over `udp`, 3.5 µs of system time per round
+//! trip, a tenth of all the CPU the exchange takes (docs/benchmarks.md).
 //!
 //! On Linux an [`Alarm`] is a `timerfd` registered with the reactor. Once
 //! armed it stays armed across parks, and the reactor waits without a
-//! timeout. It is also lazy: [`Alarm::arm_by`] only ever moves it earlier. A
-//! driver whose deadline keeps moving later (every reply moves the
-//! retransmission timeout on) lets the alarm ring at the earlier time, finds
-//! nothing due, and arms it again: one `timerfd_settime` per timer period
-//! instead of a kernel timer per park. **An owner must expect rings before
-//! its deadline** and check what is due.
+//! timeout (unless some other tokio timer is pending). It is also lazy:
+//! [`Alarm::arm_by`] only ever moves it earlier. An owner whose deadline
+//! keeps moving later (every reply moves the retransmission timeout on)
+//! lets the alarm ring at the earlier time, finds nothing due, and arms it
+//! again: one `timerfd_settime` per timer period instead of a kernel timer
+//! per park. **An owner must expect rings before its deadline** and check
+//! what is due.
 //!
-//! Elsewhere, or when no timerfd can be had (out of descriptors), an alarm
-//! is a tokio `Sleep`, with the same lazy semantics. Either way it runs on
-//! the OS clock: a paused tokio clock does not move it.
+//! The timerfd runs on the OS clock. Where tokio's clock is not that clock
+//! (paused or advanced by `tokio::time::pause` in a test), where there is no
+//! timerfd, or when none can be had (out of descriptors), an alarm is a
+//! tokio `Sleep` on tokio's clock, with the same lazy semantics.
+//!
+//! One descriptor per alarm: fine for one socket task per UDP endpoint. The
+//! stream drivers (one per connection) keep a tokio `Sleep`, so a link does
+//! not cost two descriptors.
 
 use std::future::{poll_fn, Future};
 use std::pin::Pin;
@@ -78,7 +84,11 @@ impl Alarm {
         match self.clock.get_or_insert_with(Clock::new) {
             #[cfg(target_os = "linux")]
             Clock::TimerFd(timer) => {
-                if let Err(error) = timer.set(at) {
+                if !tokio_clock_is_os_clock() {
+                    tracing::debug!("tokio's clock is paused or advanced; a tokio timer instead");
+                    self.clock = Some(Clock::sleep(at));
+                } else if let Err(error) = timer.set(at) {
+                    // EINVAL for a deadline beyond what a timespec holds.
                     tracing::debug!(%error, "timerfd: cannot arm; a tokio timer instead");
                     self.clock = Some(Clock::sleep(at));
                 }
@@ -94,9 +104,11 @@ impl Alarm {
         let Some(at) = self.armed else {
             return Poll::Pending;
         };
-        match &mut self.clock {
+        // Armed means a clock was set up; should that ever not hold, a
+        // timer for the armed time keeps the promise to ring.
+        match self.clock.get_or_insert_with(|| Clock::sleep(at)) {
             #[cfg(target_os = "linux")]
-            Some(Clock::TimerFd(timer)) => match ready!(timer.poll_expired(cx)) {
+            Clock::TimerFd(timer) => match ready!(timer.poll_expired(cx)) {
                 Ok(()) => {}
                 Err(error) => {
                     // The reactor lost the descriptor: nothing would wake
@@ -106,8 +118,7 @@ impl Alarm {
                     return self.poll_ring(cx);
                 }
             },
-            Some(Clock::Sleep(sleep)) => ready!(sleep.as_mut().poll(cx)),
-            None => return Poll::Pending,
+            Clock::Sleep(sleep) => ready!(sleep.as_mut().poll(cx)),
         }
         self.armed = None;
         Poll::Ready(())
@@ -118,6 +129,18 @@ impl Alarm {
     pub(crate) async fn ring(&mut self) {
         poll_fn(|cx| self.poll_ring(cx)).await;
     }
+}
+
+/// Whether tokio's clock reads the OS clock (it does unless a test paused
+/// or advanced it): the timerfd counts on the latter, deadlines come in
+/// the former.
+#[cfg(target_os = "linux")]
+fn tokio_clock_is_os_clock() -> bool {
+    let (tokio, os) = (tokio::time::Instant::now().into_std(), Instant::now());
+    let apart = os
+        .saturating_duration_since(tokio)
+        .max(tokio.saturating_duration_since(os));
+    apart < std::time::Duration::from_millis(1)
 }
 
 impl Clock {
@@ -216,8 +239,24 @@ mod tests {
 
     use super::*;
 
+    /// An alarm on a timerfd (where there is one) and one on a tokio sleep.
     fn both() -> [Alarm; 2] {
         [Alarm::new(), Alarm::on_tokio_sleep()]
+    }
+
+    /// Rings within `limit`, or fails the test (instead of hanging it).
+    async fn rings_within(alarm: &mut Alarm, limit: Duration) {
+        tokio::time::timeout(limit, alarm.ring())
+            .await
+            .expect("the alarm rings");
+    }
+
+    #[tokio::test]
+    async fn on_linux_the_alarm_is_a_timerfd() {
+        let mut alarm = Alarm::new();
+        alarm.arm_by(Instant::now() + Duration::from_secs(1));
+        #[cfg(target_os = "linux")]
+        assert!(matches!(alarm.clock, Some(Clock::TimerFd(_))));
     }
 
     #[tokio::test]
@@ -226,9 +265,7 @@ mod tests {
             let start = Instant::now();
             alarm.arm_by(start + Duration::from_millis(30));
             assert!(alarm.is_armed());
-            tokio::time::timeout(Duration::from_secs(5), alarm.ring())
-                .await
-                .expect("the alarm rings");
+            rings_within(&mut alarm, Duration::from_secs(5)).await;
             assert!(start.elapsed() >= Duration::from_millis(30));
             assert!(!alarm.is_armed(), "a ring disarms it");
         }
@@ -240,9 +277,7 @@ mod tests {
             let start = Instant::now();
             alarm.arm_by(start + Duration::from_millis(20));
             alarm.arm_by(start + Duration::from_secs(30));
-            tokio::time::timeout(Duration::from_secs(5), alarm.ring())
-                .await
-                .expect("rings at the earlier time");
+            rings_within(&mut alarm, Duration::from_secs(5)).await;
         }
     }
 
@@ -252,9 +287,7 @@ mod tests {
             let start = Instant::now();
             alarm.arm_by(start + Duration::from_secs(30));
             alarm.arm_by(start + Duration::from_millis(20));
-            tokio::time::timeout(Duration::from_secs(5), alarm.ring())
-                .await
-                .expect("rings at the earlier time");
+            rings_within(&mut alarm, Duration::from_secs(5)).await;
         }
     }
 
@@ -262,11 +295,24 @@ mod tests {
     async fn rearmed_after_a_ring_it_waits_again() {
         for mut alarm in both() {
             alarm.arm_by(Instant::now());
-            alarm.ring().await;
+            rings_within(&mut alarm, Duration::from_secs(5)).await;
             let start = Instant::now();
             alarm.arm_by(start + Duration::from_millis(40));
-            alarm.ring().await;
+            rings_within(&mut alarm, Duration::from_secs(5)).await;
             assert!(start.elapsed() >= Duration::from_millis(40));
+        }
+    }
+
+    #[tokio::test]
+    async fn a_ring_nobody_polled_for_is_kept() {
+        for mut alarm in both() {
+            alarm.arm_by(Instant::now() + Duration::from_millis(5));
+            // Expires while the owner is busy elsewhere.
+            std::thread::sleep(Duration::from_millis(30));
+            tokio::task::yield_now().await;
+            let late = Instant::now();
+            rings_within(&mut alarm, Duration::from_secs(5)).await;
+            assert!(late.elapsed() < Duration::from_secs(1));
         }
     }
 
@@ -277,9 +323,25 @@ mod tests {
             assert!(rang.is_err());
             // Armed in the past and rung, it does not ring again.
             alarm.arm_by(Instant::now());
-            alarm.ring().await;
+            rings_within(&mut alarm, Duration::from_secs(5)).await;
             let rang = tokio::time::timeout(Duration::from_millis(50), alarm.ring()).await;
             assert!(rang.is_err());
         }
+    }
+
+    /// A test that pauses tokio's clock drives the alarm with it: deadlines
+    /// come from that clock, which the timerfd does not follow.
+    #[tokio::test(start_paused = true)]
+    async fn a_paused_tokio_clock_drives_it() {
+        let start = tokio::time::Instant::now();
+        tokio::time::advance(Duration::from_secs(60)).await;
+        let mut alarm = Alarm::new();
+        alarm.arm_by((tokio::time::Instant::now() + Duration::from_secs(3600)).into_std());
+        // Paused, the runtime jumps to the next timer once idle: an hour
+        // of tokio's clock passes at once, and no real one.
+        let real = Instant::now();
+        rings_within(&mut alarm, Duration::from_secs(7200)).await;
+        assert!(start.elapsed() >= Duration::from_secs(3660));
+        assert!(real.elapsed() < Duration::from_secs(5));
     }
 }

@@ -26,7 +26,6 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpStream, UnixStream};
 use tokio::sync::Notify;
 
-use crate::alarm::Alarm;
 use crate::conn::{now, Conn, SendState};
 use crate::error::CloseReason;
 use crate::link::{lock, Inline, Link, LinkConfig, Shared};
@@ -171,7 +170,8 @@ async fn run<S: StreamSocket>(socket: &mut S, conn: &mut Conn, notify: &Notify) 
     let mut rbuf = BytesMut::with_capacity(READ_BUF);
     let mut out = WriteQueue::default();
     let mut shut = false;
-    let mut alarm = Alarm::new();
+    let sleep = tokio::time::sleep(std::time::Duration::ZERO);
+    tokio::pin!(sleep);
     let mut spins = 0u32;
     // This turn read bytes from the socket.
     let mut received = false;
@@ -242,9 +242,7 @@ async fn run<S: StreamSocket>(socket: &mut S, conn: &mut Conn, notify: &Notify) 
             (a, b) => a.or(b),
         };
         if let Some(d) = deadline {
-            // Only ever earlier (see `alarm`): a ring before the stack's
-            // deadline finds nothing due and comes back here.
-            alarm.arm_by(d);
+            sleep.as_mut().reset(d.into());
         }
         let can_read = !conn.inbound_ended() && !conn.inbox_full;
         tokio::select! {
@@ -273,11 +271,8 @@ async fn run<S: StreamSocket>(socket: &mut S, conn: &mut Conn, notify: &Notify) 
                 }
             }
             () = notify.notified() => conn.refresh_inbox(),
-            () = alarm.ring(), if alarm.is_armed() => {
-                let t = now();
-                if conn.stack.poll_timeout().is_some_and(|d| d <= t) {
-                    let _ = conn.stack.handle_timeout(t);
-                }
+            () = &mut sleep, if deadline.is_some() => {
+                let _ = conn.stack.handle_timeout(now());
             }
         }
     }

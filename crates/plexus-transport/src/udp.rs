@@ -18,9 +18,10 @@
 //! silent for [`UdpConfig::idle_timeout`] is dropped, closing its link with
 //! [`CloseReason::IdleTimeout`]. A peer's stack timers fire at the first
 //! read after they are due, and on an idle socket at most 2 ms late
-//! (`TIMER_SLACK`). The task's alarm is a timerfd that stays armed across
-//! waits and only ever moves earlier (see `alarm`): a busy socket does not
-//! arm and cancel a kernel timer every time it waits for the next datagram.
+//! (`TIMER_SLACK`; off Linux also tokio's 1 ms timer granularity). The
+//! task's alarm is a timerfd that stays armed across waits and only ever
+//! moves earlier (see `alarm`): a busy socket does not arm and cancel a
+//! kernel timer every time it waits for the next datagram.
 //! While a peer's receive buffer is full its
 //! datagrams are dropped before its stack sees them, so `delivery`
 //! retransmits them later and memory stays bounded.
@@ -462,7 +463,7 @@ impl Dispatcher {
                     }
                     if let Some(t) = self.read(&mut rbuf) {
                         // Due timers fire now, while the task is awake
-                        // anyway, instead of at the sleep's later wake-up.
+                        // anyway, instead of at the alarm's later ring.
                         if self.timers.first().is_some_and(|&(d, _)| d <= t) {
                             self.fire_timers();
                         }
