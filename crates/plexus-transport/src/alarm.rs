@@ -60,9 +60,7 @@ impl Alarm {
     #[cfg(test)]
     fn on_tokio_sleep() -> Self {
         Self {
-            clock: Some(Clock::Sleep(Box::pin(tokio::time::sleep_until(
-                Instant::now().into(),
-            )))),
+            clock: Some(Clock::sleep(Instant::now())),
             armed: None,
         }
     }

@@ -23,9 +23,9 @@ use tokio::io::Interest;
 /// `AsyncFd::with_interest` is deprecated because a type that does not own
 /// its descriptor could close it while registered; tokio's replacement is
 /// `unsafe`. The types registered here own theirs (a `UdpSocket`, an
-/// `OwnedFd`, the alarm's timerfd): the descriptor stays open, and the same, until the `AsyncFd`
-/// is dropped, which deregisters it first. Safe tokio offers no other way to
-/// register for one direction only.
+/// `OwnedFd`, the alarm's timerfd): the descriptor stays open, and the
+/// same, until the `AsyncFd` is dropped, which deregisters it first. Safe
+/// tokio offers no other way to register for one direction only.
 #[allow(deprecated)]
 pub(crate) fn register<T: std::os::fd::AsRawFd>(
     fd: T,
