@@ -177,75 +177,6 @@ impl Stack {
         self.stats
     }
 
-    /// Whether this stack is exactly `framing` over a byte stream, so a
-    /// driver may write messages as `len: u32 BE | payload` itself (see
-    /// [`FrameHeader`](crate::layers::framing::FrameHeader)) instead of
-    /// passing each through [`handle_send`](Stack::handle_send): the bytes on
-    /// the wire are the same, without a [`Frame`] per message. Such a driver
-    /// reports what it sent with [`count_inline_sends`](Stack::count_inline_sends).
-    /// The receive path is unchanged.
-    pub fn frames_inline(&self) -> bool {
-        self.transport.unit() == crate::DataUnit::ByteStream
-            && self.layers.len() == 1
-            && self.layers[0].name()
-                == <crate::layers::framing::FramingConfig as crate::LayerConfig>::NAME
-    }
-
-    /// The largest batch a driver may assemble itself, if the top layer is
-    /// [`batching`](crate::layers::batching): senders then write their
-    /// messages as records of that layer's wire format (one copy, no
-    /// [`Frame`] per message) and the driver hands each batch to
-    /// [`handle_send_batch`](Stack::handle_send_batch). What goes on the
-    /// wire is in the layer's format and decodes the same, though it is cut
-    /// differently (a lone message travels as a batch of one). The limit is
-    /// the layer's own, already bounded by what the layers below accept.
-    pub fn batches_inline(&self) -> Option<usize> {
-        let top = self.layers.last()?;
-        let batching = top
-            .as_any()?
-            .downcast_ref::<crate::layers::batching::Batching>()?;
-        Some(batching.max_batch())
-    }
-
-    /// Sends a batch that a driver assembled in the wire format of the top
-    /// [`batching`](crate::layers::batching) layer (see
-    /// [`batches_inline`](Stack::batches_inline)), holding `messages`
-    /// messages: what that layer holds leaves first, then the batch goes to
-    /// the layer below as if the top layer had made it.
-    ///
-    /// # Errors
-    ///
-    /// As [`handle_send`](Stack::handle_send), handing the batch back.
-    pub fn handle_send_batch(
-        &mut self,
-        now: Instant,
-        batch: Bytes,
-        messages: u64,
-    ) -> Result<(), SendError> {
-        debug_assert!(
-            crate::layers::batching::decode(&batch, |_, _| {}).is_ok(),
-            "a malformed batch would close the link at the peer"
-        );
-        let frame = Frame::from_payload(batch);
-        let max = self.batches_inline();
-        if max.is_none() && self.closed.is_none() {
-            return Err(SendError::Layer {
-                layer: "batching",
-                reason: "the top layer is not batching",
-                frame,
-            });
-        }
-        let frame = self.admit(frame, max)?;
-        self.unflushed = Some(now);
-        let top = self.layers.len() - 1;
-        self.layers[top].handle_flush(now, &mut self.outs[top]);
-        self.outs[top].down.push_back(frame);
-        self.stats.sent += messages;
-        self.after_call(top);
-        self.run_if_needed(now, Start::Sent);
-        Ok(())
-    }
-
     /// The checks every send passes, in order: the link is open, the frame
     /// is at most `max` bytes, every layer has room (if not, `SendReady`
     /// follows once they do). The frame is handed back on failure.
@@ -263,13 +194,6 @@ impl Stack {
             return Err(SendError::WouldBlock(frame));
         }
         Ok(frame)
-    }
-
-    /// Counts `messages` that a driver framed itself (see
-    /// [`frames_inline`](Stack::frames_inline)) as sent and transmitted.
-    pub fn count_inline_sends(&mut self, messages: u64) {
-        self.stats.sent += messages;
-        self.stats.transmitted += messages;
     }
 
     /// The first layer of type `L` in the stack, if it exposes itself
@@ -642,41 +566,6 @@ mod tests {
             build("tcp / framing(max_frame=1KiB)").max_message_len(),
             Some(1024)
         );
-    }
-
-    #[test]
-    fn a_batch_written_by_hand_leaves_as_the_layer_would_write_it() {
-        use crate::layers::batching::{put_record, BATCH};
-        let now = Instant::now();
-        let messages: Vec<&[u8]> = vec![b"one", b"two", b"three"];
-        let mut by_layer = build("udp / batching");
-        for m in &messages {
-            by_layer
-                .handle_send(now, Bytes::copy_from_slice(m))
-                .expect("sent");
-        }
-        let expected = by_layer.poll_transmit().expect("one batch").to_bytes();
-        let mut inline = build("udp / batching");
-        assert_eq!(inline.batches_inline(), Some(1024));
-        let mut batch = bytes::BytesMut::new();
-        batch.extend_from_slice(&[BATCH]);
-        for m in &messages {
-            put_record(&mut batch, m);
-        }
-        inline
-            .handle_send_batch(now, batch.freeze(), 3)
-            .expect("sent");
-        assert_eq!(
-            inline.poll_transmit().expect("one batch").to_bytes(),
-            expected
-        );
-        assert_eq!(inline.stats().sent, 3);
-        let mut plain = build("udp / ordering");
-        assert_eq!(plain.batches_inline(), None);
-        assert!(matches!(
-            plain.handle_send_batch(now, expected, 3),
-            Err(SendError::Layer { .. })
-        ));
     }
 
     #[test]

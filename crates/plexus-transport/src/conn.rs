@@ -11,7 +11,7 @@ use bytes::Bytes;
 use plexus_net::{Frame, LinkEvent, SendError as StackSendError, Stack};
 
 use crate::error::CloseReason;
-use crate::link::{lock, Chunk, Inline, Lane, Received, Shared, MESSAGE_OVERHEAD};
+use crate::link::{lock, Lane, Received, Shared, MESSAGE_OVERHEAD};
 use crate::stats::LinkStats;
 
 /// The current time on tokio's clock (so paused-time tests drive stacks too).
@@ -31,32 +31,15 @@ pub(crate) enum SendState {
     Done,
 }
 
-/// What a closing link leaves in its driver's hands, unsent.
-#[derive(Debug, PartialEq, Eq)]
-enum Unsent {
-    /// Messages: the taken queue's entries and the one the stack refused.
-    Messages(usize),
-    /// Inline framing: bytes of framed messages, in chunks that each hold
-    /// any number of messages or part of one, so messages are not counted.
-    Bytes(usize),
-}
-
 pub(crate) struct Conn {
     pub(crate) stack: Stack,
     pub(crate) shared: Arc<Shared>,
     /// A batch taken from the application's queue in one lock. The lane is
     /// dropped here: a stack carries every lane in queue order.
     outq: VecDeque<(Lane, Bytes)>,
-    /// Inline batching: batches (and large messages) taken from the
-    /// application's queue in one lock; one the stack refused with
-    /// `WouldBlock` stays first.
-    chunks: VecDeque<Chunk>,
     /// A message the stack refused with `WouldBlock`; retried first.
     held: Option<Frame>,
     staged: VecDeque<Received>,
-    /// Inline framing: permits not to return for the bytes taken so far
-    /// (see `OutState::uncharged`).
-    uncharged: usize,
     /// The inbound queue is over its bound: stop reading.
     pub(crate) inbox_full: bool,
     receiver_alive: bool,
@@ -71,9 +54,7 @@ impl Conn {
             stack,
             shared,
             outq: VecDeque::with_capacity(256),
-            chunks: VecDeque::new(),
             held: None,
-            uncharged: 0,
             staged: VecDeque::with_capacity(256),
             inbox_full: false,
             receiver_alive: true,
@@ -87,7 +68,7 @@ impl Conn {
     /// Returns `true` if it stopped at the budget with messages possibly
     /// left: the driver must call again once its transport has room (no
     /// wake-up will come for them).
-    pub(crate) fn pump_send(&mut self, now: Instant, budget: usize) -> bool {
+    pub(crate) fn pump(&mut self, now: Instant, budget: usize) -> bool {
         let mut moved = 0usize;
         let mut released = 0usize;
         if let Some(frame) = self.held.take() {
@@ -122,122 +103,10 @@ impl Conn {
         more
     }
 
-    /// [`pump_send`](Conn::pump_send) for an inline-framing link: hands the
-    /// queued wire bytes (whole chunks, already framed by the senders) to
-    /// `write`, up to about `budget` bytes, bypassing the stack. Returns
-    /// `true` if it stopped at the budget with bytes possibly left.
-    pub(crate) fn pump_inline(&mut self, budget: usize, mut write: impl FnMut(Bytes)) -> bool {
-        let mut moved = 0usize;
-        let mut more = false;
-        loop {
-            if moved >= budget {
-                more = true;
-                break;
-            }
-            if self.outq.is_empty() {
-                let messages = {
-                    let mut out = lock(&self.shared.out);
-                    std::mem::swap(&mut out.queue, &mut self.outq);
-                    if !out.staging.is_empty() {
-                        let staged = out.staging.split().freeze();
-                        self.outq.push_back((Lane::ZERO, staged));
-                    }
-                    if self.outq.is_empty() {
-                        out.driver_waiting = true;
-                    }
-                    self.uncharged += std::mem::take(&mut out.uncharged);
-                    std::mem::take(&mut out.inline_messages)
-                        + std::mem::take(&mut out.direct_messages)
-                };
-                self.stack.count_inline_sends(messages);
-            }
-            let Some((_, chunk)) = self.outq.pop_front() else {
-                break;
-            };
-            moved += chunk.len();
-            write(chunk);
-        }
-        let owed = self.uncharged.min(moved);
-        self.uncharged -= owed;
-        if moved > owed {
-            self.shared.out_space.add_permits(moved - owed);
-        }
-        more
-    }
-
-    /// Moves the application's queued messages into the stack, up to about
-    /// `budget` bytes, the way the link's senders queue them
-    /// ([`pump_send`](Conn::pump_send), or batches for an inline-batching
-    /// link). Returns `true` if it stopped at the budget with messages
-    /// possibly left.
-    pub(crate) fn pump(&mut self, now: Instant, budget: usize) -> bool {
-        match self.shared.inline {
-            Inline::Batching(_) => self.pump_batches(now, budget),
-            _ => self.pump_send(now, budget),
-        }
-    }
-
-    /// [`pump_send`](Conn::pump_send) for an inline-batching link: hands
-    /// the batches the senders wrote (and the messages too large to share
-    /// one) to the stack whole, returning each one's permits once taken.
-    fn pump_batches(&mut self, now: Instant, budget: usize) -> bool {
-        let mut moved = 0usize;
-        let mut released = 0usize;
-        let mut more = false;
-        loop {
-            if moved >= budget {
-                more = true;
-                break;
-            }
-            if self.chunks.is_empty() {
-                // Empty: its start back to the front of its buffer, so one
-                // chunk at a time reuses one slot (as the stack's queues).
-                self.chunks.clear();
-                let mut out = lock(&self.shared.out);
-                out.close_batch();
-                std::mem::swap(&mut out.chunks, &mut self.chunks);
-                if self.chunks.is_empty() {
-                    out.driver_waiting = true;
-                    break;
-                }
-            }
-            let Some(chunk) = self.chunks.pop_front() else {
-                break;
-            };
-            let len = chunk.bytes.len();
-            let sent = if chunk.messages == 0 {
-                self.stack.handle_send(now, chunk.bytes)
-            } else {
-                self.stack
-                    .handle_send_batch(now, chunk.bytes, u64::from(chunk.messages))
-            };
-            match sent {
-                Ok(()) => {}
-                Err(StackSendError::WouldBlock(frame) | StackSendError::Closed(frame)) => {
-                    // Kept first: retried once the stack raises SendReady,
-                    // or counted as unsent when the closed link goes.
-                    self.chunks.push_front(Chunk {
-                        bytes: frame.into_bytes(),
-                        ..chunk
-                    });
-                    break;
-                }
-                Err(error) => {
-                    tracing::warn!(peer = %self.shared.peer, %error, messages = chunk.messages.max(1), "stack refused a batch or message; dropped");
-                }
-            }
-            moved += len;
-            released += chunk.permits;
-        }
-        if released > 0 {
-            self.shared.out_space.add_permits(released);
-        }
-        more
-    }
-
     fn next_message(&mut self) -> Option<Bytes> {
         if self.outq.is_empty() {
-            // As in `pump_batches`.
+            // Empty: its start back to the front of its buffer, so one
+            // message at a time reuses one slot (as the stack's queues).
             self.outq.clear();
             let mut out = lock(&self.shared.out);
             std::mem::swap(&mut out.queue, &mut self.outq);
@@ -264,26 +133,21 @@ impl Conn {
     /// Whether the application is done sending and everything it queued
     /// has entered the stack.
     pub(crate) fn send_done(&self) -> bool {
-        self.send_state(false) == SendState::Done
+        self.send_state() == SendState::Done
     }
 
-    /// Where sending stands, for a driver that holds nothing more for the
-    /// socket: if nothing is queued either and `direct` is asked for,
-    /// senders may now write to the socket themselves
-    /// (`OutState::write_idle`), until one has to queue.
-    pub(crate) fn send_state(&self, direct: bool) -> SendState {
-        if !self.outq.is_empty() || self.held.is_some() || !self.chunks.is_empty() {
+    /// Where sending stands: whether messages wait to enter the stack, and
+    /// if not, whether more may come.
+    pub(crate) fn send_state(&self) -> SendState {
+        if !self.outq.is_empty() || self.held.is_some() {
             return SendState::Busy;
         }
-        let mut out = lock(&self.shared.out);
-        if !(out.queue.is_empty() && out.staging.is_empty() && out.chunks.is_empty()) {
+        let out = lock(&self.shared.out);
+        if !out.queue.is_empty() {
             return SendState::Busy;
         }
         if out.senders == 0 || out.close_requested {
             return SendState::Done;
-        }
-        if direct && out.direct.is_some() {
-            out.write_idle = true;
         }
         SendState::Idle
     }
@@ -291,6 +155,19 @@ impl Conn {
     /// Hands received messages and events to the application (one lock).
     /// Returns whether there were messages.
     pub(crate) fn deliver(&mut self) -> bool {
+        let mut staged = std::mem::take(&mut self.staged);
+        let messages = self.collect(&mut staged);
+        self.hand_over(&mut staged);
+        self.staged = staged;
+        messages
+    }
+
+    /// What the stack has for the application (messages, events), moved
+    /// to `staged`; returns whether there were messages. With
+    /// [`hand_over`](Conn::hand_over), [`deliver`](Conn::deliver) in two
+    /// steps, for a driver that hands over without holding its link's
+    /// lock (the receiver's inline handler may send on the link).
+    pub(crate) fn collect(&mut self, staged: &mut VecDeque<Received>) -> bool {
         let dropped = self.stack.stats().dropped;
         if dropped != self.dropped {
             self.dropped = dropped;
@@ -298,20 +175,31 @@ impl Conn {
         }
         let mut messages = false;
         while let Some(m) = self.stack.poll_receive() {
-            self.staged.push_back(Received::Message(m));
+            staged.push_back(Received::Message(m));
             messages = true;
         }
         while let Some(event) = self.stack.poll_event() {
-            // SendReady is the driver's business: pump_send retries.
+            // SendReady is the driver's business: pump retries.
             if event != LinkEvent::SendReady {
-                self.staged.push_back(Received::Event(event));
+                staged.push_back(Received::Event(event));
             }
         }
-        let handed = self.shared.hand_over(&mut self.staged, true);
-        if self.staged.is_empty() {
+        messages
+    }
+
+    /// Hands `staged` (see [`collect`](Conn::collect)) to the application
+    /// (one lock).
+    pub(crate) fn hand_over(&mut self, staged: &mut VecDeque<Received>) {
+        let handed = self.shared.hand_over(staged, true);
+        if staged.is_empty() {
             // Taken one item at a time (inline): back to its first slot.
-            self.staged.clear();
+            staged.clear();
         }
+        self.on_handed(handed);
+    }
+
+    /// Records what [`Shared::hand_over`] reported.
+    pub(crate) fn on_handed(&mut self, handed: Option<crate::link::HandedOver>) {
         match handed {
             Some(handed) => {
                 self.receiver_alive = handed.receiver_alive;
@@ -320,7 +208,6 @@ impl Conn {
             None if self.inbox_full => self.refresh_inbox(),
             None => {}
         }
-        messages
     }
 
     /// Re-reads whether the inbound queue has room (after a wake-up).
@@ -347,37 +234,19 @@ impl Conn {
         self.inbound_ended
     }
 
-    /// What the driver took from the application's queue and did not send.
-    /// (What is still in that queue, `Shared::close` counts.)
-    fn unsent(&self) -> Unsent {
-        match self.shared.inline {
-            Inline::Framing | Inline::Lanes => {
-                Unsent::Bytes(self.outq.iter().map(|(_, chunk)| chunk.len()).sum())
-            }
-            Inline::Batching(_) => Unsent::Messages(
-                self.chunks
-                    .iter()
-                    .map(|c| (c.messages as usize).max(1))
-                    .sum(),
-            ),
-            Inline::Off => Unsent::Messages(self.outq.len() + usize::from(self.held.is_some())),
-        }
+    /// Messages the driver took from the application's queue and did not
+    /// send. (What is still in that queue, `Shared::close` counts.)
+    fn unsent(&self) -> usize {
+        self.outq.len() + usize::from(self.held.is_some())
     }
 
     /// Closes the link for its handles after delivering what the stack
     /// still holds.
     pub(crate) fn close(&mut self, reason: CloseReason) {
         self.deliver();
-        let direct = std::mem::take(&mut lock(&self.shared.out).direct_messages);
-        self.stack.count_inline_sends(direct);
-        match self.unsent() {
-            Unsent::Messages(0) | Unsent::Bytes(0) => {}
-            Unsent::Messages(unsent) => {
-                tracing::warn!(peer = %self.shared.peer, unsent, "link closed with messages not sent");
-            }
-            Unsent::Bytes(unsent_bytes) => {
-                tracing::warn!(peer = %self.shared.peer, unsent_bytes, "link closed with framed bytes not sent");
-            }
+        let unsent = self.unsent();
+        if unsent > 0 {
+            tracing::warn!(peer = %self.shared.peer, unsent, "link closed with messages not sent");
         }
         tracing::debug!(peer = %self.shared.peer, %reason, "link closed");
         self.shared.close(reason);
@@ -391,37 +260,20 @@ mod tests {
     use super::*;
     use crate::LinkConfig;
 
-    fn conn(inline_framing: bool) -> Conn {
+    #[test]
+    fn unsent_counts_taken_messages_and_the_held_one() {
         let shared = Shared::new(
             "test://peer".into(),
             None,
-            if inline_framing {
-                Inline::Framing
-            } else {
-                Inline::Off
-            },
             LinkConfig::default(),
             Box::new(|| {}),
         );
-        Conn::new(Stack::new(TransportKind::Tcp, Vec::new()), shared)
-    }
-
-    #[test]
-    fn unsent_counts_messages_on_a_stack_link() {
-        let mut c = conn(false);
+        let mut c = Conn::new(Stack::new(TransportKind::Tcp, Vec::new()), shared);
         for m in ["a", "bb", "ccc"] {
             c.outq
                 .push_back((Lane::ZERO, Bytes::from_static(m.as_bytes())));
         }
-        assert_eq!(c.unsent(), Unsent::Messages(3));
-    }
-
-    #[test]
-    fn unsent_counts_bytes_not_chunks_on_an_inline_framing_link() {
-        let mut c = conn(true);
-        // One chunk of three framed messages, one of part of a message.
-        c.outq.push_back((Lane::ZERO, Bytes::from(vec![0; 30])));
-        c.outq.push_back((Lane::ZERO, Bytes::from(vec![0; 7])));
-        assert_eq!(c.unsent(), Unsent::Bytes(37));
+        c.held = Some(Frame::from_payload(Bytes::from_static(b"d")));
+        assert_eq!(c.unsent(), 4);
     }
 }

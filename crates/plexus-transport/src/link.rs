@@ -31,9 +31,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::Waker;
 
-use bytes::{Bytes, BytesMut};
-use plexus_net::layers::batching;
-use plexus_net::layers::framing::FrameHeader;
+use bytes::Bytes;
 use plexus_net::LinkEvent;
 use rustls_pki_types::CertificateDer;
 use tokio::sync::Semaphore;
@@ -41,9 +39,7 @@ use tokio::sync::Semaphore;
 use crate::error::{CloseReason, LinkClosed, SendError, TrySendError, UnreliableError};
 use crate::identity::PeerIdentity;
 pub use crate::lane::Lane;
-use crate::quic::driver::LaneWriters;
 use crate::stats::LinkStats;
-use crate::stream::DirectSocket;
 
 mod receiver;
 mod sender;
@@ -60,8 +56,7 @@ pub(crate) const MESSAGE_OVERHEAD: usize = 64;
 /// Per-link buffer sizes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LinkConfig {
-    /// Bytes of messages (plus 64 bytes each for a queue entry; a message
-    /// written inline is charged its wire bytes instead) accepted by
+    /// Bytes of messages (plus 64 bytes each for a queue entry) accepted by
     /// [`LinkSender::send`] and not yet taken by the driver. Default 1 MiB.
     /// A full buffer makes `send` wait and `try_send` fail.
     pub send_buffer: usize,
@@ -113,101 +108,21 @@ pub(crate) struct HandedOver {
 /// Wakes the driver that serves a link.
 pub(crate) type DriverWaker = Box<dyn Fn() + Send + Sync>;
 
-/// Lets a sender whose message the driver waits for do the driver's work
-/// itself, on its own task: returns whether it did, and nothing is left
-/// for the driver (otherwise the driver is woken). UDP's
-/// (`udp::peer::send_direct`).
-pub(crate) type DirectSend = Box<dyn Fn() -> bool + Send + Sync>;
-
-/// How senders hand messages to the driver (chosen from the link's stack).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Inline {
-    /// A queue entry per message.
-    Off,
-    /// The stack is plain `framing` over a byte stream
-    /// ([`Stack::frames_inline`](plexus_net::Stack::frames_inline)): senders
-    /// write `len | payload` wire bytes and the driver writes them as they
-    /// are.
-    Framing,
-    /// QUIC: as `Framing`, but the bytes are framed per lane (each lane is
-    /// its own stream): staged bytes belong to one lane, and a message on
-    /// another lane first closes them into the queue.
-    Lanes,
-    /// The stack's top layer is `batching`
-    /// ([`Stack::batches_inline`](plexus_net::Stack::batches_inline)):
-    /// senders write the batches, of at most this many bytes, in its wire
-    /// format, and the driver hands each to the stack whole.
-    Batching(usize),
-}
-
-impl Inline {
-    /// The mode for a link over `stack`.
-    pub(crate) fn of(stack: &plexus_net::Stack) -> Self {
-        if stack.frames_inline() {
-            Inline::Framing
-        } else if let Some(max) = stack.batches_inline() {
-            Inline::Batching(max)
-        } else {
-            Inline::Off
-        }
-    }
-}
-
-/// Inline batching: a batch closed by the senders, or a message too large to
-/// share one, with what it was charged.
-#[derive(Debug)]
-pub(crate) struct Chunk {
-    pub(crate) bytes: Bytes,
-    /// Permits to return once the stack took it.
-    pub(crate) permits: usize,
-    /// Messages in the batch; 0 for a message on its own.
-    pub(crate) messages: u32,
-}
+/// Lets a sender whose message the driver waits for take the driver's turn
+/// on its own task: run the link's stack and, where the driver left the
+/// socket to it, write what the stack produced. Returns whether that left
+/// nothing for the driver (otherwise the driver is woken). Each transport
+/// supplies its own (`stream::sender_turn`, `udp::peer::sender_turn`);
+/// the frames take the same path through the stack either way.
+pub(crate) type SenderTurn = Box<dyn Fn() -> bool + Send + Sync>;
 
 pub(crate) struct OutState {
-    /// Messages with their lane; on an inline-framing link, wire bytes
-    /// (already framed, all on lane 0) instead.
+    /// Messages with their lane, waiting for whoever drives the stack next
+    /// (the driver, or a sender taking its turn).
     pub(crate) queue: VecDeque<(Lane, Bytes)>,
-    /// Inline framing: small messages framed and copied here, behind
-    /// `queue`, until the driver takes them as one chunk.
-    pub(crate) staging: BytesMut,
-    /// Inline framing per lane ([`Inline::Lanes`]): the lane of the bytes
-    /// in `staging`.
-    pub(crate) staging_lane: Lane,
-    /// Inline framing: messages in `queue` and `staging` since the driver
-    /// last took them (for the stack's counters).
-    pub(crate) inline_messages: u64,
-    /// Inline framing: bytes queued beyond the permits taken for them (a
-    /// message larger than the whole send buffer is charged the buffer);
-    /// the driver returns that many fewer permits.
-    pub(crate) uncharged: usize,
-    /// Inline batching: closed batches and large messages, in order, before
-    /// the open batch in `staging`.
-    pub(crate) chunks: VecDeque<Chunk>,
-    /// Inline batching: permits charged for the open batch in `staging`.
-    pub(crate) staging_permits: usize,
-    /// Inline batching: messages in the open batch in `staging`.
-    pub(crate) staging_messages: u32,
-    /// The driver found the queue empty and waits for a push.
+    /// Nobody is on the way to serve `queue`: the driver found it empty and
+    /// waits for a push, which must wake it (or take its turn).
     pub(crate) driver_waiting: bool,
-    /// Plain stream links: a second handle on the socket, for senders to
-    /// write through themselves while `write_idle`. Dropped when the driver
-    /// stops, so the socket closes with it.
-    pub(crate) direct: Option<DirectSocket>,
-    /// The driver has nothing queued for the socket and took everything
-    /// from `queue` and `staging`, which are empty: the next sender may
-    /// write its message straight to `direct` (QUIC: hand it to its lane's
-    /// writer in `lane_writers`), holding this lock, which keeps the bytes
-    /// in order, instead of queueing it and waking the driver. Set by the
-    /// driver; cleared by that sender.
-    pub(crate) write_idle: bool,
-    /// QUIC: the lane writers' queues, for senders to hand messages to
-    /// while `write_idle` (see [`LaneWriters`]). Cleared when sending ends,
-    /// so the writers' queues close.
-    pub(crate) lane_writers: Option<Box<LaneWriters>>,
-    /// Messages senders wrote through `direct` since the driver last
-    /// counted them (for the stack's counters; they are not unsent).
-    pub(crate) direct_messages: u64,
     pub(crate) senders: usize,
     /// [`Link::close`] was called.
     pub(crate) close_requested: bool,
@@ -236,38 +151,10 @@ pub(crate) struct InState {
     pub(crate) inline_running: bool,
 }
 
-impl OutState {
-    /// Inline batching: closes the open batch in `staging` (if any) into
-    /// `chunks`.
-    pub(crate) fn close_batch(&mut self) {
-        if self.staging.is_empty() {
-            return;
-        }
-        let bytes = self.staging.split().freeze();
-        self.chunks.push_back(Chunk {
-            bytes,
-            permits: std::mem::take(&mut self.staging_permits),
-            messages: std::mem::take(&mut self.staging_messages),
-        });
-    }
-
-    /// Inline batching: messages queued and not yet taken by the driver.
-    pub(crate) fn unsent_batched(&self) -> usize {
-        let chunked: usize = self
-            .chunks
-            .iter()
-            .map(|c| (c.messages as usize).max(1))
-            .sum();
-        chunked + self.staging_messages as usize
-    }
-}
-
 /// State shared by a link's handles and its driver.
 pub(crate) struct Shared {
     pub(crate) peer: Arc<str>,
     pub(crate) max_message_len: Option<usize>,
-    /// Whether senders write wire bytes themselves (see [`Inline`]).
-    pub(crate) inline: Inline,
     pub(crate) config: LinkConfig,
     pub(crate) wake_driver: DriverWaker,
     pub(crate) extras: Extras,
@@ -283,11 +170,11 @@ pub(crate) struct Shared {
 }
 
 /// What some transports add to a link: a way to send unreliable datagrams
-/// (QUIC), a way for senders to send without the driver (UDP).
+/// (QUIC), a way for senders to take the driver's turn ([`SenderTurn`]).
 #[derive(Default)]
 pub(crate) struct Extras {
     pub(crate) unreliable: Option<Box<dyn UnreliableSink>>,
-    pub(crate) direct_send: Option<DirectSend>,
+    pub(crate) sender_turn: Option<SenderTurn>,
 }
 
 /// Sends a message as one unreliable datagram, right away.
@@ -318,14 +205,12 @@ impl Shared {
     pub(crate) fn new(
         peer: Arc<str>,
         max_message_len: Option<usize>,
-        inline: Inline,
         config: LinkConfig,
         wake_driver: DriverWaker,
     ) -> Arc<Self> {
         Self::with_extras(
             peer,
             max_message_len,
-            inline,
             config,
             wake_driver,
             Extras::default(),
@@ -335,7 +220,6 @@ impl Shared {
     pub(crate) fn with_extras(
         peer: Arc<str>,
         max_message_len: Option<usize>,
-        inline: Inline,
         config: LinkConfig,
         wake_driver: DriverWaker,
         extras: Extras,
@@ -346,25 +230,13 @@ impl Shared {
         Arc::new(Self {
             peer,
             max_message_len,
-            inline,
             config: LinkConfig {
                 send_buffer,
                 ..config
             },
             out: CachePadded(Mutex::new(OutState {
                 queue: VecDeque::with_capacity(256),
-                staging: BytesMut::new(),
-                staging_lane: Lane::ZERO,
-                inline_messages: 0,
-                uncharged: 0,
-                chunks: VecDeque::new(),
-                staging_permits: 0,
-                staging_messages: 0,
                 driver_waiting: false,
-                direct: None,
-                lane_writers: None,
-                write_idle: false,
-                direct_messages: 0,
                 senders: 0,
                 close_requested: false,
             })),
@@ -386,16 +258,10 @@ impl Shared {
         })
     }
 
-    /// Permits a message of `len` bytes costs: its queue entry, or on an
-    /// inline link its wire bytes when it has no entry of its own (any
-    /// message with inline framing, a batched one with inline batching).
+    /// Permits a message of `len` bytes costs: its length and its queue
+    /// entry, at most the whole buffer (so any message can be sent).
     pub(crate) fn cost(&self, len: usize) -> usize {
-        let queued = match self.inline {
-            Inline::Framing | Inline::Lanes => len + FrameHeader::LEN,
-            Inline::Batching(max) if batching::batchable(len, max) => batching::record_len(len),
-            _ => len + MESSAGE_OVERHEAD,
-        };
-        queued.min(self.config.send_buffer)
+        (len + MESSAGE_OVERHEAD).min(self.config.send_buffer)
     }
 
     /// Marks the link closed for its handles: receivers get `reason` after
@@ -405,23 +271,10 @@ impl Shared {
         self.out_space.close();
         let unsent = {
             let mut out = lock(&self.out);
-            out.write_idle = false;
-            out.direct = None;
-            out.lane_writers = None;
-            out.staging.clear();
-            let unsent = match self.inline {
-                Inline::Framing | Inline::Lanes => out.inline_messages as usize,
-                Inline::Batching(_) => out.unsent_batched(),
-                Inline::Off => out.queue.len(),
-            };
+            let unsent = out.queue.len();
             out.queue.clear();
-            out.chunks.clear();
-            out.staging_messages = 0;
-            out.staging_permits = 0;
             unsent
         };
-        // Last: a receiver that sees the close finds the socket handle for
-        // direct writes gone already.
         self.close_inbound(reason);
         if unsent > 0 {
             tracing::warn!(peer = %self.peer, unsent, "link closed with messages not sent");
@@ -541,10 +394,10 @@ impl Shared {
     }
 
     /// A sender queued a message the driver waits for: lets the sender
-    /// send it itself where the transport offers that ([`DirectSend`]),
-    /// and wakes the driver otherwise.
+    /// take the driver's turn where the transport offers that
+    /// ([`SenderTurn`]), and wakes the driver otherwise.
     pub(crate) fn wake_for_send(&self) {
-        let sent = self.extras.direct_send.as_ref().is_some_and(|send| send());
+        let sent = self.extras.sender_turn.as_ref().is_some_and(|turn| turn());
         if !sent {
             (self.wake_driver)();
         }

@@ -29,7 +29,7 @@ use tokio::sync::{mpsc, Notify};
 
 use crate::conn::{now, Conn};
 use crate::error::{AcceptError, BindError, CloseReason, ConnectError};
-use crate::link::{lock, Inline, Link, LinkConfig, Shared};
+use crate::link::{lock, Link, LinkConfig, Shared};
 use crate::stream::WRITE_BUDGET;
 
 /// Datagrams buffered per direction of an in-memory link.
@@ -221,7 +221,6 @@ fn spawn(wire: Wire, stack: plexus_net::Stack, peer: Arc<str>, config: LinkConfi
     let shared = Shared::new(
         peer,
         stack.max_message_len(),
-        Inline::of(&stack),
         config,
         Box::new(move || waker.notify_one()),
     );

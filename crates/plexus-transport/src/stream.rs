@@ -1,35 +1,43 @@
-//! The driver of one byte-stream link (TCP, Unix socket): one task, one
-//! loop that moves bytes between the socket and the link's [`Conn`].
+//! The driver of one byte-stream link (TCP, Unix socket, TLS, or any
+//! [`AsyncRead`] + [`AsyncWrite`] a transport of one's own provides): one
+//! task, one loop that moves bytes between the socket and the link's
+//! [`Conn`].
 //!
 //! Each turn: move queued messages into the stack (as many as the write
 //! budget allows), write every pending frame with vectored writes (up to
 //! [`MAX_IOV`] slices per call, partial writes resumed with
 //! [`Frame::advance`]), hand received messages up, then wait for the first
-//! of: socket readable (read up to 64 KiB+ in one call), socket writable,
-//! a wake-up from the link handles, the stack's next deadline.
+//! of: socket readable (read up to 128 KiB in one call), socket writable, a
+//! wake-up from the link handles, the stack's next deadline.
 //!
-//! On a TCP, TLS or Unix socket link with framing alone the first message
-//! sent after a turn that received, with nothing queued, is written to the
-//! socket by its sender ([`DirectSocket`]): a request–response exchange then
-//! costs the driver one turn per message received and none per reply.
+//! **One path, whoever drives it.** The link's [`Conn`] and its write queue
+//! live behind one lock, [`StreamCore`], shared by the driver and the
+//! link's senders. A sender whose message the driver waits for takes the
+//! driver's turn itself when the lock is free ([`sender_turn`]): it runs
+//! the stack (`handle_send`, `poll_transmit`) exactly as the driver would
+//! and queues the frames for the socket. After a turn that received, with
+//! nothing left to write, the driver also leaves the socket to the next
+//! such sender (the write window): a request–response exchange then costs
+//! the driver one turn per message received and none per reply, whatever
+//! the stack's layers. One write per window: a sender in a tight loop gets
+//! its messages batched into the driver's vectored writes instead of a
+//! system call each.
 
 use std::collections::VecDeque;
 use std::future::Future;
-use std::io::{self, IoSlice, Write};
-use std::os::fd::AsFd;
-use std::sync::Arc;
+use std::io::{self, IoSlice};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use bytes::BytesMut;
 use plexus_net::frame::INLINE_SEGMENTS;
 use plexus_net::{Frame, Stack};
-use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpStream, UnixStream};
 use tokio::sync::Notify;
 
 use crate::conn::{now, Conn, SendState};
 use crate::error::CloseReason;
-use crate::link::{lock, Inline, Link, LinkConfig, Shared};
-use crate::tls::DirectTls;
+use crate::link::{lock, Extras, Link, LinkConfig, Received, Shared};
 
 /// Bytes read per system call (at least).
 pub(crate) const READ_BUF: usize = 128 << 10;
@@ -38,6 +46,10 @@ pub(crate) const MAX_IOV: usize = 512;
 /// Bytes of messages moved into the stack between two drains of its
 /// transmit queue.
 const PUMP_STEP: usize = 8 << 10;
+/// Bytes of queued messages one sender's turn moves into the stack at
+/// most; beyond, the driver takes over. Small: others wait for the lock
+/// meanwhile (a reply is usually one message).
+const SENDER_BUDGET: usize = 16 << 10;
 /// How long a link that is shut down, with nobody reading, waits for the
 /// peer's end before it closes the socket anyway.
 const LINGER: std::time::Duration = std::time::Duration::from_secs(2);
@@ -45,16 +57,18 @@ const LINGER: std::time::Duration = std::time::Duration::from_secs(2);
 /// messages from the application (the rest wait in the link's send buffer).
 pub(crate) const WRITE_BUDGET: usize = 256 << 10;
 
-/// A connected byte-stream socket the driver can use without splitting it.
-pub(crate) trait StreamSocket: Send + 'static {
+/// A connected byte-stream socket, used through a shared reference by the
+/// driver (reads, writes, waits) and by senders taking its turn (writes
+/// that never wait).
+pub(crate) trait StreamSocket: Send + Sync + 'static {
     fn readable(&self) -> impl Future<Output = io::Result<()>> + Send;
     fn writable(&self) -> impl Future<Output = io::Result<()>> + Send;
     fn try_read_buf(&self, buf: &mut BytesMut) -> io::Result<usize>;
     fn try_write_vectored(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize>;
-    fn shutdown_write(&mut self) -> impl Future<Output = io::Result<()>> + Send;
-    /// Bytes the socket holds below the application (TLS records) and
-    /// still has to write; the driver then waits for writability even with
-    /// an empty queue.
+    fn shutdown_write(&self) -> impl Future<Output = io::Result<()>> + Send;
+    /// Bytes the socket holds below the application (TLS records, a
+    /// buffering adapter) and still has to write; the driver then waits for
+    /// writability even with an empty queue.
     fn pending_write(&self) -> bool {
         false
     }
@@ -63,43 +77,10 @@ pub(crate) trait StreamSocket: Send + 'static {
     fn flush_pending(&self) -> io::Result<()> {
         Ok(())
     }
-    /// A second handle for senders to write through (see [`DirectSocket`]);
-    /// `None` where the bytes must pass through the driver.
-    fn direct(&self) -> Option<DirectSocket> {
-        None
-    }
-}
-
-/// A duplicate of a plain stream socket's file descriptor, through which a
-/// sender writes its framed message itself while the driver has nothing
-/// queued (the link's `write_idle`), holding the
-/// link's send lock so that bytes stay in order. The socket is non-blocking
-/// (the flag belongs to the socket, not the descriptor): a write that would
-/// block writes what fits, and the rest goes to the driver's queue.
-///
-/// Costs one descriptor per link; dropped when the driver stops, so the
-/// socket closes with the link.
-pub(crate) enum DirectSocket {
-    Tcp(std::net::TcpStream),
-    Unix(std::os::unix::net::UnixStream),
-    Tls(DirectTls),
-}
-
-impl DirectSocket {
-    /// Writes what the socket takes of `bufs` without blocking. Returns
-    /// the bytes taken, and whether all of them reached the socket (TLS
-    /// may seal more than it can write; the driver must write the rest).
-    pub(crate) fn write(&self, bufs: &[IoSlice<'_>]) -> io::Result<(usize, bool)> {
-        match self {
-            DirectSocket::Tcp(s) => (&*s).write_vectored(bufs).map(|n| (n, true)),
-            DirectSocket::Unix(s) => (&*s).write_vectored(bufs).map(|n| (n, true)),
-            DirectSocket::Tls(s) => s.write(bufs),
-        }
-    }
 }
 
 macro_rules! stream_socket {
-    ($t:ty, $direct:ident, $std:ty) => {
+    ($t:ty) => {
         impl StreamSocket for $t {
             fn readable(&self) -> impl Future<Output = io::Result<()>> + Send {
                 <$t>::readable(self)
@@ -113,28 +94,46 @@ macro_rules! stream_socket {
             fn try_write_vectored(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
                 <$t>::try_write_vectored(self, bufs)
             }
-            fn shutdown_write(&mut self) -> impl Future<Output = io::Result<()>> + Send {
-                AsyncWriteExt::shutdown(self)
-            }
-            fn direct(&self) -> Option<DirectSocket> {
-                match self.as_fd().try_clone_to_owned() {
-                    Ok(fd) => Some(DirectSocket::$direct(<$std>::from(fd))),
-                    Err(error) => {
-                        // Out of descriptors: every message goes through
-                        // the driver, which works, a little slower.
-                        tracing::debug!(%error, "no second descriptor for direct writes");
-                        None
-                    }
-                }
+            fn shutdown_write(&self) -> impl Future<Output = io::Result<()>> + Send {
+                let r = socket2::SockRef::from(self).shutdown(std::net::Shutdown::Write);
+                std::future::ready(r)
             }
         }
     };
 }
 
-stream_socket!(TcpStream, Tcp, std::net::TcpStream);
-stream_socket!(UnixStream, Unix, std::os::unix::net::UnixStream);
+stream_socket!(TcpStream);
+stream_socket!(UnixStream);
 
-/// Starts the driver task of a stream link and returns its handle.
+/// What the driver and the link's senders share under one lock: the
+/// link's stack with its queues, and the frames waiting for the socket.
+pub(crate) struct StreamCore {
+    conn: Conn,
+    out: WriteQueue,
+    /// Open: the next sender taking the driver's turn may write to the
+    /// socket too (see the module documentation). Set by the driver after
+    /// a turn that received with nothing left to write; taken by that
+    /// sender.
+    write_window: bool,
+    /// The stack deadline the driver's timer is armed for; a sender whose
+    /// send moves the stack's deadline earlier leaves the rest to the
+    /// driver, which re-arms.
+    armed: Option<Instant>,
+    /// The driver stopped: senders leave everything to the close.
+    stopped: bool,
+    /// A sender's turn left work for the driver and woke it; cleared at the
+    /// driver's next turn.
+    driver_woken: bool,
+}
+
+/// A stream link's socket and core, shared by its driver and its senders.
+struct StreamLink<S> {
+    socket: S,
+    core: Mutex<StreamCore>,
+}
+
+/// Starts the driver task of a stream link over `socket` and returns its
+/// handle.
 pub(crate) fn spawn<S: StreamSocket>(
     socket: S,
     stack: Stack,
@@ -143,32 +142,93 @@ pub(crate) fn spawn<S: StreamSocket>(
 ) -> Link {
     let notify = Arc::new(Notify::new());
     let waker = notify.clone();
-    let shared = Shared::new(
-        peer,
-        stack.max_message_len(),
-        Inline::of(&stack),
-        config,
-        Box::new(move || waker.notify_one()),
-    );
-    if shared.inline == Inline::Framing {
-        lock(&shared.out).direct = socket.direct();
+    let max_message_len = stack.max_message_len();
+    let mut link = None;
+    let stream = Arc::new_cyclic(|weak: &std::sync::Weak<StreamLink<S>>| {
+        let weak = weak.clone();
+        let extras = Extras {
+            sender_turn: Some(Box::new(move || {
+                // Gone: so is the driver, and the close handles the rest.
+                weak.upgrade().is_some_and(|s| sender_turn(&s))
+            })),
+            ..Extras::default()
+        };
+        let shared = Shared::with_extras(
+            peer,
+            max_message_len,
+            config,
+            Box::new(move || waker.notify_one()),
+            extras,
+        );
+        link = Some(Link::new(shared.clone()));
+        StreamLink {
+            socket,
+            core: Mutex::new(StreamCore {
+                conn: Conn::new(stack, shared),
+                out: WriteQueue::default(),
+                write_window: false,
+                armed: None,
+                stopped: false,
+                driver_woken: false,
+            }),
+        }
+    });
+    tokio::spawn(drive(stream, notify));
+    // Set by the constructor just above.
+    link.expect("new_cyclic ran the constructor")
+}
+
+/// A sender's turn (see the module documentation): runs the stack on the
+/// sender's task, writes to the socket if the window is open, and returns
+/// whether that left nothing for the driver.
+fn sender_turn<S: StreamSocket>(link: &StreamLink<S>) -> bool {
+    // Held elsewhere: the driver is at work (or this thread is, its inline
+    // receive handler sending): it serves the queue anyway.
+    let Ok(mut guard) = link.core.try_lock() else {
+        return false;
+    };
+    let core = &mut *guard;
+    if core.stopped {
+        return false;
     }
-    let link = Link::new(shared.clone());
-    tokio::spawn(drive(socket, Conn::new(stack, shared), notify));
-    link
+    let budget = WRITE_BUDGET
+        .saturating_sub(core.out.bytes)
+        .min(SENDER_BUDGET);
+    let more = budget == 0 || core.conn.pump(now(), budget);
+    let out = &mut core.out;
+    core.conn.stack.drain_transmit(|frame| out.push(frame));
+    if std::mem::take(&mut core.write_window) && out.write_to(&link.socket).is_err() {
+        // The driver meets the error on its next write and closes.
+        return false;
+    }
+    let stack = &core.conn.stack;
+    let timer_holds = match stack.poll_timeout() {
+        None => true,
+        Some(deadline) => core.armed.is_some_and(|armed| armed <= deadline),
+    };
+    let left = more
+        || !core.out.is_empty()
+        || link.socket.pending_write()
+        || !timer_holds
+        || stack.is_closed()
+        || stack.has_received();
+    // Woken once until its next turn, however many senders' turns leave it
+    // work meanwhile.
+    !left || std::mem::replace(&mut core.driver_woken, true)
 }
 
-async fn drive<S: StreamSocket>(mut socket: S, mut conn: Conn, notify: Arc<Notify>) {
-    // Also when the task is cancelled (runtime shut down) rather than
-    // closing: the second descriptor must not keep the socket open.
-    let _direct = DirectGuard(conn.shared.clone());
-    let reason = run(&mut socket, &mut conn, &notify).await;
-    conn.close(reason);
+async fn drive<S: StreamSocket>(link: Arc<StreamLink<S>>, notify: Arc<Notify>) {
+    let reason = run(&link, &notify).await;
+    let mut core = lock(&link.core);
+    core.stopped = true;
+    core.conn.close(reason);
 }
 
-async fn run<S: StreamSocket>(socket: &mut S, conn: &mut Conn, notify: &Notify) -> CloseReason {
+async fn run<S: StreamSocket>(link: &StreamLink<S>, notify: &Notify) -> CloseReason {
+    let socket = &link.socket;
+    let shared = lock(&link.core).conn.shared.clone();
     let mut rbuf = BytesMut::with_capacity(READ_BUF);
-    let mut out = WriteQueue::default();
+    let mut staged: VecDeque<Received> = VecDeque::with_capacity(256);
     let mut shut = false;
     let sleep = tokio::time::sleep(std::time::Duration::ZERO);
     tokio::pin!(sleep);
@@ -176,49 +236,85 @@ async fn run<S: StreamSocket>(socket: &mut S, conn: &mut Conn, notify: &Notify) 
     // This turn read bytes from the socket.
     let mut received = false;
     // Shut down, nobody reading: when to stop waiting for the peer's end.
-    let mut linger: Option<std::time::Instant> = None;
+    let mut linger: Option<Instant> = None;
     loop {
-        // In steps, each drained right away: the stack's transmit queue
-        // stays a few KiB (hot in cache) instead of a whole budget of frames.
-        let more = if conn.shared.inline == Inline::Framing {
-            let budget = WRITE_BUDGET.saturating_sub(out.bytes);
-            conn.pump_inline(budget, |chunk| out.push_wire(chunk))
-        } else {
+        // Received messages go up without the lock: the receiver's inline
+        // handler may send on this link, and its sends take a turn.
+        lock(&link.core).conn.collect(&mut staged);
+        if !staged.is_empty() {
+            let handed = shared.hand_over(&mut staged, true);
+            if staged.is_empty() {
+                // Taken one item at a time (inline): back to its first slot.
+                staged.clear();
+            }
+            lock(&link.core).conn.on_handed(handed);
+        }
+        let (more, done, can_read, inbound_ended, receiver_alive, must_write, stack_deadline) = {
+            let mut guard = lock(&link.core);
+            let core = &mut *guard;
+            core.driver_woken = false;
+            // In steps, each drained right away: the stack's transmit queue
+            // stays a few KiB (hot in cache) instead of a whole budget of frames.
             let at = now();
-            loop {
-                let budget = WRITE_BUDGET.saturating_sub(out.bytes);
-                let more = conn.pump(at, budget.min(PUMP_STEP));
-                conn.stack.drain_transmit(|frame| out.push(frame));
+            let more = loop {
+                let budget = WRITE_BUDGET.saturating_sub(core.out.bytes);
+                let more = core.conn.pump(at, budget.min(PUMP_STEP));
+                let out = &mut core.out;
+                core.conn.stack.drain_transmit(|frame| out.push(frame));
                 if !more || budget <= PUMP_STEP {
                     break more;
                 }
+            };
+            if core.conn.stack.has_received() {
+                // Sent in this turn by the inline handler and answered at once
+                // by a layer (an ack): go round again to hand it up.
+                continue;
             }
+            if let Some(reason) = core.conn.stack.close_reason() {
+                // Best effort: a final ack or close notice may still get out.
+                let _ = core.out.write_to(socket);
+                return reason.clone().into();
+            }
+            if let Err(e) = core.out.write_to(socket) {
+                return e.into();
+            }
+            let state = core.conn.send_state();
+            // With nothing left for the socket after a turn that received,
+            // the next sender may write to it itself: the reply to what came
+            // in leaves without another turn of this loop. Not after turns
+            // that only sent: a sender in a tight loop would then pay a
+            // system call and a packet for one message per turn.
+            core.write_window = std::mem::take(&mut received)
+                && state == SendState::Idle
+                && core.out.is_empty()
+                && !socket.pending_write();
+            let done = !shut && core.out.is_empty() && state == SendState::Done;
+            let can_read = !core.conn.inbound_ended() && !core.conn.inbox_full;
+            let inbound_ended = core.conn.inbound_ended();
+            let receiver_alive = core.conn.receiver_alive();
+            let must_write = !core.out.is_empty();
+            let stack_deadline = core.conn.stack.poll_timeout();
+            core.armed = stack_deadline;
+            (
+                more,
+                done,
+                can_read,
+                inbound_ended,
+                receiver_alive,
+                must_write,
+                stack_deadline,
+            )
         };
-        conn.deliver();
-        if let Some(reason) = conn.stack.close_reason() {
-            // Best effort: a final ack or close notice may still get out.
-            let _ = out.write_to(socket);
-            return reason.clone().into();
-        }
-        if let Err(e) = out.write_to(socket) {
-            return e.into();
-        }
-        // With nothing left for the socket after a turn that received,
-        // senders may write to it themselves (framing alone): the
-        // reply to what came in leaves without another turn of this loop.
-        // Not after turns that only sent: a sender in a tight loop would
-        // then pay a system call and a packet for one message per turn.
-        let direct = conn.shared.inline == Inline::Framing && std::mem::take(&mut received);
-        if !shut && out.is_empty() && conn.send_state(direct) == SendState::Done {
+        if done {
             if let Err(e) = socket.shutdown_write().await {
                 return e.into();
             }
             shut = true;
         }
-        if shut && conn.inbound_ended() {
+        if shut && inbound_ended {
             return CloseReason::PeerClosed;
         }
-        if shut && !conn.receiver_alive() {
+        if shut && !receiver_alive {
             // Nobody reads what still comes. But a socket closed with
             // unread input makes the kernel reset the connection, and the
             // peer then loses what it has not read yet of ours: read (and
@@ -228,7 +324,7 @@ async fn run<S: StreamSocket>(socket: &mut S, conn: &mut Conn, notify: &Notify) 
                 return CloseReason::Local;
             }
         }
-        if more && out.bytes < WRITE_BUDGET {
+        if more && !must_write {
             // The socket took everything: go on with the queued messages
             // (nothing else would wake us for them), yielding now and then.
             spins += 1;
@@ -237,14 +333,13 @@ async fn run<S: StreamSocket>(socket: &mut S, conn: &mut Conn, notify: &Notify) 
             }
             continue;
         }
-        let deadline = match (conn.stack.poll_timeout(), linger) {
+        let deadline = match (stack_deadline, linger) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
         if let Some(d) = deadline {
             sleep.as_mut().reset(d.into());
         }
-        let can_read = !conn.inbound_ended() && !conn.inbox_full;
         tokio::select! {
             r = socket.readable(), if can_read => {
                 if let Err(e) = r {
@@ -254,38 +349,28 @@ async fn run<S: StreamSocket>(socket: &mut S, conn: &mut Conn, notify: &Notify) 
                     rbuf.reserve(READ_BUF);
                 }
                 match socket.try_read_buf(&mut rbuf) {
-                    Ok(0) => conn.end_inbound(CloseReason::PeerClosed),
+                    Ok(0) => lock(&link.core).conn.end_inbound(CloseReason::PeerClosed),
                     Ok(_) => {
                         received = true;
                         // An error closes the stack; close_reason() above
                         // picks it up.
-                        let _ = conn.stack.handle_receive(now(), rbuf.split().freeze());
+                        let mut core = lock(&link.core);
+                        let _ = core.conn.stack.handle_receive(now(), rbuf.split().freeze());
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                     Err(e) => return e.into(),
                 }
             }
-            r = socket.writable(), if !out.is_empty() || socket.pending_write() => {
+            r = socket.writable(), if must_write || socket.pending_write() => {
                 if let Err(e) = r {
                     return e.into();
                 }
             }
-            () = notify.notified() => conn.refresh_inbox(),
+            () = notify.notified() => lock(&link.core).conn.refresh_inbox(),
             () = &mut sleep, if deadline.is_some() => {
-                let _ = conn.stack.handle_timeout(now());
+                let _ = lock(&link.core).conn.stack.handle_timeout(now());
             }
         }
-    }
-}
-
-/// Drops a link's [`DirectSocket`] when its driver ends, however it ends.
-struct DirectGuard(Arc<Shared>);
-
-impl Drop for DirectGuard {
-    fn drop(&mut self) {
-        let mut out = lock(&self.0.out);
-        out.write_idle = false;
-        out.direct = None;
     }
 }
 
@@ -338,17 +423,6 @@ impl WriteQueue {
             self.items
                 .push_back(Item::Chain(Box::new(std::mem::take(frame))));
         }
-    }
-
-    /// Queues bytes that are already on-the-wire form (framed by the link's
-    /// senders), without a copy.
-    pub(crate) fn push_wire(&mut self, chunk: bytes::Bytes) {
-        if chunk.is_empty() {
-            return;
-        }
-        self.seal();
-        self.bytes += chunk.len();
-        self.items.push_back(Item::Copied(chunk));
     }
 
     fn seal(&mut self) {

@@ -81,7 +81,6 @@ use crate::link::{Link, LinkConfig};
 use crate::stream;
 
 mod socket;
-pub(crate) use socket::DirectTls;
 use socket::TlsSocket;
 
 /// Handshakes a listener runs at once; further connections wait in the

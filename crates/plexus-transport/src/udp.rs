@@ -59,13 +59,13 @@ use tokio::sync::{mpsc, oneshot, Notify};
 
 mod peer;
 pub(crate) mod socket;
-use peer::{contiguous, send_direct, PeerCell, PeerState};
+use peer::{contiguous, sender_turn, PeerCell, PeerState};
 use socket::EndpointSocket;
 
 use crate::alarm::Alarm;
 use crate::conn::{now, Conn};
 use crate::error::{AcceptError, BindError, CloseReason, ConnectError};
-use crate::link::{lock, Extras, Inline, Link, LinkConfig, Shared};
+use crate::link::{lock, Extras, Link, LinkConfig, Shared};
 
 /// Bytes of datagrams queued for the socket before peers stop being pumped.
 const TX_BUDGET: usize = 256 << 10;
@@ -176,7 +176,7 @@ struct EpShared {
     queued: AtomicBool,
     closed: AtomicBool,
     counters: Counters,
-    /// The task's socket, for senders' direct sends (`peer::send_direct`).
+    /// The task's socket, for senders' direct sends (`peer::sender_turn`).
     socket: UdpSocket,
     /// The task has no datagrams queued for the socket: a sender's direct
     /// send overtakes none. Cleared by the task while it holds the lock of
@@ -659,8 +659,8 @@ impl Dispatcher {
         let mut link = None;
         let state = Arc::new_cyclic(|cell: &Weak<PeerCell>| {
             let (ep, cell) = (Arc::downgrade(&self.shared), cell.clone());
-            let direct_send = Box::new(move || match (ep.upgrade(), cell.upgrade()) {
-                (Some(ep), Some(cell)) => send_direct(&ep, &cell, addr),
+            let turn = Box::new(move || match (ep.upgrade(), cell.upgrade()) {
+                (Some(ep), Some(cell)) => sender_turn(&ep, &cell, addr),
                 // Gone: so is the task, and waking it does nothing.
                 _ => false,
             });
@@ -668,7 +668,6 @@ impl Dispatcher {
             let shared = Shared::with_extras(
                 url(addr).into(),
                 stack.max_message_len(),
-                Inline::of(&stack),
                 self.config.link,
                 Box::new(move || {
                     if let Some(ep) = ep.upgrade() {
@@ -676,7 +675,7 @@ impl Dispatcher {
                     }
                 }),
                 Extras {
-                    direct_send: Some(direct_send),
+                    sender_turn: Some(turn),
                     ..Extras::default()
                 },
             );
@@ -708,6 +707,7 @@ impl Dispatcher {
         };
         let mut guard = lock(&peer.state);
         let st = &mut *guard;
+        st.task_woken = false;
         let budget = TX_BUDGET.saturating_sub(self.tx_bytes);
         let more = st.conn.pump(t, budget);
         // What a sender's direct send could not send goes first.
@@ -722,7 +722,7 @@ impl Dispatcher {
         }
         let delivered = st.conn.deliver();
         // A request handed over, nothing left to send: the reply may leave
-        // from its sender (`peer::send_direct`).
+        // from its sender (`peer::sender_turn`).
         st.send_window = delivered && !more;
         if (more || self.tx_bytes >= TX_BUDGET) && !peer.deferred {
             peer.deferred = true;

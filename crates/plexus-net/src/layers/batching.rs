@@ -179,28 +179,16 @@ fn put_len(buf: &mut BytesMut, mut len: usize) {
     buf.put_u8(len as u8);
 }
 
-/// Appends one record, `len | message`, to a batch being written by hand
-/// (see [`Stack::batches_inline`](crate::Stack::batches_inline)); a batch
-/// starts with the [`BATCH`] byte. `message` must not be empty and must be
-/// shorter than 2 MiB.
-pub fn put_record(buf: &mut BytesMut, message: &[u8]) {
-    // A longer record would need a fourth length byte, which no decoder
-    // accepts; `batchable` never lets one through.
-    assert!(message.len() < 1 << (7 * MAX_VARINT_LEN), "record too long");
-    put_len(buf, message.len());
-    buf.put_slice(message);
-}
-
 /// Wire bytes of the record of a message of `len` bytes (its length prefix
 /// and itself).
-pub fn record_len(len: usize) -> usize {
+pub(crate) fn record_len(len: usize) -> usize {
     len_of_len(len) + len
 }
 
 /// Whether a message of `len` bytes may travel in a batch of at most
 /// `max_batch` bytes (it is not empty, and its record fits behind the kind
 /// byte).
-pub fn batchable(len: usize, max_batch: usize) -> bool {
+pub(crate) fn batchable(len: usize, max_batch: usize) -> bool {
     len > 0 && record_len(len) < max_batch
 }
 
@@ -289,9 +277,7 @@ impl Batching {
     }
 
     /// Batch frames this layer built so far, and the messages they carried
-    /// (a message sent alone counts in neither; batches a driver wrote
-    /// itself, [`Stack::handle_send_batch`](crate::Stack::handle_send_batch),
-    /// neither).
+    /// (a message sent alone counts in neither).
     pub fn batches_sent(&self) -> (u64, u64) {
         (self.batches, self.batched_messages)
     }

@@ -5,20 +5,19 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use bytes::{BufMut, Bytes, BytesMut};
 use futures_util::FutureExt;
-use plexus_net::layers::framing::{self, FrameHeader};
 use quinn::{Connection, ConnectionError, RecvStream, SendDatagramError, VarInt};
 use rustls_pki_types::CertificateDer;
 use tokio::sync::{mpsc, Notify};
 use tokio::task::JoinSet;
 
-use super::{code, QuicConfig, QuicError};
+use super::{code, lane_wire, QuicConfig, QuicError};
 use crate::error::{CloseReason, UnreliableError};
 use crate::identity::PeerIdentity;
-use crate::link::{lock, Extras, Inline, Lane, Link, Received, Shared, UnreliableSink};
+use crate::link::{lock, Extras, Lane, Link, Received, Shared, UnreliableSink};
 
 /// Messages up to this length are copied next to their header (one chunk
 /// per batch); longer ones are handed to quinn as their own chunk.
@@ -49,14 +48,15 @@ pub(crate) fn spawn(
     let notify = Arc::new(Notify::new());
     let room = Arc::new(Notify::new());
     let wake = (notify.clone(), room.clone());
+    let handoff = Arc::new(Handoff::default());
+    let turn = handoff.clone();
     let extras = Extras {
         unreliable: Some(Box::new(Datagrams(conn.clone()))),
-        ..Extras::default()
+        sender_turn: Some(Box::new(move || turn.sender_turn())),
     };
     let shared = Shared::with_extras(
         peer,
         Some(config.max_message_len),
-        Inline::Lanes,
         config.link,
         Box::new(move || {
             wake.0.notify_one();
@@ -64,6 +64,8 @@ pub(crate) fn spawn(
         }),
         extras,
     );
+    // Set once, right here: the link's handles cannot send before.
+    let _ = handoff.shared.set(Arc::downgrade(&shared));
     let link = Link::new(shared.clone()).with_identity(identity);
     let lanes = Arc::new(Lanes {
         shared: shared.clone(),
@@ -73,13 +75,16 @@ pub(crate) fn spawn(
         partial: AtomicUsize::new(0),
         partial_max: reassembly_budget(config.max_message_len),
         bulk: tokio::sync::Mutex::new(()),
+        handoff: handoff.clone(),
     });
     let driver = Driver {
         conn,
         shared,
         lanes,
+        handoff,
         writers: std::array::from_fn(|_| None),
         staged: std::array::from_fn(|_| LaneWire::default()),
+        encoding: std::array::from_fn(|_| BytesMut::new()),
         writer_tasks: JoinSet::new(),
         readers: JoinSet::new(),
         accepted: 0,
@@ -155,7 +160,7 @@ enum Sending {
 /// one on every lane. A peer that needs more is closed
 /// ([`QuicError::TooMuchPartial`]).
 pub(super) fn reassembly_budget(max_message_len: usize) -> usize {
-    2 * (max_message_len + FrameHeader::LEN) + Lane::COUNT * (BULK + READ_CHUNK)
+    2 * (max_message_len + lane_wire::LEN) + Lane::COUNT * (BULK + READ_CHUNK)
 }
 
 /// What the lane readers and writers of one connection share.
@@ -173,18 +178,23 @@ struct Lanes {
     /// Held by the writer sending a bulk message: one at a time, so the
     /// peer never needs to hold many partial large messages.
     bulk: tokio::sync::Mutex<()>,
+    /// The senders' way to the lane writers.
+    handoff: Arc<Handoff>,
 }
 
 struct Driver {
     conn: Connection,
     shared: Arc<Shared>,
     lanes: Arc<Lanes>,
+    handoff: Arc<Handoff>,
     /// The queue of each lane's writer task (opened on first use).
     /// Each lane's writer task, fed whole batches (one channel send per
     /// lane per pump round, not per message).
     writers: [Option<mpsc::UnboundedSender<LaneWire>>; Lane::COUNT],
     /// This pump round's wire bytes per lane, before they go to the writers.
     staged: [LaneWire; Lane::COUNT],
+    /// Per lane, where this pump round's small messages are encoded.
+    encoding: [BytesMut; Lane::COUNT],
     /// Writer tasks: `Ok(lane)` once their stream is finished and
     /// acknowledged.
     writer_tasks: JoinSet<Result<u8, QuicError>>,
@@ -297,63 +307,59 @@ impl Driver {
     fn pump(&mut self, batch: &mut VecDeque<(Lane, Bytes)>, notify: &Notify) {
         let mut rounds = 0;
         let done = loop {
-            let mut uncharged = {
+            {
                 let mut out = lock(&self.shared.out);
                 std::mem::swap(&mut out.queue, batch);
-                // The senders framed the messages per lane (`Inline::Lanes`):
-                // the queue holds wire bytes, the staging buffer the latest.
-                if !out.staging.is_empty() {
-                    let staged = out.staging.split().freeze();
-                    batch.push_back((out.staging_lane, staged));
-                }
                 if batch.is_empty() {
-                    // The next push wakes us, or senders hand their
-                    // messages to the lane writers themselves meanwhile.
+                    // The next push wakes us, or its sender hands its
+                    // message to the lane writer itself meanwhile.
                     out.driver_waiting = true;
                     let done = out.senders == 0 || out.close_requested;
+                    let mut handoff = lock(&self.handoff.state);
                     if done {
                         // The writers' queues must close for the lanes to
                         // finish: no sender may reach them any more.
-                        out.lane_writers = None;
+                        handoff.writers = None;
                     }
                     // Everything taken is with the writers: the next
                     // message may go to its writer straight away.
-                    out.write_idle = out.lane_writers.is_some();
+                    handoff.window = handoff.writers.is_some();
                     break done;
                 }
-                out.inline_messages = 0;
-                std::mem::take(&mut out.uncharged)
-            };
+            }
             let mut touched = 0u64;
-            for (lane, chunk) in batch.drain(..) {
+            for (lane, message) in batch.drain(..) {
                 let i = usize::from(lane.index());
                 touched |= 1 << i;
-                self.staged[i].permits += chunk.len();
-                self.staged[i].chunks.push(chunk);
+                let wire = &mut self.staged[i];
+                wire.permits += self.shared.cost(message.len());
+                lane_wire::encode(message, COPY_MAX, &mut self.encoding[i], &mut wire.chunks);
             }
             while touched != 0 {
                 let i = touched.trailing_zeros() as usize;
                 touched &= touched - 1;
+                if !self.encoding[i].is_empty() {
+                    let encoded = self.encoding[i].split().freeze();
+                    self.staged[i].chunks.push(encoded);
+                }
+                if self.encoding[i].capacity() < COPY_MAX * 2 {
+                    self.encoding[i].reserve(16 << 10);
+                }
                 if self.writers[i].is_none() {
+                    // A lane index from the loop above.
                     let lane = Lane::new(i as u8).expect("a lane index");
                     let writer = self.open_lane(lane);
-                    let mut out = lock(&self.shared.out);
-                    if !out.close_requested {
-                        out.lane_writers
+                    if !lock(&self.shared.out).close_requested {
+                        lock(&self.handoff.state)
+                            .writers
                             .get_or_insert_with(|| {
                                 Box::new(LaneWriters(std::array::from_fn(|_| None)))
                             })
                             .0[i] = Some(writer.clone());
                     }
-                    drop(out);
                     self.writers[i] = Some(writer);
                 }
-                let mut wire = std::mem::take(&mut self.staged[i]);
-                // Bytes of messages larger than the whole send buffer were
-                // not charged: their lane returns that many fewer permits.
-                let owed = uncharged.min(wire.permits);
-                wire.permits -= owed;
-                uncharged -= owed;
+                let wire = std::mem::take(&mut self.staged[i]);
                 if let Some(writer) = &self.writers[i] {
                     // The writer ends only after its queue is dropped (or
                     // on a connection error, reported through its join
@@ -428,7 +434,7 @@ impl Driver {
             return;
         }
         push(
-            &self.shared,
+            &self.lanes,
             &mut VecDeque::from([Received::Message(datagram)]),
         );
     }
@@ -491,43 +497,105 @@ fn connection_reason(e: ConnectionError) -> CloseReason {
     }
 }
 
-/// The lane writers' queues, shared with the senders
-/// (`OutState::lane_writers`): once the driver, with nothing left to take,
-/// opens the window (`OutState::write_idle`), the next sender hands its
-/// message to its lane's writer itself, instead of queueing it and waking
-/// the driver to do that: one task wake-up less per message of a
-/// request–response exchange. Everything queued before is with the writers
-/// already, so the lane keeps its order. One message per window: those
-/// after it are staged and go to the writer together, as before.
+/// The senders' way to the lane writers: once the driver, with nothing
+/// left to take, opens the window, the next sender whose message the
+/// driver waits for hands it to its lane's writer itself
+/// ([`sender_turn`](Handoff::sender_turn)), instead of waking the driver
+/// to do that: one task wake-up less per message of a request–response
+/// exchange. Everything queued before is with the writers already, so the
+/// lane keeps its order. One turn per window: the messages after it wait
+/// for the driver and go to the writers together.
+#[derive(Default)]
+pub(crate) struct Handoff {
+    /// The link's shared state (set once the link exists).
+    shared: OnceLock<Weak<Shared>>,
+    state: Mutex<HandoffState>,
+}
+
+#[derive(Default)]
+struct HandoffState {
+    /// The lane writers' queues; `None` once sending ends, so the queues
+    /// close.
+    writers: Option<Box<LaneWriters>>,
+    /// Open: the next sender may take the driver's turn.
+    window: bool,
+}
+
+impl Handoff {
+    /// A sender's turn (see [`Handoff`]): returns whether it left nothing
+    /// for the driver.
+    fn sender_turn(&self) -> bool {
+        let Some(shared) = self.shared.get().and_then(Weak::upgrade) else {
+            return false;
+        };
+        let mut state = lock(&self.state);
+        if !std::mem::take(&mut state.window) {
+            return false;
+        }
+        let Some(writers) = &state.writers else {
+            return false;
+        };
+        let mut out = lock(&shared.out);
+        if out.close_requested || !out.queue.iter().all(|(lane, _)| writers.has(*lane)) {
+            // A lane to open, or the close to run: the driver's work.
+            return false;
+        }
+        for (lane, message) in out.queue.drain(..) {
+            let permits = shared.cost(message.len());
+            let mut encoded = BytesMut::with_capacity(lane_wire::LEN + message.len().min(COPY_MAX));
+            let mut chunks = Vec::with_capacity(2);
+            lane_wire::encode(message, COPY_MAX, &mut encoded, &mut chunks);
+            if !encoded.is_empty() {
+                chunks.push(encoded.freeze());
+            }
+            if writers.send(lane, LaneWire { chunks, permits }).is_err() {
+                // Its writer ended: the connection failed, and the
+                // driver finds out and closes the link.
+                return false;
+            }
+        }
+        // Nobody is on the way to the queue: the next push needs a turn.
+        out.driver_waiting = true;
+        true
+    }
+
+    /// Something arrived while the driver has nothing to hand the writers:
+    /// the reply to it may go to its writer straight away (as a
+    /// byte-stream link's driver opens the window after a turn that
+    /// received). A waiting driver left nothing queued.
+    fn on_received(&self, shared: &Shared) {
+        let waiting = {
+            let out = lock(&shared.out);
+            out.driver_waiting && !out.close_requested
+        };
+        if waiting {
+            let mut state = lock(&self.state);
+            state.window = state.writers.is_some();
+        }
+    }
+}
+
+/// The lane writers' queues, one per lane that has been opened.
 pub(crate) struct LaneWriters([Option<mpsc::UnboundedSender<LaneWire>>; Lane::COUNT]);
 
 impl LaneWriters {
-    /// Hands `chunks`, one message's wire bytes charged `permits`, to
-    /// `lane`'s writer; gives them back if the lane has none (not opened
-    /// yet, or its writer ended).
-    pub(crate) fn send(
-        &self,
-        lane: Lane,
-        chunks: Vec<Bytes>,
-        permits: usize,
-    ) -> Result<(), Vec<Bytes>> {
+    /// Hands `wire` to `lane`'s writer; gives it back if the lane has
+    /// none (not opened yet, or its writer ended).
+    fn send(&self, lane: Lane, wire: LaneWire) -> Result<(), LaneWire> {
         match &self.0[usize::from(lane.index())] {
-            Some(writer) => writer
-                .send(LaneWire { chunks, permits })
-                .map_err(|e| e.0.chunks),
-            None => Err(chunks),
+            Some(writer) => writer.send(wire).map_err(|e| e.0),
+            None => Err(wire),
         }
     }
 
     /// Whether `lane` has a writer.
-    pub(crate) fn has(&self, lane: Lane) -> bool {
+    fn has(&self, lane: Lane) -> bool {
         self.0[usize::from(lane.index())].is_some()
     }
 }
 
-/// Messages of one lane in `framing` format, as the senders framed them
-/// (whole messages, a large one's payload in a chunk of its own after its
-/// header), and the permits to return once they are written.
+/// Messages of one lane in the lane stream's format (`lane_wire`), and
+/// the permits to return once they are written.
 #[derive(Default)]
 pub(crate) struct LaneWire {
     chunks: Vec<Bytes>,
@@ -653,14 +721,14 @@ async fn read_lane(mut stream: RecvStream, lanes: Arc<Lanes>) -> Result<u8, Quic
         // are copied behind it.
         while !buf.is_empty() && !data.is_empty() {
             let missing =
-                match FrameHeader::parse(&buf, lanes.max_message_len).map_err(framing_err)? {
-                    Some(header) => FrameHeader::LEN + header.len as usize - buf.len(),
-                    None => FrameHeader::LEN - buf.len(),
+                match lane_wire::parse(&buf, lanes.max_message_len).map_err(framing_err)? {
+                    Some(len) => lane_wire::LEN + len - buf.len(),
+                    None => lane_wire::LEN - buf.len(),
                 };
             let take = missing.min(data.len());
             buf.extend_from_slice(&data.split_to(take));
             if let Some(message) =
-                framing::decode(&mut buf, lanes.max_message_len).map_err(framing_err)?
+                lane_wire::decode(&mut buf, lanes.max_message_len).map_err(framing_err)?
             {
                 staged.push_back(Received::Message(message));
             }
@@ -668,25 +736,25 @@ async fn read_lane(mut stream: RecvStream, lanes: Arc<Lanes>) -> Result<u8, Quic
         if buf.is_empty() {
             // Whole messages are sliced off the chunk itself, uncopied;
             // only a message cut by the chunk's end is copied to `buf`.
-            while let Some(header) =
-                FrameHeader::parse(&data, lanes.max_message_len).map_err(framing_err)?
+            while let Some(len) =
+                lane_wire::parse(&data, lanes.max_message_len).map_err(framing_err)?
             {
-                let total = FrameHeader::LEN + header.len as usize;
+                let total = lane_wire::LEN + len;
                 if data.len() < total {
                     break;
                 }
                 let mut message = data.split_to(total);
-                bytes::Buf::advance(&mut message, FrameHeader::LEN);
+                bytes::Buf::advance(&mut message, lane_wire::LEN);
                 staged.push_back(Received::Message(message));
             }
             buf.extend_from_slice(&data);
         }
         if !staged.is_empty() {
-            push(&lanes.shared, &mut staged);
+            push(&lanes, &mut staged);
         }
         // What the partial message left in `buf` will take once whole.
-        let partial = match FrameHeader::parse(&buf, lanes.max_message_len).map_err(framing_err)? {
-            Some(header) => FrameHeader::LEN + header.len as usize,
+        let partial = match lane_wire::parse(&buf, lanes.max_message_len).map_err(framing_err)? {
+            Some(len) => lane_wire::LEN + len,
             None => buf.len(),
         };
         held.set(partial, lane)?;
@@ -781,19 +849,11 @@ async fn wait_room(shared: &Shared, room: &Notify) {
     }
 }
 
-/// Hands `staged` to the receiver ([`Shared::hand_over`]). Lane readers
-/// wait for room themselves, before they read ([`wait_room`]), so a full
-/// queue is not marked here.
-fn push(shared: &Shared, staged: &mut VecDeque<Received>) {
-    {
-        // Something arrived while the driver has nothing to hand the
-        // writers: the reply to it may go to its writer straight away (as
-        // a byte-stream link's driver opens the window after a turn that
-        // received). A waiting driver left nothing queued or staged.
-        let mut out = lock(&shared.out);
-        if out.driver_waiting && out.lane_writers.is_some() && !out.close_requested {
-            out.write_idle = true;
-        }
-    }
-    shared.hand_over(staged, false);
+/// Hands `staged` to the receiver ([`Shared::hand_over`]), opening the
+/// senders' window first ([`Handoff::on_received`]). Lane readers wait for
+/// room themselves, before they read ([`wait_room`]), so a full queue is
+/// not marked here.
+fn push(lanes: &Lanes, staged: &mut VecDeque<Received>) {
+    lanes.handoff.on_received(&lanes.shared);
+    lanes.shared.hand_over(staged, false);
 }

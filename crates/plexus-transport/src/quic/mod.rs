@@ -82,14 +82,16 @@
 //! ```
 
 pub(crate) mod driver;
+mod lane_wire;
 mod socket;
+
+pub use lane_wire::LaneWireError;
 
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use plexus_net::layers::framing::FramingError;
 use plexus_net::{StackSpec, TransportKind};
 use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
 use quinn::{IdleTimeout, VarInt};
@@ -271,9 +273,9 @@ pub enum QuicError {
     Framing {
         /// The lane.
         lane: u8,
-        /// The framing error.
+        /// What was wrong with it.
         #[source]
-        source: FramingError,
+        source: LaneWireError,
     },
     /// A stream ended in the middle of a message.
     #[error("lane {lane}: stream ended inside a message")]

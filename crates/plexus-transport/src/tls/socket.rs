@@ -1,57 +1,23 @@
-//! The TLS connection under a stream link: rustls between the driver (or
-//! a sender writing directly) and the TCP socket.
+//! The TLS connection under a stream link: rustls between the link's
+//! driver (or a sender taking its turn) and the TCP socket.
 
 use std::future::Future;
 use std::io::{self, BufRead, IoSlice, Read, Write};
-use std::os::fd::AsFd;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use bytes::BytesMut;
 use rustls::Connection;
-use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-use crate::stream::{self, DirectSocket, StreamSocket};
+use crate::stream::{self, StreamSocket};
 
 /// An established TLS connection as the stream driver sees it: plaintext
-/// in and out, TLS records to and from the TCP socket. The rustls state is
-/// shared with the link's senders ([`DirectTls`]), who seal and write a
-/// message themselves while the driver has nothing queued; otherwise the
-/// driver task is its only user.
+/// in and out, TLS records to and from the TCP socket. Used through a
+/// shared reference by the driver and by senders taking its turn; the
+/// rustls state is behind its own lock.
 pub(super) struct TlsSocket {
     tcp: TcpStream,
-    tls: Arc<Mutex<Connection>>,
-}
-
-/// A sender's way to the socket of an idle TLS link (see
-/// [`DirectSocket`]): the shared rustls state and a second descriptor of
-/// the TCP socket.
-pub(crate) struct DirectTls {
-    tcp: std::net::TcpStream,
-    tls: Arc<Mutex<Connection>>,
-}
-
-impl DirectTls {
-    /// Seals what rustls takes of `bufs` and writes the records, after any
-    /// it held. Returns the plaintext bytes taken, and whether every record
-    /// reached the socket (if not, the driver must write the rest).
-    pub(crate) fn write(&self, bufs: &[IoSlice<'_>]) -> io::Result<(usize, bool)> {
-        let mut tls = lock(&self.tls);
-        let mut raw = &self.tcp;
-        match flush_records(&mut tls, &mut raw) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok((0, false)),
-            Err(e) => return Err(e),
-        }
-        let n = tls.writer().write_vectored(bufs)?;
-        match flush_records(&mut tls, &mut raw) {
-            Ok(()) => Ok((n, true)),
-            // Sealed, so taken: on an error the driver's next write meets
-            // it (the bytes must not be queued again).
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock || n > 0 => Ok((n, false)),
-            Err(e) => Err(e),
-        }
-    }
+    tls: Mutex<Connection>,
 }
 
 fn lock(tls: &Mutex<Connection>) -> MutexGuard<'_, Connection> {
@@ -96,7 +62,7 @@ impl TlsSocket {
     pub(super) fn new(tcp: TcpStream, tls: Connection) -> Self {
         Self {
             tcp,
-            tls: Arc::new(Mutex::new(tls)),
+            tls: Mutex::new(tls),
         }
     }
 
@@ -205,7 +171,7 @@ impl StreamSocket for TlsSocket {
         Ok(n)
     }
 
-    async fn shutdown_write(&mut self) -> io::Result<()> {
+    async fn shutdown_write(&self) -> io::Result<()> {
         self.lock().send_close_notify();
         loop {
             let flushed = {
@@ -221,7 +187,7 @@ impl StreamSocket for TlsSocket {
             }
             self.tcp.writable().await?;
         }
-        AsyncWriteExt::shutdown(&mut self.tcp).await
+        socket2::SockRef::from(&self.tcp).shutdown(std::net::Shutdown::Write)
     }
 
     fn pending_write(&self) -> bool {
@@ -231,13 +197,5 @@ impl StreamSocket for TlsSocket {
     fn flush_pending(&self) -> io::Result<()> {
         let mut tls = self.lock();
         would_block_ok(self.flush(&mut tls))
-    }
-
-    fn direct(&self) -> Option<DirectSocket> {
-        let fd = self.tcp.as_fd().try_clone_to_owned().ok()?;
-        Some(DirectSocket::Tls(DirectTls {
-            tcp: std::net::TcpStream::from(fd),
-            tls: self.tls.clone(),
-        }))
     }
 }

@@ -8,7 +8,7 @@
 //! turn that handed received messages to the application, the task opens
 //! the peer's send window: the next sender whose message the link's
 //! driver waits for runs the stack itself and sends what it produces
-//! straight to the socket ([`send_direct`]). It does so holding the
+//! straight to the socket ([`sender_turn`]). It does so holding the
 //! peer's lock, which keeps the stack in one thread's hands at a time and
 //! its datagrams in order, and only while the task has no datagrams queued
 //! for the socket, so none are overtaken. One send per window: a stream of
@@ -36,10 +36,15 @@ use super::EpShared;
 use crate::conn::{now, Conn};
 use crate::error::CloseReason;
 
-/// Bytes of queued messages one direct send moves into the stack at most;
+/// Bytes of queued messages one sender's turn moves into the stack at most;
 /// beyond, the task takes over. Small: the task waits for the peer's lock
 /// meanwhile (a reply is usually one message).
-const DIRECT_BUDGET: usize = 16 << 10;
+const SENDER_BUDGET: usize = 16 << 10;
+
+/// Datagrams a peer's [`PeerState::spill`] holds before senders stop
+/// running its stack and leave their messages queued for the task (where
+/// the send buffer bounds them).
+const SPILL_MAX: usize = 256;
 
 /// The part of a peer the link's senders share with the socket task.
 pub(super) type PeerCell = Mutex<PeerState>;
@@ -58,6 +63,9 @@ pub(super) struct PeerState {
     pub(super) spill: VecDeque<Frame>,
     /// The task dropped the peer and closed its link.
     pub(super) removed: bool,
+    /// A sender's turn left work for the task and woke it; cleared by the
+    /// task's next service of the peer.
+    pub(super) task_woken: bool,
     /// A frame of several chunks, copied into one datagram.
     scratch: BytesMut,
 }
@@ -70,6 +78,7 @@ impl PeerState {
             send_window: false,
             spill: VecDeque::new(),
             removed: false,
+            task_woken: false,
             scratch: BytesMut::new(),
         }
     }
@@ -95,22 +104,25 @@ pub(super) fn contiguous<'a>(frame: &'a Frame, scratch: &'a mut BytesMut) -> &'a
 }
 
 /// A sender's message waits for the driver: runs the peer's stack on the
-/// sender's task and sends the datagrams to `addr` if the send window is
-/// open (see the module documentation). Returns whether that left nothing
-/// for the task; `false` wakes it.
-pub(super) fn send_direct(ep: &EpShared, cell: &PeerCell, addr: SocketAddr) -> bool {
+/// sender's task and, if the send window is open, sends the datagrams to
+/// `addr` itself (see the module documentation); otherwise they wait in
+/// [`PeerState::spill`] for the task. Returns whether that left nothing
+/// for the task that it does not already know of; `false` wakes it.
+pub(super) fn sender_turn(ep: &EpShared, cell: &PeerCell, addr: SocketAddr) -> bool {
     // Held elsewhere: the task is at work on the peer (or this thread is,
     // its inline receive handler sending): it serves the queue anyway.
     let Ok(mut guard) = cell.try_lock() else {
         return false;
     };
     let st = &mut *guard;
-    if !std::mem::take(&mut st.send_window) || st.removed || !ep.tx_idle.load(Acquire) {
+    if st.removed {
         return false;
     }
-    let more = st.conn.pump(now(), DIRECT_BUDGET);
+    let window = std::mem::take(&mut st.send_window) && ep.tx_idle.load(Acquire);
+    // Bounded: what waits in `spill` was released from the send buffer.
+    let more = st.spill.len() >= SPILL_MAX || st.conn.pump(now(), SENDER_BUDGET);
     while let Some(frame) = st.conn.stack.poll_transmit() {
-        if !st.spill.is_empty() {
+        if !window || !st.spill.is_empty() {
             st.spill.push_back(frame);
             continue;
         }
@@ -128,5 +140,9 @@ pub(super) fn send_direct(ep: &EpShared, cell: &PeerCell, addr: SocketAddr) -> b
         None => true,
         Some(deadline) => st.timer.is_some_and(|armed| armed <= deadline),
     };
-    !more && st.spill.is_empty() && timer_holds && !stack.is_closed() && !stack.has_received()
+    let left =
+        more || !st.spill.is_empty() || !timer_holds || stack.is_closed() || stack.has_received();
+    // Woken once until its next service of this peer, however many turns
+    // leave it work meanwhile.
+    !left || std::mem::replace(&mut st.task_woken, true)
 }

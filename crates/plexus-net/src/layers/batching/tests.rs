@@ -278,10 +278,11 @@ fn batches_never_exceed_what_the_layer_below_accepts() {
     assert_eq!(stack_to_stack(spec, &messages), (messages, 0));
     let built: StackSpec = spec.parse().expect("valid");
     let stack = built.build(Instant::now());
-    assert_eq!(stack.batches_inline(), Some(64 << 10));
+    let max_batch = stack.layer::<Batching>().expect("batching").max_batch();
+    assert_eq!(max_batch, 64 << 10);
     // The largest messages the stack takes, too large to share a batch.
     let len = stack.max_message_len().expect("bounded") - 1;
-    assert!(!batchable(len, stack.batches_inline().expect("batching")));
+    assert!(!batchable(len, max_batch));
     let messages = vec![msg(3, len), msg(4, len)];
     assert_eq!(stack_to_stack(spec, &messages), (messages, 0));
 }

@@ -1,0 +1,117 @@
+//! How messages are delimited on a QUIC lane stream: each message is
+//! `len: u32 big-endian | payload`. QUIC streams are ordered and reliable
+//! but carry bytes, not messages; this prefix is the quic transport's own
+//! wire format (no `plexus-net` layer runs on QUIC).
+//!
+//! The decoder bounds the announced length by the link's largest message
+//! and never panics on any input.
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+
+/// Bytes of the length prefix.
+pub(super) const LEN: usize = 4;
+
+/// A lane stream announced a message longer than the link allows.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LaneWireError {
+    /// The announced length exceeds the link's largest message.
+    #[error("message of {len} bytes announced, at most {max} allowed")]
+    MessageTooLarge {
+        /// The announced length.
+        len: u64,
+        /// The link's largest message.
+        max: usize,
+    },
+}
+
+/// The announced length of the message at the front of `buf`, checked
+/// against `max`; `Ok(None)` while fewer than [`LEN`] bytes are there.
+pub(super) fn parse(buf: &[u8], max: usize) -> Result<Option<usize>, LaneWireError> {
+    let Some(prefix) = buf.get(..LEN) else {
+        return Ok(None);
+    };
+    let mut prefix = prefix;
+    let len = prefix.get_u32();
+    if len as usize > max {
+        return Err(LaneWireError::MessageTooLarge {
+            len: len.into(),
+            max,
+        });
+    }
+    Ok(Some(len as usize))
+}
+
+/// Decodes one message from the front of `src`: `Ok(Some(payload))`
+/// consumed a whole message, `Ok(None)` needs more bytes (nothing
+/// consumed), `Err` means the stream is corrupt.
+pub(super) fn decode(src: &mut BytesMut, max: usize) -> Result<Option<Bytes>, LaneWireError> {
+    let Some(len) = parse(src, max)? else {
+        return Ok(None);
+    };
+    if src.len() < LEN + len {
+        src.reserve(LEN + len - src.len());
+        return Ok(None);
+    }
+    let mut message = src.split_to(LEN + len);
+    message.advance(LEN);
+    Ok(Some(message.freeze()))
+}
+
+/// Appends `message`, prefixed, to a lane's outgoing `chunks`: a message
+/// up to `copy_max` bytes is copied into `buf` (which collects a run of
+/// small ones into one chunk); a longer one goes as a chunk of its own,
+/// uncopied, after `buf`'s bytes and its prefix.
+pub(super) fn encode(message: Bytes, copy_max: usize, buf: &mut BytesMut, chunks: &mut Vec<Bytes>) {
+    buf.put_u32(message.len() as u32);
+    if message.len() <= copy_max {
+        buf.put_slice(&message);
+    } else {
+        chunks.push(buf.split().freeze());
+        chunks.push(message);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encoded_messages_decode_back_small_and_large() {
+        let mut buf = BytesMut::new();
+        let mut chunks = Vec::new();
+        encode(Bytes::from_static(b"hi"), 4, &mut buf, &mut chunks);
+        encode(
+            Bytes::from_static(b"a longer one"),
+            4,
+            &mut buf,
+            &mut chunks,
+        );
+        chunks.push(buf.split().freeze());
+        let mut wire = BytesMut::new();
+        for c in &chunks {
+            wire.extend_from_slice(c);
+        }
+        assert_eq!(decode(&mut wire, 64).unwrap().unwrap(), "hi");
+        assert_eq!(decode(&mut wire, 64).unwrap().unwrap(), "a longer one");
+        assert!(wire.is_empty());
+    }
+
+    #[test]
+    fn an_announced_length_over_the_maximum_is_refused() {
+        let mut wire = BytesMut::from(&[0, 0, 1, 0, 9][..]);
+        assert_eq!(
+            decode(&mut wire, 255),
+            Err(LaneWireError::MessageTooLarge { len: 256, max: 255 })
+        );
+    }
+
+    #[test]
+    fn a_cut_prefix_or_payload_needs_more_bytes() {
+        let mut wire = BytesMut::from(&[0, 0][..]);
+        assert_eq!(decode(&mut wire, 8), Ok(None));
+        let mut wire = BytesMut::from(&[0, 0, 0, 3, 1][..]);
+        assert_eq!(decode(&mut wire, 8), Ok(None));
+        assert_eq!(wire.len(), 5);
+    }
+}
