@@ -205,7 +205,9 @@ pub fn system(cfg: &NodeConfig) -> ActorSystem {
 /// (`tcp`, `udp`, `uds`, `tls`) or a whole stack spec (`udp / slicing /
 /// delivery`).
 pub fn transport(spec_or_scheme: &str) -> (NodeConfig, String) {
-    let mut cfg = NodeConfig::default().cookie("plexus-bench");
+    let mut cfg = NodeConfig::default()
+        .cookie("plexus-bench")
+        .layers(crate::count_layer::registry());
     if CERTIFIED.contains(&scheme_of(spec_or_scheme).as_str()) {
         cfg = certified(cfg);
     }

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use plexus_core::NodeId;
-use plexus_net::StackSpec;
+use plexus_net::{LayerRegistry, StackSpec};
 use plexus_transport::quic::QuicConfig;
 use plexus_transport::tls::TlsConfig;
 use plexus_transport::LinkConfig;
@@ -28,6 +28,8 @@ use plexus_transport::LinkConfig;
 pub struct NodeConfig {
     pub(crate) cookie: String,
     pub(crate) schemes: HashMap<String, String>,
+    /// The layers scheme specs may name.
+    pub(crate) layers: LayerRegistry,
     pub(crate) connect_timeout: Duration,
     pub(crate) request_timeout: Duration,
     pub(crate) pending_messages: usize,
@@ -58,6 +60,7 @@ impl Default for NodeConfig {
         Self {
             cookie: "plexus".into(),
             schemes,
+            layers: LayerRegistry::default(),
             connect_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(5),
             pending_messages: 10_000,
@@ -188,7 +191,19 @@ impl NodeConfig {
         self
     }
 
+    /// The layers that scheme specs may name: the built-in ones by
+    /// default. Register a layer of your own in a
+    /// [`LayerRegistry`](plexus_net::LayerRegistry) and pass it here to use
+    /// it in [`scheme`](Self::scheme) specs; it travels the same send and
+    /// receive path as the built-in layers.
+    pub fn layers(mut self, registry: LayerRegistry) -> Self {
+        self.layers = registry;
+        self
+    }
+
     pub(crate) fn spec(&self, scheme: &str) -> Option<Result<StackSpec, plexus_net::SpecError>> {
-        self.schemes.get(scheme).map(|s| s.parse::<StackSpec>())
+        self.schemes
+            .get(scheme)
+            .map(|s| StackSpec::parse(s, &self.layers))
     }
 }

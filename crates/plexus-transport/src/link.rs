@@ -443,6 +443,28 @@ impl Link {
         }
     }
 
+    /// A link over `io`, a byte stream of one's own (a pipe, a
+    /// [`tokio::io::duplex`], a tunnel), driven like a tcp link: its
+    /// messages take the stack's one send and receive path, and senders
+    /// take the driver's turn the same way. `stack` must suit a byte
+    /// stream (e.g. `framing` first); `peer` names the peer with its
+    /// scheme (`pipe://a`) in errors and logs.
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime.
+    pub fn over_stream<T>(
+        io: T,
+        stack: plexus_net::Stack,
+        peer: impl Into<Arc<str>>,
+        config: LinkConfig,
+    ) -> Link
+    where
+        T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
+    {
+        crate::stream::spawn(crate::stream::IoStream::new(io), stack, peer.into(), config)
+    }
+
     /// The link with what its transport authenticated about the peer.
     pub(crate) fn with_identity(mut self, identity: PeerIdentity) -> Self {
         self.identity = Some(Arc::new(identity));

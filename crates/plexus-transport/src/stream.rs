@@ -494,5 +494,8 @@ impl WriteQueue {
     }
 }
 
+mod io_stream;
 #[cfg(test)]
 pub(crate) mod tests;
+
+pub(crate) use io_stream::IoStream;

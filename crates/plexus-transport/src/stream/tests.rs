@@ -110,3 +110,29 @@ async fn a_link_closed_on_bad_input_closes_its_socket() {
     assert!(matches!(read, Ok(0) | Err(_)), "end of stream or reset");
     drop(link);
 }
+
+/// A byte stream of one's own (here a `tokio::io::duplex`) carries a link
+/// like tcp: messages both ways, in order, large ones too, and the end.
+#[tokio::test]
+async fn a_link_over_a_duplex_stream_carries_messages_both_ways() {
+    let (a, b) = tokio::io::duplex(4 << 10);
+    let now = crate::conn::now();
+    let mut left = Link::over_stream(a, spec().build(now), "duplex://b", LinkConfig::default());
+    let mut right = Link::over_stream(b, spec().build(now), "duplex://a", LinkConfig::default());
+    let big = Bytes::from((0..100_000u32).map(|i| i as u8).collect::<Vec<_>>());
+    for i in 0..50u32 {
+        left.try_send_copy(&i.to_le_bytes()).expect("send");
+    }
+    left.try_send(big.clone()).expect("send");
+    for i in 0..50u32 {
+        assert_eq!(right.recv_message().await.unwrap(), &i.to_le_bytes()[..]);
+    }
+    assert_eq!(right.recv_message().await.unwrap(), big);
+    right.try_send_copy(b"back").expect("send");
+    assert_eq!(left.recv_message().await.unwrap(), &b"back"[..]);
+    drop(left);
+    assert!(
+        right.recv().await.is_err(),
+        "the peer's end closes the link"
+    );
+}

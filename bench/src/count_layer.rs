@@ -1,0 +1,76 @@
+//! `count`: a pass-through layer of the benchmark's own, registered the way
+//! any user registers a layer ([`plexus::net::LayerRegistry`]). It counts
+//! the frames it passes and changes nothing: stacks with it on top measure
+//! what a layer of one's own costs on the one send and receive path
+//! (`--transport "tcp / framing / count"`).
+
+use std::time::Instant;
+
+use plexus::net::{
+    Frame, Interface, Layer, LayerConfig, LayerOptions, LayerRegistry, LinkContext, OptionError,
+    Output, ReceiveError, SendError,
+};
+
+/// Counts frames both ways.
+struct Count {
+    sent: u64,
+    received: u64,
+}
+
+impl Layer for Count {
+    fn name(&self) -> &'static str {
+        CountConfig::NAME
+    }
+
+    fn handle_send(&mut self, _: Instant, frame: Frame, out: &mut Output) -> Result<(), SendError> {
+        self.sent += 1;
+        out.push_down(frame);
+        Ok(())
+    }
+
+    fn handle_receive(
+        &mut self,
+        _: Instant,
+        frame: Frame,
+        out: &mut Output,
+    ) -> Result<(), ReceiveError> {
+        self.received += 1;
+        out.push_up(frame);
+        Ok(())
+    }
+
+    fn handle_timeout(&mut self, _: Instant, _: &mut Output) {}
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        None
+    }
+}
+
+#[derive(Clone, Default)]
+struct CountConfig;
+
+impl LayerConfig for CountConfig {
+    const NAME: &'static str = "count";
+    const INTERFACE: Interface = Interface::MESSAGE;
+
+    fn from_options(options: &LayerOptions) -> Result<Self, OptionError> {
+        match options.iter().next() {
+            Some(o) => Err(o.unknown()),
+            None => Ok(CountConfig),
+        }
+    }
+
+    fn build(&self, _: &LinkContext) -> Box<dyn Layer> {
+        Box::new(Count {
+            sent: 0,
+            received: 0,
+        })
+    }
+}
+
+/// The built-in layers and `count`.
+pub fn registry() -> LayerRegistry {
+    let mut registry = LayerRegistry::default();
+    registry.register_config::<CountConfig>();
+    registry
+}
