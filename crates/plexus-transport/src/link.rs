@@ -52,6 +52,11 @@ pub use sender::LinkSender;
 /// Bookkeeping bytes charged per queued message on top of its length, so a
 /// flood of empty messages is bounded too.
 pub(crate) const MESSAGE_OVERHEAD: usize = 64;
+/// Messages up to this length sent by copy share an arena allocation of
+/// [`COPY_ARENA`] bytes; longer ones get their own.
+pub(crate) const ARENA_COPY_MAX: usize = 1024;
+/// Bytes of one copy arena (see [`OutState::arena`]).
+pub(crate) const COPY_ARENA: usize = 64 << 10;
 
 /// Per-link buffer sizes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -123,6 +128,10 @@ pub(crate) struct OutState {
     /// Nobody is on the way to serve `queue`: the driver found it empty and
     /// waits for a push, which must wake it (or take its turn).
     pub(crate) driver_waiting: bool,
+    /// Where [`LinkSender::try_send_copy_on`] copies small messages: each
+    /// is split off as its own [`Bytes`], sharing one allocation per
+    /// [`COPY_ARENA`] bytes instead of one per message.
+    pub(crate) arena: bytes::BytesMut,
     pub(crate) senders: usize,
     /// [`Link::close`] was called.
     pub(crate) close_requested: bool,
@@ -237,6 +246,7 @@ impl Shared {
             out: CachePadded(Mutex::new(OutState {
                 queue: VecDeque::with_capacity(256),
                 driver_waiting: false,
+                arena: bytes::BytesMut::new(),
                 senders: 0,
                 close_requested: false,
             })),

@@ -212,9 +212,15 @@ fn sender_turn<S: StreamSocket>(link: &StreamLink<S>) -> bool {
         || !timer_holds
         || stack.is_closed()
         || stack.has_received();
-    // Woken once until its next turn, however many senders' turns leave it
-    // work meanwhile.
-    !left || std::mem::replace(&mut core.driver_woken, true)
+    if !left {
+        return true;
+    }
+    // The driver is on its way (woken now, or already): the messages
+    // pushed until its turn wait for it without a turn of their senders,
+    // and leave with it in one write.
+    lock(&core.conn.shared.out).driver_waiting = false;
+    // Woken once until its next turn.
+    std::mem::replace(&mut core.driver_woken, true)
 }
 
 async fn drive<S: StreamSocket>(link: Arc<StreamLink<S>>, notify: Arc<Notify>) {

@@ -6,10 +6,10 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use tokio::sync::TryAcquireError;
 
-use super::{lock, Lane, Shared};
+use super::{lock, Lane, Shared, ARENA_COPY_MAX, COPY_ARENA};
 use crate::error::{SendError, TrySendError, UnreliableError};
 use crate::stats::LinkStats;
 
@@ -74,13 +74,43 @@ impl LinkSender {
 
     /// Queues a copy of `message` on `lane` if the send buffer has room,
     /// without waiting: for callers that encode into a reused scratch
-    /// buffer.
+    /// buffer. Small messages are copied into a shared arena (one
+    /// allocation per 64 KiB of them, not one each).
     ///
     /// # Errors
     ///
     /// As [`try_send`](LinkSender::try_send), handing back a copy.
     pub fn try_send_copy_on(&self, lane: Lane, message: &[u8]) -> Result<(), TrySendError> {
-        self.try_send_on(lane, Bytes::copy_from_slice(message))
+        if message.len() > ARENA_COPY_MAX {
+            return self.try_send_on(lane, Bytes::copy_from_slice(message));
+        }
+        if let Some(max) = self.shared.max_message_len {
+            if message.len() > max {
+                return Err(SendError::TooLarge {
+                    peer: self.shared.peer.clone(),
+                    message: Bytes::copy_from_slice(message),
+                    max,
+                }
+                .into());
+            }
+        }
+        let cost = self.shared.cost(message.len());
+        self.take_permits(cost, || Bytes::copy_from_slice(message))?;
+        let wake = {
+            let mut out = lock(&self.shared.out);
+            let out = &mut *out;
+            if out.arena.capacity() - out.arena.len() < message.len() {
+                out.arena = BytesMut::with_capacity(COPY_ARENA);
+            }
+            out.arena.extend_from_slice(message);
+            let copy = out.arena.split().freeze();
+            out.queue.push_back((lane, copy));
+            std::mem::take(&mut out.driver_waiting)
+        };
+        if wake {
+            self.shared.wake_for_send();
+        }
+        Ok(())
     }
 
     /// Takes `cost` permits without waiting; on failure hands back the

@@ -35,6 +35,7 @@ use plexus_net::Frame;
 use super::EpShared;
 use crate::conn::{now, Conn};
 use crate::error::CloseReason;
+use crate::link::lock;
 
 /// Bytes of queued messages one sender's turn moves into the stack at most;
 /// beyond, the task takes over. Small: the task waits for the peer's lock
@@ -142,7 +143,13 @@ pub(super) fn sender_turn(ep: &EpShared, cell: &PeerCell, addr: SocketAddr) -> b
     };
     let left =
         more || !st.spill.is_empty() || !timer_holds || stack.is_closed() || stack.has_received();
-    // Woken once until its next service of this peer, however many turns
-    // leave it work meanwhile.
-    !left || std::mem::replace(&mut st.task_woken, true)
+    if !left {
+        return true;
+    }
+    // The task is on its way (woken now, or already): the messages pushed
+    // until it serves the peer wait for it without a turn of their
+    // senders.
+    lock(&st.conn.shared.out).driver_waiting = false;
+    // Woken once until its next service of this peer.
+    std::mem::replace(&mut st.task_woken, true)
 }
