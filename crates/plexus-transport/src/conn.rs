@@ -1,7 +1,10 @@
-//! [`Conn`]: the driver side of one link — its [`Stack`] and the glue that
-//! moves messages between the stack and the link's bounded queues. Every
-//! driver (stream, UDP, in-memory) owns one `Conn` per link and adds only
-//! the socket I/O.
+//! [`Conn`]: one link's [`Stack`] and the glue that moves messages between
+//! the stack and the link's bounded queues. Every transport's link has one;
+//! whoever drives the link (its driver task, or a sender taking the
+//! driver's turn) holds it behind the link's lock and adds only the socket
+//! I/O. Every message enters the stack through [`Conn::pump`] and
+//! `Stack::handle_send`, whatever the stack's layers: there is no other
+//! path.
 
 use std::collections::VecDeque;
 use std::sync::Arc;

@@ -41,6 +41,15 @@
 //! `poll_event`, then sleep until `poll_timeout` or the next input. The
 //! driver owns the timers.
 //!
+//! **One path.** Every message of every stack enters it through
+//! `Stack::handle_send` and leaves through `poll_transmit`: no transport
+//! recognises a stack or writes a layer's wire format itself, so a layer
+//! of one's own gets the same treatment as the built-in ones. What keeps a
+//! request–response exchange fast is who drives: a sender whose message
+//! the driver waits for runs the stack (and, after a turn that received,
+//! writes to the socket) on its own task. A byte stream of one's own runs
+//! on the same driver: [`Link::over_stream`].
+//!
 //! **Bounded memory, hostile peers.** Each link has a bounded send buffer
 //! ([`LinkConfig::send_buffer`]: `send` waits, `try_send` fails with the
 //! message handed back) and a bounded receive buffer (the driver stops

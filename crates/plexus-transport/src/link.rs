@@ -2,9 +2,15 @@
 //! bounded queues it shares with the link's driver.
 //!
 //! ```text
-//!  LinkSender ──send──▶ [outbound queue, ≤ send_buffer bytes] ──▶ driver ──▶ Stack ──▶ socket
+//!  LinkSender ──send──▶ [outbound queue, ≤ send_buffer bytes] ──▶ driver or sender ──▶ Stack ──▶ socket
 //!  LinkReceiver ◀─recv── [inbound queue, ≤ recv_buffer bytes] ◀── driver ◀── Stack ◀── socket
 //! ```
+//!
+//! One path: every message goes through the link's stack
+//! (`handle_send`, `poll_transmit`), whichever task drives it. A sender
+//! whose message the driver waits for may take the driver's turn itself
+//! ([`SenderTurn`]), so a reply needs no task hand-off, whatever the
+//! stack's layers.
 //!
 //! Both queues are a mutex-protected `VecDeque` that each side empties in one
 //! batch (one lock per batch, not per message). The outbound queue is bounded

@@ -1,26 +1,26 @@
 //! A peer's link state, shared by the socket task and the link's senders,
-//! and the senders' direct path to the socket.
+//! and the senders' turn at driving it.
 //!
-//! The socket task serves every peer. A message a sender queues normally
-//! waits for it: the task is woken, and runs the peer's stack on its next
-//! turn. In a request–response exchange that is a second turn of the task
-//! for every message, after the one that read the request. So after a
-//! turn that handed received messages to the application, the task opens
-//! the peer's send window: the next sender whose message the link's
-//! driver waits for runs the stack itself and sends what it produces
-//! straight to the socket ([`sender_turn`]). It does so holding the
-//! peer's lock, which keeps the stack in one thread's hands at a time and
-//! its datagrams in order, and only while the task has no datagrams queued
-//! for the socket, so none are overtaken. One send per window: a stream of
-//! messages still gathers in the queue and leaves in full datagrams on the
+//! The socket task serves every peer. A message a sender queues while the
+//! task is on its way waits for it. A sender whose message the task waits
+//! for takes the task's turn itself when the peer's lock is free
+//! ([`sender_turn`]): it runs the peer's stack, exactly as the task would,
+//! holding the peer's lock (which keeps the stack in one thread's hands at
+//! a time and its datagrams in order). What the stack produces goes to
+//! [`PeerState::spill`], which the task sends before any newer datagram of
+//! the peer, unless the send window is open: after a turn that handed
+//! received messages to the application, the task opens it, and the next
+//! sender's turn sends straight to the socket, while the task has no
+//! datagrams queued (none are overtaken). A request–response exchange then
+//! costs no second turn of the task for the reply. One send per window: a
+//! stream of messages still gathers and leaves in full datagrams on the
 //! task's turn.
 //!
-//! A sender leaves to the task (wakes it) whatever needs more than the
-//! send: datagrams the socket would not take yet (kept in
-//! [`PeerState::spill`], which the task sends before any newer ones of the
-//! peer), a stack deadline earlier than the task's timer for the peer, a
-//! stack that closed or has messages or events for the application, and
-//! messages beyond one send's budget.
+//! A sender's turn leaves to the task (wakes it, once until its next
+//! service of the peer) whatever needs more than the turn: datagrams in
+//! the spill, a stack deadline earlier than the task's timer for the peer,
+//! a stack that closed or has messages or events for the application, and
+//! messages beyond one turn's budget.
 
 use std::collections::VecDeque;
 use std::io;
