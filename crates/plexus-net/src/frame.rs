@@ -35,6 +35,11 @@ pub const HEADROOM: usize = 80;
 /// Payload segments held inline before the tail is coalesced.
 pub const INLINE_SEGMENTS: usize = 4;
 
+/// The longest payload [`Frame::copy_from_slice`] keeps in the frame's
+/// headroom: what is left of it (at least 40 bytes) takes the layers'
+/// headers without spilling.
+pub const INLINE_PAYLOAD_MAX: usize = 40;
+
 /// A message or packet in flight through a stack: inline headers followed by
 /// up to [`INLINE_SEGMENTS`] payload segments.
 ///
@@ -89,6 +94,21 @@ impl Frame {
                 payload
             },
             rest: None,
+        }
+    }
+
+    /// A frame holding a copy of `data`: up to [`INLINE_PAYLOAD_MAX`] bytes
+    /// are copied into the frame's own headroom (no allocation, no shared
+    /// buffer to count references of; the layers' headers still fit in
+    /// front), longer data into a new buffer.
+    #[inline]
+    pub fn copy_from_slice(data: &[u8]) -> Self {
+        if data.len() <= INLINE_PAYLOAD_MAX {
+            let mut frame = Self::new();
+            frame.push_header(data);
+            frame
+        } else {
+            Self::from_payload(Bytes::copy_from_slice(data))
         }
     }
 
@@ -406,6 +426,20 @@ mod tests {
             "{}",
             std::mem::size_of::<Frame>()
         );
+    }
+
+    #[test]
+    fn a_small_copied_payload_lives_in_the_headroom_and_takes_headers() {
+        let mut frame = Frame::copy_from_slice(b"small");
+        assert_eq!(frame.chunks().count(), 1);
+        frame.push_header(&[0; HEADROOM - INLINE_PAYLOAD_MAX]);
+        frame.push_header(b"hd");
+        let mut expected = b"hd".to_vec();
+        expected.extend_from_slice(&[0; HEADROOM - INLINE_PAYLOAD_MAX]);
+        expected.extend_from_slice(b"small");
+        assert_eq!(bytes_of(&frame), expected);
+        let big = vec![7u8; INLINE_PAYLOAD_MAX + 1];
+        assert_eq!(bytes_of(&Frame::copy_from_slice(&big)), big);
     }
 
     #[test]

@@ -10,7 +10,6 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Instant;
 
-use bytes::Bytes;
 use plexus_net::{Frame, LinkEvent, SendError as StackSendError, Stack};
 
 use crate::error::CloseReason;
@@ -39,7 +38,7 @@ pub(crate) struct Conn {
     pub(crate) shared: Arc<Shared>,
     /// A batch taken from the application's queue in one lock. The lane is
     /// dropped here: a stack carries every lane in queue order.
-    outq: VecDeque<(Lane, Bytes)>,
+    outq: VecDeque<(Lane, Frame)>,
     /// A message the stack refused with `WouldBlock`; retried first.
     held: Option<Frame>,
     staged: VecDeque<Received>,
@@ -106,7 +105,7 @@ impl Conn {
         more
     }
 
-    fn next_message(&mut self) -> Option<Bytes> {
+    fn next_message(&mut self) -> Option<Frame> {
         if self.outq.is_empty() {
             // Empty: its start back to the front of its buffer, so one
             // message at a time reuses one slot (as the stack's queues).
@@ -260,6 +259,8 @@ impl Conn {
 mod tests {
     use plexus_net::TransportKind;
 
+    use bytes::Bytes;
+
     use super::*;
     use crate::LinkConfig;
 
@@ -273,8 +274,10 @@ mod tests {
         );
         let mut c = Conn::new(Stack::new(TransportKind::Tcp, Vec::new()), shared);
         for m in ["a", "bb", "ccc"] {
-            c.outq
-                .push_back((Lane::ZERO, Bytes::from_static(m.as_bytes())));
+            c.outq.push_back((
+                Lane::ZERO,
+                Frame::from_payload(Bytes::from_static(m.as_bytes())),
+            ));
         }
         c.held = Some(Frame::from_payload(Bytes::from_static(b"d")));
         assert_eq!(c.unsent(), 4);

@@ -38,7 +38,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::Waker;
 
 use bytes::Bytes;
-use plexus_net::LinkEvent;
+use plexus_net::{Frame, LinkEvent};
 use rustls_pki_types::CertificateDer;
 use tokio::sync::Semaphore;
 
@@ -56,22 +56,18 @@ pub use receiver::{InlineReceive, LinkReceiver};
 pub use sender::LinkSender;
 
 /// Bookkeeping bytes charged per queued message on top of its length, so a
-/// flood of empty messages is bounded too.
-pub(crate) const MESSAGE_OVERHEAD: usize = 64;
-/// Messages up to this length sent by copy share an arena allocation of
-/// [`COPY_ARENA`] bytes; longer ones get their own.
-pub(crate) const ARENA_COPY_MAX: usize = 1024;
-/// Bytes of one copy arena (see [`OutState::arena`]).
-pub(crate) const COPY_ARENA: usize = 64 << 10;
+/// flood of empty messages is bounded too (a queue entry is a lane and a
+/// [`Frame`], about this much).
+pub(crate) const MESSAGE_OVERHEAD: usize = 128;
 
 /// Per-link buffer sizes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LinkConfig {
-    /// Bytes of messages (plus 64 bytes each for a queue entry) accepted by
+    /// Bytes of messages (plus 128 bytes each for a queue entry) accepted by
     /// [`LinkSender::send`] and not yet taken by the driver. Default 1 MiB.
     /// A full buffer makes `send` wait and `try_send` fail.
     pub send_buffer: usize,
-    /// Bytes of received messages (plus 64 bytes each) waiting for
+    /// Bytes of received messages (plus 128 bytes each) waiting for
     /// [`LinkReceiver::recv`] before the driver stops reading. Default 1 MiB.
     /// Soft bound: the messages a single read releases are always queued (at
     /// most one read buffer's worth, or what the stack's ordering layer
@@ -129,15 +125,12 @@ pub(crate) type SenderTurn = Box<dyn Fn() -> bool + Send + Sync>;
 
 pub(crate) struct OutState {
     /// Messages with their lane, waiting for whoever drives the stack next
-    /// (the driver, or a sender taking its turn).
-    pub(crate) queue: VecDeque<(Lane, Bytes)>,
+    /// (the driver, or a sender taking its turn); each already a [`Frame`]
+    /// (a small copied one inline, without a buffer of its own).
+    pub(crate) queue: VecDeque<(Lane, Frame)>,
     /// Nobody is on the way to serve `queue`: the driver found it empty and
     /// waits for a push, which must wake it (or take its turn).
     pub(crate) driver_waiting: bool,
-    /// Where [`LinkSender::try_send_copy_on`] copies small messages: each
-    /// is split off as its own [`Bytes`], sharing one allocation per
-    /// [`COPY_ARENA`] bytes instead of one per message.
-    pub(crate) arena: bytes::BytesMut,
     pub(crate) senders: usize,
     /// [`Link::close`] was called.
     pub(crate) close_requested: bool,
@@ -252,7 +245,6 @@ impl Shared {
             out: CachePadded(Mutex::new(OutState {
                 queue: VecDeque::with_capacity(256),
                 driver_waiting: false,
-                arena: bytes::BytesMut::new(),
                 senders: 0,
                 close_requested: false,
             })),

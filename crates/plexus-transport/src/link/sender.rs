@@ -6,10 +6,11 @@
 
 use std::sync::Arc;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
+use plexus_net::Frame;
 use tokio::sync::TryAcquireError;
 
-use super::{lock, Lane, Shared, ARENA_COPY_MAX, COPY_ARENA};
+use super::{lock, Lane, Shared};
 use crate::error::{SendError, TrySendError, UnreliableError};
 use crate::stats::LinkStats;
 
@@ -55,7 +56,7 @@ impl LinkSender {
     fn push(&self, lane: Lane, message: Bytes) {
         let wake = {
             let mut out = lock(&self.shared.out);
-            out.queue.push_back((lane, message));
+            out.queue.push_back((lane, Frame::from_payload(message)));
             std::mem::take(&mut out.driver_waiting)
         };
         if wake {
@@ -74,16 +75,13 @@ impl LinkSender {
 
     /// Queues a copy of `message` on `lane` if the send buffer has room,
     /// without waiting: for callers that encode into a reused scratch
-    /// buffer. Small messages are copied into a shared arena (one
-    /// allocation per 64 KiB of them, not one each).
+    /// buffer. A small message is copied into its [`Frame`]'s own space
+    /// ([`Frame::copy_from_slice`]): no allocation.
     ///
     /// # Errors
     ///
     /// As [`try_send`](LinkSender::try_send), handing back a copy.
     pub fn try_send_copy_on(&self, lane: Lane, message: &[u8]) -> Result<(), TrySendError> {
-        if message.len() > ARENA_COPY_MAX {
-            return self.try_send_on(lane, Bytes::copy_from_slice(message));
-        }
         if let Some(max) = self.shared.max_message_len {
             if message.len() > max {
                 return Err(SendError::TooLarge {
@@ -96,15 +94,11 @@ impl LinkSender {
         }
         let cost = self.shared.cost(message.len());
         self.take_permits(cost, || Bytes::copy_from_slice(message))?;
+        // Copied before the lock: a small message into the frame itself.
+        let frame = Frame::copy_from_slice(message);
         let wake = {
             let mut out = lock(&self.shared.out);
-            let out = &mut *out;
-            if out.arena.capacity() - out.arena.len() < message.len() {
-                out.arena = BytesMut::with_capacity(COPY_ARENA);
-            }
-            out.arena.extend_from_slice(message);
-            let copy = out.arena.split().freeze();
-            out.queue.push_back((lane, copy));
+            out.queue.push_back((lane, frame));
             std::mem::take(&mut out.driver_waiting)
         };
         if wake {

@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use bytes::{BufMut, Bytes, BytesMut};
 use futures_util::FutureExt;
+use plexus_net::Frame;
 use quinn::{Connection, ConnectionError, RecvStream, SendDatagramError, VarInt};
 use rustls_pki_types::CertificateDer;
 use tokio::sync::{mpsc, Notify};
@@ -304,7 +305,7 @@ impl Driver {
 
     /// Hands queued messages to their lanes' writers; starts the close once
     /// the application is done sending.
-    fn pump(&mut self, batch: &mut VecDeque<(Lane, Bytes)>, notify: &Notify) {
+    fn pump(&mut self, batch: &mut VecDeque<(Lane, Frame)>, notify: &Notify) {
         let mut rounds = 0;
         let done = loop {
             {

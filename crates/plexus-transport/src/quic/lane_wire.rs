@@ -7,6 +7,7 @@
 //! and never panics on any input.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
+use plexus_net::Frame;
 
 /// Bytes of the length prefix.
 pub(super) const LEN: usize = 4;
@@ -61,14 +62,15 @@ pub(super) fn decode(src: &mut BytesMut, max: usize) -> Result<Option<Bytes>, La
 /// Appends `message`, prefixed, to a lane's outgoing `chunks`: a message
 /// up to `copy_max` bytes is copied into `buf` (which collects a run of
 /// small ones into one chunk); a longer one goes as a chunk of its own,
-/// uncopied, after `buf`'s bytes and its prefix.
-pub(super) fn encode(message: Bytes, copy_max: usize, buf: &mut BytesMut, chunks: &mut Vec<Bytes>) {
-    buf.put_u32(message.len() as u32);
-    if message.len() <= copy_max {
-        buf.put_slice(&message);
+/// uncopied where it is one buffer, after `buf`'s bytes and its prefix.
+pub(super) fn encode(message: Frame, copy_max: usize, buf: &mut BytesMut, chunks: &mut Vec<Bytes>) {
+    let len = message.len();
+    buf.put_u32(len as u32);
+    if len <= copy_max {
+        message.extend_into(buf);
     } else {
         chunks.push(buf.split().freeze());
-        chunks.push(message);
+        chunks.push(message.into_bytes());
     }
 }
 
@@ -80,9 +82,9 @@ mod tests {
     fn encoded_messages_decode_back_small_and_large() {
         let mut buf = BytesMut::new();
         let mut chunks = Vec::new();
-        encode(Bytes::from_static(b"hi"), 4, &mut buf, &mut chunks);
+        encode(Frame::copy_from_slice(b"hi"), 4, &mut buf, &mut chunks);
         encode(
-            Bytes::from_static(b"a longer one"),
+            Frame::from_payload(Bytes::from_static(b"a longer one")),
             4,
             &mut buf,
             &mut chunks,
