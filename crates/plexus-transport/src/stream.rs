@@ -121,8 +121,10 @@ pub(crate) struct StreamCore {
     armed: Option<Instant>,
     /// The driver stopped: senders leave everything to the close.
     stopped: bool,
-    /// A sender's turn left work for the driver and woke it; cleared at the
-    /// driver's next turn.
+    /// The driver will run its pump and write before it waits again: it
+    /// is in a turn (set at the start of one, cleared at the end), or a
+    /// sender's turn left it work and woke it. A sender's turn that leaves
+    /// work then needs no wake-up.
     driver_woken: bool,
 }
 
@@ -246,7 +248,11 @@ async fn run<S: StreamSocket>(link: &StreamLink<S>, notify: &Notify) -> CloseRea
     loop {
         // Received messages go up without the lock: the receiver's inline
         // handler may send on this link, and its sends take a turn.
-        lock(&link.core).conn.collect(&mut staged);
+        {
+            let mut core = lock(&link.core);
+            core.driver_woken = true;
+            core.conn.collect(&mut staged);
+        }
         if !staged.is_empty() {
             let handed = shared.hand_over(&mut staged, true);
             if staged.is_empty() {
@@ -258,7 +264,6 @@ async fn run<S: StreamSocket>(link: &StreamLink<S>, notify: &Notify) -> CloseRea
         let (more, done, can_read, inbound_ended, receiver_alive, must_write, stack_deadline) = {
             let mut guard = lock(&link.core);
             let core = &mut *guard;
-            core.driver_woken = false;
             // In steps, each drained right away: the stack's transmit queue
             // stays a few KiB (hot in cache) instead of a whole budget of frames.
             let at = now();
@@ -301,6 +306,8 @@ async fn run<S: StreamSocket>(link: &StreamLink<S>, notify: &Notify) -> CloseRea
             let must_write = !core.out.is_empty();
             let stack_deadline = core.conn.stack.poll_timeout();
             core.armed = stack_deadline;
+            // From here on, a sender's turn that leaves work wakes the driver.
+            core.driver_woken = false;
             (
                 more,
                 done,
