@@ -267,6 +267,15 @@ pub trait Layer: Send {
         below
     }
 
+    /// Whether [`can_send`](Layer::can_send) can ever return `false`. A
+    /// layer that never refuses a frame returns `false`, and the stack
+    /// leaves it out of the check every send makes (one call less per
+    /// layer per message). Asked once, when the stack is built. Default
+    /// `true`: a layer that overrides `can_send` needs nothing more.
+    fn limits_sends(&self) -> bool {
+        true
+    }
+
     /// Whether the layer accepts another frame from above now. A layer with
     /// a bounded send buffer returns `false` while it is full; the stack then
     /// refuses sends with [`SendError::WouldBlock`] and raises

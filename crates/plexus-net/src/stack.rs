@@ -77,6 +77,9 @@ pub struct Stack {
     outs: Vec<Output>,
     /// `flushing[i]`: layer `i` may hold frames back ([`Layer::flushes`]).
     flushing: Vec<bool>,
+    /// The layers that may refuse a send ([`Layer::limits_sends`]), asked
+    /// before every send.
+    limiting: Vec<usize>,
     /// Events raised by layer `.0`, to hand to the layers above it.
     raised: VecDeque<(usize, LinkEvent)>,
     receive: VecDeque<Bytes>,
@@ -133,6 +136,7 @@ impl Stack {
         Self {
             transport,
             flushing: layers.iter().map(|l| l.flushes()).collect(),
+            limiting: (0..n).filter(|&i| layers[i].limits_sends()).collect(),
             layers,
             outs: (0..n.max(1))
                 .map(|i| Output {
@@ -189,7 +193,7 @@ impl Stack {
                 return Err(SendError::TooLarge { frame, max });
             }
         }
-        if !self.layers.iter().all(|l| l.can_send()) {
+        if !self.limiting.iter().all(|&i| self.layers[i].can_send()) {
             self.blocked = true;
             return Err(SendError::WouldBlock(frame));
         }
@@ -217,7 +221,7 @@ impl Stack {
 
     /// Whether [`handle_send`](Stack::handle_send) would accept a message now.
     pub fn can_send(&self) -> bool {
-        self.closed.is_none() && self.layers.iter().all(|l| l.can_send())
+        self.closed.is_none() && self.limiting.iter().all(|&i| self.layers[i].can_send())
     }
 
     /// Sends one message from the application down the stack.
@@ -466,9 +470,20 @@ impl Stack {
     /// blocked sender give `run` work (the usual `tcp / framing` case).
     #[inline(always)]
     fn run_if_needed(&mut self, now: Instant, start: Start) {
-        if self.layers.len() > 1 || !self.raised.is_empty() || self.blocked {
-            self.run(now, start);
+        if !self.raised.is_empty() || self.blocked {
+            return self.run(now, start);
         }
+        if self.layers.len() < 2 {
+            return;
+        }
+        // After a send, only what the top layer pushed down can move (what
+        // it pushed up went to the application in `after_call`): a layer
+        // that holds the frame (batching) needs no pass.
+        let top = self.layers.len() - 1;
+        if start == Start::Sent && self.outs[top].down.is_empty() {
+            return;
+        }
+        self.run(now, start);
     }
 
     /// Runs layers until every internal queue is empty: passes of frames

@@ -328,6 +328,10 @@ impl Layer for Batching {
         BatchingConfig::NAME
     }
 
+    fn limits_sends(&self) -> bool {
+        false
+    }
+
     fn bind_below(&mut self, below: Option<usize>) {
         if let Some(below) = below {
             self.limit = self.limit.min(below);

@@ -137,6 +137,10 @@ impl Layer for Compression {
         CompressionConfig::NAME
     }
 
+    fn limits_sends(&self) -> bool {
+        false
+    }
+
     fn flushes(&self) -> bool {
         false
     }

@@ -213,6 +213,10 @@ impl Layer for Faults {
         FaultsConfig::NAME
     }
 
+    fn limits_sends(&self) -> bool {
+        false
+    }
+
     fn flushes(&self) -> bool {
         false
     }

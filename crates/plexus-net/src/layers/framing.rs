@@ -196,6 +196,10 @@ impl Layer for Framing {
         FramingConfig::NAME
     }
 
+    fn limits_sends(&self) -> bool {
+        false
+    }
+
     fn flushes(&self) -> bool {
         false
     }

@@ -268,6 +268,10 @@ impl Layer for Heartbeat {
         HeartbeatConfig::NAME
     }
 
+    fn limits_sends(&self) -> bool {
+        false
+    }
+
     fn flushes(&self) -> bool {
         false
     }

@@ -294,6 +294,10 @@ impl Layer for Ordering {
         OrderingConfig::NAME
     }
 
+    fn limits_sends(&self) -> bool {
+        false
+    }
+
     fn flushes(&self) -> bool {
         false
     }

@@ -535,6 +535,10 @@ impl Layer for Slicing {
         SlicingConfig::NAME
     }
 
+    fn limits_sends(&self) -> bool {
+        false
+    }
+
     fn max_frame_len(&self, _below: Option<usize>) -> Option<usize> {
         Some(self.config.max_message)
     }
