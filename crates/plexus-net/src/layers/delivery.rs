@@ -209,6 +209,9 @@ struct InFlight {
     transmissions: u32,
     sacked: bool,
     fast_retransmitted: bool,
+    /// Given up for lost by a retransmission timeout and not resent yet: no
+    /// longer counted in flight; resent as the window opens.
+    lost: bool,
 }
 
 /// The `delivery` layer. See the [module docs](self).
@@ -225,6 +228,11 @@ pub struct Delivery {
     /// In-flight messages marked SACKed: without any, there is no SACK
     /// evidence to scan the window for.
     sacked: usize,
+    /// In-flight messages marked lost, waiting to be resent.
+    lost: usize,
+    /// Bytes of `flight` the peer has SACKed: what is in flight but no
+    /// longer in the network (RFC 6675's "pipe" leaves them out).
+    sacked_bytes: usize,
     queued: VecDeque<Frame>,
     buffered: usize,
     rto_deadline: Option<Instant>,
@@ -255,6 +263,8 @@ impl Delivery {
             inflight: VecDeque::with_capacity(config.send_window.min(64)),
             flight: 0,
             sacked: 0,
+            lost: 0,
+            sacked_bytes: 0,
             queued: VecDeque::with_capacity(config.send_queue.min(1024)),
             buffered: 0,
             rto_deadline: None,
@@ -347,9 +357,30 @@ impl Delivery {
         out.push_down(frame);
     }
 
-    /// Moves queued messages into the window, as far as the congestion
-    /// window allows (always at least one message).
+    /// Resends the messages a retransmission timeout gave up for lost, in
+    /// order, as far as the congestion window allows (RFC 5681 sec. 3.1:
+    /// after a timeout the window restarts at one segment and grows with
+    /// the acks, so they go out at the pace of slow start). Then moves
+    /// queued messages into the window the same way (always at least one
+    /// message when nothing is in flight).
     fn flush(&mut self, now: Instant, out: &mut Output) {
+        let mut i = 0;
+        while self.lost > 0 && i < self.inflight.len() {
+            let entry = &self.inflight[i];
+            if entry.lost {
+                let len = entry.frame.len() + MESSAGE_CHARGE;
+                // What is still in the network: SACKed messages left it.
+                let pipe = self.flight - self.sacked_bytes;
+                if pipe > 0 && pipe + len > self.cwnd.window() {
+                    return;
+                }
+                self.inflight[i].lost = false;
+                self.lost -= 1;
+                self.flight += len;
+                self.retransmit(i, now, out);
+            }
+            i += 1;
+        }
         while let Some(next) = self.queued.front() {
             if !self.window_has_room(next.len()) {
                 break;
@@ -385,6 +416,7 @@ impl Delivery {
             transmissions: 1,
             sacked: false,
             fast_retransmitted: false,
+            lost: false,
         });
         if self.rto_deadline.is_none() {
             self.rto_deadline = Some(now + self.rtt.rto());
@@ -403,6 +435,9 @@ impl Delivery {
         let mut sample = None;
         let mut advanced = false;
         let flight_before = self.flight;
+        // Bytes the cumulative ack took out of flight (lost messages were
+        // out already).
+        let mut acked = 0;
         while let Some(front) = self.inflight.front() {
             if front.seq >= ack.cumulative {
                 break;
@@ -410,8 +445,16 @@ impl Delivery {
             // The loop condition guarantees a front entry.
             let done = self.inflight.pop_front().expect("front exists");
             self.buffered -= done.frame.len();
-            self.flight -= done.frame.len() + MESSAGE_CHARGE;
+            if done.lost {
+                self.lost -= 1;
+            } else {
+                self.flight -= done.frame.len() + MESSAGE_CHARGE;
+                acked += done.frame.len() + MESSAGE_CHARGE;
+            }
             self.sacked -= usize::from(done.sacked);
+            if done.sacked {
+                self.sacked_bytes -= done.frame.len() + MESSAGE_CHARGE;
+            }
             if done.transmissions == 1 && !done.sacked {
                 sample = Some(now.saturating_duration_since(done.sent_at));
             }
@@ -431,6 +474,14 @@ impl Delivery {
                 if !entry.sacked {
                     entry.sacked = true;
                     self.sacked += 1;
+                    self.sacked_bytes += entry.frame.len() + MESSAGE_CHARGE;
+                    if entry.lost {
+                        // It arrived after all: nothing to resend, and it
+                        // counts in flight again until the cumulative ack.
+                        entry.lost = false;
+                        self.lost -= 1;
+                        self.flight += entry.frame.len() + MESSAGE_CHARGE;
+                    }
                     if entry.transmissions == 1 {
                         sample = Some(now.saturating_duration_since(entry.sent_at));
                     }
@@ -442,8 +493,7 @@ impl Delivery {
             self.rtt.on_sample(r);
         }
         if advanced {
-            self.cwnd
-                .on_ack(flight_before - self.flight, ack.cumulative, flight_before);
+            self.cwnd.on_ack(acked, ack.cumulative, flight_before);
         }
         if advanced || ack.cumulative > self.last_cum {
             self.last_cum = self.last_cum.max(ack.cumulative);
@@ -461,7 +511,7 @@ impl Delivery {
         let thresh = self.config.dup_thresh;
         if self.dup_acks >= thresh {
             if let Some(front) = self.inflight.front() {
-                if !front.sacked && !front.fast_retransmitted {
+                if !front.sacked && !front.fast_retransmitted && !front.lost {
                     self.inflight[0].fast_retransmitted = true;
                     self.cwnd.on_loss(self.flight, self.next_seq);
                     self.retransmit(0, now, out);
@@ -478,7 +528,7 @@ impl Delivery {
             let entry = &self.inflight[i];
             if entry.sacked {
                 sacked_above += 1;
-            } else if sacked_above >= thresh && !entry.fast_retransmitted {
+            } else if sacked_above >= thresh && !entry.fast_retransmitted && !entry.lost {
                 self.inflight[i].fast_retransmitted = true;
                 self.cwnd.on_loss(self.flight, self.next_seq);
                 self.retransmit(i, now, out);
@@ -542,6 +592,8 @@ impl Delivery {
         self.buffered = 0;
         self.flight = 0;
         self.sacked = 0;
+        self.lost = 0;
+        self.sacked_bytes = 0;
         self.rto_deadline = None;
         self.ack_deadline = None;
     }
@@ -650,12 +702,34 @@ impl Layer for Delivery {
             }
             self.rtt.on_timeout();
             self.cwnd.on_timeout(self.flight, self.next_seq);
+            // RFC 6298 sec. 5.4: retransmit the earliest message the peer
+            // has not acknowledged. The others are given up for lost (out of
+            // the flight count) and resent by `flush` as acks open the
+            // collapsed window, not in one burst into a path that just
+            // dropped them.
+            let mut earliest = true;
             for i in 0..self.inflight.len() {
-                if !self.inflight[i].sacked {
-                    self.inflight[i].fast_retransmitted = false;
+                let entry = &mut self.inflight[i];
+                if entry.sacked {
+                    continue;
+                }
+                entry.fast_retransmitted = false;
+                let len = entry.frame.len() + MESSAGE_CHARGE;
+                if earliest {
+                    earliest = false;
+                    if entry.lost {
+                        entry.lost = false;
+                        self.lost -= 1;
+                        self.flight += len;
+                    }
                     self.retransmit(i, now, out);
+                } else if !entry.lost {
+                    entry.lost = true;
+                    self.lost += 1;
+                    self.flight -= len;
                 }
             }
+            // RFC 6298 sec. 5.5-5.6: the backed-off timer restarts.
             self.rto_deadline = (!self.inflight.is_empty()).then(|| now + self.rtt.rto());
         }
         self.send_ack_if_due(out);

@@ -34,6 +34,9 @@ pub struct CongestionWindow {
     /// In a recovery episode: the first sequence number sent after the
     /// loss was detected; the episode ends when the cumulative ack reaches it.
     recover: Option<u64>,
+    /// The loss event in `recover` began with a retransmission timeout: the
+    /// window grows in slow start meanwhile.
+    after_timeout: bool,
 }
 
 impl CongestionWindow {
@@ -45,6 +48,7 @@ impl CongestionWindow {
             ssthresh: max,
             max,
             recover: None,
+            after_timeout: false,
         }
     }
 
@@ -69,10 +73,17 @@ impl CongestionWindow {
     /// does not inflate it (RFC 7661's concern).
     pub fn on_ack(&mut self, acked: usize, cum: u64, flight: usize) {
         if let Some(recover) = self.recover {
-            if cum < recover {
+            if cum >= recover {
+                self.recover = None;
+                self.after_timeout = false;
+            } else if !self.after_timeout {
+                // Fast recovery (RFC 6582): the window holds until the
+                // loss event is over.
                 return;
             }
-            self.recover = None;
+            // After a timeout the window restarts in slow start and grows
+            // with every ack (RFC 5681 sec. 3.1); `recover` only keeps a
+            // second halving out of the same loss event.
         }
         if flight.saturating_mul(2) < self.cwnd {
             return;
@@ -107,6 +118,7 @@ impl CongestionWindow {
         }
         self.cwnd = MIN_WINDOW.min(self.ssthresh);
         self.recover = Some(next_seq);
+        self.after_timeout = true;
     }
 }
 

@@ -495,3 +495,51 @@ fn acks_of_one_batch_are_coalesced_into_one_at_the_flush() {
     let ack = header(&io.down[0]).ack.expect("an ack");
     assert_eq!(ack.cumulative, 20);
 }
+
+/// RFC 6298 sec. 5.4: on a retransmission timeout only the earliest
+/// unacknowledged message is resent; the others follow as acks open the
+/// collapsed window again (RFC 5681 sec. 3.1, slow start), not in a burst.
+#[test]
+fn rto_retransmits_only_the_earliest_unacked_message() {
+    let (mut a, mut b, now) = pair();
+    let sent = send_many(&mut a, now, 20);
+    assert_eq!(sent.len(), 20, "all in the initial window");
+    let rto = a.rto();
+    let resent = timeout(&mut a, now + rto).down;
+    let seqs: Vec<_> = resent.iter().filter_map(|f| header(f).seq).collect();
+    assert_eq!(seqs, [0], "only the earliest goes again");
+    // Its ack opens the window: the next lost ones follow, in order.
+    let ack = recv(&mut b, now + rto + ms(1), &resent[0]);
+    assert_eq!(ack.up.len(), 1);
+    let t = now + rto + ms(2);
+    let mut delivered = 1;
+    let mut acks = timeout(&mut b, t + ms(50)).down;
+    acks.extend(ack.down);
+    let mut rounds = 0;
+    let mut expected_seq = 1;
+    while delivered < 20 {
+        rounds += 1;
+        assert!(rounds < 20, "the window reopens");
+        let mut data = Vec::new();
+        for ack in &acks {
+            data.extend(recv(&mut a, t, ack).down);
+        }
+        let data_seqs: Vec<_> = data.iter().filter_map(|f| header(f).seq).collect();
+        assert!(!data_seqs.is_empty(), "acks release retransmissions");
+        for seq in &data_seqs {
+            assert_eq!(*seq, expected_seq, "resent in order, once each");
+            expected_seq += 1;
+        }
+        acks.clear();
+        for frame in &data {
+            let io = recv(&mut b, t, frame);
+            delivered += io.up.len();
+            acks.extend(io.down);
+        }
+        acks.extend(timeout(&mut b, t + ms(50)).down);
+    }
+    for ack in &acks {
+        recv(&mut a, t, ack);
+    }
+    assert_eq!(a.in_flight(), 0);
+}
