@@ -441,6 +441,13 @@ impl<M: Send + 'static> Mailbox<M> {
         for msg in unprocessed.into_iter().chain(first).chain(queued) {
             self.dead_letter(msg, DeadLetterReason::Stopped);
         }
+        // Out of the registry and the live set before anyone hears of the
+        // end: a watcher that got `Down` finds the system without it (its
+        // names free, `live_actors` counting it no more).
+        if !names.is_empty() {
+            self.sys.registry.remove_names(self.id, &names);
+        }
+        self.sys.remove_live(self.id);
         for (_, w) in watchers {
             w.notify(Down {
                 id: self.id,
@@ -454,10 +461,6 @@ impl<M: Send + 'static> Mailbox<M> {
                 reason: reason.clone(),
             }));
         }
-        if !names.is_empty() {
-            self.sys.registry.remove_names(self.id, &names);
-        }
-        self.sys.remove_live(self.id);
     }
 }
 
