@@ -1,5 +1,5 @@
 //! One entry point for the Plexus benchmark workloads
-//! (`shared/bench/WORKLOADS.md`):
+//! (`bench/WORKLOADS.md`):
 //!
 //! ```text
 //! cargo run --release -p plexus-bench -- w7 spawn|pingpong|fanin [--baseline]
@@ -30,7 +30,7 @@ use clap::{Parser, Subcommand};
 #[derive(Parser)]
 #[command(
     name = "plexus-bench",
-    about = "Plexus benchmark workloads (see shared/bench/WORKLOADS.md)"
+    about = "Plexus benchmark workloads (see bench/WORKLOADS.md)"
 )]
 struct Cli {
     #[command(subcommand)]

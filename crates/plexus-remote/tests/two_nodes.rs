@@ -219,7 +219,11 @@ async fn node_shutdown_delivers_node_down_and_fails_asks() {
     struct Ask(ReplyTo<u64>);
     plexus_core::remote_message!(Ask = "test.Ask");
     let mut held = Vec::new();
-    let silent = w.b.spawn_fn(move |Ask(r), _ctx| held.push(r));
+    let (asked_tx, mut asked_rx) = tokio::sync::mpsc::unbounded_channel();
+    let silent = w.b.spawn_fn(move |Ask(r), _ctx| {
+        held.push(r);
+        let _ = asked_tx.send(());
+    });
     w.nb.publish(&silent, "silent").unwrap();
     let remote: ActorRef<Ask> = w.na.resolve(&format!("{}/silent", w.uri_b)).await.unwrap();
     let down = remote.monitor();
@@ -227,7 +231,8 @@ async fn node_shutdown_delivers_node_down_and_fails_asks() {
         let r = remote.clone();
         tokio::spawn(async move { r.ask(Ask, Duration::from_secs(30)).await })
     };
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The ask reached the silent actor: it is pending at the other node.
+    asked_rx.recv().await.expect("the ask arrives");
     w.nb.shutdown().await;
     let down = tokio::time::timeout(T, down).await.unwrap();
     assert!(
