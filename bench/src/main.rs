@@ -51,7 +51,7 @@ enum Workload {
     /// W7 local: spawn, pingpong, fanin on one machine, no network.
     W7(w7::Args),
     /// Runs a set of workloads as child processes and writes the tables
-    /// (docs/benchmarks.md, between its report markers) and plots
+    /// (docs/report.md, between its report markers) and plots
     /// (docs/img/).
     Report(runner::Args),
     /// (role) a W1 pong node.

@@ -54,7 +54,7 @@ pub struct Args {
     #[arg(long)]
     out: Option<PathBuf>,
     /// Name of the markdown file in --out.
-    #[arg(long, default_value = "benchmarks.md")]
+    #[arg(long, default_value = "report.md")]
     doc: String,
     /// W3 runs per cell (median and 5th/95th percentiles are reported).
     #[arg(long)]

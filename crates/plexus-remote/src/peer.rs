@@ -101,7 +101,36 @@ struct State {
 /// The `GOODBYE` reason of a link closed because another link to the same
 /// node won the tie-break.
 const DUPLICATE: &str = "duplicate link";
-const GOODBYE_PREFIX: &str = "peer said goodbye: ";
+
+/// Why a peer's established link ended, as its read task saw it. Its text
+/// is what watchers get as the `NodeDown` cause.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub(crate) enum CloseCause {
+    /// The transport closed the link (the peer went away, a socket or
+    /// stack error), as the link reported it.
+    #[error("{0}")]
+    Transport(String),
+    /// The peer said goodbye, giving this reason.
+    #[error("peer said goodbye: {0}")]
+    Goodbye(String),
+    /// The peer broke the wire protocol.
+    #[error("protocol error: {0}")]
+    Protocol(String),
+    /// The heartbeat layer declared the peer unreachable.
+    #[error("heartbeat: node unreachable (phi {phi:.1})")]
+    Unreachable {
+        /// The accrual failure detector's suspicion level.
+        phi: f64,
+    },
+}
+
+impl CloseCause {
+    /// The peer closed this link as the loser of a duplicate-connect
+    /// tie-break: another link to the same node takes over.
+    fn is_duplicate(&self) -> bool {
+        matches!(self, CloseCause::Goodbye(reason) if reason == DUPLICATE)
+    }
+}
 
 /// A frame could not be queued for the peer; the caller dead-letters it.
 #[derive(Debug)]

@@ -11,7 +11,7 @@ use plexus_core::{ActorId, DeadLetterReason, Down, Exit, ExitReason, NodeId};
 
 use plexus_transport::{InlineReceive, Received};
 
-use super::{Peer, GOODBYE_PREFIX};
+use super::{CloseCause, Peer};
 use crate::node::{lock, NodeInner};
 use crate::wire::{Frame, MessageHeader, ReceiptStatus, Resolution};
 
@@ -163,7 +163,7 @@ impl Peer {
         bytes: Bytes,
         queue: &mut VecDeque<Received>,
         cache: &mut InboundCache,
-    ) -> Result<usize, String> {
+    ) -> Result<usize, CloseCause> {
         let header = match MessageHeader::parse(&bytes) {
             Some(Ok(header)) if header.receipt == 0 => header,
             _ => return self.dispatch(inner, remote, bytes, cache).map(|()| 1),
@@ -234,16 +234,16 @@ impl Peer {
         remote: NodeId,
         bytes: Bytes,
         cache: &mut InboundCache,
-    ) -> Result<(), String> {
+    ) -> Result<(), CloseCause> {
         // Messages, nearly all traffic, skip building a `Frame`.
         if let Some(header) = MessageHeader::parse(&bytes) {
-            let header = header.map_err(|e| format!("protocol error: {e}"))?;
+            let header = header.map_err(|e| CloseCause::Protocol(e.to_string()))?;
             let mut payload = bytes;
             payload.advance(header.len);
             self.deliver_message(inner, header, payload, cache);
             return Ok(());
         }
-        let frame = Frame::decode(bytes).map_err(|e| format!("protocol error: {e}"))?;
+        let frame = Frame::decode(bytes).map_err(|e| CloseCause::Protocol(e.to_string()))?;
         match frame {
             Frame::Message {
                 to,
@@ -406,9 +406,11 @@ impl Peer {
                     }
                 }
             }
-            Frame::Goodbye { reason } => return Err(format!("{GOODBYE_PREFIX}{reason}")),
+            Frame::Goodbye { reason } => return Err(CloseCause::Goodbye(reason)),
             Frame::Hello(_) | Frame::Auth { .. } | Frame::Reject { .. } => {
-                return Err("protocol error: handshake frame on an established link".into())
+                return Err(CloseCause::Protocol(
+                    "handshake frame on an established link".into(),
+                ))
             }
         }
         Ok(())

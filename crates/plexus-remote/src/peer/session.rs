@@ -245,7 +245,7 @@ impl Peer {
         let cause = 'read: loop {
             if batch.is_empty() {
                 if let Err(closed) = rx.recv_batch(&mut batch).await {
-                    break closed.reason.to_string();
+                    break CloseCause::Transport(closed.reason.to_string());
                 }
             }
             let Some(item) = batch.pop_front() else {
@@ -257,7 +257,7 @@ impl Peer {
                     if let Err(cause) = taken {
                         tracing::warn!(target: "plexus::remote", peer = %remote, "closing the link: {cause}");
                         self.close_link(epoch);
-                        if cause.starts_with(GOODBYE_PREFIX) {
+                        if matches!(cause, CloseCause::Goodbye(_)) {
                             // On a link with several lanes (quic), frames
                             // sent before the GOODBYE may still be on their
                             // way on other lanes: take them until the peer
@@ -285,7 +285,7 @@ impl Peer {
                 }
                 Received::Event(LinkEvent::Unreachable { phi }) => {
                     self.close_link(epoch);
-                    break format!("heartbeat: node unreachable (phi {phi:.1})");
+                    break CloseCause::Unreachable { phi };
                 }
                 Received::Event(event) => {
                     tracing::debug!(target: "plexus::remote", peer = %remote, ?event, "link event");
@@ -295,10 +295,10 @@ impl Peer {
         // With the receiver goes its inline handler: nothing of this link
         // reaches an actor after it is declared down.
         drop(rx);
-        if cause == format!("{GOODBYE_PREFIX}{DUPLICATE}") {
+        if cause.is_duplicate() {
             self.superseded(&inner, epoch);
         } else {
-            self.link_down(epoch, &cause);
+            self.link_down(epoch, &cause.to_string());
         }
     }
 
