@@ -109,11 +109,12 @@ async fn udp_delivers_100k_mixed_messages_in_order_through_5_percent_loss() {
     drop(to_b_rx);
 }
 
-/// A plain `framing` stream link frames messages in its send queue itself:
-/// copied small ones, queued large ones and ones larger than the whole send
-/// buffer must interleave in order, and every permit must come back.
+/// A `framing` stream link, driven by its driver and by senders taking its
+/// turn: copied small messages, queued large ones and ones larger than the
+/// whole send buffer must interleave in order, and every permit must come
+/// back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tcp_inline_framing_keeps_order_across_copied_and_queued_messages() {
+async fn tcp_framing_keeps_order_across_copied_and_queued_messages() {
     use bytes::Bytes;
     use plexus_transport::LinkConfig;
 
@@ -160,12 +161,12 @@ async fn tcp_inline_framing_keeps_order_across_copied_and_queued_messages() {
         .await;
 }
 
-/// A link whose stack ends in `batching` has its senders write the batches
-/// themselves: batched small messages, messages too large to share a batch
-/// and empty ones must interleave in order through loss, and every permit
-/// must come back.
+/// A link whose stack ends in `batching`, driven by the socket task and by
+/// senders taking its turn: batched small messages, messages too large to
+/// share a batch and empty ones must interleave in order through loss, and
+/// every permit must come back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn udp_inline_batching_keeps_order_across_batched_and_lone_messages_through_loss() {
+async fn udp_batching_keeps_order_across_batched_and_lone_messages_through_loss() {
     use bytes::Bytes;
 
     let (a, b) = udp_pair(

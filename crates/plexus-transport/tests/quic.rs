@@ -578,12 +578,12 @@ async fn large_messages_on_many_lanes_at_once_stay_within_the_peers_budget() {
     let _a = sender.await.expect("sender");
 }
 
-/// Senders frame messages per lane themselves: copied small ones, queued
-/// large ones and ones larger than the whole send buffer, on two lanes in
-/// turn, must each keep their lane's order, and every permit must come
-/// back.
+/// Messages are encoded per lane (by the driver, or by a sender handing
+/// its message to the lane's writer): copied small ones, queued large ones
+/// and ones larger than the whole send buffer, on two lanes in turn, must
+/// each keep their lane's order, and every permit must come back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn inline_lane_framing_keeps_order_and_returns_every_permit() {
+async fn lane_encoding_keeps_order_and_returns_every_permit() {
     let small = QuicConfig {
         link: LinkConfig {
             send_buffer: 4 << 10,
