@@ -157,8 +157,12 @@ async fn tcp_framing_keeps_order_across_copied_and_queued_messages() {
     }
     let client = sender.await.expect("sender");
     // Every permit is back: a message filling the whole buffer goes at once.
-    common::assert_permits_returned(|m| client.try_send(m).is_ok(), &mut server, (4 << 10) - 4)
-        .await;
+    common::assert_permits_returned(
+        async |m| client.send(m).await.is_ok(),
+        &mut server,
+        (4 << 10) - 4,
+    )
+    .await;
 }
 
 /// A link whose stack ends in `batching`, driven by the socket task and by
@@ -207,8 +211,12 @@ async fn udp_batching_keeps_order_across_batched_and_lone_messages_through_loss(
     .expect("all messages arrive");
     let client = sender.await.expect("sender");
     // Every permit is back: a message costing the whole buffer goes at once.
-    common::assert_permits_returned(|m| client.try_send(m).is_ok(), &mut server, (4 << 10) - 64)
-        .await;
+    common::assert_permits_returned(
+        async |m| client.send(m).await.is_ok(),
+        &mut server,
+        (4 << 10) - 64,
+    )
+    .await;
 }
 
 /// After a link hands received messages over, the next reply leaves from
@@ -269,7 +277,7 @@ async fn udp_replies_sent_from_their_senders_arrive_in_order_through_loss() {
     let server = responder.await.expect("responder");
     let (server_tx, _server_rx) = server.split();
     common::assert_permits_returned(
-        |m| server_tx.try_send(m).is_ok(),
+        async |m| server_tx.send(m).await.is_ok(),
         &mut client,
         (16 << 10) - 64,
     )

@@ -640,8 +640,12 @@ async fn lane_encoding_keeps_order_and_returns_every_permit() {
         got += 1;
     }
     let (client, _rx) = sender.await.expect("sender");
-    common::assert_permits_returned(|m| client.try_send(m).is_ok(), &mut server, (4 << 10) - 4)
-        .await;
+    common::assert_permits_returned(
+        async |m| client.send(m).await.is_ok(),
+        &mut server,
+        (4 << 10) - 4,
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -3,8 +3,6 @@
 //! exactly once, in order, byte-identical.
 #![allow(dead_code)]
 
-use std::time::Duration;
-
 use bytes::Bytes;
 use plexus_transport::{Link, LinkReceiver, LinkSender};
 use rand::rngs::SmallRng;
@@ -94,36 +92,24 @@ pub async fn exchange(a: Link, b: Link, seed: u64, max_len: usize, n: usize, bot
         drop(b_tx);
         (None, None)
     };
-    let guard = async {
-        ab_send.await.expect("sender a");
-        ab_recv.await.expect("receiver b");
-        if let (Some(s), Some(r)) = (ba_send, ba_recv) {
-            s.await.expect("sender b");
-            r.await.expect("receiver a");
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(120), guard)
-        .await
-        .expect("exchange finishes");
+    ab_send.await.expect("sender a");
+    ab_recv.await.expect("receiver b");
+    if let (Some(s), Some(r)) = (ba_send, ba_recv) {
+        s.await.expect("sender b");
+        r.await.expect("receiver a");
+    }
 }
 
-/// Every permit of the sender's buffer came back: a message of `len` bytes
-/// costing the whole buffer is accepted (retrying for up to a second) and
-/// arrives at `server`.
+/// Every permit of the sender's buffer comes back: a message of `len` bytes
+/// costing the whole buffer is sent (`send` waits on the buffer's
+/// semaphore until every permit is back; a leak hangs here) and arrives at
+/// `server`.
 pub async fn assert_permits_returned(
-    try_send: impl Fn(Bytes) -> bool,
+    send: impl AsyncFnOnce(Bytes) -> bool,
     server: &mut Link,
     len: usize,
 ) {
-    let mut tries = 0;
-    while !try_send(Bytes::from(vec![7u8; len])) {
-        tries += 1;
-        assert!(tries < 1000, "send buffer permits were not all returned");
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-    let last = tokio::time::timeout(Duration::from_secs(10), server.recv_message())
-        .await
-        .expect("in time")
-        .expect("last message");
+    assert!(send(Bytes::from(vec![7u8; len])).await, "the link is open");
+    let last = server.recv_message().await.expect("last message");
     assert_eq!(last.len(), len);
 }
