@@ -1,6 +1,8 @@
-//! The real link: namespaces, TUN devices and the forwarder. Needs root
-//! (CAP_NET_ADMIN, CAP_SYS_ADMIN), `ip` and /dev/net/tun; elsewhere each
-//! test prints "skipped: needs root and /dev/net/tun" and returns.
+//! The real link: namespaces, TUN devices and the forwarder. These tests
+//! need root (CAP_NET_ADMIN, CAP_SYS_ADMIN), `ip` and /dev/net/tun, so they
+//! are `#[ignore = "needs root"]`: `cargo test -- --ignored` runs them
+//! (`.ci/run` does, as root), and there a missing privilege fails them
+//! instead of letting them pass without running.
 //!
 //! Every test uses its own prefix (`lt<pid><letter>`) and checks that
 //! nothing with that prefix is left afterwards.
@@ -15,17 +17,20 @@ use plexus_linkem::{netns, Link, LinkConfig};
 
 const EXE: &str = env!("CARGO_BIN_EXE_plexus-linkem");
 
-fn privileged() -> bool {
-    let ok = netns::check_privileges().is_ok()
-        && Path::new("/dev/net/tun").exists()
-        && Command::new("ip")
+/// Fails the test unless it can do what it needs (it runs only when asked
+/// for with `--ignored`).
+fn require_privileges() {
+    if let Err(e) = netns::check_privileges() {
+        panic!("needs root: {e}");
+    }
+    assert!(Path::new("/dev/net/tun").exists(), "needs /dev/net/tun");
+    assert!(
+        Command::new("ip")
             .arg("-V")
             .output()
-            .is_ok_and(|o| o.status.success());
-    if !ok {
-        println!("skipped: needs root and /dev/net/tun");
-    }
-    ok
+            .is_ok_and(|o| o.status.success()),
+        "needs the `ip` command (iproute2)"
+    );
 }
 
 fn prefix(tag: char) -> String {
@@ -100,10 +105,9 @@ fn plan(count: u32) -> ProbePlan {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn link_delivers_every_probe_at_zero_loss_and_is_gone_after_shutdown() {
-    if !privileged() {
-        return;
-    }
+    require_privileges();
     let p = prefix('d');
     let _leftovers = Leftovers(p.clone());
     let link = Link::up(&p, config(0.0)).expect("link up");
@@ -116,10 +120,9 @@ fn link_delivers_every_probe_at_zero_loss_and_is_gone_after_shutdown() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn link_at_full_loss_delivers_nothing() {
-    if !privileged() {
-        return;
-    }
+    require_privileges();
     let p = prefix('l');
     let _leftovers = Leftovers(p.clone());
     let link = Link::up(&p, config(100.0)).expect("link up");
@@ -132,10 +135,9 @@ fn link_at_full_loss_delivers_nothing() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn dropping_a_link_removes_it() {
-    if !privileged() {
-        return;
-    }
+    require_privileges();
     let p = prefix('x');
     let _leftovers = Leftovers(p.clone());
     drop(Link::up(&p, config(0.0)).expect("link up"));
@@ -143,10 +145,9 @@ fn dropping_a_link_removes_it() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn existing_namespace_of_the_same_name_is_refused_and_left_alone() {
-    if !privileged() {
-        return;
-    }
+    require_privileges();
     let p = prefix('e');
     let _leftovers = Leftovers(p.clone());
     let theirs = OwnNamespace(format!("{p}-b"));
@@ -179,10 +180,9 @@ fn existing_namespace_of_the_same_name_is_refused_and_left_alone() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn failing_command_in_a_side_propagates_its_exit_code_and_removes_the_link() {
-    if !privileged() {
-        return;
-    }
+    require_privileges();
     let p = prefix('f');
     let _leftovers = Leftovers(p.clone());
     let out = Command::new(EXE)
@@ -212,10 +212,9 @@ fn failing_command_in_a_side_propagates_its_exit_code_and_removes_the_link() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn commands_run_in_their_own_side_with_their_own_address() {
-    if !privileged() {
-        return;
-    }
+    require_privileges();
     let p = prefix('c');
     let _leftovers = Leftovers(p.clone());
     let check = |addr: &str| format!("ip -o addr show | grep -q 'inet {addr}/24'");
@@ -244,10 +243,9 @@ fn commands_run_in_their_own_side_with_their_own_address() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn a_serving_link_runs_exec_commands_and_is_removed_on_sigterm() {
-    if !privileged() {
-        return;
-    }
+    require_privileges();
     let p = prefix('s');
     let _leftovers = Leftovers(p.clone());
     let mut server = Server(
