@@ -108,6 +108,58 @@ mod tests {
         );
     }
 
+    proptest::proptest! {
+        /// Any bytes, fed in any cuts: decoding never panics, never hands
+        /// back a message over the maximum, and never consumes bytes
+        /// without handing back a message.
+        #[test]
+        fn decoding_any_input_never_panics(
+            input in proptest::collection::vec(proptest::num::u8::ANY, 0..600),
+            cut in 0usize..600,
+            max in 0usize..300,
+        ) {
+            let cut = cut.min(input.len());
+            let mut buf = BytesMut::from(&input[..cut]);
+            let mut rest = &input[cut..];
+            loop {
+                let before = buf.len();
+                match decode(&mut buf, max) {
+                    Ok(Some(m)) => proptest::prop_assert!(m.len() <= max),
+                    Ok(None) if !rest.is_empty() => {
+                        proptest::prop_assert_eq!(buf.len(), before);
+                        buf.extend_from_slice(rest);
+                        rest = &[];
+                    }
+                    Ok(None) | Err(_) => break,
+                }
+            }
+        }
+
+        /// What `encode` writes, `decode` reads back, message by message.
+        #[test]
+        fn encoded_runs_decode_back(
+            messages in proptest::collection::vec(
+                proptest::collection::vec(proptest::num::u8::ANY, 0..80), 0..20),
+            copy_max in 0usize..64,
+        ) {
+            let mut buf = BytesMut::new();
+            let mut chunks = Vec::new();
+            for m in &messages {
+                encode(Frame::copy_from_slice(m), copy_max, &mut buf, &mut chunks);
+            }
+            chunks.push(buf.split().freeze());
+            let mut wire = BytesMut::new();
+            for c in &chunks {
+                wire.extend_from_slice(c);
+            }
+            for m in &messages {
+                let got = decode(&mut wire, 80).expect("valid").expect("whole");
+                proptest::prop_assert_eq!(&got[..], &m[..]);
+            }
+            proptest::prop_assert!(wire.is_empty());
+        }
+    }
+
     #[test]
     fn a_cut_prefix_or_payload_needs_more_bytes() {
         let mut wire = BytesMut::from(&[0, 0][..]);
