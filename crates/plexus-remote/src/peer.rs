@@ -40,7 +40,7 @@ mod tests;
 pub(crate) use session::accept;
 use session::{established, handshake_on};
 
-use dispatch::{wait_drained, InboundCache, InlineDispatch};
+use dispatch::{wait_drained, DriverDispatch, InboundCache};
 use lanes::down_token;
 pub(crate) use lanes::{lane_of, name_key};
 

@@ -168,7 +168,7 @@ impl Conn {
     /// to `staged`; returns whether there were messages. With
     /// [`hand_over`](Conn::hand_over), [`deliver`](Conn::deliver) in two
     /// steps, for a driver that hands over without holding its link's
-    /// lock (the receiver's inline handler may send on the link).
+    /// lock (the receiver's driver-side handler may send on the link).
     pub(crate) fn collect(&mut self, staged: &mut VecDeque<Received>) -> bool {
         let dropped = self.stack.stats().dropped;
         if dropped != self.dropped {
@@ -194,7 +194,7 @@ impl Conn {
     pub(crate) fn hand_over(&mut self, staged: &mut VecDeque<Received>) {
         let handed = self.shared.hand_over(staged, true);
         if staged.is_empty() {
-            // Taken one item at a time (inline): back to its first slot.
+            // Taken one item at a time (by the handler): back to its first slot.
             staged.clear();
         }
         self.on_handed(handed);

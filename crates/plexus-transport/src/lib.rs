@@ -81,7 +81,7 @@ pub use error::{
     AcceptError, BindError, CloseReason, ConnectError, LinkClosed, SendError, TrySendError,
     UnreliableError,
 };
-pub use link::{InlineReceive, Lane, Link, LinkConfig, LinkReceiver, LinkSender, Received};
+pub use link::{DriverReceive, Lane, Link, LinkConfig, LinkReceiver, LinkSender, Received};
 pub use stats::LinkStats;
 
 #[cfg(test)]

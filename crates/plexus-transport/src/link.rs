@@ -52,7 +52,7 @@ mod sender;
 #[cfg(test)]
 mod tests;
 
-pub use receiver::{InlineReceive, LinkReceiver};
+pub use receiver::{DriverReceive, LinkReceiver};
 pub use sender::LinkSender;
 
 /// Bookkeeping bytes charged per queued message on top of its length, so a
@@ -126,7 +126,7 @@ pub(crate) type SenderTurn = Box<dyn Fn() -> bool + Send + Sync>;
 pub(crate) struct OutState {
     /// Messages with their lane, waiting for whoever drives the stack next
     /// (the driver, or a sender taking its turn); each already a [`Frame`]
-    /// (a small copied one inline, without a buffer of its own).
+    /// (a small copied one in the frame itself, without a buffer of its own).
     pub(crate) queue: VecDeque<(Lane, Frame)>,
     /// Nobody is on the way to serve `queue`: the driver found it empty and
     /// waits for a push, which must wake it (or take its turn).
@@ -147,16 +147,16 @@ pub(crate) struct InState {
     pub(crate) driver_waiting: bool,
     pub(crate) receiver_alive: bool,
     /// Handles what arrives on the driver's task while the receiver is idle
-    /// ([`LinkReceiver::receive_inline`]). Taken out while it runs.
-    pub(crate) inline: Option<Box<dyn InlineReceive>>,
+    /// ([`LinkReceiver::receive_on_driver`]). Taken out while it runs.
+    pub(crate) handler: Option<Box<dyn DriverReceive>>,
     /// The receiver holds items it took and has not finished with: nothing
-    /// may be handled inline before it waits again (that would overtake
+    /// may go to the driver-side handler before it waits again (that would overtake
     /// them).
     pub(crate) receiver_busy: bool,
-    /// The inline handler is running (taken out of `inline`): the
+    /// The driver-side handler is running (taken out of `handler`): the
     /// receiver must not report the close before it is back, or the
     /// application would see the link end while messages still reach it.
-    pub(crate) inline_running: bool,
+    pub(crate) handler_running: bool,
 }
 
 /// State shared by a link's handles and its driver.
@@ -256,9 +256,9 @@ impl Shared {
                 receiver: None,
                 driver_waiting: false,
                 receiver_alive: true,
-                inline: None,
+                handler: None,
                 receiver_busy: false,
-                inline_running: false,
+                handler_running: false,
             })),
             wake_driver,
             stats: Mutex::default(),
@@ -309,21 +309,21 @@ impl Shared {
     }
 
     /// Offers `staged`, what the driver is about to queue for the receiver,
-    /// to the receiver's inline handler: it takes what it can from the
+    /// to the receiver's driver-side handler: it takes what it can from the
     /// front, and the rest is queued as before. Only while nothing is
     /// queued and the receiver waits with nothing in hand, so nothing is
     /// overtaken; only one caller at a time runs the handler (the others
     /// queue). The handler runs without any of the link's locks held: it
     /// may send on this link.
-    fn offer_inline(&self, staged: &mut VecDeque<Received>) {
+    fn offer_to_handler(&self, staged: &mut VecDeque<Received>) {
         let mut handler = {
             let mut inb = lock(&self.inb);
             if !inb.queue.is_empty() || inb.receiver_busy {
                 return;
             }
-            match inb.inline.take() {
+            match inb.handler.take() {
                 Some(handler) => {
-                    inb.inline_running = true;
+                    inb.handler_running = true;
                     handler
                 }
                 None => return,
@@ -332,9 +332,9 @@ impl Shared {
         handler.receive(staged);
         let (gone, receiver) = {
             let mut inb = lock(&self.inb);
-            inb.inline_running = false;
+            inb.handler_running = false;
             let gone = if inb.receiver_alive {
-                inb.inline = Some(handler);
+                inb.handler = Some(handler);
                 None
             } else {
                 Some(handler)
@@ -351,7 +351,7 @@ impl Shared {
     }
 
     /// Hands `staged`, what the driver received, to the receiver: first to
-    /// its inline handler ([`offer_inline`](Shared::offer_inline)), then
+    /// its driver-side handler ([`offer_to_handler`](Shared::offer_to_handler)), then
     /// what that left to the inbound queue (one lock), waking the
     /// receiver. `None` if the handler took everything (no lock taken);
     /// otherwise whether the receiver is alive (if not, the items are
@@ -364,7 +364,7 @@ impl Shared {
         driver_waits: bool,
     ) -> Option<HandedOver> {
         if !staged.is_empty() {
-            self.offer_inline(staged);
+            self.offer_to_handler(staged);
         }
         if staged.is_empty() {
             return None;

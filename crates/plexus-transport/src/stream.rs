@@ -184,7 +184,7 @@ pub(crate) fn spawn<S: StreamSocket>(
 /// sender's task, writes to the socket if the window is open, and returns
 /// whether that left nothing for the driver.
 fn sender_turn<S: StreamSocket>(link: &StreamLink<S>) -> bool {
-    // Held elsewhere: the driver is at work (or this thread is, its inline
+    // Held elsewhere: the driver is at work (or this thread is, its driver-side
     // receive handler sending): it serves the queue anyway.
     let Ok(mut guard) = link.core.try_lock() else {
         return false;
@@ -246,7 +246,7 @@ async fn run<S: StreamSocket>(link: &StreamLink<S>, notify: &Notify) -> CloseRea
     // Shut down, nobody reading: when to stop waiting for the peer's end.
     let mut linger: Option<Instant> = None;
     loop {
-        // Received messages go up without the lock: the receiver's inline
+        // Received messages go up without the lock: the receiver's driver-side
         // handler may send on this link, and its sends take a turn.
         {
             let mut core = lock(&link.core);
@@ -256,7 +256,7 @@ async fn run<S: StreamSocket>(link: &StreamLink<S>, notify: &Notify) -> CloseRea
         if !staged.is_empty() {
             let handed = shared.hand_over(&mut staged, true);
             if staged.is_empty() {
-                // Taken one item at a time (inline): back to its first slot.
+                // Taken one item at a time (by the handler): back to its first slot.
                 staged.clear();
             }
             lock(&link.core).conn.on_handed(handed);
@@ -277,7 +277,7 @@ async fn run<S: StreamSocket>(link: &StreamLink<S>, notify: &Notify) -> CloseRea
                 }
             };
             if core.conn.stack.has_received() {
-                // Sent in this turn by the inline handler and answered at once
+                // Sent in this turn by the driver-side handler and answered at once
                 // by a layer (an ack): go round again to hand it up.
                 continue;
             }

@@ -9,7 +9,7 @@ use bytes::{Buf, Bytes};
 use plexus_core::remote::{self, Control, Inbound, ReceiptError, Signal, Watcher};
 use plexus_core::{ActorId, DeadLetterReason, Down, Exit, ExitReason, NodeId};
 
-use plexus_transport::{InlineReceive, Received};
+use plexus_transport::{DriverReceive, Received};
 
 use super::{CloseCause, Peer};
 use crate::node::{lock, NodeInner};
@@ -76,10 +76,10 @@ impl InboundCache {
 }
 
 /// Batches of up to this many items are handled on the transport's driver
-/// task ([`InlineDispatch`]); larger ones (a stream) go to the link's
+/// task ([`DriverDispatch`]); larger ones (a stream) go to the link's
 /// reader task, which on a multi-threaded runtime decodes them while the
 /// driver reads the next.
-const INLINE_BATCH_MAX: usize = 16;
+const DRIVER_BATCH_MAX: usize = 16;
 /// Nor batches of more bytes than this: decoding them would hold up the
 /// driver (on UDP, every peer of the endpoint).
 const INLINE_BYTES_MAX: usize = 64 << 10;
@@ -93,7 +93,7 @@ const INLINE_BYTES_MAX: usize = 64 << 10;
 /// events, batches of more than 16 messages or 64 KiB, and everything
 /// while the last actor it delivered to is flooded) it leaves to the
 /// reader task, behind what it took.
-pub(super) struct InlineDispatch {
+pub(super) struct DriverDispatch {
     pub(super) peer: Arc<Peer>,
     pub(super) inner: Arc<NodeInner>,
     pub(super) remote: NodeId,
@@ -103,9 +103,9 @@ pub(super) struct InlineDispatch {
     pub(super) flooded: Option<Arc<dyn Inbound>>,
 }
 
-impl InlineReceive for InlineDispatch {
+impl DriverReceive for DriverDispatch {
     fn receive(&mut self, batch: &mut VecDeque<Received>) {
-        if batch.len() > INLINE_BATCH_MAX {
+        if batch.len() > DRIVER_BATCH_MAX {
             return;
         }
         let bytes: usize = batch

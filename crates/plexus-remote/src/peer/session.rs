@@ -218,7 +218,7 @@ impl Peer {
         }
         tracing::debug!(target: "plexus::remote", node = %inner.id, peer = %hs.node, scheme = %self.scheme, "link up");
         let mut receiver = receiver;
-        receiver.receive_inline(Box::new(InlineDispatch {
+        receiver.receive_on_driver(Box::new(DriverDispatch {
             peer: self.clone(),
             inner: inner.clone(),
             remote: hs.node,
@@ -292,7 +292,7 @@ impl Peer {
                 }
             }
         };
-        // With the receiver goes its inline handler: nothing of this link
+        // With the receiver goes its driver-side handler: nothing of this link
         // reaches an actor after it is declared down.
         drop(rx);
         if cause.is_duplicate() {

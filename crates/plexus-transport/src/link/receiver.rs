@@ -1,5 +1,5 @@
 //! [`LinkReceiver`]: the receiving half of a link, which takes what the
-//! driver queued in one batch per lock, and [`InlineReceive`], a handler
+//! driver queued in one batch per lock, and [`DriverReceive`], a handler
 //! that takes what arrives on the driver's own task while the receiver
 //! waits (one task hand-off less per message).
 
@@ -15,7 +15,7 @@ use crate::error::LinkClosed;
 
 /// Handles received items on the link's driver task, as they arrive,
 /// instead of the receiver's task being woken for them
-/// ([`LinkReceiver::receive_inline`]).
+/// ([`LinkReceiver::receive_on_driver`]).
 ///
 /// The driver offers what it received only while the receiver waits with
 /// nothing in hand and nothing is queued for it, so items keep their order:
@@ -23,7 +23,7 @@ use crate::error::LinkClosed;
 /// handler took. It runs on the driver's task, holding none of the link's
 /// locks: it must not block or wait (it delays the link's reading, and on
 /// UDP every link of the endpoint), and may send on the link.
-pub trait InlineReceive: Send {
+pub trait DriverReceive: Send {
     /// Takes the items it handles from the front of `batch`, stopping at
     /// the first it leaves to the receiver (a message that needs waiting,
     /// an event, a batch too large to handle here).
@@ -51,11 +51,11 @@ impl LinkReceiver {
     }
 
     /// Installs `handler` to take arriving items on the driver's task while
-    /// this receiver waits (see [`InlineReceive`]); it replaces any handler
+    /// this receiver waits (see [`DriverReceive`]); it replaces any handler
     /// installed before. What the handler leaves arrives here as usual.
     /// The handler is dropped with the receiver.
-    pub fn receive_inline(&mut self, handler: Box<dyn InlineReceive>) {
-        let old = lock(&self.shared.inb).inline.replace(handler);
+    pub fn receive_on_driver(&mut self, handler: Box<dyn DriverReceive>) {
+        let old = lock(&self.shared.inb).handler.replace(handler);
         drop(old);
     }
 
@@ -114,7 +114,7 @@ impl LinkReceiver {
     /// Takes the shared queue's batch into `local`: `Ready(Ok)` once
     /// `local` is non-empty, `Ready(Err)` once the link is closed and
     /// drained, `Pending` (waker registered) otherwise. `idle`: the caller
-    /// holds no items it took before, so while it waits the inline handler
+    /// holds no items it took before, so while it waits the driver-side handler
     /// may take new ones.
     fn poll_refill(&mut self, cx: &mut Context<'_>, idle: bool) -> Poll<Result<(), LinkClosed>> {
         let wake_driver = {
@@ -123,7 +123,7 @@ impl LinkReceiver {
             inb.bytes = 0;
             inb.receiver_busy = !(idle && self.local.is_empty());
             if self.local.is_empty() {
-                if let Some(closed) = inb.closed.as_ref().filter(|_| !inb.inline_running) {
+                if let Some(closed) = inb.closed.as_ref().filter(|_| !inb.handler_running) {
                     return Poll::Ready(Err(closed.clone()));
                 }
                 // Registered under the lock the driver pushes under: no
@@ -176,7 +176,7 @@ impl Drop for LinkReceiver {
             inb.receiver_alive = false;
             inb.queue.clear();
             inb.bytes = 0;
-            inb.inline.take()
+            inb.handler.take()
         };
         // After the lock: the handler may own handles of this link.
         drop(handler);

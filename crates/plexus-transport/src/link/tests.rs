@@ -1,4 +1,4 @@
-//! Inline receiving: a handler takes what arrives while the receiver waits
+//! Receiving on the driver: a handler takes what arrives while the receiver waits
 //! idle, never while the receiver holds or has queued items (that would
 //! reorder them), and leaves what it does not handle to the receiver.
 
@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use super::{lock, InlineReceive, LinkReceiver, Received};
+use super::{lock, DriverReceive, LinkReceiver, Received};
 use crate::stream::tests::pair;
 use crate::LinkConfig;
 
@@ -20,7 +20,7 @@ struct Recorder {
     _alive: Arc<()>,
 }
 
-impl InlineReceive for Recorder {
+impl DriverReceive for Recorder {
     fn receive(&mut self, batch: &mut VecDeque<Received>) {
         while let Some(Received::Message(m)) = batch.front() {
             if m.starts_with(b"slow") {
@@ -50,11 +50,11 @@ fn queued(rx: &LinkReceiver) -> usize {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_inline_handler_runs_only_while_the_receiver_waits_with_nothing_in_hand() {
+async fn the_driver_side_handler_runs_only_while_the_receiver_waits_with_nothing_in_hand() {
     let (client, server) = pair(LinkConfig::default()).await;
     let (_client_tx, mut rx) = client.split();
     let taken = Arc::new(Mutex::new(Vec::new()));
-    rx.receive_inline(Box::new(Recorder {
+    rx.receive_on_driver(Box::new(Recorder {
         taken: taken.clone(),
         _alive: Arc::new(()),
     }));
@@ -68,7 +68,7 @@ async fn the_inline_handler_runs_only_while_the_receiver_waits_with_nothing_in_h
     // Left by the handler: queued for the receiver.
     server.try_send_copy(b"slow 1").unwrap();
     until("slow 1 is queued", || queued(&rx) == 1).await;
-    // Not taken inline: it would overtake the queued message.
+    // Not taken by the handler: it would overtake the queued message.
     server.try_send_copy(b"b").unwrap();
     until("b is queued behind it", || queued(&rx) == 2).await;
     assert_eq!(*lock(&taken), [&b"a"[..]]);
@@ -103,11 +103,11 @@ async fn the_inline_handler_runs_only_while_the_receiver_waits_with_nothing_in_h
 }
 
 #[tokio::test]
-async fn dropping_the_receiver_drops_its_inline_handler() {
+async fn dropping_the_receiver_drops_its_driver_side_handler() {
     let (client, _server) = pair(LinkConfig::default()).await;
     let (_tx, mut rx) = client.split();
     let alive = Arc::new(());
-    rx.receive_inline(Box::new(Recorder {
+    rx.receive_on_driver(Box::new(Recorder {
         taken: Arc::default(),
         _alive: alive.clone(),
     }));

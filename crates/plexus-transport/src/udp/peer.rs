@@ -111,7 +111,7 @@ pub(super) fn contiguous<'a>(frame: &'a Frame, scratch: &'a mut BytesMut) -> &'a
 /// for the task that it does not already know of; `false` wakes it.
 pub(super) fn sender_turn(ep: &EpShared, cell: &PeerCell, addr: SocketAddr) -> bool {
     // Held elsewhere: the task is at work on the peer (or this thread is,
-    // its inline receive handler sending): it serves the queue anyway.
+    // its driver-side receive handler sending): it serves the queue anyway.
     let Ok(mut guard) = cell.try_lock() else {
         return false;
     };
