@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use plexus_core::NodeId;
 use plexus_net::{LayerRegistry, StackSpec};
+#[cfg(feature = "quic")]
 use plexus_transport::quic::QuicConfig;
+#[cfg(feature = "tls")]
 use plexus_transport::tls::TlsConfig;
 use plexus_transport::LinkConfig;
 
@@ -36,8 +38,10 @@ pub struct NodeConfig {
     pub(crate) reconnect_min: Duration,
     pub(crate) reconnect_max: Duration,
     pub(crate) link: LinkConfig,
+    #[cfg(feature = "tls")]
     pub(crate) tls: Option<TlsConfig>,
     pub(crate) danger_unchecked_identity: bool,
+    #[cfg(feature = "quic")]
     pub(crate) quic: QuicConfig,
 }
 
@@ -49,7 +53,9 @@ impl Default for NodeConfig {
                 "udp",
                 "udp / heartbeat / slicing / delivery / ordering / batching",
             ),
+            #[cfg(feature = "tls")]
             ("tls", "tls / framing"),
+            #[cfg(feature = "quic")]
             ("quic", "quic"),
             ("uds", "uds / framing"),
             ("mem", "mem / ordering"),
@@ -72,8 +78,10 @@ impl Default for NodeConfig {
                 send_buffer: 64 << 20,
                 recv_buffer: 4 << 20,
             },
+            #[cfg(feature = "tls")]
             tls: None,
             danger_unchecked_identity: false,
+            #[cfg(feature = "quic")]
             quic: QuicConfig::default(),
         }
     }
@@ -140,6 +148,7 @@ impl NodeConfig {
     /// [`NodeError::IdentityMismatch`](crate::NodeError::IdentityMismatch).
     /// Peers check that the id claimed in the handshake is the certified
     /// one.
+    #[cfg(feature = "tls")]
     pub fn tls(mut self, tls: TlsConfig) -> Self {
         self.tls = Some(tls);
         self
@@ -168,6 +177,9 @@ impl NodeConfig {
     /// # Ok(()) }
     /// ```
     pub fn certified_node_id(&self) -> Option<NodeId> {
+        #[cfg(not(feature = "tls"))]
+        return None;
+        #[cfg(feature = "tls")]
         self.tls.as_ref().map(|t| NodeId::from_u64(t.node_id()))
     }
 
@@ -186,6 +198,7 @@ impl NodeConfig {
     /// timeout (how long before a silent peer's link is down: default
     /// 30 s), keep-alive. Default [`QuicConfig::default`]; its `link`
     /// buffers are replaced by [`link_buffers`](Self::link_buffers).
+    #[cfg(feature = "quic")]
     pub fn quic(mut self, quic: QuicConfig) -> Self {
         self.quic = quic;
         self

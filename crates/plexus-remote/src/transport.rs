@@ -6,7 +6,9 @@ use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
 use plexus_net::{StackSpec, TransportKind};
+#[cfg(feature = "quic")]
 use plexus_transport::quic::{QuicConfig, QuicEndpoint};
+#[cfg(feature = "tls")]
 use plexus_transport::tls::{self, TlsConfig};
 use plexus_transport::udp::{UdpConfig, UdpEndpoint};
 use plexus_transport::{mem, tcp, uds, AcceptError, Link};
@@ -23,9 +25,11 @@ pub(crate) fn mem_hub() -> &'static mem::MemHub {
 /// A bound listener.
 pub(crate) enum Listener {
     Tcp(tcp::TcpListener),
+    #[cfg(feature = "tls")]
     Tls(tls::TlsListener),
     Uds(uds::UdsListener),
     Udp(Arc<UdpEndpoint>),
+    #[cfg(feature = "quic")]
     Quic(Arc<QuicEndpoint>),
     Mem(mem::MemListener),
 }
@@ -35,6 +39,7 @@ pub(crate) enum Listener {
 #[derive(Clone)]
 pub(crate) enum Endpoint {
     Udp(Arc<UdpEndpoint>),
+    #[cfg(feature = "quic")]
     Quic(Arc<QuicEndpoint>),
 }
 
@@ -43,6 +48,7 @@ impl Listener {
     pub(crate) fn endpoint(&self) -> Option<Endpoint> {
         match self {
             Self::Udp(ep) => Some(Endpoint::Udp(ep.clone())),
+            #[cfg(feature = "quic")]
             Self::Quic(ep) => Some(Endpoint::Quic(ep.clone())),
             _ => None,
         }
@@ -53,6 +59,7 @@ impl Listener {
     pub(crate) async fn accept(&self) -> Result<Link, AcceptError> {
         match self {
             Self::Tcp(l) => l.accept().await,
+            #[cfg(feature = "tls")]
             Self::Tls(l) => loop {
                 // A peer refused during its handshake (logged by the
                 // transport) costs only its own connection.
@@ -61,6 +68,7 @@ impl Listener {
                     r => break r,
                 }
             },
+            #[cfg(feature = "quic")]
             Self::Quic(l) => loop {
                 match l.accept().await {
                     Err(AcceptError::Handshake { .. }) => continue,
@@ -91,6 +99,7 @@ pub(crate) async fn bind(
             let bound = l.local_addr().to_string();
             Ok((Listener::Tcp(l), bound))
         }
+        #[cfg(feature = "tls")]
         TransportKind::Tls => {
             let sa = socket_addr(addr)?;
             let l = tls::TlsListener::bind(spec, sa, tls_config(config)?, link)
@@ -111,6 +120,7 @@ pub(crate) async fn bind(
             let bound = ep.local_addr().to_string();
             Ok((Listener::Udp(Arc::new(ep)), bound))
         }
+        #[cfg(feature = "quic")]
         TransportKind::Quic => {
             let sa = socket_addr(addr)?;
             let ep = QuicEndpoint::bind(spec, sa, tls_config(config)?, quic_config(config))
@@ -131,7 +141,7 @@ pub(crate) async fn bind(
             Ok((Listener::Mem(l), addr.to_owned()))
         }
         other => Err(format!(
-            "transport {other:?} is not available in this build"
+            "transport {other} is not available in this build (its cargo feature is off)"
         )),
     }
 }
@@ -144,6 +154,7 @@ pub(crate) async fn dial_endpoint(
     config: &NodeConfig,
 ) -> Result<Endpoint, String> {
     match spec.transport() {
+        #[cfg(feature = "quic")]
         TransportKind::Quic => {
             let sa = socket_addr("0.0.0.0:0")?;
             let ep = QuicEndpoint::client(spec, sa, tls_config(config)?, quic_config(config))
@@ -159,6 +170,7 @@ pub(crate) async fn dial_endpoint(
     }
 }
 
+#[cfg(feature = "quic")]
 fn quic_config(config: &NodeConfig) -> QuicConfig {
     QuicConfig {
         link: config.link,
@@ -180,6 +192,7 @@ pub(crate) async fn dial(
             let sa = resolve_host(addr).await?;
             Ok(tcp::connect_with(spec, sa, link).await?)
         }
+        #[cfg(feature = "tls")]
         TransportKind::Tls => {
             let tls_config = tls_config(config).map_err(LinkError::Connect)?;
             let sa = resolve_host(addr).await?;
@@ -192,6 +205,7 @@ pub(crate) async fn dial(
             };
             Ok(ep.connect(sa).await?)
         }
+        #[cfg(feature = "quic")]
         TransportKind::Quic => {
             let sa = resolve_host(addr).await?;
             let Some(Endpoint::Quic(ep)) = endpoint else {
@@ -202,7 +216,7 @@ pub(crate) async fn dial(
         TransportKind::Uds => Ok(uds::connect_with(spec, addr, link).await?),
         TransportKind::Mem => Ok(mem_hub().connect(spec, addr)?),
         other => Err(LinkError::Address(format!(
-            "transport {other:?} is not available in this build"
+            "transport {other} is not available in this build (its cargo feature is off)"
         ))),
     }
 }
@@ -224,6 +238,7 @@ fn remove_stale_socket(path: &str) {
     }
 }
 
+#[cfg(feature = "tls")]
 fn tls_config(config: &NodeConfig) -> Result<&TlsConfig, String> {
     config.tls.as_ref().ok_or_else(|| {
         "tls and quic need a certificate: NodeConfig::tls(TlsConfig::from_pem_files(cert, key, ca)) \
@@ -234,6 +249,7 @@ fn tls_config(config: &NodeConfig) -> Result<&TlsConfig, String> {
 
 /// The host part of `host:port` (`[::1]:4000` → `::1`): the name the
 /// peer's certificate must be valid for.
+#[cfg(feature = "tls")]
 fn server_name(addr: &str) -> &str {
     let host = addr.rsplit_once(':').map_or(addr, |(host, _)| host);
     host.trim_start_matches('[').trim_end_matches(']')

@@ -2,6 +2,7 @@
 //! 127.0.0.1 (and a Unix socket), for each scheme; over `quic` with
 //! certificates from PEM files, and a child whose certificate is from
 //! another CA refused with the reason.
+#![cfg(feature = "tls")]
 
 mod common;
 

@@ -3,6 +3,7 @@
 //! while messages to several actors travel on several lanes; a node
 //! without TLS material cannot listen on `quic://`; a node whose
 //! certificate is from another CA is refused.
+#![cfg(feature = "quic")]
 
 mod common;
 

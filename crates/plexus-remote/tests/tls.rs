@@ -2,6 +2,7 @@
 //! in-process): resolve and ask; a node without TLS material cannot listen
 //! on `tls://`; a node whose certificate is from another CA is refused; a
 //! node's id is the one its certificate certifies.
+#![cfg(feature = "tls")]
 
 mod common;
 

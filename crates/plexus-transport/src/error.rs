@@ -165,6 +165,7 @@ pub enum CloseReason {
     /// The QUIC connection failed or the peer broke the lane protocol (see
     /// [`QuicError`](crate::quic::QuicError)).
     #[error("{0}")]
+    #[cfg(feature = "quic")]
     Quic(Arc<crate::quic::QuicError>),
 }
 

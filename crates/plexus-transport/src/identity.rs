@@ -45,6 +45,7 @@ use rustls_pki_types::CertificateDer;
 pub struct IdentityError(String);
 
 impl IdentityError {
+    #[cfg(feature = "tls")]
     pub(crate) fn from_pem(detail: String) -> Self {
         Self(detail)
     }
@@ -117,7 +118,8 @@ impl PeerIdentity {
     }
 }
 
-#[cfg(test)]
+// The certificates come from the development CA, which needs `tls`.
+#[cfg(all(test, feature = "tls"))]
 mod tests {
     use super::*;
     use crate::dev_certs::DevCa;

@@ -63,16 +63,19 @@
 
 mod alarm;
 mod conn;
+#[cfg(feature = "tls")]
 pub mod dev_certs;
 pub mod error;
 pub mod identity;
 mod lane;
 mod link;
 pub mod mem;
+#[cfg(feature = "quic")]
 pub mod quic;
 mod stats;
 mod stream;
 pub mod tcp;
+#[cfg(feature = "tls")]
 pub mod tls;
 pub mod udp;
 pub mod uds;
@@ -97,9 +100,12 @@ mod tests {
         assert_send_sync::<LinkReceiver>();
         assert_send_sync::<tcp::TcpListener>();
         assert_send_sync::<uds::UdsListener>();
+        #[cfg(feature = "tls")]
         assert_send_sync::<tls::TlsListener>();
+        #[cfg(feature = "tls")]
         assert_send_sync::<tls::TlsConfig>();
         assert_send_sync::<udp::UdpEndpoint>();
+        #[cfg(feature = "quic")]
         assert_send_sync::<quic::QuicEndpoint>();
         assert_send_sync::<Lane>();
         assert_send_sync::<mem::MemHub>();

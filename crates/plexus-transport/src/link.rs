@@ -474,6 +474,7 @@ impl Link {
     }
 
     /// The link with what its transport authenticated about the peer.
+    #[cfg(feature = "tls")]
     pub(crate) fn with_identity(mut self, identity: PeerIdentity) -> Self {
         self.identity = Some(Arc::new(identity));
         self

@@ -2,6 +2,7 @@
 //! 16 MiB message that does not hold up a small one on another lane,
 //! unreliable datagrams, a peer that opens too many streams, and refusal of
 //! peers without a certificate, with one from another CA or an expired one.
+#![cfg(feature = "quic")]
 
 mod certs;
 mod common;

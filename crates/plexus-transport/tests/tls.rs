@@ -3,6 +3,7 @@
 //! peers without a certificate, with a certificate from another CA, with an
 //! expired certificate, and of plain TCP bytes; each end learns the node id
 //! the other's certificate certifies.
+#![cfg(feature = "tls")]
 
 mod certs;
 mod common;

@@ -7,9 +7,21 @@
 //!  ├── plexus-core         local actor runtime              (at the root; its
 //!  │                       remote extension point as `plexus::remote`)
 //!  ├── plexus-remote       nodes: publish / resolve / forge (`Node`, ... at the root)
-//!  ├── plexus-transport    tcp / udp / uds / mem drivers    (as `plexus::transport`)
+//!  ├── plexus-transport    tcp / udp / uds / mem drivers,   (as `plexus::transport`)
+//!  │                       tls and quic (cargo features), and
+//!  │                       `Link::over_stream` for a byte stream of one's own
 //!  └── plexus-net          sans-IO protocol layers, stacks  (as `plexus::net`)
 //! ```
+//!
+//! # Cargo features
+//!
+//! | feature | default | what it adds |
+//! | --- | --- | --- |
+//! | `tls` | on | `tls://` (TLS 1.3 over TCP, rustls), certified node ids, the development CA (`plexus::transport::dev_certs`) |
+//! | `quic` | on | `quic://` (quinn); turns on `tls` |
+//!
+//! With `default-features = false` neither rustls nor quinn is built; tcp,
+//! udp, uds and mem remain, with every layer (including `encryption`).
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 

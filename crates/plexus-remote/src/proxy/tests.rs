@@ -2,17 +2,10 @@
 //! order of messages sent to one actor through a forged ref and a ref by
 //! id over `quic`, where lanes are separate streams.
 
-use std::time::Duration;
-
-use plexus_core::remote;
-use plexus_core::{Actor, ActorRef, ActorSystem, Context, NodeId, ReplyTo};
-use plexus_transport::dev_certs::DevCa;
-use serde::{Deserialize, Serialize};
+use plexus_core::NodeId;
 
 use super::*;
 use crate::peer::{lane_of, name_key};
-use crate::uri::Uri;
-use crate::{Node, NodeConfig};
 
 /// A name and a serial whose lanes differ, and the target on node 7.
 fn target() -> (Lane, ActorId) {
@@ -89,104 +82,119 @@ fn failed_forged_ref_sends_nothing() {
     assert_eq!(st.route(), Route::Failed);
 }
 
-/// Checks that numbered messages come in order.
-#[derive(Serialize, Deserialize)]
-enum Seq {
-    Next(u64, Vec<u8>),
-    /// (messages, out-of-order ones)
-    Check(ReplyTo<(u64, u64)>),
-}
-plexus_core::remote_message!(Seq = "test.proxy.Seq");
+/// Over QUIC, where each lane is its own stream.
+#[cfg(feature = "quic")]
+mod over_quic {
+    use std::time::Duration;
 
-#[derive(Default)]
-struct SeqActor {
-    next: u64,
-    wrong: u64,
-}
+    use plexus_core::remote;
+    use plexus_core::{Actor, ActorRef, ActorSystem, Context, ReplyTo};
+    use plexus_transport::dev_certs::DevCa;
+    use serde::{Deserialize, Serialize};
 
-impl Actor for SeqActor {
-    type Msg = Seq;
-    async fn handle(&mut self, msg: Seq, _: &mut Context<Seq>) {
-        match msg {
-            Seq::Next(i, _) => {
-                if i != self.next {
-                    self.wrong += 1;
+    use super::*;
+    use crate::uri::Uri;
+    use crate::{Node, NodeConfig};
+
+    /// Checks that numbered messages come in order.
+    #[derive(Serialize, Deserialize)]
+    enum Seq {
+        Next(u64, Vec<u8>),
+        /// (messages, out-of-order ones)
+        Check(ReplyTo<(u64, u64)>),
+    }
+    plexus_core::remote_message!(Seq = "test.proxy.Seq");
+
+    #[derive(Default)]
+    struct SeqActor {
+        next: u64,
+        wrong: u64,
+    }
+
+    impl Actor for SeqActor {
+        type Msg = Seq;
+        async fn handle(&mut self, msg: Seq, _: &mut Context<Seq>) {
+            match msg {
+                Seq::Next(i, _) => {
+                    if i != self.next {
+                        self.wrong += 1;
+                    }
+                    self.next = i + 1;
                 }
-                self.next = i + 1;
+                Seq::Check(r) => r.send((self.next, self.wrong)),
             }
-            Seq::Check(r) => r.send((self.next, self.wrong)),
         }
     }
-}
 
-const T: Duration = Duration::from_secs(10);
+    const T: Duration = Duration::from_secs(10);
 
-fn quic_node(ca: &DevCa, name: &str) -> (ActorSystem, Node) {
-    let tls = ca
-        .node(name, 1)
-        .expect("node certificate")
-        .tls_config(ca)
-        .expect("TLS config");
-    let config = NodeConfig::default().cookie("proxy-test").tls(tls);
-    let id = config.certified_node_id().expect("a TLS config");
-    let system = ActorSystem::builder()
-        .node_id(id)
-        .build()
-        .expect("actor system");
-    let node = Node::start(&system, config).expect("start the node");
-    (system, node)
-}
-
-/// What `Node::forge` makes, with the proxy kept to wait for its settling.
-fn forge(node: &Node, uri: &str) -> (Arc<RemoteActor>, ActorRef<Seq>) {
-    let parsed = Uri::parse(uri).expect("actor URI");
-    let name = parsed.name.clone().expect("a name");
-    let peer = node.inner.dial_peer(&parsed.scheme, &parsed.addr, None);
-    let id = ActorId::new(NodeId::from_u64(0), remote::type_id_of(uri));
-    let proxy = RemoteActor::forged::<Seq>(&node.inner, id, peer, name, uri.to_owned());
-    (proxy.clone(), remote::remote_ref(proxy))
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn messages_through_a_forged_ref_and_a_ref_by_id_stay_in_order_over_quic() {
-    let ca = DevCa::generate().expect("CA");
-    let (_a, na) = quic_node(&ca, "a");
-    let (b, nb) = quic_node(&ca, "b");
-    let uri_b = nb.listen("quic://127.0.0.1:0").await.expect("listen");
-    let seq = b.spawn(SeqActor::default());
-    // A name whose lane is not the actor's.
-    let name = (0..)
-        .map(|k| format!("seq{k}"))
-        .find(|n| Lane::for_key(name_key(n)) != Lane::for_key(seq.id().serial()))
-        .expect("some name has another lane"); // 63 lanes
-    nb.publish(&seq, &name).expect("publish");
-    let uri = format!("{uri_b}/{name}");
-    let by_id: ActorRef<Seq> = na.resolve(&uri).await.expect("resolve");
-    let (proxy, forged) = forge(&na, &uri);
-
-    // The first messages go by name, then (once resolved) by serial on
-    // the name's lane, while the resolve races them; then the ref settles
-    // on the actor's lane.
-    const FIRST: u64 = 100;
-    for i in 0..FIRST {
-        forged.tell(Seq::Next(i, Vec::new()));
+    fn quic_node(ca: &DevCa, name: &str) -> (ActorSystem, Node) {
+        let tls = ca
+            .node(name, 1)
+            .expect("node certificate")
+            .tls_config(ca)
+            .expect("TLS config");
+        let config = NodeConfig::default().cookie("proxy-test").tls(tls);
+        let id = config.certified_node_id().expect("a TLS config");
+        let system = ActorSystem::builder()
+            .node_id(id)
+            .build()
+            .expect("actor system");
+        let node = Node::start(&system, config).expect("start the node");
+        (system, node)
     }
-    let settled = &proxy.named.as_ref().expect("a forged proxy").settled;
-    tokio::time::timeout(T, settled.notified())
-        .await
-        .expect("the forged ref settles");
 
-    // Both refs in turn; the forged one sends a large message now and then,
-    // which would let the next ones through the other ref overtake it if
-    // the two took different lanes.
-    const N: u64 = 2_000;
-    for i in FIRST..N {
-        if i % 2 == 1 {
-            let pad = if i % 250 == 1 { 1 << 20 } else { 0 };
-            forged.tell(Seq::Next(i, vec![0; pad]));
-        } else {
-            by_id.tell(Seq::Next(i, Vec::new()));
+    /// What `Node::forge` makes, with the proxy kept to wait for its settling.
+    fn forge(node: &Node, uri: &str) -> (Arc<RemoteActor>, ActorRef<Seq>) {
+        let parsed = Uri::parse(uri).expect("actor URI");
+        let name = parsed.name.clone().expect("a name");
+        let peer = node.inner.dial_peer(&parsed.scheme, &parsed.addr, None);
+        let id = ActorId::new(NodeId::from_u64(0), remote::type_id_of(uri));
+        let proxy = RemoteActor::forged::<Seq>(&node.inner, id, peer, name, uri.to_owned());
+        (proxy.clone(), remote::remote_ref(proxy))
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn messages_through_a_forged_ref_and_a_ref_by_id_stay_in_order_over_quic() {
+        let ca = DevCa::generate().expect("CA");
+        let (_a, na) = quic_node(&ca, "a");
+        let (b, nb) = quic_node(&ca, "b");
+        let uri_b = nb.listen("quic://127.0.0.1:0").await.expect("listen");
+        let seq = b.spawn(SeqActor::default());
+        // A name whose lane is not the actor's.
+        let name = (0..)
+            .map(|k| format!("seq{k}"))
+            .find(|n| Lane::for_key(name_key(n)) != Lane::for_key(seq.id().serial()))
+            .expect("some name has another lane"); // 63 lanes
+        nb.publish(&seq, &name).expect("publish");
+        let uri = format!("{uri_b}/{name}");
+        let by_id: ActorRef<Seq> = na.resolve(&uri).await.expect("resolve");
+        let (proxy, forged) = forge(&na, &uri);
+
+        // The first messages go by name, then (once resolved) by serial on
+        // the name's lane, while the resolve races them; then the ref settles
+        // on the actor's lane.
+        const FIRST: u64 = 100;
+        for i in 0..FIRST {
+            forged.tell(Seq::Next(i, Vec::new()));
         }
+        let settled = &proxy.named.as_ref().expect("a forged proxy").settled;
+        tokio::time::timeout(T, settled.notified())
+            .await
+            .expect("the forged ref settles");
+
+        // Both refs in turn; the forged one sends a large message now and then,
+        // which would let the next ones through the other ref overtake it if
+        // the two took different lanes.
+        const N: u64 = 2_000;
+        for i in FIRST..N {
+            if i % 2 == 1 {
+                let pad = if i % 250 == 1 { 1 << 20 } else { 0 };
+                forged.tell(Seq::Next(i, vec![0; pad]));
+            } else {
+                by_id.tell(Seq::Next(i, Vec::new()));
+            }
+        }
+        assert_eq!(by_id.ask(Seq::Check, T).await, Ok((N, 0)));
     }
-    assert_eq!(by_id.ask(Seq::Check, T).await, Ok((N, 0)));
 }
