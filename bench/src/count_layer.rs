@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use plexus::net::{
     Frame, Interface, Layer, LayerConfig, LayerOptions, LayerRegistry, LinkContext, OptionError,
-    Output, ReceiveError, SendError,
+    Output, ReceiveError, StackSendError,
 };
 
 /// Counts frames both ways.
@@ -28,7 +28,12 @@ impl Layer for Count {
         false
     }
 
-    fn handle_send(&mut self, _: Instant, frame: Frame, out: &mut Output) -> Result<(), SendError> {
+    fn handle_send(
+        &mut self,
+        _: Instant,
+        frame: Frame,
+        out: &mut Output,
+    ) -> Result<(), StackSendError> {
         self.sent += 1;
         out.push_down(frame);
         Ok(())

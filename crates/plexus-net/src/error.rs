@@ -17,7 +17,7 @@ use crate::layers::slicing::SlicingError;
 /// says that no layer state changed, so the caller may retry it.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum SendError {
+pub enum StackSendError {
     /// A bounded send buffer is full. Nothing changed; retry after
     /// [`LinkEvent::SendReady`](crate::LinkEvent::SendReady).
     #[error("send buffer full: retry after SendReady")]
@@ -47,14 +47,14 @@ pub enum SendError {
     },
 }
 
-impl SendError {
+impl StackSendError {
     /// The frame handed back.
     pub fn into_frame(self) -> Frame {
         match self {
-            SendError::WouldBlock(frame)
-            | SendError::TooLarge { frame, .. }
-            | SendError::Closed(frame)
-            | SendError::Layer { frame, .. } => frame,
+            StackSendError::WouldBlock(frame)
+            | StackSendError::TooLarge { frame, .. }
+            | StackSendError::Closed(frame)
+            | StackSendError::Layer { frame, .. } => frame,
         }
     }
 }

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
-use crate::error::{LinkError, ReceiveError, SendError};
+use crate::error::{LinkError, ReceiveError, StackSendError};
 use crate::frame::Frame;
 
 /// What a layer (or transport) carries: the unit of data it needs below and
@@ -93,7 +93,7 @@ pub enum LinkEvent {
         lost: usize,
     },
     /// A send previously refused with
-    /// [`SendError::WouldBlock`](crate::SendError::WouldBlock) may now
+    /// [`StackSendError::WouldBlock`](crate::StackSendError::WouldBlock) may now
     /// succeed.
     SendReady,
     /// The lossy ordering layer gave up waiting for missing messages and
@@ -278,7 +278,7 @@ pub trait Layer: Send {
 
     /// Whether the layer accepts another frame from above now. A layer with
     /// a bounded send buffer returns `false` while it is full; the stack then
-    /// refuses sends with [`SendError::WouldBlock`] and raises
+    /// refuses sends with [`StackSendError::WouldBlock`] and raises
     /// [`LinkEvent::SendReady`] once every layer is ready again.
     fn can_send(&self) -> bool {
         true
@@ -294,7 +294,7 @@ pub trait Layer: Send {
         now: Instant,
         frame: Frame,
         out: &mut Output,
-    ) -> Result<(), SendError>;
+    ) -> Result<(), StackSendError>;
 
     /// Processes a frame coming from the layer below.
     ///

@@ -45,7 +45,7 @@ pub mod spec;
 pub mod stack;
 mod wire;
 
-pub use error::{LinkError, ReceiveError, SendError};
+pub use error::{LinkError, ReceiveError, StackSendError};
 pub use frame::Frame;
 pub use layer::{DataUnit, Interface, Layer, LinkContext, LinkEvent, Output};
 pub use options::{LayerOption, LayerOptions, OptionError};

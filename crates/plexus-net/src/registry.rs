@@ -8,13 +8,13 @@
 //! ```
 //! use std::time::Instant;
 //! use plexus_net::{Frame, Interface, Layer, LayerConfig, LayerOptions, LayerRegistry,
-//!     LinkContext, OptionError, Output, ReceiveError, SendError, StackSpec};
+//!     LinkContext, OptionError, Output, ReceiveError, StackSendError, StackSpec};
 //!
 //! /// Counts messages, changes nothing.
 //! struct Counter(u64);
 //! impl Layer for Counter {
 //!     fn name(&self) -> &'static str { "counter" }
-//!     fn handle_send(&mut self, _: Instant, f: Frame, out: &mut Output) -> Result<(), SendError> {
+//!     fn handle_send(&mut self, _: Instant, f: Frame, out: &mut Output) -> Result<(), StackSendError> {
 //!         self.0 += 1;
 //!         out.push_down(f);
 //!         Ok(())

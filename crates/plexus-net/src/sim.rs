@@ -29,7 +29,7 @@ use bytes::{Bytes, BytesMut};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use crate::error::{LinkError, SendError};
+use crate::error::{LinkError, StackSendError};
 use crate::layer::{DataUnit, LinkContext, LinkEvent};
 use crate::spec::StackSpec;
 use crate::stack::Stack;
@@ -136,7 +136,7 @@ impl Pair {
     /// # Errors
     ///
     /// Whatever [`Stack::handle_send`] refuses.
-    pub fn send_a(&mut self, msg: Bytes) -> Result<(), SendError> {
+    pub fn send_a(&mut self, msg: Bytes) -> Result<(), StackSendError> {
         let r = self.a.stack.handle_send(self.now, msg);
         self.pump();
         r
@@ -147,7 +147,7 @@ impl Pair {
     /// # Errors
     ///
     /// Whatever [`Stack::handle_send`] refuses.
-    pub fn send_b(&mut self, msg: Bytes) -> Result<(), SendError> {
+    pub fn send_b(&mut self, msg: Bytes) -> Result<(), StackSendError> {
         let r = self.b.stack.handle_send(self.now, msg);
         self.pump();
         r

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
-use crate::error::{LinkError, SendError};
+use crate::error::{LinkError, StackSendError};
 use crate::frame::Frame;
 use crate::layer::{earliest, take_front, Layer, LinkEvent, Output};
 use crate::spec::TransportKind;
@@ -184,18 +184,18 @@ impl Stack {
     /// The checks every send passes, in order: the link is open, the frame
     /// is at most `max` bytes, every layer has room (if not, `SendReady`
     /// follows once they do). The frame is handed back on failure.
-    fn admit(&mut self, frame: Frame, max: Option<usize>) -> Result<Frame, SendError> {
+    fn admit(&mut self, frame: Frame, max: Option<usize>) -> Result<Frame, StackSendError> {
         if self.closed.is_some() {
-            return Err(SendError::Closed(frame));
+            return Err(StackSendError::Closed(frame));
         }
         if let Some(max) = max {
             if frame.len() > max {
-                return Err(SendError::TooLarge { frame, max });
+                return Err(StackSendError::TooLarge { frame, max });
             }
         }
         if !self.limiting.iter().all(|&i| self.layers[i].can_send()) {
             self.blocked = true;
-            return Err(SendError::WouldBlock(frame));
+            return Err(StackSendError::WouldBlock(frame));
         }
         Ok(frame)
     }
@@ -229,19 +229,19 @@ impl Stack {
     /// # Errors
     ///
     /// The message is handed back, with nothing changed, as
-    /// [`SendError::TooLarge`] (over [`max_message_len`](Stack::max_message_len)),
-    /// [`SendError::Closed`], or [`SendError::WouldBlock`].
+    /// [`StackSendError::TooLarge`] (over [`max_message_len`](Stack::max_message_len)),
+    /// [`StackSendError::Closed`], or [`StackSendError::WouldBlock`].
     ///
     /// # Backpressure
     ///
     /// A layer with a bounded send buffer (delivery) refuses new messages
-    /// while it is full: the send fails with [`SendError::WouldBlock`] and a
+    /// while it is full: the send fails with [`StackSendError::WouldBlock`] and a
     /// [`LinkEvent::SendReady`] event follows once it has room again.
     pub fn handle_send(
         &mut self,
         now: Instant,
         message: impl Into<Frame>,
-    ) -> Result<(), SendError> {
+    ) -> Result<(), StackSendError> {
         let frame = self.admit(message.into(), self.max_message_len)?;
         self.unflushed = Some(now);
         let Some(top) = self.layers.len().checked_sub(1) else {
@@ -589,7 +589,7 @@ mod tests {
         let err = s
             .handle_send(Instant::now(), Bytes::from_static(b"12345"))
             .unwrap_err();
-        assert!(matches!(err, SendError::TooLarge { max: 4, .. }));
+        assert!(matches!(err, StackSendError::TooLarge { max: 4, .. }));
         assert_eq!(err.into_frame().into_bytes(), "12345");
         assert_eq!(s.stats().sent, 0);
         assert!(s.poll_transmit().is_none());
@@ -607,7 +607,7 @@ mod tests {
         assert_eq!(s.handle_receive(now, Bytes::new()), Err(err.clone()));
         assert!(matches!(
             s.handle_send(now, Bytes::from_static(b"x")),
-            Err(SendError::Closed(_))
+            Err(StackSendError::Closed(_))
         ));
         assert_eq!(s.poll_timeout(), None);
     }

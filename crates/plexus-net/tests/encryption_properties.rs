@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use plexus_net::sim::{LinkModel, Pair};
-use plexus_net::{LinkEvent, SendError, StackSpec};
+use plexus_net::{LinkEvent, StackSendError, StackSpec};
 use proptest::prelude::*;
 
 const PSK: &str = "5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a";
@@ -39,7 +39,7 @@ fn transfer(spec: &StackSpec, link: LinkModel, seed: u64, sizes: &[usize]) -> Ve
         loop {
             match sim.send_a(msg) {
                 Ok(()) => break,
-                Err(SendError::WouldBlock(frame)) => {
+                Err(StackSendError::WouldBlock(frame)) => {
                     msg = frame.into_bytes();
                     let seen = sim.a.events.len();
                     while !sim.a.events[seen..].contains(&LinkEvent::SendReady) {

@@ -10,7 +10,7 @@ use plexus_net::layers::framing;
 use plexus_net::layers::ordering::OrderingHeader;
 use plexus_net::layers::slicing::FragmentHeader;
 use plexus_net::sim::{LinkModel, Pair};
-use plexus_net::{LinkEvent, SendError, StackSpec};
+use plexus_net::{LinkEvent, StackSendError, StackSpec};
 use proptest::prelude::*;
 
 /// A message whose content identifies it: index, then a pattern.
@@ -48,7 +48,7 @@ fn transfer(spec: &str, link: LinkModel, seed: u64, sizes: &[usize]) -> Vec<Byte
         loop {
             match sim.send_a(msg) {
                 Ok(()) => break,
-                Err(SendError::WouldBlock(frame)) => {
+                Err(StackSendError::WouldBlock(frame)) => {
                     msg = frame.into_bytes();
                     let seen = sim.a.events.len();
                     while !sim.a.events[seen..].contains(&LinkEvent::SendReady) {
@@ -111,7 +111,7 @@ fn transfer_batches(
             loop {
                 match sim.a.stack.handle_send(sim.now, msg) {
                     Ok(()) => break,
-                    Err(SendError::WouldBlock(frame)) => {
+                    Err(StackSendError::WouldBlock(frame)) => {
                         msg = frame.into_bytes();
                         sim.pump();
                         let seen = sim.a.events.len();

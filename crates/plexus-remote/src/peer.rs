@@ -19,7 +19,7 @@ use bytes::{Bytes, BytesMut};
 use plexus_core::remote::{Control, ReceiptError, Signal, Watcher, WireContext};
 use plexus_core::{ActorId, DeadLetterReason, Down, Exit, ExitReason, NodeId};
 use plexus_net::{LinkEvent, TransportKind};
-use plexus_transport::{Lane, Link, LinkSender, LinkStats, Received, TrySendError};
+use plexus_transport::{Lane, Link, LinkSender, LinkStats, LinkTrySendError, Received};
 use rustc_hash::FxHashMap;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
@@ -391,9 +391,10 @@ impl Peer {
         if let Phase::Up { sender, .. } = &st.phase {
             return match sender.try_send_on(lane, frame) {
                 Ok(()) => Ok(()),
-                Err(TrySendError::Full { .. }) => Err(Undelivered),
-                Err(TrySendError::Send(plexus_transport::SendError::Closed {
-                    message, ..
+                Err(LinkTrySendError::Full { .. }) => Err(Undelivered),
+                Err(LinkTrySendError::Send(plexus_transport::LinkSendError::Closed {
+                    message,
+                    ..
                 })) => {
                     // The reader will mark the link down; hold the frame
                     // for the reconnect like any other.
@@ -425,8 +426,9 @@ impl Peer {
         if let Phase::Up { sender, .. } = &st.phase {
             return match sender.try_send_copy_on(lane, frame) {
                 Ok(()) => Ok(()),
-                Err(TrySendError::Send(plexus_transport::SendError::Closed {
-                    message, ..
+                Err(LinkTrySendError::Send(plexus_transport::LinkSendError::Closed {
+                    message,
+                    ..
                 })) => {
                     drop(st);
                     p.send_frame(lane, message)

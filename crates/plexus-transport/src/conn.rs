@@ -10,7 +10,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Instant;
 
-use plexus_net::{Frame, LinkEvent, SendError as StackSendError, Stack};
+use plexus_net::{Frame, LinkEvent, Stack, StackSendError};
 
 use crate::error::CloseReason;
 use crate::link::{lock, Lane, Received, Shared, MESSAGE_OVERHEAD};

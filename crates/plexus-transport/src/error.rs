@@ -190,7 +190,7 @@ pub struct LinkClosed {
 /// A refused [`send`](crate::LinkSender::send). The message is handed back.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum SendError {
+pub enum LinkSendError {
     /// The message is larger than the stack carries
     /// ([`LinkSender::max_message_len`](crate::LinkSender::max_message_len)).
     /// Nothing was sent; split the message or use a stack with `slicing`.
@@ -213,11 +213,13 @@ pub enum SendError {
     },
 }
 
-impl SendError {
+impl LinkSendError {
     /// The message handed back.
     pub fn into_message(self) -> Bytes {
         match self {
-            SendError::TooLarge { message, .. } | SendError::Closed { message, .. } => message,
+            LinkSendError::TooLarge { message, .. } | LinkSendError::Closed { message, .. } => {
+                message
+            }
         }
     }
 }
@@ -226,7 +228,7 @@ impl SendError {
 /// back.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum TrySendError {
+pub enum LinkTrySendError {
     /// The link's send buffer is full (the peer or the network is slower
     /// than the sender). Nothing changed; retry later or use the async
     /// [`send`](crate::LinkSender::send), which waits for room.
@@ -237,17 +239,17 @@ pub enum TrySendError {
         /// The refused message.
         message: Bytes,
     },
-    /// See [`SendError`].
+    /// See [`LinkSendError`].
     #[error(transparent)]
-    Send(#[from] SendError),
+    Send(#[from] LinkSendError),
 }
 
-impl TrySendError {
+impl LinkTrySendError {
     /// The message handed back.
     pub fn into_message(self) -> Bytes {
         match self {
-            TrySendError::Full { message, .. } => message,
-            TrySendError::Send(e) => e.into_message(),
+            LinkTrySendError::Full { message, .. } => message,
+            LinkTrySendError::Send(e) => e.into_message(),
         }
     }
 }

@@ -81,7 +81,7 @@ pub mod udp;
 pub mod uds;
 
 pub use error::{
-    AcceptError, BindError, CloseReason, ConnectError, LinkClosed, SendError, TrySendError,
+    AcceptError, BindError, CloseReason, ConnectError, LinkClosed, LinkSendError, LinkTrySendError,
     UnreliableError,
 };
 pub use link::{DriverReceive, Lane, Link, LinkConfig, LinkReceiver, LinkSender, Received};

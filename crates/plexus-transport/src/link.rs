@@ -42,7 +42,7 @@ use plexus_net::{Frame, LinkEvent};
 use rustls_pki_types::CertificateDer;
 use tokio::sync::Semaphore;
 
-use crate::error::{CloseReason, LinkClosed, SendError, TrySendError, UnreliableError};
+use crate::error::{CloseReason, LinkClosed, LinkSendError, LinkTrySendError, UnreliableError};
 use crate::identity::PeerIdentity;
 pub use crate::lane::Lane;
 use crate::stats::LinkStats;
@@ -273,7 +273,7 @@ impl Shared {
     }
 
     /// Marks the link closed for its handles: receivers get `reason` after
-    /// the queued messages, senders get [`SendError::Closed`]. Returns how
+    /// the queued messages, senders get [`LinkSendError::Closed`]. Returns how
     /// many accepted messages were never sent. The first reason wins.
     pub(crate) fn close(&self, reason: CloseReason) -> usize {
         self.out_space.close();
@@ -516,7 +516,7 @@ impl Link {
     /// # Errors
     ///
     /// As [`LinkSender::send`].
-    pub async fn send(&self, message: Bytes) -> Result<(), SendError> {
+    pub async fn send(&self, message: Bytes) -> Result<(), LinkSendError> {
         self.sender.send(message).await
     }
 
@@ -525,7 +525,7 @@ impl Link {
     /// # Errors
     ///
     /// As [`LinkSender::try_send`].
-    pub fn try_send(&self, message: Bytes) -> Result<(), TrySendError> {
+    pub fn try_send(&self, message: Bytes) -> Result<(), LinkTrySendError> {
         self.sender.try_send(message)
     }
 
@@ -534,7 +534,7 @@ impl Link {
     /// # Errors
     ///
     /// As [`LinkSender::try_send`].
-    pub fn try_send_copy(&self, message: &[u8]) -> Result<(), TrySendError> {
+    pub fn try_send_copy(&self, message: &[u8]) -> Result<(), LinkTrySendError> {
         self.sender.try_send_copy(message)
     }
 
@@ -543,7 +543,7 @@ impl Link {
     /// # Errors
     ///
     /// As [`LinkSender::send_on`].
-    pub async fn send_on(&self, lane: Lane, message: Bytes) -> Result<(), SendError> {
+    pub async fn send_on(&self, lane: Lane, message: Bytes) -> Result<(), LinkSendError> {
         self.sender.send_on(lane, message).await
     }
 
@@ -552,7 +552,7 @@ impl Link {
     /// # Errors
     ///
     /// As [`LinkSender::try_send_on`].
-    pub fn try_send_on(&self, lane: Lane, message: Bytes) -> Result<(), TrySendError> {
+    pub fn try_send_on(&self, lane: Lane, message: Bytes) -> Result<(), LinkTrySendError> {
         self.sender.try_send_on(lane, message)
     }
 

@@ -7,7 +7,7 @@ use bytes::Bytes;
 use plexus_net::layers::framing::FramingError;
 use plexus_net::{LinkError, ReceiveError, StackSpec};
 use plexus_transport::udp::{UdpConfig, UdpEndpoint};
-use plexus_transport::{tcp, CloseReason, ConnectError, LinkConfig, Received, TrySendError};
+use plexus_transport::{tcp, CloseReason, ConnectError, LinkConfig, LinkTrySendError, Received};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpStream, UdpSocket};
 
@@ -124,7 +124,7 @@ async fn tcp_peer_that_never_reads_makes_try_send_fail_instead_of_growing_memory
                 accepted += chunk.len();
                 full_in_a_row = 0;
             }
-            Err(TrySendError::Full { message, .. }) => {
+            Err(LinkTrySendError::Full { message, .. }) => {
                 assert_eq!(message.len(), chunk.len(), "handed back");
                 full_in_a_row += 1;
                 tokio::task::yield_now().await;

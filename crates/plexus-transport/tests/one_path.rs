@@ -11,7 +11,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use plexus_net::{
     Frame, Interface, Layer, LayerConstructor, LayerFactory, LayerOptions, LayerRegistry,
-    LinkContext, OptionError, Output, ReceiveError, SendError, StackSpec,
+    LinkContext, OptionError, Output, ReceiveError, StackSendError, StackSpec,
 };
 use plexus_transport::udp::UdpEndpoint;
 use plexus_transport::{tcp, Link};
@@ -30,7 +30,12 @@ impl Layer for Tap {
         "tap"
     }
 
-    fn handle_send(&mut self, _: Instant, f: Frame, out: &mut Output) -> Result<(), SendError> {
+    fn handle_send(
+        &mut self,
+        _: Instant,
+        f: Frame,
+        out: &mut Output,
+    ) -> Result<(), StackSendError> {
         self.0.sent.fetch_add(1, Ordering::Relaxed);
         out.push_down(f);
         Ok(())

@@ -51,7 +51,7 @@ use std::time::Instant;
 
 use bytes::{BufMut, BytesMut};
 
-use crate::error::{ReceiveError, SendError};
+use crate::error::{ReceiveError, StackSendError};
 use crate::frame::Frame;
 use crate::layer::{Interface, Layer, LinkContext, Output};
 use crate::options::{LayerOptions, OptionError};
@@ -347,7 +347,7 @@ impl Layer for Batching {
         _now: Instant,
         frame: Frame,
         out: &mut Output,
-    ) -> Result<(), SendError> {
+    ) -> Result<(), StackSendError> {
         let len = frame.len();
         if !batchable(len, self.limit) {
             // Order: what is open leaves first.

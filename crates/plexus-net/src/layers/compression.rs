@@ -18,7 +18,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
-use crate::error::{ReceiveError, SendError};
+use crate::error::{ReceiveError, StackSendError};
 use crate::frame::Frame;
 use crate::layer::{Interface, Layer, LinkContext, Output};
 use crate::options::{LayerOptions, OptionError};
@@ -155,7 +155,7 @@ impl Layer for Compression {
         _now: Instant,
         mut frame: Frame,
         out: &mut Output,
-    ) -> Result<(), SendError> {
+    ) -> Result<(), StackSendError> {
         if frame.len() >= self.config.threshold {
             let plain = frame.to_bytes();
             let packed = lz4_flex::block::compress(&plain);

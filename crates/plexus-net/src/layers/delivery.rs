@@ -50,7 +50,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use crate::error::{LinkError, ReceiveError, SendError};
+use crate::error::{LinkError, ReceiveError, StackSendError};
 use crate::frame::Frame;
 use crate::layer::{earliest, Interface, Layer, LinkContext, LinkEvent, Output};
 use crate::options::{LayerOptions, OptionError};
@@ -625,7 +625,7 @@ impl Layer for Delivery {
         now: Instant,
         frame: Frame,
         out: &mut Output,
-    ) -> Result<(), SendError> {
+    ) -> Result<(), StackSendError> {
         // `can_send` is the bound, checked by the stack before it takes a
         // message. A frame that reaches this point anyway comes from a layer
         // above that pushes down on its own: one that held it back to
@@ -634,7 +634,7 @@ impl Layer for Delivery {
         // placed above). Refusing it now would lose it, so it is taken
         // beyond the bound, which that layer's own pace limits.
         if self.failed {
-            return Err(SendError::WouldBlock(frame));
+            return Err(StackSendError::WouldBlock(frame));
         }
         self.buffered += frame.len();
         if self.queued.is_empty() && self.window_has_room(frame.len()) {

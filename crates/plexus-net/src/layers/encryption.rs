@@ -94,7 +94,7 @@ use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, CHACHA20_POLY1305};
 use snow::resolvers::{CryptoResolver, DefaultResolver};
 use snow::types::{Cipher, Dh, Hash, Random};
 
-use crate::error::{LinkError, ReceiveError, SendError};
+use crate::error::{LinkError, ReceiveError, StackSendError};
 use crate::frame::Frame;
 use crate::layer::{Interface, Layer, LinkContext, Output};
 use crate::options::{LayerOptions, OptionError};
@@ -776,7 +776,7 @@ impl Layer for Encryption {
         now: Instant,
         frame: Frame,
         out: &mut Output,
-    ) -> Result<(), SendError> {
+    ) -> Result<(), StackSendError> {
         match &mut self.state {
             State::Established(session) => {
                 let exhausted = session.seal(frame, out);
@@ -786,10 +786,10 @@ impl Layer for Encryption {
                 }
                 Ok(())
             }
-            State::Closed => Err(SendError::Closed(frame)),
+            State::Closed => Err(StackSendError::Closed(frame)),
             State::Idle | State::Initiating { .. } => {
                 if !self.can_send() {
-                    return Err(SendError::WouldBlock(frame));
+                    return Err(StackSendError::WouldBlock(frame));
                 }
                 self.pending_len += frame.len();
                 self.pending.push_back(frame);

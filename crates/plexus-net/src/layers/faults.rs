@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use crate::error::{ReceiveError, SendError};
+use crate::error::{ReceiveError, StackSendError};
 use crate::frame::Frame;
 use crate::layer::{Interface, Layer, LinkContext, Output};
 use crate::options::{LayerOptions, OptionError};
@@ -226,7 +226,7 @@ impl Layer for Faults {
         now: Instant,
         frame: Frame,
         out: &mut Output,
-    ) -> Result<(), SendError> {
+    ) -> Result<(), StackSendError> {
         self.pass(now, false, frame, out);
         Ok(())
     }

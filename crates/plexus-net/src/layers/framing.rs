@@ -21,7 +21,7 @@ use std::time::Instant;
 
 use bytes::{Buf, Bytes, BytesMut};
 
-use crate::error::{ReceiveError, SendError};
+use crate::error::{ReceiveError, StackSendError};
 use crate::frame::Frame;
 use crate::layer::{DataUnit, Interface, Layer, LinkContext, Output};
 use crate::options::{LayerOptions, OptionError};
@@ -213,11 +213,11 @@ impl Layer for Framing {
         _now: Instant,
         frame: Frame,
         out: &mut Output,
-    ) -> Result<(), SendError> {
+    ) -> Result<(), StackSendError> {
         let max = self.config.max_frame_len;
         let len = frame.len();
         if len > max {
-            return Err(SendError::TooLarge { frame, max });
+            return Err(StackSendError::TooLarge { frame, max });
         }
         // Fits u32: max_frame_len is capped at u32::MAX when configured.
         let header = FrameHeader { len: len as u32 };
@@ -362,7 +362,7 @@ mod tests {
                 &mut Output::new(),
             )
             .unwrap_err();
-        assert!(matches!(err, SendError::TooLarge { max: 2, .. }));
+        assert!(matches!(err, StackSendError::TooLarge { max: 2, .. }));
         assert_eq!(err.into_frame().len(), 3);
     }
 

@@ -28,7 +28,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::error::{ReceiveError, SendError};
+use crate::error::{ReceiveError, StackSendError};
 use crate::frame::Frame;
 use crate::layer::{earliest, Interface, Layer, LinkContext, LinkEvent, Output};
 use crate::options::{LayerOptions, OptionError};
@@ -285,7 +285,7 @@ impl Layer for Heartbeat {
         now: Instant,
         mut frame: Frame,
         out: &mut Output,
-    ) -> Result<(), SendError> {
+    ) -> Result<(), StackSendError> {
         frame.push_header(&[DATA]);
         self.last_sent = now;
         out.push_down(frame);

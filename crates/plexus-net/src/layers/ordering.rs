@@ -26,7 +26,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::error::{LinkError, ReceiveError, SendError};
+use crate::error::{LinkError, ReceiveError, StackSendError};
 use crate::frame::Frame;
 use crate::layer::{Interface, Layer, LinkContext, LinkEvent, Output};
 use crate::options::{LayerOptions, OptionError};
@@ -311,7 +311,7 @@ impl Layer for Ordering {
         _now: Instant,
         mut frame: Frame,
         out: &mut Output,
-    ) -> Result<(), SendError> {
+    ) -> Result<(), StackSendError> {
         frame.push_header(&OrderingHeader { seq: self.send_seq }.emit());
         self.send_seq += 1;
         out.push_down(frame);

@@ -43,7 +43,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
-use crate::error::{ReceiveError, SendError};
+use crate::error::{ReceiveError, StackSendError};
 use crate::frame::Frame;
 use crate::layer::{Interface, Layer, LinkContext, Output};
 use crate::options::{LayerOptions, OptionError};
@@ -548,10 +548,10 @@ impl Layer for Slicing {
         _now: Instant,
         frame: Frame,
         out: &mut Output,
-    ) -> Result<(), SendError> {
+    ) -> Result<(), StackSendError> {
         let max = self.config.max_message;
         if frame.len() > max {
-            return Err(SendError::TooLarge { frame, max });
+            return Err(StackSendError::TooLarge { frame, max });
         }
         let id = self.next_id;
         self.next_id = self.next_id.wrapping_add(1);

@@ -16,7 +16,7 @@ pub(super) async fn handshake_on(
         hs = hs.certified_peer(NodeId::from_u64(identity.node_id));
     }
     let closed = |e: plexus_transport::LinkClosed| LinkError::Closed(e.to_string());
-    let send_err = |e: plexus_transport::SendError| LinkError::Closed(e.to_string());
+    let send_err = |e: plexus_transport::LinkSendError| LinkError::Closed(e.to_string());
     link.send(hs.hello().encode()).await.map_err(send_err)?;
     loop {
         let bytes = link.recv_message().await.map_err(closed)?;

@@ -11,7 +11,7 @@ use plexus_net::Frame;
 use tokio::sync::TryAcquireError;
 
 use super::{lock, Lane, Shared};
-use crate::error::{SendError, TrySendError, UnreliableError};
+use crate::error::{LinkSendError, LinkTrySendError, UnreliableError};
 use crate::stats::LinkStats;
 
 /// The sending half of a link. Cheap to clone; the link closes (after
@@ -41,9 +41,9 @@ impl LinkSender {
         *lock(&self.shared.stats)
     }
 
-    fn check_len(&self, message: Bytes) -> Result<Bytes, SendError> {
+    fn check_len(&self, message: Bytes) -> Result<Bytes, LinkSendError> {
         match self.shared.max_message_len {
-            Some(max) if message.len() > max => Err(SendError::TooLarge {
+            Some(max) if message.len() > max => Err(LinkSendError::TooLarge {
                 peer: self.shared.peer.clone(),
                 message,
                 max,
@@ -69,7 +69,7 @@ impl LinkSender {
     /// # Errors
     ///
     /// As [`try_send`](LinkSender::try_send), handing back a copy.
-    pub fn try_send_copy(&self, message: &[u8]) -> Result<(), TrySendError> {
+    pub fn try_send_copy(&self, message: &[u8]) -> Result<(), LinkTrySendError> {
         self.try_send_copy_on(Lane::ZERO, message)
     }
 
@@ -81,10 +81,10 @@ impl LinkSender {
     /// # Errors
     ///
     /// As [`try_send`](LinkSender::try_send), handing back a copy.
-    pub fn try_send_copy_on(&self, lane: Lane, message: &[u8]) -> Result<(), TrySendError> {
+    pub fn try_send_copy_on(&self, lane: Lane, message: &[u8]) -> Result<(), LinkTrySendError> {
         if let Some(max) = self.shared.max_message_len {
             if message.len() > max {
-                return Err(SendError::TooLarge {
+                return Err(LinkSendError::TooLarge {
                     peer: self.shared.peer.clone(),
                     message: Bytes::copy_from_slice(message),
                     max,
@@ -109,17 +109,21 @@ impl LinkSender {
 
     /// Takes `cost` permits without waiting; on failure hands back the
     /// message `make` builds.
-    fn take_permits(&self, cost: usize, make: impl FnOnce() -> Bytes) -> Result<(), TrySendError> {
+    fn take_permits(
+        &self,
+        cost: usize,
+        make: impl FnOnce() -> Bytes,
+    ) -> Result<(), LinkTrySendError> {
         match self.shared.out_space.try_acquire_many(cost as u32) {
             Ok(permit) => {
                 permit.forget();
                 Ok(())
             }
-            Err(TryAcquireError::NoPermits) => Err(TrySendError::Full {
+            Err(TryAcquireError::NoPermits) => Err(LinkTrySendError::Full {
                 peer: self.shared.peer.clone(),
                 message: make(),
             }),
-            Err(TryAcquireError::Closed) => Err(SendError::Closed {
+            Err(TryAcquireError::Closed) => Err(LinkSendError::Closed {
                 message: make(),
                 closed: self.shared.closed(),
             }
@@ -138,7 +142,7 @@ impl LinkSender {
     ///
     /// Cancel safe: if the future is dropped before completing, the message
     /// was not queued.
-    pub async fn send(&self, message: Bytes) -> Result<(), SendError> {
+    pub async fn send(&self, message: Bytes) -> Result<(), LinkSendError> {
         self.send_on(Lane::ZERO, message).await
     }
 
@@ -147,7 +151,7 @@ impl LinkSender {
     ///
     /// # Errors
     ///
-    /// [`SendError::TooLarge`] or [`SendError::Closed`], handing the message
+    /// [`LinkSendError::TooLarge`] or [`LinkSendError::Closed`], handing the message
     /// back. Success means the message was queued, not that it arrived.
     ///
     /// # Backpressure
@@ -161,7 +165,7 @@ impl LinkSender {
     ///
     /// Cancel safe: if the future is dropped before completing, the message
     /// was not queued.
-    pub async fn send_on(&self, lane: Lane, message: Bytes) -> Result<(), SendError> {
+    pub async fn send_on(&self, lane: Lane, message: Bytes) -> Result<(), LinkSendError> {
         let message = self.check_len(message)?;
         let cost = self.shared.cost(message.len());
         // Fast path without the future machinery: room is usually there.
@@ -175,11 +179,16 @@ impl LinkSender {
         Box::pin(self.send_waiting(lane, message, cost)).await
     }
 
-    async fn send_waiting(&self, lane: Lane, message: Bytes, cost: usize) -> Result<(), SendError> {
+    async fn send_waiting(
+        &self,
+        lane: Lane,
+        message: Bytes,
+        cost: usize,
+    ) -> Result<(), LinkSendError> {
         match self.shared.out_space.acquire_many(cost as u32).await {
             Ok(permit) => permit.forget(),
             Err(_) => {
-                return Err(SendError::Closed {
+                return Err(LinkSendError::Closed {
                     message,
                     closed: self.shared.closed(),
                 })
@@ -195,7 +204,7 @@ impl LinkSender {
     /// # Errors
     ///
     /// As [`try_send_on`](LinkSender::try_send_on).
-    pub fn try_send(&self, message: Bytes) -> Result<(), TrySendError> {
+    pub fn try_send(&self, message: Bytes) -> Result<(), LinkTrySendError> {
         self.try_send_on(Lane::ZERO, message)
     }
 
@@ -204,9 +213,9 @@ impl LinkSender {
     ///
     /// # Errors
     ///
-    /// [`TrySendError::Full`] when the buffer is full, otherwise as
+    /// [`LinkTrySendError::Full`] when the buffer is full, otherwise as
     /// [`send`](LinkSender::send); the message is handed back.
-    pub fn try_send_on(&self, lane: Lane, message: Bytes) -> Result<(), TrySendError> {
+    pub fn try_send_on(&self, lane: Lane, message: Bytes) -> Result<(), LinkTrySendError> {
         let message = self.check_len(message)?;
         let cost = self.shared.cost(message.len());
         // The closure runs only on failure: the clone is a refcount bump.

@@ -177,7 +177,7 @@ pub struct QuicConfig {
     /// Buffers of every link ([`LinkConfig`]). Default as `LinkConfig`.
     pub link: LinkConfig,
     /// Largest message on a lane, in bytes; enforced when sending
-    /// ([`SendError::TooLarge`](crate::SendError::TooLarge)) and when
+    /// ([`LinkSendError::TooLarge`](crate::LinkSendError::TooLarge)) and when
     /// receiving (the connection is closed). Default 16 MiB.
     pub max_message_len: usize,
     /// Bytes a peer may send ahead on one stream (lane) before we read

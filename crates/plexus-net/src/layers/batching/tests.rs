@@ -237,7 +237,7 @@ fn a_batch_flushed_into_a_full_delivery_window_is_kept_not_dropped() {
     for i in 0..300 {
         let m = msg(i, 20);
         while let Err(e) = sim.a.stack.handle_send(sim.now, m.clone()) {
-            assert!(matches!(e, SendError::WouldBlock(_)), "{e}");
+            assert!(matches!(e, StackSendError::WouldBlock(_)), "{e}");
             blocked += 1;
             sim.pump();
             assert!(sim.step(), "stalled");

@@ -268,7 +268,7 @@ fn full_window_pushes_back_and_reopens_on_ack() {
         }
     };
     assert_eq!(accepted, 4, "2 in flight + 2 queued");
-    assert!(matches!(refused, SendError::WouldBlock(_)));
+    assert!(matches!(refused, StackSendError::WouldBlock(_)));
     assert_eq!(refused.into_frame().len(), 1, "the message is handed back");
     sim.run_for(ms(50));
     assert!(sim.a.events.contains(&LinkEvent::SendReady));

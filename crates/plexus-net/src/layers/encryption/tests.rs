@@ -233,7 +233,7 @@ fn wrong_psk_is_rejected_by_the_responder_and_times_out_the_initiator() {
     let mut out = Output::new();
     assert!(matches!(
         a.handle_send(now, Frame::new(), &mut out),
-        Err(SendError::Closed(_))
+        Err(StackSendError::Closed(_))
     ));
 }
 
@@ -362,7 +362,7 @@ fn pending_queue_is_bounded_and_pushes_back_with_would_block() {
     }
     assert!(!a.can_send());
     let refused = a.handle_send(now, Frame::from_payload(Bytes::from_static(b"r")), &mut out);
-    assert!(matches!(refused, Err(SendError::WouldBlock(f)) if f.len() == 1));
+    assert!(matches!(refused, Err(StackSendError::WouldBlock(f)) if f.len() == 1));
     assert_eq!(a.pending(), 3);
 }
 

@@ -219,7 +219,7 @@ fn message_over_max_is_refused_on_send() {
             &mut Output::new(),
         )
         .unwrap_err();
-    assert!(matches!(err, SendError::TooLarge { max: 1_000, .. }));
+    assert!(matches!(err, StackSendError::TooLarge { max: 1_000, .. }));
 }
 
 #[test]
