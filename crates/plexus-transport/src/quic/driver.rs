@@ -529,6 +529,9 @@ impl Handoff {
         let Some(shared) = self.shared.get().and_then(Weak::upgrade) else {
             return false;
         };
+        // The queue's lock first, then the window's: the driver takes them
+        // in that order too.
+        let mut out = lock(&shared.out);
         let mut state = lock(&self.state);
         if !std::mem::take(&mut state.window) {
             return false;
@@ -536,12 +539,11 @@ impl Handoff {
         let Some(writers) = &state.writers else {
             return false;
         };
-        let mut out = lock(&shared.out);
         if out.close_requested || !out.queue.iter().all(|(lane, _)| writers.has(*lane)) {
             // A lane to open, or the close to run: the driver's work.
             return false;
         }
-        for (lane, message) in out.queue.drain(..) {
+        while let Some((lane, message)) = out.queue.pop_front() {
             let permits = shared.cost(message.len());
             let mut encoded = BytesMut::with_capacity(lane_wire::LEN + message.len().min(COPY_MAX));
             let mut chunks = Vec::with_capacity(2);
@@ -550,8 +552,10 @@ impl Handoff {
                 chunks.push(encoded.freeze());
             }
             if writers.send(lane, LaneWire { chunks, permits }).is_err() {
-                // Its writer ended: the connection failed, and the
-                // driver finds out and closes the link.
+                // Its writer ended: the connection failed. The driver
+                // finds out and closes the link, counting what is still
+                // queued as unsent; this one is lost with the connection.
+                tracing::debug!(peer = %shared.peer, "quic lane writer gone; message dropped");
                 return false;
             }
         }
