@@ -47,6 +47,26 @@ async fn next_frame(link: &mut Link) -> Frame {
     Frame::decode(bytes).unwrap()
 }
 
+/// Sends `payload` to actor `to` as a message of `type_id` asking for
+/// receipt `id`, and returns the receipt's status.
+async fn receipt(link: &mut Link, to: u64, type_id: u64, id: u64, payload: Bytes) -> ReceiptStatus {
+    link.send(
+        Frame::Message {
+            to,
+            type_id,
+            receipt: id,
+            payload,
+        }
+        .encode(),
+    )
+    .await
+    .unwrap();
+    match next_frame(link).await {
+        Frame::Receipt { id: got, status } if got == id => status,
+        other => panic!("expected receipt {id}, got {other:?}"),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_misbehaving_peer_gets_typed_answers_and_only_its_link_closes() {
     let system = ActorSystem::new();
@@ -84,43 +104,22 @@ async fn a_misbehaving_peer_gets_typed_answers_and_only_its_link_closes() {
     let dead_before = system.dead_letters().count();
 
     // An unknown message type id: a receipt error and a dead letter.
-    bad.send(
-        Frame::Message {
-            to: serial,
-            type_id: 0xdead_beef,
-            receipt: 7,
-            payload: Bytes::from_static(b"x"),
-        }
-        .encode(),
-    )
-    .await
-    .unwrap();
     assert_eq!(
-        next_frame(&mut bad).await,
-        Frame::Receipt {
-            id: 7,
-            status: ReceiptStatus::NoSuchActor
-        }
+        receipt(&mut bad, serial, 0xdead_beef, 7, Bytes::from_static(b"x")).await,
+        ReceiptStatus::NoSuchActor
     );
 
     // The right type id, a payload that does not decode as it.
-    bad.send(
-        Frame::Message {
-            to: serial,
-            type_id: Counter::TYPE_ID,
-            receipt: 8,
-            payload: Bytes::from_static(&[0xff, 0xff, 0xff]),
-        }
-        .encode(),
-    )
-    .await
-    .unwrap();
     assert_eq!(
-        next_frame(&mut bad).await,
-        Frame::Receipt {
-            id: 8,
-            status: ReceiptStatus::Undecodable
-        }
+        receipt(
+            &mut bad,
+            serial,
+            Counter::TYPE_ID,
+            8,
+            Bytes::from_static(&[0xff, 0xff, 0xff])
+        )
+        .await,
+        ReceiptStatus::Undecodable
     );
     assert_eq!(system.dead_letters().count(), dead_before + 2);
 
@@ -160,23 +159,16 @@ async fn a_misbehaving_peer_gets_typed_answers_and_only_its_link_closes() {
     assert_eq!(system.dead_letters().count(), dead_before + 3);
     // A receipted message behind the run: its receipt says the run before
     // it is in the mailbox, ahead of the ask below.
-    bad.send(
-        Frame::Message {
-            to: serial,
-            type_id: Counter::TYPE_ID,
-            receipt: 9,
-            payload: plexus_core::remote::encode(&Counter::Add(0)).unwrap(),
-        }
-        .encode(),
-    )
-    .await
-    .unwrap();
     assert_eq!(
-        next_frame(&mut bad).await,
-        Frame::Receipt {
-            id: 9,
-            status: ReceiptStatus::Delivered
-        }
+        receipt(
+            &mut bad,
+            serial,
+            Counter::TYPE_ID,
+            9,
+            plexus_core::remote::encode(&Counter::Add(0)).unwrap()
+        )
+        .await,
+        ReceiptStatus::Delivered
     );
     assert_eq!(good.ask(Counter::Get, T).await, Ok(61));
 
