@@ -159,15 +159,16 @@ impl Conn {
     pub(crate) fn deliver(&mut self) -> bool {
         let mut staged = std::mem::take(&mut self.staged);
         let messages = self.collect(&mut staged);
-        self.hand_over(&mut staged);
+        let handed = hand_over(&self.shared, &mut staged);
+        self.on_handed(handed);
         self.staged = staged;
         messages
     }
 
     /// What the stack has for the application (messages, events), moved
     /// to `staged`; returns whether there were messages. With
-    /// [`hand_over`](Conn::hand_over), [`deliver`](Conn::deliver) in two
-    /// steps, for a driver that hands over without holding its link's
+    /// [`hand_over`] and [`on_handed`](Conn::on_handed),
+    /// [`deliver`](Conn::deliver) in steps, for a driver that hands over without holding its link's
     /// lock (the receiver's driver-side handler may send on the link).
     pub(crate) fn collect(&mut self, staged: &mut VecDeque<Received>) -> bool {
         let dropped = self.stack.stats().dropped;
@@ -189,18 +190,7 @@ impl Conn {
         messages
     }
 
-    /// Hands `staged` (see [`collect`](Conn::collect)) to the application
-    /// (one lock).
-    pub(crate) fn hand_over(&mut self, staged: &mut VecDeque<Received>) {
-        let handed = self.shared.hand_over(staged, true);
-        if staged.is_empty() {
-            // Taken one item at a time (by the handler): back to its first slot.
-            staged.clear();
-        }
-        self.on_handed(handed);
-    }
-
-    /// Records what [`Shared::hand_over`] reported.
+    /// Records what [`hand_over`] reported.
     pub(crate) fn on_handed(&mut self, handed: Option<crate::link::HandedOver>) {
         match handed {
             Some(handed) => {
@@ -253,6 +243,21 @@ impl Conn {
         tracing::debug!(peer = %self.shared.peer, %reason, "link closed");
         self.shared.close(reason);
     }
+}
+
+/// Hands `staged` (see [`Conn::collect`]) to the application (one lock),
+/// for [`Conn::on_handed`]. Needs no hold of the link's `Conn`, so a
+/// driver may call it with its lock released.
+pub(crate) fn hand_over(
+    shared: &Shared,
+    staged: &mut VecDeque<Received>,
+) -> Option<crate::link::HandedOver> {
+    let handed = shared.hand_over(staged, true);
+    if staged.is_empty() {
+        // Taken one item at a time (by the handler): back to its first slot.
+        staged.clear();
+    }
+    handed
 }
 
 #[cfg(test)]

@@ -35,7 +35,7 @@ use plexus_net::{Frame, Stack};
 use tokio::net::{TcpStream, UnixStream};
 use tokio::sync::Notify;
 
-use crate::conn::{now, Conn, SendState};
+use crate::conn::{self, now, Conn, SendState};
 use crate::error::CloseReason;
 use crate::link::{lock, Extras, Link, LinkConfig, Received, Shared};
 
@@ -254,11 +254,7 @@ async fn run<S: StreamSocket>(link: &StreamLink<S>, notify: &Notify) -> CloseRea
             core.conn.collect(&mut staged);
         }
         if !staged.is_empty() {
-            let handed = shared.hand_over(&mut staged, true);
-            if staged.is_empty() {
-                // Taken one item at a time (by the handler): back to its first slot.
-                staged.clear();
-            }
+            let handed = conn::hand_over(&shared, &mut staged);
             lock(&link.core).conn.on_handed(handed);
         }
         let (more, done, can_read, inbound_ended, receiver_alive, must_write, stack_deadline) = {
