@@ -50,5 +50,5 @@ pub use frame::Frame;
 pub use layer::{DataUnit, Interface, Layer, LinkContext, LinkEvent, Output};
 pub use options::{LayerOption, LayerOptions, OptionError};
 pub use registry::{ConfigConstructor, LayerConfig, LayerConstructor, LayerFactory, LayerRegistry};
-pub use spec::{SpecError, StackSpec, TransportKind};
+pub use spec::{SpecError, StackSpec, TransportProfile};
 pub use stack::{Stack, StackStats};

@@ -124,7 +124,7 @@ impl Pair {
             now: start,
             link,
             rng: SmallRng::seed_from_u64(seed),
-            stream: spec.transport().unit() == DataUnit::ByteStream,
+            stream: spec.needs() == DataUnit::ByteStream,
             in_flight: Vec::new(),
             order: 0,
             stream_floor: [start; 2],

@@ -6,15 +6,19 @@
 //!
 //! ```text
 //! spec      := transport { "/" layer }        layers listed bottom to top
-//! transport := "tcp" | "uds" | "tls"          byte streams
-//!            | "udp" | "mem" | "quic"         messages (datagrams)
+//! transport := name                           a registered transport (tcp,
+//!                                             tls, uds: byte streams; udp,
+//!                                             mem, quic: messages; or yours)
 //! layer     := name [ "(" options ")" ]       see crate::options for options
 //! ```
 //!
 //! A spec is valid when every layer's needs match what the one below offers
 //! and the top offers messages: stream transports need `framing` (or another
 //! stream-to-message layer) first; message layers such as `slicing` cannot sit
-//! directly on a byte stream, and `framing` cannot sit on datagrams.
+//! directly on a byte stream, and `framing` cannot sit on datagrams. This
+//! crate knows no transport: parsing checks the layers against each other,
+//! and [`StackSpec::fit`] checks the first one against the transport's
+//! [`TransportProfile`] when a transport takes the spec.
 
 use std::fmt;
 use std::str::FromStr;
@@ -26,67 +30,34 @@ use crate::options::{LayerOptions, OptionError};
 use crate::registry::{LayerFactory, LayerRegistry};
 use crate::stack::Stack;
 
-/// The transport a stack sits on.
+/// What a stack needs to know of the transport under it: the unit it
+/// carries and, for datagrams, the largest one. A transport (in
+/// `plexus-transport`, or a user's own) gives its profile; a
+/// [`StackSpec`] is checked against it with [`StackSpec::fit`] before it
+/// builds stacks for that transport.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum TransportKind {
-    /// TCP: byte stream.
-    Tcp,
-    /// Unix domain stream socket: byte stream.
-    Uds,
-    /// TLS over TCP: byte stream.
-    Tls,
-    /// UDP: unreliable datagrams of at most 65 507 bytes.
-    Udp,
-    /// In-memory datagrams (tests, link emulator): messages of any size.
-    Mem,
-    /// QUIC: message-oriented.
-    Quic,
-}
-
-impl TransportKind {
-    /// Every transport kind.
-    pub const ALL: [TransportKind; 6] = [
-        TransportKind::Tcp,
-        TransportKind::Uds,
-        TransportKind::Tls,
-        TransportKind::Udp,
-        TransportKind::Mem,
-        TransportKind::Quic,
-    ];
-
-    /// The spec name.
-    pub fn name(self) -> &'static str {
-        match self {
-            TransportKind::Tcp => "tcp",
-            TransportKind::Uds => "uds",
-            TransportKind::Tls => "tls",
-            TransportKind::Udp => "udp",
-            TransportKind::Mem => "mem",
-            TransportKind::Quic => "quic",
-        }
-    }
-
+pub struct TransportProfile {
     /// What the transport offers the first layer.
-    pub fn unit(self) -> DataUnit {
-        match self {
-            TransportKind::Tcp | TransportKind::Uds | TransportKind::Tls => DataUnit::ByteStream,
-            TransportKind::Udp | TransportKind::Mem | TransportKind::Quic => DataUnit::Message,
-        }
-    }
-
+    pub unit: DataUnit,
     /// The largest datagram the transport carries, if bounded.
-    pub fn max_datagram(self) -> Option<usize> {
-        match self {
-            TransportKind::Udp => Some(65_507),
-            _ => None,
-        }
-    }
+    pub max_datagram: Option<usize>,
 }
 
-impl fmt::Display for TransportKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
+impl TransportProfile {
+    /// A byte stream (TCP, TLS, a Unix stream socket, a pipe).
+    pub const fn byte_stream() -> Self {
+        Self {
+            unit: DataUnit::ByteStream,
+            max_datagram: None,
+        }
+    }
+
+    /// Datagrams of at most `max` bytes (`None`: unbounded).
+    pub const fn datagrams(max: Option<usize>) -> Self {
+        Self {
+            unit: DataUnit::Message,
+            max_datagram: max,
+        }
     }
 }
 
@@ -105,11 +76,13 @@ pub enum SpecError {
         /// What was wrong.
         reason: &'static str,
     },
-    /// The first token is not a transport kind.
-    #[error("unknown transport `{name}` (expected tcp, uds, tls, udp, mem or quic)")]
+    /// No transport is registered under the spec's first word.
+    #[error("unknown transport `{name}` (registered: {registered})")]
     UnknownTransport {
         /// The name as written.
         name: String,
+        /// The registered transports' names, comma-separated.
+        registered: String,
     },
     /// No layer of this name is registered.
     #[error("unknown layer `{name}`")]
@@ -138,6 +111,16 @@ pub enum SpecError {
         /// What that offers.
         offers: DataUnit,
     },
+    /// The spec is for another transport than the one it is used with.
+    #[error("the stack spec `{spec}` is for transport `{transport}`, not `{used_with}`")]
+    WrongTransport {
+        /// The spec.
+        spec: String,
+        /// Its first word.
+        transport: String,
+        /// The transport it was used with.
+        used_with: String,
+    },
     /// The top of the stack is a byte stream; the application needs messages.
     #[error("the top of the stack (`{top}`) offers a byte stream; add `framing`")]
     TopNotMessage {
@@ -150,6 +133,8 @@ pub enum SpecError {
 pub(crate) struct LayerSpec {
     pub(crate) name: String,
     pub(crate) options: LayerOptions,
+    /// What the layer needs below.
+    pub(crate) needs: DataUnit,
     pub(crate) factory: LayerFactory,
 }
 
@@ -164,9 +149,17 @@ impl fmt::Debug for LayerSpec {
 
 /// A parsed and validated stack description. Cheap to clone; builds any
 /// number of independent [`Stack`] instances (one per peer link).
+///
+/// Parsing checks the layers against each other; the first word names the
+/// transport, which this crate does not know: [`fit`](Self::fit) checks the
+/// spec against the transport's [`TransportProfile`] (the first layer
+/// needs what the transport offers; a spec without layers needs a message
+/// transport), as every transport does before it builds a stack.
 #[derive(Debug, Clone)]
 pub struct StackSpec {
-    transport: TransportKind,
+    transport: Arc<str>,
+    /// Set by [`fit`](Self::fit).
+    profile: Option<TransportProfile>,
     layers: Arc<[LayerSpec]>,
 }
 
@@ -183,20 +176,15 @@ impl StackSpec {
         let mut tokens = split_tokens(text)?.into_iter();
         // split_tokens returns at least one token for a non-empty text.
         let (pos, first) = tokens.next().ok_or(SpecError::Empty)?;
-        let (tname, topts) = parse_token(pos, first)?;
-        let transport = TransportKind::ALL
-            .into_iter()
-            .find(|t| t.name() == tname)
-            .ok_or_else(|| SpecError::UnknownTransport {
-                name: tname.to_owned(),
-            })?;
+        let (transport, topts) = parse_token(pos, first)?;
         if !topts.is_empty() {
             return Err(SpecError::Syntax {
                 position: pos,
                 reason: "transports take no options",
             });
         }
-        let mut below = (transport.name().to_owned(), transport.unit());
+        // What the layer below offers; the transport's is known at `fit`.
+        let mut below: Option<(String, DataUnit)> = None;
         let mut layers = Vec::new();
         for (pos, token) in tokens {
             let (name, options) = parse_token(pos, token)?;
@@ -204,13 +192,15 @@ impl StackSpec {
                 name: name.to_owned(),
             })?;
             let Interface { needs, offers } = constructor.interface();
-            if needs != below.1 {
-                return Err(SpecError::Mismatch {
-                    layer: name.to_owned(),
-                    needs,
-                    below: below.0,
-                    offers: below.1,
-                });
+            if let Some((below, offered)) = below.take() {
+                if needs != offered {
+                    return Err(SpecError::Mismatch {
+                        layer: name.to_owned(),
+                        needs,
+                        below,
+                        offers: offered,
+                    });
+                }
             }
             let factory = constructor
                 .configure(&options)
@@ -221,22 +211,74 @@ impl StackSpec {
             layers.push(LayerSpec {
                 name: name.to_owned(),
                 options,
+                needs,
                 factory,
             });
-            below = (name.to_owned(), offers);
+            below = Some((name.to_owned(), offers));
         }
-        if below.1 != DataUnit::Message {
-            return Err(SpecError::TopNotMessage { top: below.0 });
+        if let Some((top, DataUnit::ByteStream)) = below {
+            return Err(SpecError::TopNotMessage { top });
         }
         Ok(Self {
-            transport,
+            transport: transport.into(),
+            profile: None,
             layers: layers.into(),
         })
     }
 
-    /// The transport kind.
-    pub fn transport(&self) -> TransportKind {
-        self.transport
+    /// The transport's name: the spec's first word.
+    pub fn transport(&self) -> &str {
+        &self.transport
+    }
+
+    /// What the first layer needs of the transport (`None` without layers:
+    /// the transport must offer messages itself).
+    pub fn needs(&self) -> DataUnit {
+        self.layers.first().map_or(DataUnit::Message, |l| l.needs)
+    }
+
+    /// This spec checked against `transport` (named `name`, with `profile`):
+    /// the copy builds stacks that know the transport's datagram limit.
+    ///
+    /// # Errors
+    ///
+    /// [`SpecError::WrongTransport`] if the spec names another transport;
+    /// [`SpecError::Mismatch`] if the first layer needs another unit than
+    /// the transport offers; [`SpecError::TopNotMessage`] for a byte-stream
+    /// transport without layers.
+    pub fn fit(&self, name: &str, profile: TransportProfile) -> Result<Self, SpecError> {
+        if *self.transport != *name {
+            return Err(SpecError::WrongTransport {
+                spec: self.to_string(),
+                transport: self.transport.to_string(),
+                used_with: name.to_owned(),
+            });
+        }
+        match self.layers.first() {
+            Some(first) if first.needs != profile.unit => {
+                return Err(SpecError::Mismatch {
+                    layer: first.name.clone(),
+                    needs: first.needs,
+                    below: name.to_owned(),
+                    offers: profile.unit,
+                })
+            }
+            None if profile.unit != DataUnit::Message => {
+                return Err(SpecError::TopNotMessage {
+                    top: name.to_owned(),
+                })
+            }
+            _ => {}
+        }
+        Ok(Self {
+            profile: Some(profile),
+            ..self.clone()
+        })
+    }
+
+    /// The profile the spec was [`fit`](Self::fit) to, if any.
+    pub fn profile(&self) -> Option<TransportProfile> {
+        self.profile
     }
 
     /// Layer names, bottom to top.
@@ -252,13 +294,13 @@ impl StackSpec {
     /// Builds a stack instance for the link described by `link`.
     pub fn build_link(&self, link: LinkContext) -> Stack {
         let layers = self.layers.iter().map(|l| (l.factory)(&link)).collect();
-        Stack::new(self.transport, layers)
+        Stack::new(self.profile.and_then(|p| p.max_datagram), layers)
     }
 }
 
 impl fmt::Display for StackSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.transport.name())?;
+        f.write_str(&self.transport)?;
         for layer in self.layers.iter() {
             write!(f, " / {}", layer.name)?;
             if !layer.options.is_empty() {
@@ -397,7 +439,7 @@ mod tests {
     #[test]
     fn valid_specs_parse_bottom_to_top() {
         let spec = parse("udp / slicing / delivery / ordering").expect("valid");
-        assert_eq!(spec.transport(), TransportKind::Udp);
+        assert_eq!(spec.transport(), "udp");
         assert_eq!(
             spec.layer_names().collect::<Vec<_>>(),
             ["slicing", "delivery", "ordering"]
@@ -410,35 +452,59 @@ mod tests {
     #[test]
     fn framing_over_datagrams_is_rejected() {
         assert!(matches!(
-            parse("udp / framing"),
+            parse("udp / framing").expect("parses").fit("udp", TransportProfile::datagrams(None)),
             Err(SpecError::Mismatch { ref layer, needs: DataUnit::ByteStream, .. }) if layer == "framing"
         ));
     }
 
     #[test]
-    fn message_layer_directly_on_a_stream_is_rejected() {
+    fn message_layer_directly_on_a_stream_is_rejected_when_fit() {
+        let spec = parse("tcp / slicing").expect("the layers fit together");
         assert!(matches!(
-            parse("tcp / slicing"),
-            Err(SpecError::Mismatch { ref below, .. }) if below == "tcp"
+            spec.fit("tcp", TransportProfile::byte_stream()),
+            Err(SpecError::Mismatch { ref below, ref layer, .. }) if below == "tcp" && layer == "slicing"
         ));
+        assert!(spec.fit("tcp", TransportProfile::datagrams(None)).is_ok());
     }
 
     #[test]
-    fn stream_without_framing_is_rejected() {
+    fn stream_without_framing_is_rejected_when_fit() {
         assert_eq!(
-            parse("tcp").unwrap_err(),
+            parse("tcp")
+                .expect("no layers to check")
+                .fit("tcp", TransportProfile::byte_stream())
+                .unwrap_err(),
             SpecError::TopNotMessage { top: "tcp".into() }
         );
+        assert_eq!(
+            parse("tcp / framing / framing").unwrap_err(),
+            SpecError::Mismatch {
+                layer: "framing".into(),
+                needs: DataUnit::ByteStream,
+                below: "framing".into(),
+                offers: DataUnit::Message
+            }
+        );
+    }
+
+    #[test]
+    fn a_spec_fits_only_its_own_transport() {
+        let spec = parse("carrier-pigeon / framing").expect("any transport name parses");
+        assert_eq!(spec.transport(), "carrier-pigeon");
+        assert!(matches!(
+            spec.fit("tcp", TransportProfile::byte_stream()),
+            Err(SpecError::WrongTransport { ref transport, ref used_with, .. })
+                if transport == "carrier-pigeon" && used_with == "tcp"
+        ));
+        let fitted = parse("udp")
+            .expect("valid")
+            .fit("udp", TransportProfile::datagrams(Some(1200)))
+            .expect("fits");
+        assert_eq!(fitted.build(Instant::now()).max_message_len(), Some(1200));
     }
 
     #[test]
     fn unknown_names_are_rejected() {
-        assert_eq!(
-            parse("carrier-pigeon / framing").unwrap_err(),
-            SpecError::UnknownTransport {
-                name: "carrier-pigeon".into()
-            }
-        );
         assert_eq!(
             parse("udp / teleport").unwrap_err(),
             SpecError::UnknownLayer {

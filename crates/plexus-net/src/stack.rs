@@ -11,7 +11,6 @@ use bytes::Bytes;
 use crate::error::{LinkError, StackSendError};
 use crate::frame::Frame;
 use crate::layer::{earliest, take_front, Layer, LinkEvent, Output};
-use crate::spec::TransportKind;
 
 /// Counters of a stack instance.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -66,7 +65,6 @@ pub struct StackStats {
 /// assert_eq!(b.poll_receive().unwrap(), "hello");
 /// ```
 pub struct Stack {
-    transport: TransportKind,
     layers: Vec<Box<dyn Layer>>,
     /// `outs[i]`: what layer `i` produced, consumed in place by its
     /// neighbours (no per-hop move into another queue): `outs[i].down` waits
@@ -110,7 +108,6 @@ enum Start {
 impl fmt::Debug for Stack {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Stack")
-            .field("transport", &self.transport)
             .field("layers", &self.layer_names().collect::<Vec<_>>())
             .field("closed", &self.closed)
             .field("stats", &self.stats)
@@ -122,19 +119,17 @@ impl fmt::Debug for Stack {
 const QUEUE_CAPACITY: usize = 64;
 
 impl Stack {
-    /// A stack of `layers` (bottom first) over `transport`. Usually built
-    /// with [`StackSpec::build`](crate::StackSpec::build), which checks the
-    /// layers fit together.
-    pub fn new(transport: TransportKind, mut layers: Vec<Box<dyn Layer>>) -> Self {
+    /// A stack of `layers` (bottom first) over a transport whose datagrams
+    /// are at most `max_datagram` bytes (`None`: unbounded, or a byte
+    /// stream). Usually built with [`StackSpec::build`](crate::StackSpec::build),
+    /// which checks the layers fit together.
+    pub fn new(max_datagram: Option<usize>, mut layers: Vec<Box<dyn Layer>>) -> Self {
         let n = layers.len();
-        let max_message_len = layers
-            .iter_mut()
-            .fold(transport.max_datagram(), |below, l| {
-                l.bind_below(below);
-                l.max_frame_len(below)
-            });
+        let max_message_len = layers.iter_mut().fold(max_datagram, |below, l| {
+            l.bind_below(below);
+            l.max_frame_len(below)
+        });
         Self {
-            transport,
             flushing: layers.iter().map(|l| l.flushes()).collect(),
             limiting: (0..n).filter(|&i| layers[i].limits_sends()).collect(),
             layers,
@@ -158,11 +153,6 @@ impl Stack {
             closed: None,
             stats: StackStats::default(),
         }
-    }
-
-    /// The transport kind the stack sits on.
-    pub fn transport(&self) -> TransportKind {
-        self.transport
     }
 
     /// Layer names, bottom to top.
@@ -570,11 +560,18 @@ mod tests {
 
     #[test]
     fn largest_message_folds_limits_from_the_transport_up() {
-        assert_eq!(build("udp").max_message_len(), Some(65_507));
-        assert_eq!(build("udp / ordering").max_message_len(), Some(65_499));
+        let over_udp = |spec: &str| {
+            spec.parse::<StackSpec>()
+                .expect("valid spec")
+                .fit("udp", crate::TransportProfile::datagrams(Some(65_507)))
+                .expect("fits udp")
+                .build(Instant::now())
+        };
+        assert_eq!(over_udp("udp").max_message_len(), Some(65_507));
+        assert_eq!(over_udp("udp / ordering").max_message_len(), Some(65_499));
         assert_eq!(build("mem / ordering").max_message_len(), None);
         assert_eq!(
-            build("udp / slicing(max_message=1MiB) / ordering").max_message_len(),
+            over_udp("udp / slicing(max_message=1MiB) / ordering").max_message_len(),
             Some((1 << 20) - 8)
         );
         assert_eq!(

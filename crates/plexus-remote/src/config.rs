@@ -9,11 +9,15 @@ use plexus_net::{LayerRegistry, StackSpec};
 use plexus_transport::quic::QuicConfig;
 #[cfg(feature = "tls")]
 use plexus_transport::tls::TlsConfig;
-use plexus_transport::LinkConfig;
+use plexus_transport::{LinkConfig, TransportRegistry};
 
 /// How a node connects, authenticates and bounds its links.
 ///
-/// Schemes map URI schemes to stack specs. Built in:
+/// Schemes map URI schemes to stack specs; a spec's first word names its
+/// transport, found in the node's [`transports`](Self::transports). Every
+/// transport is also a scheme of its own name with the transport's default
+/// stack, unless [`scheme`](Self::scheme) maps the name otherwise. Built
+/// in:
 ///
 /// | scheme | stack |
 /// | --- | --- |
@@ -25,13 +29,18 @@ use plexus_transport::LinkConfig;
 /// | `mem` | `mem / ordering` |
 ///
 /// Add your own with [`scheme`](Self::scheme), e.g.
-/// `config.scheme("rudp-fast", "udp / slicing / delivery")`.
+/// `config.scheme("rudp-fast", "udp / slicing / delivery")`, and
+/// transports of your own with [`transports`](Self::transports).
 #[derive(Debug, Clone)]
 pub struct NodeConfig {
     pub(crate) cookie: String,
+    /// Schemes configured with [`scheme`](Self::scheme).
     pub(crate) schemes: HashMap<String, String>,
     /// The layers scheme specs may name.
     pub(crate) layers: LayerRegistry,
+    /// The transports scheme specs may name (besides `tls` and `quic`,
+    /// which the node adds with its certificate).
+    pub(crate) transports: TransportRegistry,
     pub(crate) connect_timeout: Duration,
     pub(crate) request_timeout: Duration,
     pub(crate) pending_messages: usize,
@@ -47,26 +56,11 @@ pub struct NodeConfig {
 
 impl Default for NodeConfig {
     fn default() -> Self {
-        let schemes = [
-            ("tcp", "tcp / framing"),
-            (
-                "udp",
-                "udp / heartbeat / slicing / delivery / ordering / batching",
-            ),
-            #[cfg(feature = "tls")]
-            ("tls", "tls / framing"),
-            #[cfg(feature = "quic")]
-            ("quic", "quic"),
-            ("uds", "uds / framing"),
-            ("mem", "mem / ordering"),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect();
         Self {
             cookie: "plexus".into(),
-            schemes,
+            schemes: HashMap::new(),
             layers: LayerRegistry::default(),
+            transports: TransportRegistry::default(),
             connect_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(5),
             pending_messages: 10_000,
@@ -214,9 +208,60 @@ impl NodeConfig {
         self
     }
 
-    pub(crate) fn spec(&self, scheme: &str) -> Option<Result<StackSpec, plexus_net::SpecError>> {
+    /// The transports scheme specs may name: the built-in ones by default
+    /// (`tcp`, `uds`, `udp`, `mem`; the node adds `tls` and `quic` with the
+    /// certificate of [`tls`](Self::tls) unless the registry has transports
+    /// of those names). Register a transport of your own in a
+    /// [`TransportRegistry`] and pass it here; its name is then a URI
+    /// scheme with its default stack, and specs may name it.
+    pub fn transports(mut self, registry: TransportRegistry) -> Self {
+        self.transports = registry;
+        self
+    }
+
+    /// The node's transports: [`transports`](Self::transports), with `tls`
+    /// and `quic` added where the features are on and the registry has
+    /// none of those names.
+    pub(crate) fn transport_registry(&self) -> TransportRegistry {
+        #[cfg_attr(not(feature = "tls"), allow(unused_mut))]
+        let mut registry = self.transports.clone();
+        #[cfg(feature = "tls")]
+        if registry.get(plexus_transport::tls::NAME).is_none() {
+            use plexus_transport::builtin::TlsTransport;
+            let tls = match &self.tls {
+                Some(tls) => TlsTransport::new(tls.clone()),
+                None => TlsTransport::without_certificate(),
+            };
+            let registered = registry.register(tls);
+            debug_assert!(registered.is_ok(), "the name is free");
+        }
+        #[cfg(feature = "quic")]
+        if registry.get(plexus_transport::quic::NAME).is_none() {
+            use plexus_transport::builtin::QuicTransport;
+            let quic = match &self.tls {
+                Some(tls) => QuicTransport::new(tls.clone(), self.quic),
+                None => QuicTransport::without_certificate(),
+            };
+            let registered = registry.register(quic);
+            debug_assert!(registered.is_ok(), "the name is free");
+        }
+        registry
+    }
+
+    /// The stack spec of `scheme` (configured, or the default stack of the
+    /// transport named `scheme`), parsed against the node's layers.
+    pub(crate) fn spec_text<'a>(
+        &'a self,
+        scheme: &str,
+        transports: &'a TransportRegistry,
+    ) -> Option<&'a str> {
         self.schemes
             .get(scheme)
-            .map(|s| StackSpec::parse(s, &self.layers))
+            .map(String::as_str)
+            .or_else(|| transports.get(scheme).map(|t| t.default_stack()))
+    }
+
+    pub(crate) fn parse_spec(&self, text: &str) -> Result<StackSpec, plexus_net::SpecError> {
+        StackSpec::parse(text, &self.layers)
     }
 }

@@ -2,6 +2,8 @@
 //! wrong, e.g. `resolve tcp://198.51.100.2:4000/pong: handshake failed:
 //! cluster cookie mismatch`.
 
+use std::sync::Arc;
+
 use plexus_core::NodeId;
 use plexus_net::SpecError;
 use plexus_transport::{BindError, ConnectError};
@@ -40,14 +42,6 @@ pub enum NodeError {
         /// The transport's error.
         source: BindError,
     },
-    /// The address is not valid for the scheme's transport.
-    #[error("listen {uri}: {why}")]
-    Address {
-        /// The URI.
-        uri: String,
-        /// What is wrong.
-        why: String,
-    },
     /// The node's TLS certificate certifies another node id than its actor
     /// system's: peers would refuse every link of this node.
     #[error(
@@ -71,9 +65,16 @@ pub enum NodeError {
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum LinkError {
-    /// The transport could not connect (with the OS error).
-    #[error("cannot connect: {0}")]
-    Connect(String),
+    /// The transport could not connect.
+    #[error(transparent)]
+    Connect(Arc<ConnectError>),
+    /// No socket to dial from could be opened (an ephemeral UDP socket,
+    /// a QUIC client endpoint).
+    #[error("cannot open a socket to dial from: {0}")]
+    Dialer(Arc<BindError>),
+    /// The scheme is neither a transport's nor configured.
+    #[error("unknown scheme {0:?}")]
+    UnknownScheme(String),
     /// The handshake failed.
     #[error("handshake failed: {0}")]
     Handshake(#[from] HandshakeError),
@@ -83,9 +84,6 @@ pub enum LinkError {
     /// The link closed.
     #[error("link closed: {0}")]
     Closed(String),
-    /// The address is not valid for the scheme's transport.
-    #[error("bad address: {0}")]
-    Address(String),
     /// The node is shutting down.
     #[error("node is shutting down")]
     ShuttingDown,
@@ -93,7 +91,7 @@ pub enum LinkError {
 
 impl From<ConnectError> for LinkError {
     fn from(e: ConnectError) -> Self {
-        Self::Connect(e.to_string())
+        Self::Connect(Arc::new(e))
     }
 }
 

@@ -32,7 +32,6 @@ pub mod handshake;
 mod node;
 mod peer;
 mod proxy;
-mod transport;
 pub mod uri;
 pub mod wire;
 

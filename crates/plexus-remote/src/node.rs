@@ -1,22 +1,21 @@
 //! The node: a process-level handle that listens on URIs, publishes local
 //! actors by name, and resolves or forges refs to actors on other nodes.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use plexus_core::remote::{self, Control, Inbound, PendingReply, RemoteMessage, Watcher};
 use plexus_core::{ActorId, ActorRef, NodeId, SystemRef};
 use plexus_net::StackSpec;
-use plexus_transport::{Lane, LinkStats};
+use plexus_transport::{AcceptError, Dialer, Lane, LinkStats, Transport};
 use rustc_hash::FxHashMap;
 use tokio::task::AbortHandle;
 
 use crate::config::NodeConfig;
-use crate::error::{NodeError, PublishError, ResolveError};
+use crate::error::{LinkError, NodeError, PublishError, ResolveError};
 use crate::peer::{self, Peer};
 use crate::proxy::RemoteActor;
-use crate::transport::{self, Endpoint};
 use crate::uri::Uri;
 use crate::wire::{Resolution, MAX_NAME};
 
@@ -58,11 +57,13 @@ pub(crate) struct NodeInner {
     pub(crate) system: SystemRef,
     pub(crate) id: NodeId,
     pub(crate) config: NodeConfig,
-    specs: HashMap<String, StackSpec>,
+    /// Every scheme's spec, fit to its transport.
+    schemes: HashMap<String, Scheme>,
     listeners: Mutex<Vec<AbortHandle>>,
     listen_uris: RwLock<Vec<String>>,
-    /// UDP and QUIC endpoints by scheme, shared by listening and dialling.
-    endpoints: Mutex<HashMap<String, Endpoint>>,
+    /// Dialers by scheme: a listener's (UDP and QUIC share one socket
+    /// between listening and dialling), or one made on first use.
+    dialers: Mutex<HashMap<String, Arc<dyn Dialer>>>,
     pub(crate) peers: Mutex<Peers>,
     exports: Mutex<Exports>,
     published: Mutex<HashMap<String, Published>>,
@@ -73,6 +74,12 @@ pub(crate) struct NodeInner {
     /// The runtime the node was started on: tasks it spawns (connects,
     /// forged resolves) run there, whichever thread asks.
     runtime: tokio::runtime::Handle,
+}
+
+/// A scheme: its stack spec and the transport that carries it.
+pub(crate) struct Scheme {
+    pub(crate) spec: StackSpec,
+    pub(crate) transport: Arc<dyn Transport>,
 }
 
 #[derive(Default)]
@@ -131,26 +138,35 @@ impl Node {
                 });
             }
         }
-        let mut specs = HashMap::new();
-        for scheme in config.schemes.keys() {
-            let spec = config
-                .spec(scheme)
-                .expect("the scheme is a key of the map")
-                .map_err(|source| NodeError::Spec {
-                    scheme: scheme.clone(),
-                    source,
-                })?;
-            specs.insert(scheme.clone(), spec);
+        let transports = config.transport_registry();
+        let names: BTreeSet<&str> = config
+            .schemes
+            .keys()
+            .map(String::as_str)
+            .chain(transports.iter().map(|t| t.name()))
+            .collect();
+        let mut schemes = HashMap::new();
+        for scheme in names {
+            let spec_error = |source| NodeError::Spec {
+                scheme: scheme.to_owned(),
+                source,
+            };
+            let text = config
+                .spec_text(scheme, &transports)
+                .expect("a configured scheme or a transport's name");
+            let spec = config.parse_spec(text).map_err(spec_error)?;
+            let (transport, spec) = transports.fit(&spec).map_err(spec_error)?;
+            schemes.insert(scheme.to_owned(), Scheme { spec, transport });
         }
         Ok(Node {
             inner: Arc::new(NodeInner {
                 id: system.node_id(),
                 system: system.clone(),
                 config,
-                specs,
+                schemes,
                 listeners: Mutex::default(),
                 listen_uris: RwLock::default(),
-                endpoints: Mutex::default(),
+                dialers: Mutex::default(),
                 peers: Mutex::default(),
                 exports: Mutex::default(),
                 published: Mutex::default(),
@@ -186,24 +202,24 @@ impl Node {
     /// [`NodeError`] naming the URI and the cause.
     pub async fn listen(&self, uri: &str) -> Result<String, NodeError> {
         let parsed = Uri::parse(uri)?;
-        let spec =
+        let scheme =
             self.inner
-                .specs
+                .schemes
                 .get(&parsed.scheme)
                 .ok_or_else(|| NodeError::UnknownScheme {
                     uri: uri.to_owned(),
                     scheme: parsed.scheme.clone(),
                 })?;
-        let (listener, bound) = transport::bind(spec, &parsed.addr, &self.inner.config)
+        let listener = scheme
+            .transport
+            .listen(&scheme.spec, &parsed.addr, self.inner.config.link)
             .await
-            .map_err(|why| NodeError::Address {
+            .map_err(|source| NodeError::Bind {
                 uri: uri.to_owned(),
-                why,
+                source,
             })?;
-        let bound_uri = format!("{}://{}", parsed.scheme, bound);
-        if let Some(ep) = listener.endpoint() {
-            lock(&self.inner.endpoints).insert(parsed.scheme.clone(), ep);
-        }
+        let bound_uri = format!("{}://{}", parsed.scheme, listener.local_addr());
+        lock(&self.inner.dialers).insert(parsed.scheme.clone(), listener.dialer());
         if let Ok(mut v) = self.inner.listen_uris.write() {
             v.push(bound_uri.clone());
         }
@@ -217,6 +233,9 @@ impl Node {
                         let scheme = scheme.clone();
                         tokio::spawn(async move { peer::accept(inner, scheme, link).await });
                     }
+                    // A peer refused during its security handshake (logged
+                    // by the transport) costs only its own connection.
+                    Err(AcceptError::Handshake { .. }) => {}
                     Err(e) => {
                         tracing::warn!(target: "plexus::remote", "listener stopped: {e}");
                         break;
@@ -372,7 +391,7 @@ impl Node {
                 why: "the URI names no actor (expected scheme://address/name)".into(),
             });
         };
-        if !self.inner.specs.contains_key(&parsed.scheme) {
+        if !self.inner.schemes.contains_key(&parsed.scheme) {
             return Err(ResolveError::UnknownScheme {
                 uri: uri.to_owned(),
                 scheme: parsed.scheme,
@@ -455,10 +474,6 @@ impl std::fmt::Debug for Node {
 }
 
 impl NodeInner {
-    pub(crate) fn spec(&self, scheme: &str) -> Option<&StackSpec> {
-        self.specs.get(scheme)
-    }
-
     pub(crate) fn next_id(&self) -> u64 {
         self.next_id.fetch_add(1, Ordering::Relaxed)
     }
@@ -487,17 +502,24 @@ impl NodeInner {
             .unwrap_or_default()
     }
 
-    /// The UDP or QUIC endpoint links of `scheme` go out through: the
-    /// listening one, or one for dialling made on first use.
-    pub(crate) async fn endpoint(&self, scheme: &str) -> Result<Endpoint, String> {
-        if let Some(ep) = lock(&self.endpoints).get(scheme) {
-            return Ok(ep.clone());
+    /// The dialer links of `scheme` go out through: the listener's, or
+    /// one made on first use.
+    pub(crate) async fn dialer(&self, scheme: &str) -> Result<Arc<dyn Dialer>, LinkError> {
+        if let Some(dialer) = lock(&self.dialers).get(scheme) {
+            return Ok(dialer.clone());
         }
-        let spec = self.spec(scheme).ok_or("unknown scheme")?;
-        let ep = transport::dial_endpoint(spec, &self.config).await?;
-        Ok(lock(&self.endpoints)
+        let scheme_of = self
+            .schemes
+            .get(scheme)
+            .ok_or_else(|| LinkError::UnknownScheme(scheme.to_owned()))?;
+        let dialer = scheme_of
+            .transport
+            .dialer(&scheme_of.spec, self.config.link)
+            .await
+            .map_err(|e| LinkError::Dialer(Arc::new(e)))?;
+        Ok(lock(&self.dialers)
             .entry(scheme.to_owned())
-            .or_insert(ep)
+            .or_insert(dialer)
             .clone())
     }
 
@@ -544,7 +566,7 @@ impl NodeInner {
             }
         }
         let uri = Uri::parse(addr).ok()?;
-        self.specs
+        self.schemes
             .contains_key(&uri.scheme)
             .then(|| self.dial_peer(&uri.scheme, &uri.addr, Some(node)))
     }

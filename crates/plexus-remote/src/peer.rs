@@ -18,7 +18,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use plexus_core::remote::{Control, ReceiptError, Signal, Watcher, WireContext};
 use plexus_core::{ActorId, DeadLetterReason, Down, Exit, ExitReason, NodeId};
-use plexus_net::{LinkEvent, TransportKind};
+use plexus_net::LinkEvent;
 use plexus_transport::{Lane, Link, LinkSender, LinkStats, LinkTrySendError, Received};
 use rustc_hash::FxHashMap;
 use tokio::sync::oneshot;
@@ -314,22 +314,9 @@ impl Peer {
         }
         let timeout = inner.config.connect_timeout;
         let attempt = async {
-            let spec = inner
-                .spec(&self.scheme)
-                .ok_or_else(|| LinkError::Address(format!("unknown scheme {}", self.scheme)))?
-                .clone();
+            let dialer = inner.dialer(&self.scheme).await?;
             let addr = lock(&self.dial).clone().unwrap_or_default();
-            let endpoint = if matches!(spec.transport(), TransportKind::Udp | TransportKind::Quic) {
-                Some(
-                    inner
-                        .endpoint(&self.scheme)
-                        .await
-                        .map_err(LinkError::Connect)?,
-                )
-            } else {
-                None
-            };
-            let mut link = crate::transport::dial(&spec, &addr, &inner.config, endpoint).await?;
+            let mut link = dialer.connect(&addr).await?;
             let hs = handshake_on(&inner, &mut link).await?;
             Ok::<_, LinkError>((link, hs))
         };

@@ -262,7 +262,6 @@ pub(crate) fn hand_over(
 
 #[cfg(test)]
 mod tests {
-    use plexus_net::TransportKind;
 
     use bytes::Bytes;
 
@@ -277,7 +276,7 @@ mod tests {
             LinkConfig::default(),
             Box::new(|| {}),
         );
-        let mut c = Conn::new(Stack::new(TransportKind::Tcp, Vec::new()), shared);
+        let mut c = Conn::new(Stack::new(None, Vec::new()), shared);
         for m in ["a", "bb", "ccc"] {
             c.outq.push_back((
                 Lane::ZERO,

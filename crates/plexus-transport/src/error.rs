@@ -6,22 +6,40 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use plexus_net::{LinkError, TransportKind};
+use plexus_net::{LinkError, SpecError, StackSpec, TransportProfile};
 
 /// Why [`bind`](crate::tcp::TcpListener::bind) (or another transport's bind)
 /// failed. Nothing is listening afterwards.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum BindError {
-    /// The spec names another transport than the one bound.
-    #[error("bind {addr}: the stack spec is for `{spec}`, not `{expected}`; use a `{expected} / ...` spec")]
-    WrongTransport {
+    /// The stack spec does not fit the transport: it names another one,
+    /// or its first layer needs another unit than the transport carries.
+    #[error("bind {addr}: {source}")]
+    Spec {
         /// The address, with its scheme.
         addr: String,
-        /// The spec's transport.
-        spec: TransportKind,
-        /// The transport being bound.
-        expected: TransportKind,
+        /// Why the spec does not fit.
+        #[source]
+        source: Box<SpecError>,
+    },
+    /// The address is not one the transport can bind (e.g. not an IP
+    /// address and port).
+    #[error("bind {addr}: {why}")]
+    Address {
+        /// The address, with its scheme.
+        addr: String,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// The transport needs configuration it was not given (`tls` and
+    /// `quic` without a certificate).
+    #[error("bind {addr}: {what}")]
+    NotConfigured {
+        /// The address, with its scheme.
+        addr: String,
+        /// What to configure.
+        what: &'static str,
     },
     /// The operating system refused (address in use, permission denied...).
     #[error("bind {addr}: {source}")]
@@ -44,15 +62,33 @@ pub enum BindError {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConnectError {
-    /// The spec names another transport than the one connected.
-    #[error("connect {addr}: the stack spec is for `{spec}`, not `{expected}`; use a `{expected} / ...` spec")]
-    WrongTransport {
+    /// The stack spec does not fit the transport: it names another one,
+    /// or its first layer needs another unit than the transport carries.
+    #[error("connect {addr}: {source}")]
+    Spec {
         /// The address, with its scheme.
         addr: String,
-        /// The spec's transport.
-        spec: TransportKind,
-        /// The transport being connected.
-        expected: TransportKind,
+        /// Why the spec does not fit.
+        #[source]
+        source: Box<SpecError>,
+    },
+    /// The address is not one the transport can reach, or its host name
+    /// does not resolve.
+    #[error("connect {addr}: {why}")]
+    Address {
+        /// The address, with its scheme.
+        addr: String,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// The transport needs configuration it was not given (`tls` and
+    /// `quic` without a certificate).
+    #[error("connect {addr}: {what}")]
+    NotConfigured {
+        /// The address, with its scheme.
+        addr: String,
+        /// What to configure.
+        what: &'static str,
     },
     /// The operating system refused (connection refused, unreachable...).
     #[error("connect {addr}: {source}")]
@@ -309,54 +345,34 @@ impl UnreliableError {
     }
 }
 
-/// `Ok` if `spec` is for the `expected` transport, else the error `wrong`
-/// makes of the address (`addr` is called only then), the spec's transport
-/// and `expected`: [`BindError::check_transport`] and
-/// [`ConnectError::check_transport`] differ only in that error.
-fn check_transport<E>(
-    spec: &plexus_net::StackSpec,
-    expected: TransportKind,
-    addr: impl FnOnce() -> String,
-    wrong: impl FnOnce(String, TransportKind, TransportKind) -> E,
-) -> Result<(), E> {
-    match spec.transport() {
-        kind if kind == expected => Ok(()),
-        spec => Err(wrong(addr(), spec, expected)),
-    }
-}
-
 impl BindError {
-    /// `Ok` if `spec` is for the `expected` transport, else
-    /// [`BindError::WrongTransport`] naming `addr` (built only then).
-    pub(crate) fn check_transport(
-        spec: &plexus_net::StackSpec,
-        expected: TransportKind,
+    /// `spec` [fit](StackSpec::fit) to the transport `name` with `profile`,
+    /// else [`BindError::Spec`] naming `addr` (built only then).
+    pub(crate) fn fit(
+        spec: &StackSpec,
+        name: &str,
+        profile: TransportProfile,
         addr: impl FnOnce() -> String,
-    ) -> Result<(), Self> {
-        check_transport(spec, expected, addr, |addr, spec, expected| {
-            Self::WrongTransport {
-                addr,
-                spec,
-                expected,
-            }
+    ) -> Result<StackSpec, Self> {
+        spec.fit(name, profile).map_err(|source| Self::Spec {
+            addr: addr(),
+            source: Box::new(source),
         })
     }
 }
 
 impl ConnectError {
-    /// `Ok` if `spec` is for the `expected` transport, else
-    /// [`ConnectError::WrongTransport`] naming `addr` (built only then).
-    pub(crate) fn check_transport(
-        spec: &plexus_net::StackSpec,
-        expected: TransportKind,
+    /// `spec` [fit](StackSpec::fit) to the transport `name` with `profile`,
+    /// else [`ConnectError::Spec`] naming `addr` (built only then).
+    pub(crate) fn fit(
+        spec: &StackSpec,
+        name: &str,
+        profile: TransportProfile,
         addr: impl FnOnce() -> String,
-    ) -> Result<(), Self> {
-        check_transport(spec, expected, addr, |addr, spec, expected| {
-            Self::WrongTransport {
-                addr,
-                spec,
-                expected,
-            }
+    ) -> Result<StackSpec, Self> {
+        spec.fit(name, profile).map_err(|source| Self::Spec {
+            addr: addr(),
+            source: Box::new(source),
         })
     }
 }

@@ -13,8 +13,11 @@
 //!  OS / tokio      TcpStream · UdpSocket · UnixStream · mpsc channels (mem)
 //! ```
 //!
-//! A [`StackSpec`](plexus_net::StackSpec) chooses the layers; the transport
-//! module is chosen by its first word:
+//! A [`StackSpec`](plexus_net::StackSpec) chooses the layers; its first word
+//! names the transport, a [`Transport`] found in a [`TransportRegistry`]
+//! (the built-in ones are in [`builtin`]; one of your own registers the
+//! same way and gets the same driver: [`Link::over_stream`] for a byte
+//! stream). The modules below it:
 //!
 //! | spec | module | listening | connecting |
 //! | --- | --- | --- | --- |
@@ -62,6 +65,7 @@
 #![deny(missing_docs)]
 
 mod alarm;
+pub mod builtin;
 mod conn;
 #[cfg(feature = "tls")]
 pub mod dev_certs;
@@ -72,6 +76,7 @@ mod link;
 pub mod mem;
 #[cfg(feature = "quic")]
 pub mod quic;
+pub mod registry;
 mod stats;
 mod stream;
 pub mod tcp;
@@ -85,6 +90,7 @@ pub use error::{
     UnreliableError,
 };
 pub use link::{DriverReceive, Lane, Link, LinkConfig, LinkReceiver, LinkSender, Received};
+pub use registry::{BoxFuture, Dialer, Listener, RegisterError, Transport, TransportRegistry};
 pub use stats::LinkStats;
 
 #[cfg(test)]

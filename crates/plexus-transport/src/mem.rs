@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use plexus_net::{LinkContext, StackSpec, TransportKind};
+use plexus_net::{LinkContext, StackSpec, TransportProfile};
 use tokio::sync::{mpsc, Notify};
 
 use crate::conn::{now, Conn};
@@ -37,6 +37,12 @@ pub const MEM_CHANNEL: usize = 1024;
 
 /// Connections waiting for [`MemListener::accept`].
 const ACCEPT_BACKLOG: usize = 64;
+
+/// The transport's name: the first word of its stack specs.
+pub const NAME: &str = "mem";
+
+/// What the transport carries.
+pub const PROFILE: TransportProfile = TransportProfile::datagrams(None);
 
 fn url(name: &str) -> String {
     format!("mem://{name}")
@@ -82,7 +88,7 @@ impl MemHub {
     ///
     /// # Errors
     ///
-    /// [`BindError::WrongTransport`], or [`BindError::AddrInUse`] if `name`
+    /// [`BindError::Spec`] if `spec` is not a `mem` spec, or [`BindError::AddrInUse`] if `name`
     /// is taken.
     pub fn bind(&self, spec: &StackSpec, name: &str) -> Result<MemListener, BindError> {
         self.bind_with(spec, name, LinkConfig::default())
@@ -99,7 +105,7 @@ impl MemHub {
         name: &str,
         config: LinkConfig,
     ) -> Result<MemListener, BindError> {
-        BindError::check_transport(spec, TransportKind::Mem, || url(name))?;
+        let spec = &BindError::fit(spec, NAME, PROFILE, || url(name))?;
         let mut listeners = lock(&self.listeners);
         if listeners.get(name).is_some_and(|tx| !tx.is_closed()) {
             return Err(BindError::AddrInUse { addr: url(name) });
@@ -119,14 +125,33 @@ impl MemHub {
     ///
     /// # Errors
     ///
-    /// [`ConnectError::WrongTransport`], or [`ConnectError::NoListener`] if
-    /// nothing listens under `name` (or its backlog is full).
+    /// [`ConnectError::Spec`] if `spec` is not a `mem` spec, or
+    /// [`ConnectError::NoListener`] if nothing listens under `name` (or its
+    /// backlog is full).
     ///
     /// # Panics
     ///
     /// Outside a tokio runtime.
     pub fn connect(&self, spec: &StackSpec, name: &str) -> Result<Link, ConnectError> {
-        ConnectError::check_transport(spec, TransportKind::Mem, || url(name))?;
+        self.connect_with(spec, name, LinkConfig::default())
+    }
+
+    /// As [`connect`](MemHub::connect), with `config` for the link.
+    ///
+    /// # Errors
+    ///
+    /// As [`connect`](MemHub::connect).
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime.
+    pub fn connect_with(
+        &self,
+        spec: &StackSpec,
+        name: &str,
+        config: LinkConfig,
+    ) -> Result<Link, ConnectError> {
+        let spec = &ConnectError::fit(spec, NAME, PROFILE, || url(name))?;
         let id = self.next_link.fetch_add(1, Ordering::Relaxed);
         let (ours, theirs) = wires();
         let listener = lock(&self.listeners).get(name).cloned();
@@ -139,7 +164,7 @@ impl MemHub {
             now: now(),
             link_id: id,
         });
-        Ok(spawn(ours, stack, url(name).into(), LinkConfig::default()))
+        Ok(spawn(ours, stack, url(name).into(), config))
     }
 }
 

@@ -19,12 +19,18 @@
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use plexus_net::{LinkContext, StackSpec, TransportKind};
+use plexus_net::{LinkContext, StackSpec, TransportProfile};
 
 use crate::conn::now;
 use crate::error::{AcceptError, BindError, ConnectError};
 use crate::link::{Link, LinkConfig};
 use crate::stream;
+
+/// The transport's name: the first word of its stack specs.
+pub const NAME: &str = "tcp";
+
+/// What the transport carries.
+pub const PROFILE: TransportProfile = TransportProfile::byte_stream();
 
 fn url(addr: SocketAddr) -> String {
     format!("tcp://{addr}")
@@ -63,7 +69,7 @@ impl TcpListener {
         addr: SocketAddr,
         config: LinkConfig,
     ) -> Result<Self, BindError> {
-        BindError::check_transport(spec, TransportKind::Tcp, || url(addr))?;
+        let spec = &BindError::fit(spec, NAME, PROFILE, || url(addr))?;
         let inner = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|source| BindError::Io {
@@ -152,7 +158,7 @@ pub async fn connect_with(
     addr: SocketAddr,
     config: LinkConfig,
 ) -> Result<Link, ConnectError> {
-    ConnectError::check_transport(spec, TransportKind::Tcp, || url(addr))?;
+    let spec = &ConnectError::fit(spec, NAME, PROFILE, || url(addr))?;
     let socket = tokio::net::TcpStream::connect(addr)
         .await
         .map_err(|source| ConnectError::Io {

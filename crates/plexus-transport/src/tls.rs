@@ -64,7 +64,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use plexus_net::{LinkContext, StackSpec, TransportKind};
+use plexus_net::{LinkContext, StackSpec, TransportProfile};
 use rustls::client::WebPkiServerVerifier;
 use rustls::server::WebPkiClientVerifier;
 use rustls::{ClientConfig, Connection, RootCertStore, ServerConfig};
@@ -89,6 +89,12 @@ pub const MAX_HANDSHAKES: usize = 64;
 /// Finished handshakes (links or errors) waiting for
 /// [`TlsListener::accept`].
 const ACCEPT_QUEUE: usize = 16;
+
+/// The transport's name: the first word of its stack specs.
+pub const NAME: &str = "tls";
+
+/// What the transport carries.
+pub const PROFILE: TransportProfile = TransportProfile::byte_stream();
 
 fn url(addr: SocketAddr) -> String {
     format!("tls://{addr}")
@@ -294,7 +300,7 @@ impl TlsListener {
         tls: &TlsConfig,
         config: LinkConfig,
     ) -> Result<Self, BindError> {
-        BindError::check_transport(spec, TransportKind::Tls, || url(addr))?;
+        let spec = &BindError::fit(spec, NAME, PROFILE, || url(addr))?;
         let inner = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|source| BindError::Io {
@@ -449,7 +455,7 @@ fn timed_out(after: Duration) -> io::Error {
 ///
 /// # Errors
 ///
-/// [`ConnectError::WrongTransport`] for another spec,
+/// [`ConnectError::Spec`] for another spec,
 /// [`ConnectError::Io`] if the TCP connection fails,
 /// [`ConnectError::Handshake`] if the TLS handshake fails (e.g. `connect
 /// tls://127.0.0.1:4000: TLS handshake failed: invalid peer certificate:
@@ -469,7 +475,7 @@ pub async fn connect(
     tls: &TlsConfig,
     config: LinkConfig,
 ) -> Result<Link, ConnectError> {
-    ConnectError::check_transport(spec, TransportKind::Tls, || url(addr))?;
+    let spec = &ConnectError::fit(spec, NAME, PROFILE, || url(addr))?;
     let failed = |source| ConnectError::Handshake {
         addr: url(addr),
         source,

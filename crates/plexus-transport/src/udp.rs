@@ -52,7 +52,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use plexus_net::{Frame, LinkContext, StackSpec, TransportKind};
+use plexus_net::{Frame, LinkContext, StackSpec, TransportProfile};
 use quinn_udp::{RecvMeta, Transmit, UdpSocketState};
 use rustc_hash::FxHashMap;
 use tokio::sync::{mpsc, oneshot, Notify};
@@ -98,6 +98,12 @@ const LINGER: Duration = Duration::from_secs(5);
 /// Without the slack each such entry would wake an otherwise idle process
 /// to find nothing to do; with it, the next request usually comes first.
 const TIMER_SLACK: Duration = Duration::from_millis(2);
+
+/// The transport's name: the first word of its stack specs.
+pub const NAME: &str = "udp";
+
+/// What the transport carries.
+pub const PROFILE: TransportProfile = TransportProfile::datagrams(Some(65_507));
 
 fn url(addr: SocketAddr) -> String {
     format!("udp://{addr}")
@@ -245,7 +251,7 @@ impl UdpEndpoint {
         addr: SocketAddr,
         config: UdpConfig,
     ) -> Result<Self, BindError> {
-        BindError::check_transport(spec, TransportKind::Udp, || url(addr))?;
+        let spec = &BindError::fit(spec, NAME, PROFILE, || url(addr))?;
         let io_err = |source| BindError::Io {
             addr: url(addr),
             source,

@@ -7,12 +7,18 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use plexus_net::{LinkContext, StackSpec, TransportKind};
+use plexus_net::{LinkContext, StackSpec, TransportProfile};
 
 use crate::conn::now;
 use crate::error::{AcceptError, BindError, ConnectError};
 use crate::link::{Link, LinkConfig};
 use crate::stream;
+
+/// The transport's name: the first word of its stack specs.
+pub const NAME: &str = "uds";
+
+/// What the transport carries.
+pub const PROFILE: TransportProfile = TransportProfile::byte_stream();
 
 fn url(path: &Path) -> String {
     format!("uds://{}", path.display())
@@ -60,7 +66,7 @@ impl UdsListener {
         config: LinkConfig,
     ) -> Result<Self, BindError> {
         let path = path.as_ref();
-        BindError::check_transport(spec, TransportKind::Uds, || url(path))?;
+        let spec = &BindError::fit(spec, NAME, PROFILE, || url(path))?;
         let inner = tokio::net::UnixListener::bind(path).map_err(|source| BindError::Io {
             addr: url(path),
             source,
@@ -143,7 +149,7 @@ pub async fn connect_with(
     config: LinkConfig,
 ) -> Result<Link, ConnectError> {
     let path = path.as_ref();
-    ConnectError::check_transport(spec, TransportKind::Uds, || url(path))?;
+    let spec = &ConnectError::fit(spec, NAME, PROFILE, || url(path))?;
     let socket = tokio::net::UnixStream::connect(path)
         .await
         .map_err(|source| ConnectError::Io {

@@ -17,7 +17,9 @@ use common::exchange;
 use plexus_net::StackSpec;
 use plexus_transport::quic::{QuicConfig, QuicEndpoint, ALPN};
 use plexus_transport::tls::TlsConfig;
-use plexus_transport::{AcceptError, CloseReason, Lane, Link, LinkConfig, UnreliableError};
+use plexus_transport::{
+    AcceptError, BindError, CloseReason, Lane, Link, LinkConfig, UnreliableError,
+};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
@@ -471,9 +473,12 @@ async fn quic_spec_is_required() {
     let t = tls("n1", &ca, &ca, false);
     let addr = "127.0.0.1:0".parse().expect("addr");
     let e = QuicEndpoint::bind(&"tcp / framing".parse().expect("spec"), addr, &t, config())
-        .expect_err("wrong transport")
-        .to_string();
-    assert!(e.contains("`quic / ...`"), "{e}");
+        .expect_err("wrong transport");
+    assert!(
+        matches!(&e, BindError::Spec { source, .. }
+            if matches!(**source, plexus_net::SpecError::WrongTransport { .. })),
+        "{e:?}"
+    );
     let e = QuicEndpoint::bind(
         &"quic / ordering".parse().expect("spec"),
         addr,

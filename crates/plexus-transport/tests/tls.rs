@@ -17,7 +17,7 @@ use certs::{assert_refused_after_handshake, new_ca, node_pem, Ca};
 use common::exchange;
 use plexus_net::StackSpec;
 use plexus_transport::tls::{self, TlsConfig, TlsListener};
-use plexus_transport::{AcceptError, Link, LinkConfig};
+use plexus_transport::{AcceptError, BindError, Link, LinkConfig};
 use tokio::io::AsyncWriteExt;
 
 fn spec() -> StackSpec {
@@ -260,9 +260,14 @@ async fn tls_spec_is_required() {
         LinkConfig::default(),
     )
     .await
-    .expect_err("wrong spec refused")
-    .to_string();
-    assert!(error.contains("`tls / ...`"), "{error}");
+    .expect_err("wrong spec refused");
+    assert!(
+        matches!(&error, BindError::Spec { source, .. }
+            if matches!(**source, plexus_net::SpecError::WrongTransport { .. })),
+        "{error:?}"
+    );
+    let text = error.to_string();
+    assert!(text.contains("is for transport `tcp`, not `tls`"), "{text}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -7,9 +7,11 @@
 //!  ├── plexus-core         local actor runtime              (at the root; its
 //!  │                       remote extension point as `plexus::remote`)
 //!  ├── plexus-remote       nodes: publish / resolve / forge (`Node`, ... at the root)
-//!  ├── plexus-transport    tcp / udp / uds / mem drivers,   (as `plexus::transport`)
+//!  ├── plexus-transport    the `Transport` trait and        (as `plexus::transport`)
+//!  │                       registry; tcp / udp / uds / mem,
 //!  │                       tls and quic (cargo features), and
 //!  │                       `Link::over_stream` for a byte stream of one's own
+//!  │                       (a transport of one's own: crates/plexus/tests/own_transport.rs)
 //!  └── plexus-net          sans-IO protocol layers, stacks  (as `plexus::net`)
 //! ```
 //!

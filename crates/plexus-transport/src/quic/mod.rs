@@ -92,7 +92,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use plexus_net::{StackSpec, TransportKind};
+use plexus_net::{StackSpec, TransportProfile};
 use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
 use quinn::{IdleTimeout, VarInt};
 use tokio::sync::{mpsc, Semaphore};
@@ -166,6 +166,12 @@ pub(crate) mod code {
     /// The local side gave up (endpoint closed, link dropped).
     pub(crate) const LOCAL: u32 = 2;
 }
+
+/// The transport's name: the first word of its stack specs.
+pub const NAME: &str = "quic";
+
+/// What the transport carries.
+pub const PROFILE: TransportProfile = TransportProfile::datagrams(None);
 
 fn url(addr: SocketAddr) -> String {
     format!("quic://{addr}")
@@ -367,7 +373,7 @@ impl Drop for QuicEndpoint {
 }
 
 fn check_spec(spec: &StackSpec, addr: SocketAddr) -> Result<(), BindError> {
-    BindError::check_transport(spec, TransportKind::Quic, || url(addr))?;
+    BindError::fit(spec, NAME, PROFILE, || url(addr))?;
     if let Some(layer) = spec.layer_names().next() {
         return Err(BindError::Io {
             addr: url(addr),
