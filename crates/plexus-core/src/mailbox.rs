@@ -125,6 +125,16 @@ pub trait Control: Send + Sync + 'static {
     fn queued(&self) -> usize {
         0
     }
+    /// Ready once at most `n` messages wait in the mailbox (see
+    /// [`queued`](Self::queued)) or the actor has stopped; until then the
+    /// task is woken when the actor next takes its queued messages, or
+    /// stops. One task waits at a time (a later poll replaces the waker).
+    /// A node uses it to resume reading a link it paused for a flooded
+    /// actor. Ready at once where the length is unknown.
+    fn poll_queued_at_most(&self, n: usize, cx: &mut TaskContext<'_>) -> Poll<()> {
+        let _ = (n, cx);
+        Poll::Ready(())
+    }
 }
 
 /// Bookkeeping most actors never need, allocated on first use.
@@ -161,6 +171,9 @@ struct State<M> {
     /// A requested stop (`Stopped`, `Shutdown`) or kill (`Killed`).
     stop: Ended,
     waker: Option<Waker>,
+    /// The task waiting for the queue to drain
+    /// ([`Control::poll_queued_at_most`]).
+    drain_waker: Option<Waker>,
     ended: Ended,
     abort: Option<AbortHandle>,
     extra: Option<Box<Extra>>,
@@ -258,6 +271,7 @@ impl<M: Send + 'static> Mailbox<M> {
                 signals: VecDeque::new(),
                 stop: Ended::No,
                 waker: None,
+                drain_waker: None,
                 ended: Ended::No,
                 abort: None,
                 extra: None,
@@ -350,21 +364,28 @@ impl<M: Send + 'static> Mailbox<M> {
         if st.has_signal() {
             return Poll::Ready(None);
         }
-        if let Some(first) = st.first.take() {
+        let taken = if let Some(first) = st.first.take() {
             if !st.queue.is_empty() {
                 std::mem::swap(&mut st.queue, batch);
             }
-            return Poll::Ready(Some(first));
-        }
-        if !st.queue.is_empty() {
+            Some(first)
+        } else if !st.queue.is_empty() {
             std::mem::swap(&mut st.queue, batch);
-            return Poll::Ready(None);
+            None
+        } else {
+            match &st.waker {
+                Some(w) if w.will_wake(cx.waker()) => {}
+                _ => st.waker = Some(cx.waker().clone()),
+            }
+            return Poll::Pending;
+        };
+        // The queue is empty now: whoever waits for it to drain goes on.
+        let drained = st.drain_waker.take();
+        drop(st);
+        if let Some(w) = drained {
+            w.wake();
         }
-        match &st.waker {
-            Some(w) if w.will_wake(cx.waker()) => {}
-            _ => st.waker = Some(cx.waker().clone()),
-        }
-        Poll::Pending
+        Poll::Ready(taken)
     }
 
     /// Ready with the reason when a stop or kill is queued; other signals
@@ -423,6 +444,7 @@ impl<M: Send + 'static> Mailbox<M> {
         let queued = std::mem::take(&mut st.queue);
         let signals = std::mem::take(&mut st.signals);
         st.waker = None;
+        let drained = st.drain_waker.take();
         st.abort = None;
         let (watchers, links, names) = match st.extra.as_mut() {
             Some(e) => (
@@ -433,6 +455,9 @@ impl<M: Send + 'static> Mailbox<M> {
             None => Default::default(),
         };
         drop(st);
+        if let Some(w) = drained {
+            w.wake();
+        }
 
         if let Some(s) = &self.bound {
             s.close();
@@ -594,5 +619,14 @@ impl<M: Send + 'static> Control for Mailbox<M> {
     fn queued(&self) -> usize {
         let st = self.lock();
         st.queue.len() + usize::from(st.first.is_some())
+    }
+
+    fn poll_queued_at_most(&self, n: usize, cx: &mut TaskContext<'_>) -> Poll<()> {
+        let mut st = self.lock();
+        if st.is_stopped() || st.queue.len() + usize::from(st.first.is_some()) <= n {
+            return Poll::Ready(());
+        }
+        st.drain_waker = Some(cx.waker().clone());
+        Poll::Pending
     }
 }

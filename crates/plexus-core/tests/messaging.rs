@@ -91,19 +91,80 @@ async fn ask_times_out_with_typed_error() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn ask_to_stopped_actor_fails_at_once_not_at_timeout() {
     let system = ActorSystem::new();
     let rec = system.spawn(Recorder::<u8> { seen: Vec::new() });
     rec.stop();
     rec.monitor().await;
-    let started = std::time::Instant::now();
+    // Paused time advances only while every task waits for a timer: an ask
+    // that waited for its timeout would advance it by 30 s.
+    let started = tokio::time::Instant::now();
     let err = rec
         .ask(Rec::Dump, Duration::from_secs(30))
         .await
         .unwrap_err();
     assert_eq!(err, AskError::Stopped { target: rec.id() });
-    assert!(started.elapsed() < Duration::from_secs(1));
+    assert_eq!(started.elapsed(), Duration::ZERO);
+}
+
+/// Blocks in its first message until the gate opens.
+struct Blocking {
+    entered: Option<oneshot::Sender<()>>,
+    gate: Option<oneshot::Receiver<()>>,
+}
+
+impl Actor for Blocking {
+    type Msg = u32;
+    async fn handle(&mut self, _: u32, _ctx: &mut Context<u32>) {
+        if let (Some(entered), Some(gate)) = (self.entered.take(), self.gate.take()) {
+            let _ = entered.send(());
+            let _ = gate.await;
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_drain_waiter_is_woken_when_the_actor_takes_its_queue() {
+    let system = ActorSystem::new();
+    let (entered_tx, entered) = oneshot::channel();
+    let (open, gate) = oneshot::channel();
+    let actor = system.spawn(Blocking {
+        entered: Some(entered_tx),
+        gate: Some(gate),
+    });
+    actor.tell(0);
+    entered.await.unwrap();
+    for i in 1..=10 {
+        actor.tell(i);
+    }
+    let control = plexus_core::remote::control_of(&actor);
+    assert_eq!(control.queued(), 10);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    assert!(control.poll_queued_at_most(10, &mut cx).is_ready());
+    assert!(control.poll_queued_at_most(3, &mut cx).is_pending());
+    let drained = std::future::poll_fn(|cx| control.poll_queued_at_most(3, cx));
+    open.send(()).unwrap();
+    drained.await;
+    assert!(control.queued() <= 3);
+
+    // A stopped actor's waiter goes on too.
+    let (entered_tx, entered) = oneshot::channel();
+    let (_never_opened, gate) = oneshot::channel::<()>();
+    let actor = system.spawn(Blocking {
+        entered: Some(entered_tx),
+        gate: Some(gate),
+    });
+    actor.tell(0);
+    entered.await.unwrap();
+    for i in 1..=10 {
+        actor.tell(i);
+    }
+    let control = plexus_core::remote::control_of(&actor);
+    assert!(control.poll_queued_at_most(3, &mut cx).is_pending());
+    let drained = std::future::poll_fn(|cx| control.poll_queued_at_most(3, cx));
+    actor.kill();
+    drained.await;
 }
 
 #[tokio::test]

@@ -157,7 +157,7 @@ async fn external_stop_during_backoff_ends_the_actor() {
         .unwrap();
     let down = r.monitor();
     r.tell(F::Crash);
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    tokio::time::sleep(Duration::from_secs(1)).await; // timing-ok: paused clock, a second into the 30 s backoff
     r.stop();
     assert_eq!(down.await.reason, ExitReason::Stopped);
     assert_eq!(starts.load(Ordering::SeqCst), 1);

@@ -221,7 +221,9 @@ impl Pair {
 
     /// Steps until nothing is on the wire and no stack has a deadline within
     /// `horizon`, or `limit` of virtual time passed. Returns whether it
-    /// became quiet.
+    /// became quiet. A `horizon` shorter than the longest retransmission
+    /// timeout (`delivery`'s `max_rto`, 5 s by default) can stop a run
+    /// while a backed-off retransmission is still due.
     pub fn run_until_quiet(&mut self, horizon: Duration, limit: Duration) -> bool {
         let end = self.now + limit;
         loop {

@@ -50,7 +50,7 @@ fn transfer(spec: &StackSpec, link: LinkModel, seed: u64, sizes: &[usize]) -> Ve
             }
         }
     }
-    sim.run_until_quiet(Duration::from_secs(5), Duration::from_secs(300));
+    sim.run_until_quiet(Duration::from_secs(6), Duration::from_secs(300));
     assert!(sim.a.closed.is_none(), "A closed: {:?}", sim.a.closed);
     assert!(sim.b.closed.is_none(), "B closed: {:?}", sim.b.closed);
     sim.b.received

@@ -61,7 +61,7 @@ fn transfer(spec: &str, link: LinkModel, seed: u64, sizes: &[usize]) -> Vec<Byte
         sim.run_for(Duration::from_micros(500));
     }
     assert!(
-        sim.run_until_quiet(Duration::from_secs(2), Duration::from_secs(900)),
+        sim.run_until_quiet(Duration::from_secs(6), Duration::from_secs(900)),
         "did not settle"
     );
     assert_eq!(sim.a.closed, None);
@@ -127,7 +127,7 @@ fn transfer_batches(
         sim.run_for(Duration::from_micros(500));
     }
     assert!(
-        sim.run_until_quiet(Duration::from_secs(2), Duration::from_secs(900)),
+        sim.run_until_quiet(Duration::from_secs(6), Duration::from_secs(900)),
         "did not settle"
     );
     assert_eq!(sim.a.closed, None);

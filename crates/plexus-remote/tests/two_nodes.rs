@@ -251,8 +251,37 @@ async fn node_shutdown_delivers_node_down_and_fails_asks() {
     assert!(asked.is_err(), "{asked:?}");
 }
 
+/// Sends once on the node's debug event "actor flooded; pausing the link":
+/// a test waits for the pause instead of sleeping.
+struct OnPause(std::sync::Mutex<Option<tokio::sync::oneshot::Sender<()>>>);
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for OnPause {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        struct Message(bool);
+        impl tracing::field::Visit for Message {
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                if field.name() == "message" {
+                    self.0 |= format!("{value:?}").contains("pausing the link");
+                }
+            }
+        }
+        let mut pause = Message(false);
+        event.record(&mut pause);
+        if pause.0 {
+            if let Some(tx) = self.0.lock().unwrap().take() {
+                let _ = tx.send(());
+            }
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flooded_actor_pauses_the_link_instead_of_growing_without_bound() {
+    use tracing_subscriber::layer::SubscriberExt;
+    let (paused_tx, paused) = tokio::sync::oneshot::channel();
+    let on_pause = OnPause(std::sync::Mutex::new(Some(paused_tx)));
+    tracing::subscriber::set_global_default(tracing_subscriber::registry().with(on_pause))
+        .expect("no other test of this file sets a subscriber");
     let w = world("tcp://127.0.0.1:0").await;
     let (gate_tx, gate_rx) = tokio::sync::oneshot::channel::<()>();
     let mut gate = Some(gate_rx);
@@ -285,8 +314,9 @@ async fn a_flooded_actor_pauses_the_link_instead_of_growing_without_bound() {
     for i in (0..N).rev() {
         remote.tell(Total(i));
     }
-    // Give the link time to deliver what it would without the bound.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // The link pauses above the high-water mark; while the actor is gated
+    // its queue cannot drain, so nothing more arrives.
+    paused.await.expect("the link pauses");
     let queued = plexus_core::remote::control_of(&slow).queued();
     assert!(
         queued <= 150_000,
@@ -321,8 +351,7 @@ async fn simultaneous_connects_settle_on_one_link() {
         rb.tell(Counter::Add(3));
         assert_eq!(ra.ask(Counter::Get, T).await, Ok(2), "round {round}");
         assert_eq!(rb.ask(Counter::Get, T).await, Ok(3), "round {round}");
-        // Duplicates are closed as soon as both handshakes are done.
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        // One link per node pair, whichever dial won.
         assert_eq!(na.link_count(), 1, "round {round}");
         assert_eq!(nb.link_count(), 1, "round {round}");
         assert_eq!(ra.ask(Counter::Get, T).await, Ok(2), "round {round}");

@@ -264,7 +264,7 @@ mod tests {
             alarm.arm_by(start + Duration::from_millis(30));
             assert!(alarm.is_armed());
             rings_within(&mut alarm, Duration::from_secs(5)).await;
-            assert!(start.elapsed() >= Duration::from_millis(30));
+            assert!(start.elapsed() >= Duration::from_millis(30)); // timing-ok: never early
             assert!(!alarm.is_armed(), "a ring disarms it");
         }
     }
@@ -297,7 +297,7 @@ mod tests {
             let start = Instant::now();
             alarm.arm_by(start + Duration::from_millis(40));
             rings_within(&mut alarm, Duration::from_secs(5)).await;
-            assert!(start.elapsed() >= Duration::from_millis(40));
+            assert!(start.elapsed() >= Duration::from_millis(40)); // timing-ok: never early
         }
     }
 
@@ -306,11 +306,9 @@ mod tests {
         for mut alarm in both() {
             alarm.arm_by(Instant::now() + Duration::from_millis(5));
             // Expires while the owner is busy elsewhere.
-            std::thread::sleep(Duration::from_millis(30));
+            std::thread::sleep(Duration::from_millis(30)); // timing-ok: busy past the deadline
             tokio::task::yield_now().await;
-            let late = Instant::now();
             rings_within(&mut alarm, Duration::from_secs(5)).await;
-            assert!(late.elapsed() < Duration::from_secs(1));
         }
     }
 
@@ -336,10 +334,9 @@ mod tests {
         let mut alarm = Alarm::new();
         alarm.arm_by((tokio::time::Instant::now() + Duration::from_secs(3600)).into_std());
         // Paused, the runtime jumps to the next timer once idle: an hour
-        // of tokio's clock passes at once, and no real one.
-        let real = Instant::now();
+        // of tokio's clock passes at once (a timerfd armed for an hour of
+        // real time would not ring within the two of tokio's).
         rings_within(&mut alarm, Duration::from_secs(7200)).await;
-        assert!(start.elapsed() >= Duration::from_secs(3660));
-        assert!(real.elapsed() < Duration::from_secs(5));
+        assert!(start.elapsed() >= Duration::from_secs(3660)); // timing-ok: paused clock
     }
 }

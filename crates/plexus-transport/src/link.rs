@@ -40,7 +40,7 @@ use std::task::Waker;
 use bytes::Bytes;
 use plexus_net::{Frame, LinkEvent};
 use rustls_pki_types::CertificateDer;
-use tokio::sync::Semaphore;
+use tokio::sync::{Notify, Semaphore};
 
 use crate::error::{CloseReason, LinkClosed, LinkSendError, LinkTrySendError, UnreliableError};
 use crate::identity::PeerIdentity;
@@ -170,8 +170,14 @@ pub(crate) struct Shared {
     // update them from different threads, and must not also invalidate the
     // read-only fields above (read on every send) or each other.
     pub(crate) out: CachePadded<Mutex<OutState>>,
-    /// Byte permits for the outbound queue.
+    /// Byte permits for the outbound queue; closed when the link is.
     pub(crate) out_space: CachePadded<Semaphore>,
+    /// Woken when the link closes ([`LinkSender::closed`]).
+    pub(crate) on_close: Notify,
+    /// Woken when the driver queued something for the receiver (tests wait
+    /// for it instead of polling the queue).
+    #[cfg(test)]
+    pub(crate) on_queued: Notify,
     pub(crate) inb: CachePadded<Mutex<InState>>,
     /// Refreshed by the driver when the stack drops a frame.
     pub(crate) stats: Mutex<LinkStats>,
@@ -249,6 +255,9 @@ impl Shared {
                 close_requested: false,
             })),
             out_space: CachePadded(Semaphore::new(send_buffer)),
+            on_close: Notify::new(),
+            #[cfg(test)]
+            on_queued: Notify::new(),
             inb: CachePadded(Mutex::new(InState {
                 queue: VecDeque::with_capacity(256),
                 bytes: 0,
@@ -277,6 +286,7 @@ impl Shared {
     /// many accepted messages were never sent. The first reason wins.
     pub(crate) fn close(&self, reason: CloseReason) -> usize {
         self.out_space.close();
+        self.on_close.notify_waiters();
         let unsent = {
             let mut out = lock(&self.out);
             let unsent = out.queue.len();
@@ -398,6 +408,8 @@ impl Shared {
         if let Some(receiver) = receiver {
             receiver.wake();
         }
+        #[cfg(test)]
+        self.on_queued.notify_waiters();
         Some(handed)
     }
 
@@ -586,6 +598,11 @@ impl Link {
     /// See [`LinkSender::close`].
     pub fn close(&self) {
         self.sender.close();
+    }
+
+    /// See [`LinkSender::closed`].
+    pub async fn closed(&self) {
+        self.sender.closed().await;
     }
 
     /// The two halves, to send and receive from different tasks.

@@ -172,9 +172,8 @@ async fn a_16_mib_message_does_not_hold_up_a_small_one_on_another_lane() {
     a.send_on(Lane::new(1).expect("lane"), big)
         .await
         .expect("send big");
-    // Let the big message get going before the small one is queued (it
-    // takes ~50 ms in a release build, ~0.5 s in a debug one).
-    tokio::time::sleep(Duration::from_millis(5)).await;
+    // Queued right behind the big one: on a stream shared with it, the
+    // small message would arrive after all 16 MiB.
     let sent = Instant::now();
     a.send_on(Lane::new(2).expect("lane"), Bytes::from_static(b"small"))
         .await
@@ -199,24 +198,17 @@ async fn a_16_mib_message_does_not_hold_up_a_small_one_on_another_lane() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unreliable_datagrams_arrive_on_loopback_as_messages() {
     let (a, mut b, _s, _c) = pair().await;
+    // One in flight at a time: nothing queues in quinn's datagram send
+    // buffer or the socket's, so none is dropped on loopback.
     for i in 0..100u8 {
         a.send_unreliable(Bytes::from(vec![i; 100]))
             .expect("datagram accepted");
-        if i % 10 == 9 {
-            // Stay under quinn's datagram send buffer.
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-    }
-    let mut got = [false; 100];
-    for _ in 0..100 {
         let m = tokio::time::timeout(T, b.recv_message())
             .await
             .expect("datagram in time")
             .expect("open");
-        assert_eq!(m.len(), 100);
-        got[usize::from(m[0])] = true;
+        assert_eq!(m, vec![i; 100]);
     }
-    assert!(got.iter().all(|&g| g));
 
     let too_big = a
         .send_unreliable(Bytes::from(vec![0u8; 64 << 10]))
@@ -512,17 +504,12 @@ async fn dropping_every_handle_closes_the_connection_after_the_peer_read_all() {
         .expect("in time")
         .expect_err("closed");
     assert!(matches!(closed.reason, CloseReason::PeerClosed), "{closed}");
-    // The connection goes away: sending fails soon after.
-    let failed = tokio::time::timeout(T, async {
-        loop {
-            if b.send(Bytes::from_static(b"anyone?")).await.is_err() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await;
-    assert!(failed.is_ok(), "the link closes once the peer is gone");
+    // Our side may still send until the connection closes; it does, as
+    // the peer read everything and holds no handle.
+    tokio::time::timeout(T, b.closed())
+        .await
+        .expect("the link closes once the peer is gone");
+    assert!(b.send(Bytes::from_static(b"anyone?")).await.is_err());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

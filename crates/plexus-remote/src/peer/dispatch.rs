@@ -3,7 +3,6 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::{Buf, Bytes};
 use plexus_core::remote::{self, Control, Inbound, ReceiptError, Signal, Watcher};
@@ -26,13 +25,12 @@ const FLOOD_LOW: usize = 50_000;
 /// overshoots [`FLOOD_HIGH`] by at most this many.
 const FLOOD_CHECK_EVERY: u32 = 256;
 
+/// Waits until `target` holds at most [`FLOOD_LOW`] messages, or stopped:
+/// woken by the actor taking its queue, not polled.
 pub(super) async fn wait_drained(target: &Arc<dyn Inbound>) {
     tracing::debug!(target: "plexus::remote", actor = %target.id(), "actor flooded; pausing the link");
-    // Polled: only a flooded actor gets here, and a millisecond is short
-    // next to the time to drain 50,000 messages.
-    while target.is_alive() && target.queued() > FLOOD_LOW {
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
+    let control = target.control();
+    std::future::poll_fn(|cx| control.poll_queued_at_most(FLOOD_LOW, cx)).await;
 }
 
 /// The last local target a link delivered to: consecutive messages to one

@@ -4,6 +4,9 @@
 
 use super::*;
 
+/// How long a refused link may take to deliver its REJECT.
+const REJECT_LINGER: Duration = Duration::from_secs(1);
+
 /// Runs the handshake on a fresh link.
 pub(super) async fn handshake_on(
     inner: &Arc<NodeInner>,
@@ -43,8 +46,10 @@ pub(super) async fn handshake_on(
                 if let Some(r) = e.reject_frame() {
                     let _ = link.send(r.encode()).await;
                 }
-                // Let the REJECT reach the peer before the link closes.
-                tokio::time::sleep(Duration::from_millis(20)).await;
+                // A graceful close sends the REJECT before the link ends;
+                // a peer that does not take it costs at most the linger.
+                link.close();
+                let _ = tokio::time::timeout(REJECT_LINGER, link.closed()).await;
                 return Err(e.into());
             }
         }

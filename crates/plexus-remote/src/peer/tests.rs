@@ -103,16 +103,20 @@ async fn the_recent_import_is_shared_by_requests_and_let_go_when_the_link_goes_d
     assert_eq!(p.round_trip(2).await, Some(2));
     let second = recent(&peer).expect("still kept");
     assert!(Arc::ptr_eq(&first, &second), "the second request reused it");
+    // The link going down lets go of the import before it tells watchers:
+    // a monitor's Down comes after.
+    let watched: ActorRef<Answer> = plexus_core::remote::remote_ref(first.clone());
+    let down = watched.monitor();
     drop((first, second));
 
     p.na.shutdown().await;
-    tokio::time::timeout(T, async {
-        while recent(&peer).is_some() {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await
-    .expect("let go once the link is down");
+    let down = tokio::time::timeout(T, down).await.expect("Down in time");
+    assert!(
+        matches!(down.reason, plexus_core::ExitReason::NodeDown { .. }),
+        "{:?}",
+        down.reason
+    );
+    assert!(recent(&peer).is_none(), "let go once the link is down");
     assert!(peer.down.load(Ordering::Acquire));
 }
 

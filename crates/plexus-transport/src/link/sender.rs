@@ -251,6 +251,25 @@ impl LinkSender {
         }
     }
 
+    /// Completes once the link is closed (its transport ended it, or it
+    /// failed): every send fails from then on. At once if it is closed.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn closed(&self) {
+        loop {
+            let notified = self.shared.on_close.notified();
+            tokio::pin!(notified);
+            // Registered before the check, so a close in between wakes it.
+            notified.as_mut().enable();
+            if self.shared.out_space.is_closed() {
+                return;
+            }
+            notified.await;
+        }
+    }
+
     /// Closes the link gracefully: messages already queued are still sent,
     /// later sends fail, and the transport is shut down once they are out.
     pub fn close(&self) {

@@ -197,8 +197,10 @@ fn transfer(spec: &str, link: LinkModel, seed: u64, bursts: &[Vec<usize>]) -> (V
         sim.pump();
         sim.run_for(Duration::from_millis(1));
     }
+    // Quiet means no timer within the longest RTO (`max_rto`, 5 s): a
+    // retransmission after backoff is still to come before that.
     assert!(
-        sim.run_until_quiet(Duration::from_secs(2), Duration::from_secs(600)),
+        sim.run_until_quiet(Duration::from_secs(6), Duration::from_secs(600)),
         "did not settle"
     );
     assert_eq!(sim.a.closed, None);
@@ -245,7 +247,7 @@ fn a_batch_flushed_into_a_full_delivery_window_is_kept_not_dropped() {
         expected.push(m);
     }
     sim.pump();
-    assert!(sim.run_until_quiet(Duration::from_secs(1), Duration::from_secs(60)));
+    assert!(sim.run_until_quiet(Duration::from_secs(6), Duration::from_secs(60)));
     assert!(
         blocked > 0,
         "the window never filled: the test shows nothing"
@@ -302,7 +304,7 @@ fn a_reliable_link_survives_a_max_batch_larger_than_slicing_takes() {
             .expect("accepted");
     }
     sim.pump();
-    assert!(sim.run_until_quiet(Duration::from_secs(5), Duration::from_secs(3600)));
+    assert!(sim.run_until_quiet(Duration::from_secs(6), Duration::from_secs(3600)));
     assert_eq!(sim.a.closed, None);
     assert_eq!(sim.b.received, messages);
 }
