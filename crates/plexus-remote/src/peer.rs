@@ -20,7 +20,6 @@ use plexus_core::remote::{Control, ReceiptError, Signal, Watcher, WireContext};
 use plexus_core::{ActorId, DeadLetterReason, Down, Exit, ExitReason, NodeId};
 use plexus_net::LinkEvent;
 use plexus_transport::{Lane, Link, LinkSender, LinkStats, LinkTrySendError, Received};
-use rustc_hash::FxHashMap;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
@@ -34,6 +33,7 @@ use crate::wire::{Frame, Resolution};
 mod dispatch;
 mod lanes;
 mod session;
+mod state;
 #[cfg(test)]
 mod tests;
 
@@ -43,6 +43,7 @@ use session::{established, handshake_on};
 use dispatch::{wait_drained, DriverDispatch, InboundCache};
 use lanes::down_token;
 pub(crate) use lanes::{lane_of, name_key};
+use state::{Abandoned, Backoff, PeerState, Phase};
 
 pub(crate) struct Peer {
     inner: Weak<NodeInner>,
@@ -51,7 +52,6 @@ pub(crate) struct Peer {
     state: Mutex<State>,
     forward: OnceLock<Arc<Peer>>,
     ctx: OnceLock<Arc<dyn WireContext>>,
-    epoch: AtomicU64,
     /// Mirrors of `state` read on every send without the lock: whether the
     /// link is down, and the node behind it (0: not known yet).
     down: AtomicBool,
@@ -65,38 +65,20 @@ pub(crate) struct Peer {
     recent_import: Mutex<Option<Arc<RemoteActor>>>,
 }
 
-#[derive(Default)]
-enum Phase {
-    #[default]
-    Idle,
-    Connecting,
-    Up {
-        sender: LinkSender,
-        epoch: u64,
-        dialed_by: NodeId,
-    },
-    Down,
+/// The real handles a peer's [`PeerState`] holds.
+pub(crate) struct Live;
+
+impl state::Handles for Live {
+    type Sender = LinkSender;
+    type Frame = (Lane, Bytes);
+    type Waiter = oneshot::Sender<Result<NodeId, LinkError>>;
+    type Resolve = oneshot::Sender<Result<Resolution, LinkError>>;
+    type Receipt = oneshot::Sender<Result<(), ReceiptError>>;
+    type Watcher = Watcher;
+    type Local = Arc<dyn Control>;
 }
 
-#[derive(Default)]
-struct State {
-    phase: Phase,
-    remote: Option<NodeId>,
-    /// Frames held while no link is up, with their lanes.
-    pending: VecDeque<(Lane, Bytes)>,
-    waiters: Vec<oneshot::Sender<Result<NodeId, LinkError>>>,
-    resolves: FxHashMap<u64, oneshot::Sender<Result<Resolution, LinkError>>>,
-    receipts: FxHashMap<u64, oneshot::Sender<Result<(), ReceiptError>>>,
-    /// Local watchers of remote actors, by token.
-    watchers: FxHashMap<u64, (ActorId, Watcher)>,
-    /// Remote watchers of local actors: token -> (actor, local watch token).
-    remote_monitors: FxHashMap<u64, (Arc<dyn Control>, Option<u64>)>,
-    /// Local actors linked to remote ones.
-    links: Vec<(Arc<dyn Control>, ActorId)>,
-    failures: u32,
-    last_error: Option<LinkError>,
-    retry_at: Option<Instant>,
-}
+type State = PeerState<Live>;
 
 /// The `GOODBYE` reason of a link closed because another link to the same
 /// node won the tie-break.
@@ -156,7 +138,6 @@ impl Peer {
             state: Mutex::default(),
             forward: OnceLock::new(),
             ctx: OnceLock::new(),
-            epoch: AtomicU64::new(0),
             down: AtomicBool::new(false),
             remote_node: AtomicU64::new(0),
             recent_import: Mutex::new(None),
@@ -224,15 +205,13 @@ impl Peer {
     }
 
     pub(crate) fn is_up(&self) -> bool {
-        matches!(lock(&self.state).phase, Phase::Up { .. })
+        lock(&self.state).is_up()
     }
 
     /// The link's address and counters, while it is up.
     pub(crate) fn link_stats(&self) -> Option<(String, LinkStats)> {
-        match &lock(&self.state).phase {
-            Phase::Up { sender, .. } => Some((sender.peer().to_owned(), sender.stats())),
-            _ => None,
-        }
+        let st = lock(&self.state);
+        st.sender().map(|s| (s.peer().to_owned(), s.stats()))
     }
 
     /// Whether actors of `node` may be reached through this peer: it is up
@@ -246,12 +225,21 @@ impl Peer {
         remote == 0 || remote == node.as_u64()
     }
 
-    fn set_phase(&self, st: &mut State, phase: Phase) {
-        let down = matches!(phase, Phase::Down);
+    /// Mirrors `st`'s phase after a transition (under its lock): the
+    /// lock-free `down` flag, and a down link lets go of its import.
+    fn mirror(&self, st: &State) {
+        let down = st.is_down();
         self.down.store(down, Ordering::SeqCst);
-        st.phase = phase;
         if down {
             self.release_import();
+        }
+    }
+
+    /// The node's reconnect backoff.
+    fn backoff(inner: &NodeInner) -> Backoff {
+        Backoff {
+            min: inner.config.reconnect_min,
+            max: inner.config.reconnect_max,
         }
     }
 
@@ -259,11 +247,10 @@ impl Peer {
     pub(crate) fn ensure_connected(self: &Arc<Self>) {
         let p = self.canonical();
         let mut st = lock(&p.state);
-        if !matches!(st.phase, Phase::Idle | Phase::Down) || lock(&p.dial).is_none() {
+        let Some(delay) = st.begin_connect(lock(&p.dial).is_some()) else {
             return;
-        }
-        p.set_phase(&mut st, Phase::Connecting);
-        let delay = st.retry_at;
+        };
+        p.mirror(&st);
         drop(st);
         let peer = p.clone();
         // A tell from any thread may get here: spawn on the node's runtime.
@@ -279,7 +266,7 @@ impl Peer {
         let p = self.canonical();
         let rx = {
             let mut st = lock(&p.state);
-            if let (Phase::Up { .. }, Some(n)) = (&st.phase, st.remote) {
+            if let (true, Some(n)) = (st.is_up(), st.remote) {
                 return Ok(n);
             }
             if lock(&p.dial).is_none() {
@@ -305,12 +292,12 @@ impl Peer {
         }
     }
 
-    async fn connect(self: Arc<Self>, delay: Option<Instant>) {
+    async fn connect(self: Arc<Self>, delay: Option<std::time::Instant>) {
         let Some(inner) = self.inner.upgrade() else {
             return;
         };
         if let Some(at) = delay {
-            tokio::time::sleep_until(at).await;
+            tokio::time::sleep_until(Instant::from_std(at)).await;
         }
         let timeout = inner.config.connect_timeout;
         let attempt = async {
@@ -329,22 +316,25 @@ impl Peer {
 
     fn failed(self: &Arc<Self>, inner: &Arc<NodeInner>, error: LinkError) {
         tracing::debug!(target: "plexus::remote", peer = %self.dial_uri(), %error, "connect failed");
-        let mut st = lock(&self.state);
-        self.set_phase(&mut st, Phase::Down);
-        st.failures += 1;
-        let exp = st.failures.saturating_sub(1).min(16);
-        let backoff = inner
-            .config
-            .reconnect_min
-            .saturating_mul(1 << exp)
-            .min(inner.config.reconnect_max);
-        st.retry_at = Some(Instant::now() + backoff);
-        st.last_error = Some(error.clone());
-        let waiters = std::mem::take(&mut st.waiters);
-        let pending = std::mem::take(&mut st.pending);
-        let resolves = std::mem::take(&mut st.resolves);
-        let receipts = std::mem::take(&mut st.receipts);
-        drop(st);
+        let abandoned = {
+            let mut st = lock(&self.state);
+            let abandoned =
+                st.connect_failed(Instant::now().into_std(), error, Self::backoff(inner));
+            self.mirror(&st);
+            abandoned
+        };
+        self.give_up(inner, abandoned);
+    }
+
+    /// Fails what a failed connect abandoned.
+    fn give_up(&self, inner: &NodeInner, abandoned: Abandoned<Live>) {
+        let Abandoned {
+            error,
+            pending,
+            waiters,
+            resolves,
+            receipts,
+        } = abandoned;
         // Dead letters first: whoever the failure wakes sees them counted.
         let dead = inner.system.dead_letters();
         for _ in pending {
@@ -375,7 +365,7 @@ impl Peer {
     ) -> Result<(), Undelivered> {
         let p = self.canonical();
         let mut st = lock(&p.state);
-        if let Phase::Up { sender, .. } = &st.phase {
+        if let Some(sender) = st.sender() {
             return match sender.try_send_on(lane, frame) {
                 Ok(()) => Ok(()),
                 Err(LinkTrySendError::Full { .. }) => Err(Undelivered),
@@ -410,7 +400,7 @@ impl Peer {
     ) -> Result<(), Undelivered> {
         let p = self.canonical();
         let st = lock(&p.state);
-        if let Phase::Up { sender, .. } = &st.phase {
+        if let Some(sender) = st.sender() {
             return match sender.try_send_copy_on(lane, frame) {
                 Ok(()) => Ok(()),
                 Err(LinkTrySendError::Send(plexus_transport::LinkSendError::Closed {
@@ -496,7 +486,7 @@ impl Peer {
         let token = down_token(inner.next_id(), watcher_lane);
         {
             let mut st = lock(&p.state);
-            if matches!(st.phase, Phase::Down) || st.remote.is_some_and(|r| r != target.node()) {
+            if st.is_down() || st.remote.is_some_and(|r| r != target.node()) {
                 drop(st);
                 watcher.notify(node_down(target, "no link to the node"));
                 return None;
@@ -543,10 +533,7 @@ impl Peer {
 
     /// Sends `GOODBYE` and closes the link.
     pub(crate) async fn goodbye(self: &Arc<Self>, reason: &str) {
-        let sender = match &lock(&self.state).phase {
-            Phase::Up { sender, .. } => Some(sender.clone()),
-            _ => None,
-        };
+        let sender = lock(&self.state).sender().cloned();
         if let Some(s) = sender {
             let _ = s
                 .send(
@@ -565,22 +552,23 @@ impl Peer {
         let Some(inner) = self.inner.upgrade() else {
             return;
         };
-        let mut st = lock(&self.state);
-        match &st.phase {
-            Phase::Up { epoch: e, .. } if *e == epoch => {}
-            _ => return,
-        }
-        self.set_phase(&mut st, Phase::Down);
-        st.failures = 0;
-        st.retry_at = None;
-        st.last_error = Some(LinkError::Closed(cause.to_owned()));
-        let node = st.remote;
-        let watchers = std::mem::take(&mut st.watchers);
-        let links = std::mem::take(&mut st.links);
-        let receipts = std::mem::take(&mut st.receipts);
-        let resolves = std::mem::take(&mut st.resolves);
-        let monitors = std::mem::take(&mut st.remote_monitors);
-        drop(st);
+        let lost = {
+            let mut st = lock(&self.state);
+            let lost = st.link_lost(epoch, cause);
+            self.mirror(&st);
+            lost
+        };
+        let Some(state::Lost {
+            node,
+            watchers,
+            links,
+            receipts,
+            resolves,
+            remote_monitors: monitors,
+        }) = lost
+        else {
+            return;
+        };
         tracing::info!(target: "plexus::remote", node = ?node, peer = %self.dial_uri(), cause, "link down");
         for (_, (id, w)) in watchers {
             w.notify(node_down(id, cause));

@@ -2,6 +2,7 @@
 //! to the node's peer for that node and scheme (settling duplicate links),
 //! and the reader that dispatches its frames until it goes down.
 
+use super::state::Attached;
 use super::*;
 
 /// How long a refused link may take to deliver its REJECT.
@@ -115,23 +116,16 @@ pub(super) fn established(
         }
     };
     if !Arc::ptr_eq(&canonical, &via) {
-        // Hand what waited on `via` to the canonical peer.
-        let (pending, waiters, resolves, receipts) = {
+        // Hand what waited on `via` to the canonical peer. One lock at a
+        // time: `via`'s state moves through a fresh one.
+        let mut moving = PeerState::default();
+        {
             let mut st = lock(&via.state);
-            via.set_phase(&mut st, Phase::Idle);
-            (
-                std::mem::take(&mut st.pending),
-                std::mem::take(&mut st.waiters),
-                std::mem::take(&mut st.resolves),
-                std::mem::take(&mut st.receipts),
-            )
-        };
+            st.forward_into(&mut moving);
+            via.mirror(&st);
+        }
         let _ = via.forward.set(canonical.clone());
-        let mut st = lock(&canonical.state);
-        st.pending.extend(pending);
-        st.waiters.extend(waiters);
-        st.resolves.extend(resolves);
-        st.receipts.extend(receipts);
+        moving.forward_into(&mut lock(&canonical.state));
         if lock(&canonical.dial).is_none() {
             *lock(&canonical.dial) = lock(&via.dial).clone();
         }
@@ -149,75 +143,72 @@ impl Peer {
     ) {
         let (sender, receiver) = link.split();
         let mut st = lock(&self.state);
-        if let Phase::Up {
-            dialed_by: existing,
-            ..
-        } = &st.phase
-        {
-            if *existing < dialed_by {
+        let attached = st.attach(sender.clone(), hs.node, dialed_by);
+        self.mirror(&st);
+        let (epoch, waiters) = match attached {
+            Attached::Duplicate {
+                refused,
+                draining_epoch,
+                pending,
+                waiters,
+            } => {
                 // Keep the link dialled by the lower node id. The peer may
-                // have sent on this one already: keep reading it until the
-                // peer, told by GOODBYE, closes it. What waited for a link
-                // (handed over from a forwarding peer) goes out on the kept
-                // one.
-                let waiters = std::mem::take(&mut st.waiters);
-                let pending = std::mem::take(&mut st.pending);
-                if let Phase::Up { sender: kept, .. } = &st.phase {
+                // have sent on the refused one already: keep reading it
+                // until the peer, told by GOODBYE, closes it. What waited
+                // for a link (handed over from a forwarding peer) goes out
+                // on the kept one.
+                if let Some(kept) = st.sender() {
                     flush(inner, kept, pending, hs.node);
                 }
                 drop(st);
                 for w in waiters {
                     let _ = w.send(Ok(hs.node));
                 }
-                let _ = sender.try_send(
+                let _ = refused.try_send(
                     Frame::Goodbye {
                         reason: DUPLICATE.into(),
                     }
                     .encode(),
                 );
-                drop(sender);
-                let draining = self.epoch.fetch_add(1, Ordering::Relaxed) + 1;
+                drop((refused, sender));
                 let peer = self.clone();
                 let inner = inner.clone();
-                tokio::spawn(async move { peer.read(inner, receiver, draining, hs.node).await });
+                tokio::spawn(
+                    async move { peer.read(inner, receiver, draining_epoch, hs.node).await },
+                );
                 return;
             }
-        }
-        if st.remote.is_some_and(|r| r != hs.node) {
-            tracing::info!(target: "plexus::remote", old = ?st.remote, new = %hs.node, "a different node answers at this address");
-        }
-        let epoch = self.epoch.fetch_add(1, Ordering::Relaxed) + 1;
-        let old = std::mem::replace(
-            &mut st.phase,
-            Phase::Up {
-                sender: sender.clone(),
+            Attached::Up {
                 epoch,
-                dialed_by,
-            },
-        );
-        self.down.store(false, Ordering::Release);
-        self.remote_node.store(hs.node.as_u64(), Ordering::Release);
-        st.remote = Some(hs.node);
-        st.failures = 0;
-        st.retry_at = None;
-        st.last_error = None;
-        let pending = std::mem::take(&mut st.pending);
-        let waiters = std::mem::take(&mut st.waiters);
-        // Flush while holding the lock, so nothing sent meanwhile overtakes.
-        flush(inner, &sender, pending, hs.node);
-        drop(st);
-        // A replaced link is retired like a refused one: GOODBYE(duplicate)
-        // tells the peer, which may still use it, that the other link is
-        // coming (a silent close would look like a lost node there). Our
-        // reader keeps draining what the peer sent on it.
-        if let Phase::Up { sender: old, .. } = old {
-            let _ = old.try_send(
-                Frame::Goodbye {
-                    reason: DUPLICATE.into(),
+                pending,
+                waiters,
+                replaced,
+                node_changed,
+            } => {
+                if node_changed {
+                    tracing::info!(target: "plexus::remote", new = %hs.node, "a different node answers at this address");
                 }
-                .encode(),
-            );
-        }
+                self.remote_node.store(hs.node.as_u64(), Ordering::Release);
+                // Flush while holding the lock, so nothing sent meanwhile
+                // overtakes.
+                flush(inner, &sender, pending, hs.node);
+                drop(st);
+                // A replaced link is retired like a refused one:
+                // GOODBYE(duplicate) tells the peer, which may still use
+                // it, that the other link is coming (a silent close would
+                // look like a lost node there). Our reader keeps draining
+                // what the peer sent on it.
+                if let Some(old) = replaced {
+                    let _ = old.try_send(
+                        Frame::Goodbye {
+                            reason: DUPLICATE.into(),
+                        }
+                        .encode(),
+                    );
+                }
+                (epoch, waiters)
+            }
+        };
         for w in waiters {
             let _ = w.send(Ok(hs.node));
         }
@@ -312,28 +303,30 @@ impl Peer {
     /// while connecting) and keep every pending request, which the peer
     /// answers over the surviving link; give up if it never comes.
     fn superseded(self: &Arc<Self>, inner: &Arc<NodeInner>, epoch: u64) {
-        {
+        let deadline = {
             let mut st = lock(&self.state);
-            match &st.phase {
-                Phase::Up { epoch: e, .. } if *e == epoch => {}
-                _ => return,
+            let now = Instant::now().into_std();
+            if !st.superseded(epoch, now, inner.config.connect_timeout) {
+                return;
             }
-            self.set_phase(&mut st, Phase::Connecting);
-        }
+            self.mirror(&st);
+            st.poll_timeout()
+        };
+        let Some(deadline) = deadline else {
+            return;
+        };
         let peer = self.clone();
-        let timeout = inner.config.connect_timeout;
         let inner = inner.clone();
         tokio::spawn(async move {
-            tokio::time::sleep(timeout).await;
-            let stuck = matches!(lock(&peer.state).phase, Phase::Connecting)
-                && peer.epoch.load(Ordering::Relaxed) <= epoch + 1;
-            if stuck {
-                peer.failed(
-                    &inner,
-                    LinkError::Closed(
-                        "a duplicate link was closed and the other never came up".into(),
-                    ),
-                );
+            tokio::time::sleep_until(Instant::from_std(deadline)).await;
+            let abandoned = {
+                let mut st = lock(&peer.state);
+                let abandoned = st.handle_timeout(Instant::now().into_std(), Peer::backoff(&inner));
+                peer.mirror(&st);
+                abandoned
+            };
+            if let Some(abandoned) = abandoned {
+                peer.give_up(&inner, abandoned);
             }
         });
     }

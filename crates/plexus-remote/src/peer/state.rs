@@ -1,0 +1,357 @@
+//! A peer's state, sans I/O: its phase (idle, connecting, up, down), what
+//! waits on it (frames held while connecting, waiters, resolves, receipts,
+//! watchers, links, remote monitors), the reconnect backoff, and the rules
+//! between them, with time as an input.
+//!
+//! [`Peer`](super::Peer) holds one behind its lock and carries out what the
+//! transitions hand back (fail a resolve, tell a watcher, flush frames,
+//! send `GOODBYE`); the transitions themselves decide everything and do no
+//! I/O, so `state/tests.rs` drives them on a fake clock:
+//!
+//! ```text
+//!  Idle ──begin_connect──▶ Connecting ──attach──▶ Up(epoch) ──link_lost──▶ Down
+//!   ▲                          │   ▲                 │                      │
+//!   │                          │   └───superseded────┘ (peer kept its other │
+//!   │                  connect_failed / handle_timeout  link: wait for it)  │
+//!   │                          ▼                                            │
+//!   └──(forwarded)──────────  Down ◀─────────────────────────────────────────┘
+//!                              └──begin_connect (after retry_at)──▶ Connecting
+//! ```
+//!
+//! Every link that comes up gets a new epoch; a transition naming an older
+//! epoch (a reader of a replaced link ending late) changes nothing. Of two
+//! links to one node (both sides dialled at once) both sides keep the one
+//! dialled by the lower node id.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use plexus_core::{ActorId, NodeId};
+use rustc_hash::FxHashMap;
+
+use crate::error::LinkError;
+
+/// What a peer's state holds without looking into: the link's sender, the
+/// channels that answer requests, watchers, local actors. The node uses
+/// the real ones ([`super::Live`]); tests use plain values.
+pub(crate) trait Handles {
+    /// Sends on an established link.
+    type Sender;
+    /// A frame held until a link is up.
+    type Frame;
+    /// Waits for the link to come up.
+    type Waiter;
+    /// Waits for a resolve's answer.
+    type Resolve;
+    /// Waits for a message's receipt.
+    type Receipt;
+    /// A local watcher of a remote actor.
+    type Watcher;
+    /// A local actor (linked to a remote one, or watched by one).
+    type Local;
+}
+
+/// Where the peer's link is.
+pub(crate) enum Phase<S> {
+    /// Never connected, or handed over to another peer for the same node.
+    Idle,
+    /// Connecting. With `stuck_at`: the peer closed our link as the
+    /// duplicate of one it dialled, which should come up here by then.
+    Connecting { stuck_at: Option<Instant> },
+    /// A link is up.
+    Up {
+        sender: S,
+        epoch: u64,
+        /// Who dialled it: of two links to one node, the one dialled by
+        /// the lower node id stays.
+        dialed_by: NodeId,
+    },
+    /// The last attempt failed or the link went down; the next attempt
+    /// waits until `retry_at`.
+    Down,
+}
+
+/// The reconnect backoff: doubles from `min` to `max` with each failure in
+/// a row.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Backoff {
+    pub(crate) min: Duration,
+    pub(crate) max: Duration,
+}
+
+impl Backoff {
+    fn after(self, failures: u32) -> Duration {
+        let exp = failures.saturating_sub(1).min(16);
+        self.min.saturating_mul(1 << exp).min(self.max)
+    }
+}
+
+/// One peer's state.
+pub(crate) struct PeerState<H: Handles> {
+    pub(crate) phase: Phase<H::Sender>,
+    /// The node behind the peer, once a handshake told.
+    pub(crate) remote: Option<NodeId>,
+    /// Frames held while no link is up.
+    pub(crate) pending: VecDeque<H::Frame>,
+    pub(crate) waiters: Vec<H::Waiter>,
+    pub(crate) resolves: FxHashMap<u64, H::Resolve>,
+    pub(crate) receipts: FxHashMap<u64, H::Receipt>,
+    /// Local watchers of remote actors, by token.
+    pub(crate) watchers: FxHashMap<u64, (ActorId, H::Watcher)>,
+    /// Remote watchers of local actors: token -> (actor, local watch token).
+    pub(crate) remote_monitors: FxHashMap<u64, (H::Local, Option<u64>)>,
+    /// Local actors linked to remote ones.
+    pub(crate) links: Vec<(H::Local, ActorId)>,
+    /// Connect attempts failed in a row.
+    failures: u32,
+    pub(crate) last_error: Option<LinkError>,
+    /// Not before this may the next attempt start.
+    pub(crate) retry_at: Option<Instant>,
+    /// The epoch of the last link attached (up or draining).
+    epoch: u64,
+}
+
+impl<H: Handles> Default for PeerState<H> {
+    fn default() -> Self {
+        Self {
+            phase: Phase::Idle,
+            remote: None,
+            pending: VecDeque::new(),
+            waiters: Vec::new(),
+            resolves: FxHashMap::default(),
+            receipts: FxHashMap::default(),
+            watchers: FxHashMap::default(),
+            remote_monitors: FxHashMap::default(),
+            links: Vec::new(),
+            failures: 0,
+            last_error: None,
+            retry_at: None,
+            epoch: 0,
+        }
+    }
+}
+
+/// What a failed connect gives up on: to be failed with its error.
+pub(crate) struct Abandoned<H: Handles> {
+    pub(crate) error: LinkError,
+    pub(crate) pending: VecDeque<H::Frame>,
+    pub(crate) waiters: Vec<H::Waiter>,
+    pub(crate) resolves: FxHashMap<u64, H::Resolve>,
+    pub(crate) receipts: FxHashMap<u64, H::Receipt>,
+}
+
+/// What a lost link leaves behind: to be told, with its cause.
+pub(crate) struct Lost<H: Handles> {
+    pub(crate) node: Option<NodeId>,
+    pub(crate) watchers: FxHashMap<u64, (ActorId, H::Watcher)>,
+    pub(crate) links: Vec<(H::Local, ActorId)>,
+    pub(crate) receipts: FxHashMap<u64, H::Receipt>,
+    pub(crate) resolves: FxHashMap<u64, H::Resolve>,
+    pub(crate) remote_monitors: FxHashMap<u64, (H::Local, Option<u64>)>,
+}
+
+/// What attaching a new link decided.
+pub(crate) enum Attached<H: Handles> {
+    /// The new link is the peer's link now, under `epoch`. Send `pending`
+    /// on it before anything else (under the lock), answer `waiters`, and
+    /// retire `replaced` with `GOODBYE(duplicate)` if there is one.
+    Up {
+        epoch: u64,
+        pending: VecDeque<H::Frame>,
+        waiters: Vec<H::Waiter>,
+        replaced: Option<H::Sender>,
+        /// Another node than before answers at the peer's address.
+        node_changed: bool,
+    },
+    /// The link already up was dialled by a lower node id and stays: send
+    /// `GOODBYE(duplicate)` on the new one (`refused`) and read it (under
+    /// `draining_epoch`) until the peer closes it. `pending` goes out on
+    /// the kept link; `waiters` are answered.
+    Duplicate {
+        refused: H::Sender,
+        draining_epoch: u64,
+        pending: VecDeque<H::Frame>,
+        waiters: Vec<H::Waiter>,
+    },
+}
+
+impl<H: Handles> PeerState<H> {
+    /// Whether the phase is [`Phase::Down`].
+    pub(crate) fn is_down(&self) -> bool {
+        matches!(self.phase, Phase::Down)
+    }
+
+    /// Whether a link is up.
+    pub(crate) fn is_up(&self) -> bool {
+        matches!(self.phase, Phase::Up { .. })
+    }
+
+    /// The sender of the link that is up.
+    pub(crate) fn sender(&self) -> Option<&H::Sender> {
+        match &self.phase {
+            Phase::Up { sender, .. } => Some(sender),
+            _ => None,
+        }
+    }
+
+    /// Starts connecting if idle or down and there is an address to dial:
+    /// `Some(not_before)` (the backoff's `retry_at`) when a connect is to
+    /// start, `None` when one is under way, a link is up, or nothing can
+    /// be dialled.
+    pub(crate) fn begin_connect(&mut self, can_dial: bool) -> Option<Option<Instant>> {
+        if !matches!(self.phase, Phase::Idle | Phase::Down) || !can_dial {
+            return None;
+        }
+        self.phase = Phase::Connecting { stuck_at: None };
+        Some(self.retry_at)
+    }
+
+    /// The connect attempt failed at `now`: down, the next attempt after
+    /// the backoff; everything that waited for the link gives up with
+    /// `error`.
+    pub(crate) fn connect_failed(
+        &mut self,
+        now: Instant,
+        error: LinkError,
+        backoff: Backoff,
+    ) -> Abandoned<H> {
+        self.phase = Phase::Down;
+        self.failures += 1;
+        self.retry_at = Some(now + backoff.after(self.failures));
+        self.last_error = Some(error.clone());
+        Abandoned {
+            error,
+            pending: std::mem::take(&mut self.pending),
+            waiters: std::mem::take(&mut self.waiters),
+            resolves: std::mem::take(&mut self.resolves),
+            receipts: std::mem::take(&mut self.receipts),
+        }
+    }
+
+    /// A handshake completed on a new link (`sender`) to `node`, dialled by
+    /// `dialed_by`.
+    pub(crate) fn attach(
+        &mut self,
+        sender: H::Sender,
+        node: NodeId,
+        dialed_by: NodeId,
+    ) -> Attached<H> {
+        if let Phase::Up {
+            dialed_by: existing,
+            ..
+        } = &self.phase
+        {
+            if *existing < dialed_by {
+                self.epoch += 1;
+                return Attached::Duplicate {
+                    refused: sender,
+                    draining_epoch: self.epoch,
+                    pending: std::mem::take(&mut self.pending),
+                    waiters: std::mem::take(&mut self.waiters),
+                };
+            }
+        }
+        let node_changed = self.remote.is_some_and(|r| r != node);
+        self.epoch += 1;
+        let old = std::mem::replace(
+            &mut self.phase,
+            Phase::Up {
+                sender,
+                epoch: self.epoch,
+                dialed_by,
+            },
+        );
+        self.remote = Some(node);
+        self.failures = 0;
+        self.retry_at = None;
+        self.last_error = None;
+        let replaced = match old {
+            Phase::Up { sender, .. } => Some(sender),
+            _ => None,
+        };
+        Attached::Up {
+            epoch: self.epoch,
+            pending: std::mem::take(&mut self.pending),
+            waiters: std::mem::take(&mut self.waiters),
+            replaced,
+            node_changed,
+        }
+    }
+
+    /// The link of `epoch` went down with `cause`: down (the next attempt
+    /// without waiting), and what depended on the link is handed back to
+    /// be told. `None` if `epoch` is not the link that is up (a replaced
+    /// or draining link ended).
+    pub(crate) fn link_lost(&mut self, epoch: u64, cause: &str) -> Option<Lost<H>> {
+        match &self.phase {
+            Phase::Up { epoch: e, .. } if *e == epoch => {}
+            _ => return None,
+        }
+        self.phase = Phase::Down;
+        self.failures = 0;
+        self.retry_at = None;
+        self.last_error = Some(LinkError::Closed(cause.to_owned()));
+        Some(Lost {
+            node: self.remote,
+            watchers: std::mem::take(&mut self.watchers),
+            links: std::mem::take(&mut self.links),
+            receipts: std::mem::take(&mut self.receipts),
+            resolves: std::mem::take(&mut self.resolves),
+            remote_monitors: std::mem::take(&mut self.remote_monitors),
+        })
+    }
+
+    /// The peer closed our link of `epoch` as the duplicate of one it
+    /// dialled, which is about to come up here: connecting again (frames
+    /// are held, requests kept, as the peer answers them on the other
+    /// link) until `now + timeout`, when [`handle_timeout`](Self::handle_timeout)
+    /// gives up. Whether `epoch` was the link that is up.
+    pub(crate) fn superseded(&mut self, epoch: u64, now: Instant, timeout: Duration) -> bool {
+        match &self.phase {
+            Phase::Up { epoch: e, .. } if *e == epoch => {}
+            _ => return false,
+        }
+        self.phase = Phase::Connecting {
+            stuck_at: Some(now + timeout),
+        };
+        true
+    }
+
+    /// When [`handle_timeout`](Self::handle_timeout) is due.
+    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
+        match self.phase {
+            Phase::Connecting { stuck_at } => stuck_at,
+            _ => None,
+        }
+    }
+
+    /// At `now`: a superseded link whose replacement never came gives up
+    /// as a failed connect would.
+    pub(crate) fn handle_timeout(
+        &mut self,
+        now: Instant,
+        backoff: Backoff,
+    ) -> Option<Abandoned<H>> {
+        match self.phase {
+            Phase::Connecting { stuck_at: Some(at) } if at <= now => Some(self.connect_failed(
+                now,
+                LinkError::Closed("a duplicate link was closed and the other never came up".into()),
+                backoff,
+            )),
+            _ => None,
+        }
+    }
+
+    /// Hands everything that waits to another peer for the same node
+    /// (this one forwards to it from now on) and goes idle.
+    pub(crate) fn forward_into(&mut self, canonical: &mut PeerState<H>) {
+        self.phase = Phase::Idle;
+        canonical.pending.extend(self.pending.drain(..));
+        canonical.waiters.append(&mut self.waiters);
+        canonical.resolves.extend(self.resolves.drain());
+        canonical.receipts.extend(self.receipts.drain());
+    }
+}
+
+#[cfg(test)]
+mod tests;
