@@ -288,7 +288,7 @@ async fn remote_tour() -> Result<(), Box<dyn std::error::Error>> {
 }
 
 async fn tls_tour() -> Result<(), Box<dyn std::error::Error>> {
-    use plexus::transport::dev_certs::DevCa;
+    use plexus::dev_certs::DevCa;
     use plexus::transport::tls::TlsConfig;
 
     println!("\n12. tls: a dev CA and node certificates (what `plexus-certs` writes)");

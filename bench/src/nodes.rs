@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 
-use plexus::transport::dev_certs::DevCa;
+use plexus::dev_certs::DevCa;
 use plexus::{ActorSystem, NodeConfig};
 
 /// Schemes whose nodes authenticate with a certificate (mutual TLS, node id

@@ -49,6 +49,10 @@ pub struct NodeConfig {
     pub(crate) link: LinkConfig,
     #[cfg(feature = "tls")]
     pub(crate) tls: Option<TlsConfig>,
+    /// The node id [`tls`](Self::tls)'s certificate certifies, with this
+    /// start's incarnation.
+    #[cfg(feature = "tls")]
+    certified: Option<NodeId>,
     pub(crate) danger_unchecked_identity: bool,
     #[cfg(feature = "quic")]
     pub(crate) quic: QuicConfig,
@@ -74,6 +78,8 @@ impl Default for NodeConfig {
             },
             #[cfg(feature = "tls")]
             tls: None,
+            #[cfg(feature = "tls")]
+            certified: None,
             danger_unchecked_identity: false,
             #[cfg(feature = "quic")]
             quic: QuicConfig::default(),
@@ -144,16 +150,21 @@ impl NodeConfig {
     /// one.
     #[cfg(feature = "tls")]
     pub fn tls(mut self, tls: TlsConfig) -> Self {
+        use crate::identity::{new_incarnation, node_id_of};
+        // `TlsConfig` checked that its certificate parses: it certifies an id.
+        self.certified = node_id_of(tls.certificate())
+            .ok()
+            .map(|id| NodeId::from_u64(new_incarnation(id)));
         self.tls = Some(tls);
         self
     }
 
     /// The node id for this configuration's TLS certificate (see
-    /// `plexus_transport::identity`): the part the certificate certifies and
-    /// an incarnation picked when the `TlsConfig` was loaded, so a restarted
-    /// node is a new node (refs to the old one's actors do not reach new
-    /// actors that got the same serials). The node's actor system must have
-    /// it; `None` without [`tls`](Self::tls).
+    /// [`identity`](crate::identity)): the part the certificate certifies
+    /// and an incarnation picked when [`tls`](Self::tls) took it, so a
+    /// restarted node is a new node (refs to the old one's actors do not
+    /// reach new actors that got the same serials). The node's actor system
+    /// must have it; `None` without [`tls`](Self::tls).
     ///
     /// ```no_run
     /// # use plexus_core::ActorSystem;
@@ -174,7 +185,7 @@ impl NodeConfig {
         #[cfg(not(feature = "tls"))]
         return None;
         #[cfg(feature = "tls")]
-        self.tls.as_ref().map(|t| NodeId::from_u64(t.node_id()))
+        self.certified
     }
 
     /// **Test only.** Lets [`Node::start`](crate::Node::start) accept an

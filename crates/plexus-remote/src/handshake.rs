@@ -69,6 +69,10 @@ pub enum HandshakeError {
         /// bits 0).
         certified: NodeId,
     },
+    /// The certificate the link's transport authenticated certifies no
+    /// node id (it does not parse).
+    #[error("the peer's certificate: {0}")]
+    Certificate(#[from] crate::identity::IdentityError),
     /// The peer refused the handshake.
     #[error("refused by the peer: {detail}")]
     Rejected {
@@ -90,7 +94,7 @@ impl HandshakeError {
             Self::VersionMismatch { .. } => RejectCode::Version,
             Self::CookieMismatch => RejectCode::Cookie,
             Self::SameNode(_) => RejectCode::SameNode,
-            Self::IdentityMismatch { .. } => RejectCode::Identity,
+            Self::IdentityMismatch { .. } | Self::Certificate(_) => RejectCode::Identity,
             Self::Protocol(_) => RejectCode::Protocol,
             Self::Rejected { .. } => return None,
         };
@@ -182,10 +186,8 @@ impl Handshake {
                     });
                 }
                 if let Some(certified) = self.certified {
-                    let certifies = plexus_transport::identity::certifies(
-                        certified.as_u64(),
-                        peer.node.as_u64(),
-                    );
+                    let certifies =
+                        crate::identity::certifies(certified.as_u64(), peer.node.as_u64());
                     if !certifies {
                         return Err(HandshakeError::IdentityMismatch {
                             claimed: peer.node,

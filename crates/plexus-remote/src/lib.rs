@@ -27,8 +27,11 @@
 
 mod config;
 mod context;
+#[cfg(feature = "tls")]
+pub mod dev_certs;
 mod error;
 pub mod handshake;
+pub mod identity;
 mod node;
 mod peer;
 mod proxy;

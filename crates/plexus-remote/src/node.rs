@@ -127,10 +127,8 @@ impl Node {
     pub fn start(system: &SystemRef, config: NodeConfig) -> Result<Node, NodeError> {
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| NodeError::NoRuntime)?;
         if let Some(certified) = config.certified_node_id() {
-            let certifies = plexus_transport::identity::certifies(
-                certified.as_u64(),
-                system.node_id().as_u64(),
-            );
+            let certifies =
+                crate::identity::certifies(certified.as_u64(), system.node_id().as_u64());
             if !certifies && !config.danger_unchecked_identity {
                 return Err(NodeError::IdentityMismatch {
                     system: system.node_id(),

@@ -13,8 +13,8 @@ use common::certified::certified_node;
 use common::process::NodeProcess;
 use common::service::{Counter, Total};
 use plexus_core::{ActorRef, ActorSystem, ExitReason};
+use plexus_remote::dev_certs::DevCa;
 use plexus_remote::{Node, NodeConfig, ResolveError};
-use plexus_transport::dev_certs::DevCa;
 use plexus_transport::quic::QuicConfig;
 use plexus_transport::tls::TlsConfig;
 

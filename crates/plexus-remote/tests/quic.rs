@@ -12,8 +12,8 @@ use std::time::Duration;
 use common::certified::{self, certified_node};
 use common::service::{Counter, CounterActor, Total};
 use plexus_core::{Actor, ActorRef, Context, ReplyTo};
+use plexus_remote::dev_certs::DevCa;
 use plexus_remote::NodeConfig;
-use plexus_transport::dev_certs::DevCa;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 

@@ -13,11 +13,11 @@ use std::time::{Duration, SystemTime};
 use common::process::NodeProcess;
 use common::service::{Counter, Total};
 use plexus_core::{ActorRef, ActorSystem, NodeId};
+use plexus_remote::dev_certs::{DevCa, NodeCert};
 use plexus_remote::handshake::HandshakeError;
+use plexus_remote::identity::certifies;
 use plexus_remote::wire::RejectCode;
 use plexus_remote::{LinkError, Node, NodeConfig, ResolveError};
-use plexus_transport::dev_certs::{DevCa, NodeCert};
-use plexus_transport::identity::certifies;
 use tokio::net::UdpSocket;
 
 const T: Duration = Duration::from_secs(10);

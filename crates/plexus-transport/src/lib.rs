@@ -67,10 +67,7 @@
 mod alarm;
 pub mod builtin;
 mod conn;
-#[cfg(feature = "tls")]
-pub mod dev_certs;
 pub mod error;
-pub mod identity;
 mod lane;
 mod link;
 pub mod mem;
@@ -89,7 +86,9 @@ pub use error::{
     AcceptError, BindError, CloseReason, ConnectError, LinkClosed, LinkSendError, LinkTrySendError,
     UnreliableError,
 };
-pub use link::{DriverReceive, Lane, Link, LinkConfig, LinkReceiver, LinkSender, Received};
+pub use link::{
+    DriverReceive, Lane, Link, LinkConfig, LinkReceiver, LinkSender, PeerIdentity, Received,
+};
 pub use registry::{BoxFuture, Dialer, Listener, RegisterError, Transport, TransportRegistry};
 pub use stats::LinkStats;
 

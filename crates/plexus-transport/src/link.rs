@@ -43,7 +43,6 @@ use rustls_pki_types::CertificateDer;
 use tokio::sync::{Notify, Semaphore};
 
 use crate::error::{CloseReason, LinkClosed, LinkSendError, LinkTrySendError, UnreliableError};
-use crate::identity::PeerIdentity;
 pub use crate::lane::Lane;
 use crate::stats::LinkStats;
 
@@ -446,6 +445,16 @@ pub struct Link {
     sender: LinkSender,
     receiver: LinkReceiver,
     identity: Option<Arc<PeerIdentity>>,
+}
+
+/// What the transport authenticated about the peer of a link: the
+/// end-entity certificate it presented (TLS, QUIC), verified against the
+/// CA roots during the handshake. What the certificate means (a node id)
+/// is for the layers above to say.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerIdentity {
+    /// The peer's end-entity certificate (DER).
+    pub certificate: rustls_pki_types::CertificateDer<'static>,
 }
 
 impl Link {

@@ -19,16 +19,15 @@
 //! [`TlsListener::accept`] as [`AcceptError::Handshake`]; the listener
 //! keeps serving other peers.
 //!
-//! **Node identity.** A certificate certifies the first 48 bits of a node
-//! id, derived from its public key ([`identity`](crate::identity)); the
-//! last 16 are the incarnation. [`TlsConfig::node_id`] is ours,
-//! [`Link::peer_identity`] the peer's certified part (set on every link this
-//! module makes). `plexus-remote` refuses a peer whose handshake claims an
-//! id with another certified part.
+//! **Identity.** [`Link::peer_identity`] is the certificate the peer
+//! presented (set on every link this module makes), [`TlsConfig::certificate`]
+//! ours. What a certificate means is not this crate's business:
+//! `plexus-remote` derives the node id it certifies (`plexus_remote::identity`)
+//! and refuses a peer whose handshake claims another.
 //!
 //! # Development certificates
 //!
-//! The `plexus-certs` binary of this crate makes a dev CA and node
+//! The `plexus-certs` binary of `plexus-remote` makes a dev CA and node
 //! certificates (valid for the node's name, `localhost` and `127.0.0.1`,
 //! for both server and client authentication):
 //!
@@ -38,7 +37,7 @@
 //!                                                    # certs/n1/n1.pem, certs/n1/n1.key
 //! ```
 //!
-//! The same in-process, for tests: [`dev_certs`](crate::dev_certs).
+//! The same in-process, for tests: `plexus_remote::dev_certs`.
 //!
 //! A node then loads `TlsConfig::from_pem_files("certs/n1/n1.pem",
 //! "certs/n1/n1.key", "certs/ca.pem")`.
@@ -76,7 +75,7 @@ use tokio::task::AbortHandle;
 
 use crate::conn::now;
 use crate::error::{AcceptError, BindError, ConnectError};
-use crate::identity::{new_incarnation, node_id_of, IdentityError, PeerIdentity};
+use crate::link::PeerIdentity;
 use crate::link::{Link, LinkConfig};
 use crate::stream;
 
@@ -128,10 +127,10 @@ pub enum TlsConfigError {
     /// The certificate verifier could not be built from the CA roots.
     #[error("certificate verifier: {0}")]
     Verifier(String),
-    /// The node's certificate does not parse as X.509, so it certifies
-    /// no node id.
-    #[error("certificate chain: {0}")]
-    Identity(#[from] IdentityError),
+    /// The node's certificate does not parse as an X.509 end-entity
+    /// certificate.
+    #[error("certificate chain: the node's certificate does not parse: {0}")]
+    EndEntity(String),
 }
 
 /// A node's TLS identity and trust: its certificate chain and private key
@@ -144,13 +143,13 @@ pub struct TlsConfig {
     pub(crate) server: Arc<ServerConfig>,
     pub(crate) client: Arc<ClientConfig>,
     pub(crate) handshake_timeout: Duration,
-    node_id: u64,
+    /// The node's end-entity certificate.
+    certificate: CertificateDer<'static>,
 }
 
 impl std::fmt::Debug for TlsConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TlsConfig")
-            .field("node_id", &format_args!("{:016x}", self.node_id))
             .field("handshake_timeout", &self.handshake_timeout)
             .finish_non_exhaustive()
     }
@@ -171,7 +170,9 @@ impl TlsConfig {
         ca_roots: &[u8],
     ) -> Result<Self, TlsConfigError> {
         let chain = certs("certificate chain", cert_chain)?;
-        let node_id = new_incarnation(node_id_of(&chain[0])?);
+        let certificate = chain[0].clone();
+        webpki::EndEntityCert::try_from(&certificate)
+            .map_err(|e| TlsConfigError::EndEntity(format!("{e:?}")))?;
         let key = PrivateKeyDer::from_pem_slice(key).map_err(|e| TlsConfigError::Pem {
             what: "private key",
             detail: e.to_string(),
@@ -202,18 +203,14 @@ impl TlsConfig {
             server: Arc::new(server),
             client: Arc::new(client),
             handshake_timeout: Duration::from_secs(10),
-            node_id,
+            certificate,
         })
     }
 
-    /// The node id of a node using this configuration: the part its
-    /// certificate certifies and an incarnation picked when the
-    /// configuration was loaded (see [`identity`](crate::identity)). A node
-    /// presenting this certificate must claim an id with that certified
-    /// part, so its actor system is created with this one
-    /// (`ActorSystem::builder().node_id(NodeId::from_u64(tls.node_id()))`).
-    pub fn node_id(&self) -> u64 {
-        self.node_id
+    /// The node's end-entity certificate (the first of its chain), as its
+    /// peers see it ([`Link::peer_identity`](crate::Link::peer_identity)).
+    pub fn certificate(&self) -> &CertificateDer<'static> {
+        &self.certificate
     }
 
     /// As [`from_pem`](TlsConfig::from_pem), reading the three PEM files.
@@ -516,5 +513,7 @@ fn peer_identity(chain: Option<&[CertificateDer<'static>]>) -> io::Result<PeerId
             "the peer presented no certificate",
         )
     })?;
-    PeerIdentity::new(cert.clone()).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+    Ok(PeerIdentity {
+        certificate: cert.clone(),
+    })
 }

@@ -19,7 +19,7 @@
 //!
 //! | feature | default | what it adds |
 //! | --- | --- | --- |
-//! | `tls` | on | `tls://` (TLS 1.3 over TCP, rustls), certified node ids, the development CA (`plexus::transport::dev_certs`) |
+//! | `tls` | on | `tls://` (TLS 1.3 over TCP, rustls), certified node ids, the development CA (`plexus::dev_certs`) |
 //! | `quic` | on | `quic://` (quinn); turns on `tls` |
 //!
 //! With `default-features = false` neither rustls nor quinn is built; tcp,
@@ -31,6 +31,14 @@ pub use plexus_core::*;
 pub use plexus_remote::{
     LinkError, Node, NodeConfig, NodeError, PublishError, ResolveError, Uri, UriError,
 };
+
+/// Node identities certified by TLS certificates.
+pub use plexus_remote::identity;
+
+/// A development certificate authority (what the `plexus-certs` binary
+/// writes), for tests and demos.
+#[cfg(feature = "tls")]
+pub use plexus_remote::dev_certs;
 
 /// The wire protocol and handshake of nodes (see `docs/PROTOCOL.md`).
 pub mod wire {

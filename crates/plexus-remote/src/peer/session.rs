@@ -16,8 +16,10 @@ pub(super) async fn handshake_on(
     let mut nonce = [0u8; 16];
     rand::Rng::fill(&mut rand::thread_rng(), &mut nonce);
     let mut hs = Handshake::new(inner.id, &inner.config.cookie, nonce, inner.listen_uris());
-    if let Some(identity) = link.peer_identity() {
-        hs = hs.certified_peer(NodeId::from_u64(identity.node_id));
+    let certified = crate::identity::certified_peer(link.peer_identity())
+        .map_err(|e| LinkError::Handshake(e.into()))?;
+    if let Some(certified) = certified {
+        hs = hs.certified_peer(NodeId::from_u64(certified));
     }
     let closed = |e: plexus_transport::LinkClosed| LinkError::Closed(e.to_string());
     let send_err = |e: plexus_transport::LinkSendError| LinkError::Closed(e.to_string());

@@ -87,9 +87,9 @@ fn failed_forged_ref_sends_nothing() {
 mod over_quic {
     use std::time::Duration;
 
+    use crate::dev_certs::DevCa;
     use plexus_core::remote;
     use plexus_core::{Actor, ActorRef, ActorSystem, Context, ReplyTo};
-    use plexus_transport::dev_certs::DevCa;
     use serde::{Deserialize, Serialize};
 
     use super::*;

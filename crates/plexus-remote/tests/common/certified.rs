@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use plexus_core::ActorSystem;
+use plexus_remote::dev_certs::DevCa;
 use plexus_remote::{Node, NodeConfig};
-use plexus_transport::dev_certs::DevCa;
 
 use super::service::{Counter, CounterActor};
 

@@ -17,7 +17,7 @@ use tokio::task::JoinSet;
 
 use super::{code, lane_wire, QuicConfig, QuicError};
 use crate::error::{CloseReason, UnreliableError};
-use crate::identity::PeerIdentity;
+use crate::link::PeerIdentity;
 use crate::link::{lock, Extras, Lane, Link, Received, Shared, UnreliableSink};
 
 /// Messages up to this length are copied next to their header (one chunk
@@ -98,18 +98,17 @@ pub(crate) fn spawn(
     link
 }
 
-/// What the peer's end-entity certificate (verified by rustls against the
-/// CA roots during the handshake) says about it: the node id it certifies.
-/// An error (no certificate, or one that does not parse, which the
-/// handshake's verification already excludes) closes the connection: a
-/// link without an identity would let the peer claim any node id.
+/// The peer's end-entity certificate (verified by rustls against the CA
+/// roots during the handshake). Without one (the handshake's verification
+/// already excludes it) the connection is closed: a link without an
+/// identity would let the peer claim to be anyone.
 pub(crate) fn peer_identity(conn: &Connection) -> Result<PeerIdentity, String> {
     let identity = conn
         .peer_identity()
         .and_then(|i| i.downcast::<Vec<CertificateDer<'static>>>().ok())
         .and_then(|chain| chain.into_iter().next())
-        .ok_or_else(|| "the peer presented no certificate".to_owned())
-        .and_then(|cert| PeerIdentity::new(cert).map_err(|e| e.to_string()));
+        .map(|certificate| PeerIdentity { certificate })
+        .ok_or_else(|| "the peer presented no certificate".to_owned());
     if identity.is_err() {
         conn.close(VarInt::from_u32(code::PROTOCOL), b"no certified identity");
     }

@@ -22,10 +22,10 @@
 //! Why an incarnation: actor ids are (node id, serial), and a restarted
 //! process numbers its actors from 1 again. With the same node id, refs to
 //! the old process's actors would reach whichever new actor got the same
-//! serial. A fresh incarnation per start (picked when the
-//! [`TlsConfig`](crate::tls::TlsConfig) is loaded) makes the restarted
-//! node a new node, as with random ids, while the certified part stays
-//! bound to the key.
+//! serial. A fresh incarnation per start (picked when
+//! [`NodeConfig::tls`](crate::NodeConfig::tls) takes the certificate) makes
+//! the restarted node a new node, as with random ids, while the certified
+//! part stays bound to the key.
 //!
 //! 48 certified bits: a collision between two nodes of one cluster needs
 //! about 2²⁴ keys (birthday bound); aiming at a given node's part needs
@@ -92,30 +92,16 @@ pub fn new_incarnation(certified: u64) -> u64 {
     (certified & !INCARNATION_MASK) | incarnation
 }
 
-/// What the transport authenticated about the peer of a link: its
-/// certificate (TLS; verified against the CA roots during the handshake)
-/// and the node id that certificate certifies.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PeerIdentity {
-    /// The peer's end-entity certificate (DER).
-    pub certificate: CertificateDer<'static>,
-    /// [`node_id_of`] the certificate: the certified part of the node id
-    /// (incarnation bits 0); the peer's id must match it ([`certifies`]).
-    pub node_id: u64,
-}
-
-impl PeerIdentity {
-    /// The identity of a peer that presented `certificate`.
-    ///
-    /// # Errors
-    ///
-    /// As [`node_id_of`].
-    pub fn new(certificate: CertificateDer<'static>) -> Result<Self, IdentityError> {
-        Ok(Self {
-            node_id: node_id_of(&certificate)?,
-            certificate,
-        })
-    }
+/// The certified part of the node id of a link's peer: [`node_id_of`] the
+/// certificate its transport authenticated, if it did.
+///
+/// # Errors
+///
+/// As [`node_id_of`].
+pub fn certified_peer(
+    identity: Option<&plexus_transport::PeerIdentity>,
+) -> Result<Option<u64>, IdentityError> {
+    identity.map(|i| node_id_of(&i.certificate)).transpose()
 }
 
 // The certificates come from the development CA, which needs `tls`.

@@ -17,7 +17,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use plexus_transport::dev_certs::DevCa;
+use plexus_remote::dev_certs::DevCa;
 
 const USAGE: &str = "usage:
   plexus-certs ca --out DIR

@@ -1,11 +1,11 @@
-//! A development certificate authority for the [`tls`](crate::tls)
-//! transport (rcgen): what the `plexus-certs` binary writes to files, for
+//! A development certificate authority for the `tls` and `quic`
+//! transports (rcgen): what the `plexus-certs` binary writes to files, for
 //! tests and demos that make their certificates in-process.
 //!
 //! Not for production: keys are generated and held unencrypted in memory.
 //!
 //! ```
-//! use plexus_transport::dev_certs::DevCa;
+//! use plexus_remote::dev_certs::DevCa;
 //!
 //! let ca = DevCa::generate()?;
 //! let n1 = ca.node("n1", 365)?;
@@ -25,7 +25,7 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::CertificateDer;
 
 use crate::identity::{node_id_of, IdentityError};
-use crate::tls::{TlsConfig, TlsConfigError};
+use plexus_transport::tls::{TlsConfig, TlsConfigError};
 
 /// Why a certificate could not be made.
 #[derive(Debug, thiserror::Error)]
