@@ -1,0 +1,273 @@
+//! Two nodes on a simulated network and a paused clock (see
+//! `common/sim_net.rs`): the peer session's outcomes, with every timeout
+//! elapsing on virtual time and every wait on an event. Covers handshake
+//! failures, resolve errors, a peer that never answers, monitors and
+//! `Down` (the actor stopping, the link cut), a link lost in the middle of
+//! an ask, both nodes dialling at once, and goodbye.
+
+#[path = "common/sim_net.rs"]
+mod sim_net;
+
+use std::time::Duration;
+
+use plexus_core::{Actor, ActorRef, ActorSystem, AskError, Context, ExitReason, ReplyTo};
+use plexus_remote::handshake::HandshakeError;
+use plexus_remote::{LinkError, Node, ResolveError};
+use serde::{Deserialize, Serialize};
+use sim_net::SimNet;
+use tokio::time::Instant;
+
+#[derive(Serialize, Deserialize)]
+enum Counter {
+    Add(u64),
+    Get(ReplyTo<u64>),
+    /// Keeps the reply: the ask is answered only when the actor stops.
+    Hold(ReplyTo<u64>),
+    Stop,
+}
+plexus_core::remote_message!(Counter = "sim.Counter");
+
+#[derive(Serialize, Deserialize)]
+struct Other;
+plexus_core::remote_message!(Other = "sim.Other");
+
+#[derive(Default)]
+struct CounterActor {
+    n: u64,
+    held: Vec<ReplyTo<u64>>,
+    /// Told when a request is held.
+    holding: Option<tokio::sync::mpsc::UnboundedSender<()>>,
+}
+
+impl Actor for CounterActor {
+    type Msg = Counter;
+    async fn handle(&mut self, msg: Counter, ctx: &mut Context<Counter>) {
+        match msg {
+            Counter::Add(k) => self.n += k,
+            Counter::Get(r) => r.send(self.n),
+            Counter::Hold(r) => {
+                self.held.push(r);
+                if let Some(holding) = &self.holding {
+                    let _ = holding.send(());
+                }
+            }
+            Counter::Stop => ctx.stop(),
+        }
+    }
+}
+
+/// Long enough never to be what ends a wait below.
+const LONG: Duration = Duration::from_secs(3600);
+
+struct Pair {
+    _systems: (ActorSystem, ActorSystem),
+    na: Node,
+    nb: Node,
+    uri_a: String,
+    uri_b: String,
+    counter: ActorRef<Counter>,
+}
+
+async fn pair(net: &SimNet) -> Pair {
+    let (a, b) = (ActorSystem::new(), ActorSystem::new());
+    let na = Node::start(&a, net.config("sim-pair")).unwrap();
+    let nb = Node::start(&b, net.config("sim-pair")).unwrap();
+    let uri_a = na.listen("sim://a").await.unwrap();
+    let uri_b = nb.listen("sim://b").await.unwrap();
+    let counter = b.spawn(CounterActor::default());
+    nb.publish(&counter, "counter").unwrap();
+    Pair {
+        _systems: (a, b),
+        na,
+        nb,
+        uri_a,
+        uri_b,
+        counter,
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cookie_mismatch_fails_the_resolve_at_once_with_a_typed_error() {
+    let net = SimNet::default();
+    let (a, b) = (ActorSystem::new(), ActorSystem::new());
+    let na = Node::start(&a, net.config("ours")).unwrap();
+    let nb = Node::start(&b, net.config("theirs")).unwrap();
+    let uri_b = nb.listen("sim://b").await.unwrap();
+    let started = Instant::now();
+    let err = na
+        .resolve::<Counter>(&format!("{uri_b}/counter"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            ResolveError::Link {
+                source: LinkError::Handshake(
+                    HandshakeError::CookieMismatch | HandshakeError::Rejected { .. }
+                ),
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("cookie"), "{err}");
+    let waited = started.elapsed();
+    assert!(waited < Duration::from_secs(5), "refused, not timed out"); // timing-ok: virtual clock
+}
+
+#[tokio::test(start_paused = true)]
+async fn resolve_errors_name_what_is_wrong() {
+    let net = SimNet::default();
+    let p = pair(&net).await;
+    match p
+        .na
+        .resolve::<Counter>(&format!("{}/nobody", p.uri_b))
+        .await
+    {
+        Err(ResolveError::NoSuchName { name, .. }) => assert_eq!(name, "nobody"),
+        other => panic!("{other:?}"),
+    }
+    match p.na.resolve::<Other>(&format!("{}/counter", p.uri_b)).await {
+        Err(ResolveError::WrongType {
+            expected, actual, ..
+        }) => {
+            assert_eq!(expected, "sim.Other");
+            assert_eq!(actual, "sim.Counter");
+        }
+        other => panic!("{other:?}"),
+    }
+    match p.na.resolve::<Counter>("sim://nowhere/counter").await {
+        Err(ResolveError::Link {
+            source: LinkError::Connect(_),
+            ..
+        }) => {}
+        other => panic!("{other:?}"),
+    }
+    let found: ActorRef<Counter> = p.na.resolve(&format!("{}/counter", p.uri_b)).await.unwrap();
+    assert_eq!(found.id(), p.counter.id());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_peer_that_never_answers_times_out_after_the_connect_timeout() {
+    let net = SimNet::default();
+    let _mute = net.mute("mute");
+    let a = ActorSystem::new();
+    let na = Node::start(&a, net.config("sim-pair")).unwrap();
+    let started = Instant::now();
+    let err = na.resolve::<Counter>("sim://mute/x").await.unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            ResolveError::Link {
+                source: LinkError::Timeout(t),
+                ..
+            } if *t == Duration::from_secs(5)
+        ),
+        "{err:?}"
+    );
+    // On the virtual clock: exactly the connect timeout, whatever the machine.
+    assert_eq!(started.elapsed(), Duration::from_secs(5));
+}
+
+#[tokio::test(start_paused = true)]
+async fn monitors_see_the_actor_stop_and_the_link_cut() {
+    let net = SimNet::default();
+    let p = pair(&net).await;
+    let remote: ActorRef<Counter> = p.na.resolve(&format!("{}/counter", p.uri_b)).await.unwrap();
+    remote.tell(Counter::Add(2));
+    assert_eq!(remote.ask(Counter::Get, LONG).await, Ok(2));
+
+    let down = remote.monitor();
+    remote.tell(Counter::Stop);
+    let down = down.await;
+    assert_eq!(down.id, p.counter.id());
+    assert_eq!(down.reason, ExitReason::Normal, "it stopped itself");
+
+    // Another actor, then the network fails: Down says the node is gone.
+    let b_system = &p._systems.1;
+    let second = b_system.spawn(CounterActor::default());
+    p.nb.publish(&second, "second").unwrap();
+    let remote: ActorRef<Counter> = p.na.resolve(&format!("{}/second", p.uri_b)).await.unwrap();
+    assert_eq!(remote.ask(Counter::Get, LONG).await, Ok(0));
+    let down = remote.monitor();
+    net.cut_all();
+    let down = down.await;
+    assert!(
+        matches!(&down.reason, ExitReason::NodeDown { node, .. } if *node == p.nb.id()),
+        "{:?}",
+        down.reason
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_ask_in_flight_when_the_link_is_lost_fails_then_not_at_its_timeout() {
+    let net = SimNet::default();
+    let p = pair(&net).await;
+    let (holding, mut held) = tokio::sync::mpsc::unbounded_channel();
+    let holder = p._systems.1.spawn(CounterActor {
+        holding: Some(holding),
+        ..CounterActor::default()
+    });
+    p.nb.publish(&holder, "holder").unwrap();
+    let remote: ActorRef<Counter> = p.na.resolve(&format!("{}/holder", p.uri_b)).await.unwrap();
+    let started = Instant::now();
+    let asked = remote.ask(Counter::Hold, LONG);
+    let cut = async {
+        // The ask is out and held by the actor when the link goes.
+        held.recv().await.expect("the request arrives");
+        net.cut_all();
+    };
+    let (answer, ()) = tokio::join!(asked, cut);
+    // The asked actor is down with its node.
+    assert!(
+        matches!(answer, Err(AskError::Stopped { target }) if target == holder.id()),
+        "{answer:?}"
+    );
+    let waited = started.elapsed();
+    assert!(waited < LONG, "failed with the link, not at the timeout"); // timing-ok: virtual clock
+}
+
+#[tokio::test(start_paused = true)]
+async fn both_nodes_dialling_at_once_settle_on_one_connection() {
+    let net = SimNet::default();
+    let p = pair(&net).await;
+    let counter_a = p._systems.0.spawn(CounterActor::default());
+    p.na.publish(&counter_a, "counter").unwrap();
+    let (uri_to_b, uri_to_a) = (
+        format!("{}/counter", p.uri_b),
+        format!("{}/counter", p.uri_a),
+    );
+    let (to_b, to_a) = tokio::join!(
+        p.na.resolve::<Counter>(&uri_to_b),
+        p.nb.resolve::<Counter>(&uri_to_a),
+    );
+    let (to_b, to_a) = (to_b.unwrap(), to_a.unwrap());
+    to_b.tell(Counter::Add(2));
+    to_a.tell(Counter::Add(3));
+    assert_eq!(to_b.ask(Counter::Get, LONG).await, Ok(2));
+    assert_eq!(to_a.ask(Counter::Get, LONG).await, Ok(3));
+    // The duplicate is closed by both sides' rule: one connection stays.
+    net.until_open_connections(1).await;
+    assert_eq!((p.na.link_count(), p.nb.link_count()), (1, 1));
+    assert_eq!(to_b.ask(Counter::Get, LONG).await, Ok(2));
+    assert_eq!(to_a.ask(Counter::Get, LONG).await, Ok(3));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_node_shutting_down_says_goodbye_and_monitors_hear_why() {
+    let net = SimNet::default();
+    let p = pair(&net).await;
+    let remote: ActorRef<Counter> = p.na.resolve(&format!("{}/counter", p.uri_b)).await.unwrap();
+    assert_eq!(remote.ask(Counter::Get, LONG).await, Ok(0));
+    let down = remote.monitor();
+    p.nb.shutdown().await;
+    let down = down.await;
+    match &down.reason {
+        ExitReason::NodeDown { node, cause } => {
+            assert_eq!(*node, p.nb.id());
+            assert!(cause.contains("goodbye"), "{cause}");
+        }
+        other => panic!("{other:?}"),
+    }
+    net.until_open_connections(0).await;
+}
