@@ -11,7 +11,7 @@ use plexus_core::ActorId;
 
 use crate::node::NodeInner;
 use crate::peer::Peer;
-use crate::wire::Frame;
+use crate::wire::WireFrame;
 
 pub(crate) struct PeerContext {
     inner: Weak<NodeInner>,
@@ -123,7 +123,7 @@ struct PeerReply {
 
 impl RemoteReply for PeerReply {
     fn send_reply(&self, id: u64, payload: Bytes) {
-        if self.peer.send(&Frame::Reply { id, payload }).is_err() {
+        if self.peer.send(&WireFrame::Reply { id, payload }).is_err() {
             tracing::debug!(target: "plexus::remote", "reply dropped: send buffer full");
         }
     }

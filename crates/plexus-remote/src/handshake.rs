@@ -20,11 +20,11 @@
 
 use plexus_core::NodeId;
 
-use crate::wire::{capabilities, Frame, Hello, RejectCode, PROTOCOL_VERSION};
+use crate::wire::{capabilities, Hello, RejectCode, WireFrame, PROTOCOL_VERSION};
 
-/// What the handshake learned about the peer.
+/// The peer as the handshake verified it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Peer {
+pub struct Verified {
     /// The peer's node id, proven by its cookie proof.
     pub node: NodeId,
     /// Capabilities both sides offer.
@@ -89,7 +89,7 @@ pub enum HandshakeError {
 impl HandshakeError {
     /// The `REJECT` frame that tells the peer about this failure, if it is
     /// ours to send.
-    pub fn reject_frame(&self) -> Option<Frame> {
+    pub fn reject_frame(&self) -> Option<WireFrame> {
         let code = match self {
             Self::VersionMismatch { .. } => RejectCode::Version,
             Self::CookieMismatch => RejectCode::Cookie,
@@ -98,7 +98,7 @@ impl HandshakeError {
             Self::Protocol(_) => RejectCode::Protocol,
             Self::Rejected { .. } => return None,
         };
-        Some(Frame::Reject {
+        Some(WireFrame::Reject {
             code,
             detail: self.to_string(),
         })
@@ -153,8 +153,8 @@ impl Handshake {
     }
 
     /// Our `HELLO`, to send first.
-    pub fn hello(&self) -> Frame {
-        Frame::Hello(self.hello.clone())
+    pub fn hello(&self) -> WireFrame {
+        WireFrame::Hello(self.hello.clone())
     }
 
     /// Handles one received frame. Returns the frame to send in answer (if
@@ -166,8 +166,8 @@ impl Handshake {
     /// and close the link.
     pub fn handle_frame(
         &mut self,
-        frame: Frame,
-    ) -> Result<(Option<Frame>, Option<Peer>), HandshakeError> {
+        frame: WireFrame,
+    ) -> Result<(Option<WireFrame>, Option<Verified>), HandshakeError> {
         let result = self.step(frame);
         if result.is_err() {
             self.state = State::Failed;
@@ -175,10 +175,15 @@ impl Handshake {
         result
     }
 
-    fn step(&mut self, frame: Frame) -> Result<(Option<Frame>, Option<Peer>), HandshakeError> {
+    fn step(
+        &mut self,
+        frame: WireFrame,
+    ) -> Result<(Option<WireFrame>, Option<Verified>), HandshakeError> {
         match (self.state, frame) {
-            (_, Frame::Reject { code, detail }) => Err(HandshakeError::Rejected { code, detail }),
-            (State::AwaitHello, Frame::Hello(peer)) => {
+            (_, WireFrame::Reject { code, detail }) => {
+                Err(HandshakeError::Rejected { code, detail })
+            }
+            (State::AwaitHello, WireFrame::Hello(peer)) => {
                 if peer.version != PROTOCOL_VERSION {
                     return Err(HandshakeError::VersionMismatch {
                         ours: PROTOCOL_VERSION,
@@ -201,9 +206,9 @@ impl Handshake {
                 let proof = self.proof(&peer.nonce, self.hello.node, peer.node);
                 self.peer = Some(peer);
                 self.state = State::AwaitAuth;
-                Ok((Some(Frame::Auth { proof }), None))
+                Ok((Some(WireFrame::Auth { proof }), None))
             }
-            (State::AwaitAuth, Frame::Auth { proof }) => {
+            (State::AwaitAuth, WireFrame::Auth { proof }) => {
                 let Some(peer) = self.peer.take() else {
                     return Err(HandshakeError::Protocol("AUTH before HELLO".into()));
                 };
@@ -216,7 +221,7 @@ impl Handshake {
                 self.state = State::Done;
                 Ok((
                     None,
-                    Some(Peer {
+                    Some(Verified {
                         node: peer.node,
                         capabilities: peer.capabilities & self.hello.capabilities,
                         listen: peer.listen,
@@ -246,25 +251,25 @@ impl Handshake {
     }
 }
 
-fn frame_name(f: &Frame) -> &'static str {
+fn frame_name(f: &WireFrame) -> &'static str {
     match f {
-        Frame::Hello(_) => "HELLO",
-        Frame::Auth { .. } => "AUTH",
-        Frame::Reject { .. } => "REJECT",
-        Frame::Message { .. } => "MESSAGE",
-        Frame::Named { .. } => "NAMED",
-        Frame::Receipt { .. } => "RECEIPT",
-        Frame::Reply { .. } => "REPLY",
-        Frame::Resolve { .. } => "RESOLVE",
-        Frame::Resolved { .. } => "RESOLVED",
-        Frame::Monitor { .. } => "MONITOR",
-        Frame::Demonitor { .. } => "DEMONITOR",
-        Frame::Down { .. } => "DOWN",
-        Frame::Link { .. } => "LINK",
-        Frame::Unlink { .. } => "UNLINK",
-        Frame::Exit { .. } => "EXIT",
-        Frame::Stop { .. } => "STOP",
-        Frame::Goodbye { .. } => "GOODBYE",
+        WireFrame::Hello(_) => "HELLO",
+        WireFrame::Auth { .. } => "AUTH",
+        WireFrame::Reject { .. } => "REJECT",
+        WireFrame::Message { .. } => "MESSAGE",
+        WireFrame::Named { .. } => "NAMED",
+        WireFrame::Receipt { .. } => "RECEIPT",
+        WireFrame::Reply { .. } => "REPLY",
+        WireFrame::Resolve { .. } => "RESOLVE",
+        WireFrame::Resolved { .. } => "RESOLVED",
+        WireFrame::Monitor { .. } => "MONITOR",
+        WireFrame::Demonitor { .. } => "DEMONITOR",
+        WireFrame::Down { .. } => "DOWN",
+        WireFrame::Link { .. } => "LINK",
+        WireFrame::Unlink { .. } => "UNLINK",
+        WireFrame::Exit { .. } => "EXIT",
+        WireFrame::Stop { .. } => "STOP",
+        WireFrame::Goodbye { .. } => "GOODBYE",
     }
 }
 
@@ -288,7 +293,10 @@ mod tests {
     fn run(
         a: &mut Handshake,
         b: &mut Handshake,
-    ) -> (Result<Peer, HandshakeError>, Result<Peer, HandshakeError>) {
+    ) -> (
+        Result<Verified, HandshakeError>,
+        Result<Verified, HandshakeError>,
+    ) {
         let mut to_a = vec![b.hello()];
         let mut to_b = vec![a.hello()];
         let (mut ra, mut rb) = (None, None);
@@ -355,12 +363,12 @@ mod tests {
     fn version_mismatch_names_both_versions() {
         let (mut a, _) = pair("s", "s");
         let mut hello = match a.hello() {
-            Frame::Hello(h) => h,
+            WireFrame::Hello(h) => h,
             _ => unreachable!(),
         };
         hello.version = 99;
         hello.node = NodeId::from_u64(5);
-        let e = a.handle_frame(Frame::Hello(hello)).unwrap_err();
+        let e = a.handle_frame(WireFrame::Hello(hello)).unwrap_err();
         assert_eq!(
             e,
             HandshakeError::VersionMismatch {
@@ -370,7 +378,7 @@ mod tests {
         );
         assert!(matches!(
             e.reject_frame(),
-            Some(Frame::Reject {
+            Some(WireFrame::Reject {
                 code: RejectCode::Version,
                 ..
             })
@@ -429,7 +437,7 @@ mod tests {
     fn messages_before_the_handshake_and_self_connections_are_refused() {
         let (mut a, _) = pair("s", "s");
         let e = a
-            .handle_frame(Frame::Goodbye { reason: "x".into() })
+            .handle_frame(WireFrame::Goodbye { reason: "x".into() })
             .unwrap_err();
         assert!(matches!(e, HandshakeError::Protocol(_)), "{e}");
         let (mut a, _) = pair("s", "s");

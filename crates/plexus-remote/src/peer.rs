@@ -28,7 +28,7 @@ use crate::error::LinkError;
 use crate::handshake::{self, Handshake};
 use crate::node::{lock, NodeInner};
 use crate::proxy::RemoteActor;
-use crate::wire::{Frame, Resolution};
+use crate::wire::{Resolution, WireFrame};
 
 mod dispatch;
 mod lanes;
@@ -70,7 +70,7 @@ pub(crate) struct Live;
 
 impl state::Handles for Live {
     type Sender = LinkSender;
-    type Frame = (Lane, Bytes);
+    type Held = (Lane, Bytes);
     type Waiter = oneshot::Sender<Result<NodeId, LinkError>>;
     type Resolve = oneshot::Sender<Result<Resolution, LinkError>>;
     type Receipt = oneshot::Sender<Result<(), ReceiptError>>;
@@ -417,7 +417,7 @@ impl Peer {
         p.send_frame(lane, Bytes::copy_from_slice(frame))
     }
 
-    pub(crate) fn send(self: &Arc<Self>, frame: &Frame) -> Result<(), Undelivered> {
+    pub(crate) fn send(self: &Arc<Self>, frame: &WireFrame) -> Result<(), Undelivered> {
         self.send_frame(lane_of(frame), frame.encode())
     }
 
@@ -439,7 +439,7 @@ impl Peer {
         let request = inner.next_id();
         let (tx, rx) = oneshot::channel();
         lock(&p.state).resolves.insert(request, tx);
-        let frame = Frame::Resolve {
+        let frame = WireFrame::Resolve {
             request,
             type_id,
             type_name: type_name.to_owned(),
@@ -493,7 +493,7 @@ impl Peer {
             }
             st.watchers.insert(token, (target, watcher));
         }
-        let _ = p.send(&Frame::Monitor {
+        let _ = p.send(&WireFrame::Monitor {
             target: target.serial(),
             token,
         });
@@ -503,7 +503,7 @@ impl Peer {
     pub(crate) fn unwatch(self: &Arc<Self>, target: ActorId, token: u64) {
         let p = self.canonical();
         if lock(&p.state).watchers.remove(&token).is_some() {
-            let _ = p.send(&Frame::Demonitor {
+            let _ = p.send(&WireFrame::Demonitor {
                 target: target.serial(),
                 token,
             });
@@ -514,7 +514,7 @@ impl Peer {
         let p = self.canonical();
         let from = local.id().serial();
         lock(&p.state).links.push((local, remote));
-        let _ = p.send(&Frame::Link {
+        let _ = p.send(&WireFrame::Link {
             from,
             to: remote.serial(),
         });
@@ -525,7 +525,7 @@ impl Peer {
         lock(&p.state)
             .links
             .retain(|(l, r)| !(l.id() == local && *r == remote));
-        let _ = p.send(&Frame::Unlink {
+        let _ = p.send(&WireFrame::Unlink {
             from: local.serial(),
             to: remote.serial(),
         });
@@ -537,7 +537,7 @@ impl Peer {
         if let Some(s) = sender {
             let _ = s
                 .send(
-                    Frame::Goodbye {
+                    WireFrame::Goodbye {
                         reason: reason.to_owned(),
                     }
                     .encode(),

@@ -22,7 +22,7 @@ use tokio::sync::{oneshot, Semaphore};
 
 use crate::node::{lock, NodeInner};
 use crate::peer::{message_frame, Peer};
-use crate::wire::{Frame, Resolution};
+use crate::wire::{Resolution, WireFrame};
 
 pub(crate) struct RemoteActor {
     /// Itself, for work that outlives a call (a forged proxy's resolve).
@@ -396,7 +396,7 @@ impl RemoteActor {
         }
         let name = self.named.as_ref().map_or("", |n| n.name.as_str());
         let mut b = BytesMut::with_capacity(32 + name.len() + payload.len());
-        Frame::Named {
+        WireFrame::Named {
             name: name.to_owned(),
             type_id,
             receipt,
@@ -578,16 +578,16 @@ impl Control for RemoteActor {
             // Not resolved yet: a signal needs the serial.
             let Some(target) = target else { return false };
             let frame = match signal {
-                Signal::Stop(_) => Frame::Stop {
+                Signal::Stop(_) => WireFrame::Stop {
                     target: target.serial(),
                     kill: false,
                 },
-                Signal::Kill => Frame::Stop {
+                Signal::Kill => WireFrame::Stop {
                     target: target.serial(),
                     kill: true,
                 },
                 // A local actor linked to this one exited.
-                Signal::Exit(exit) => Frame::Exit {
+                Signal::Exit(exit) => WireFrame::Exit {
                     from: exit.from.serial(),
                     to: target.serial(),
                     reason: exit.reason,

@@ -1,7 +1,7 @@
 //! The wire protocol: frame kinds and their byte layouts (documented in
 //! `docs/PROTOCOL.md`).
 //!
-//! Sans-IO and hostile-input safe: [`Frame::decode`] takes one whole
+//! Sans-IO and hostile-input safe: [`WireFrame::decode`] takes one whole
 //! message from a link (the stack below delimits messages) and either
 //! returns a validated frame or a [`WireError`]; it never panics, never
 //! allocates more than the input's size, bounds every string, list and
@@ -187,7 +187,7 @@ impl ReceiptStatus {
 
 /// One protocol frame.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Frame {
+pub enum WireFrame {
     /// Handshake, first frame of each side.
     Hello(Hello),
     /// Handshake: proof of the cookie for the peer's nonce.
@@ -336,7 +336,7 @@ mod kind {
 }
 
 /// The header of a `MESSAGE` frame, read in place: the receive path's fast
-/// path (no [`Frame`] is built for the most common frame).
+/// path (no [`WireFrame`] is built for the most common frame).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MessageHeader {
     /// The receiving actor's serial on this node.
@@ -351,7 +351,7 @@ pub struct MessageHeader {
 
 impl MessageHeader {
     /// `None` if `frame` is not a `MESSAGE` frame; otherwise its header, or
-    /// the error [`Frame::decode`] would give. Never panics.
+    /// the error [`WireFrame::decode`] would give. Never panics.
     ///
     /// # Errors
     ///
@@ -396,7 +396,7 @@ fn slice_varint(b: &[u8], field: &'static str) -> Result<(u64, usize), WireError
     Err(WireError::BadVarint { field })
 }
 
-impl Frame {
+impl WireFrame {
     /// Encodes the frame into one buffer (payload copied after the header).
     pub fn encode(&self) -> Bytes {
         let mut b = BytesMut::with_capacity(self.encoded_len_hint());
@@ -545,13 +545,13 @@ impl Frame {
     }
 
     /// Decodes one frame (one whole link message). A `MESSAGE` frame, the
-    /// common case, can be read without building a `Frame` with
+    /// common case, can be read without building a `WireFrame` with
     /// [`MessageHeader::parse`].
     ///
     /// # Errors
     ///
     /// [`WireError`] for anything but a well-formed frame within bounds.
-    pub fn decode(bytes: Bytes) -> Result<Frame, WireError> {
+    pub fn decode(bytes: Bytes) -> Result<WireFrame, WireError> {
         let mut r = Reader { b: bytes };
         let k = r.u8("kind")?;
         let frame = match k {
@@ -572,7 +572,7 @@ impl Frame {
                 for _ in 0..n {
                     listen.push(r.string("listen address", MAX_NAME)?);
                 }
-                Frame::Hello(Hello {
+                WireFrame::Hello(Hello {
                     version,
                     node,
                     nonce,
@@ -580,10 +580,10 @@ impl Frame {
                     listen,
                 })
             }
-            kind::AUTH => Frame::Auth {
+            kind::AUTH => WireFrame::Auth {
                 proof: r.array::<32>("proof")?,
             },
-            kind::REJECT => Frame::Reject {
+            kind::REJECT => WireFrame::Reject {
                 code: RejectCode::from_u8(r.u8("reject code")?)?,
                 detail: r.string("reject detail", MAX_DETAIL)?,
             },
@@ -592,7 +592,7 @@ impl Frame {
                 let header = MessageHeader::parse_fields(&r.b)?;
                 let mut payload = r.rest();
                 payload.advance(header.len - 1);
-                return Ok(Frame::Message {
+                return Ok(WireFrame::Message {
                     to: header.to,
                     type_id: header.type_id,
                     receipt: header.receipt,
@@ -603,25 +603,25 @@ impl Frame {
                 let name = r.string("actor name", MAX_NAME)?;
                 let type_id = r.u64("type id")?;
                 let receipt = r.varint("receipt id")?;
-                return Ok(Frame::Named {
+                return Ok(WireFrame::Named {
                     name,
                     type_id,
                     receipt,
                     payload: r.rest(),
                 });
             }
-            kind::RECEIPT => Frame::Receipt {
+            kind::RECEIPT => WireFrame::Receipt {
                 id: r.varint("receipt id")?,
                 status: ReceiptStatus::from_u8(r.u8("receipt status")?)?,
             },
             kind::REPLY => {
                 let id = r.varint("reply id")?;
-                return Ok(Frame::Reply {
+                return Ok(WireFrame::Reply {
                     id,
                     payload: r.rest(),
                 });
             }
-            kind::RESOLVE => Frame::Resolve {
+            kind::RESOLVE => WireFrame::Resolve {
                 request: r.varint("request id")?,
                 type_id: r.u64("type id")?,
                 type_name: r.string("type name", MAX_NAME)?,
@@ -642,37 +642,37 @@ impl Frame {
                         })
                     }
                 };
-                Frame::Resolved {
+                WireFrame::Resolved {
                     request,
                     resolution,
                 }
             }
-            kind::MONITOR => Frame::Monitor {
+            kind::MONITOR => WireFrame::Monitor {
                 target: r.varint("target")?,
                 token: r.varint("token")?,
             },
-            kind::DEMONITOR => Frame::Demonitor {
+            kind::DEMONITOR => WireFrame::Demonitor {
                 target: r.varint("target")?,
                 token: r.varint("token")?,
             },
-            kind::DOWN => Frame::Down {
+            kind::DOWN => WireFrame::Down {
                 token: r.varint("token")?,
                 reason: r.reason(0)?,
             },
-            kind::LINK => Frame::Link {
+            kind::LINK => WireFrame::Link {
                 from: r.varint("from")?,
                 to: r.varint("to")?,
             },
-            kind::UNLINK => Frame::Unlink {
+            kind::UNLINK => WireFrame::Unlink {
                 from: r.varint("from")?,
                 to: r.varint("to")?,
             },
-            kind::EXIT => Frame::Exit {
+            kind::EXIT => WireFrame::Exit {
                 from: r.varint("from")?,
                 to: r.varint("to")?,
                 reason: r.reason(0)?,
             },
-            kind::STOP => Frame::Stop {
+            kind::STOP => WireFrame::Stop {
                 target: r.varint("target")?,
                 kill: match r.u8("kill flag")? {
                     0 => false,
@@ -685,7 +685,7 @@ impl Frame {
                     }
                 },
             },
-            kind::GOODBYE => Frame::Goodbye {
+            kind::GOODBYE => WireFrame::Goodbye {
                 reason: r.string("goodbye reason", MAX_DETAIL)?,
             },
             k => return Err(WireError::UnknownKind(k)),
@@ -698,7 +698,7 @@ impl Frame {
 }
 
 /// Appends the header of a `MESSAGE` frame; the payload follows it. Lets the
-/// hot path build a frame without an intermediate [`Frame`].
+/// hot path build a frame without an intermediate [`WireFrame`].
 pub fn put_message_header(b: &mut impl BufMut, to: u64, type_id: u64, receipt: u64) {
     b.put_u8(kind::MESSAGE);
     put_varint(b, to);

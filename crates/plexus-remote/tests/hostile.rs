@@ -13,7 +13,7 @@ use plexus_core::remote::RemoteMessage;
 use plexus_core::{ActorRef, ActorSystem, NodeId};
 use plexus_net::StackSpec;
 use plexus_remote::handshake::Handshake;
-use plexus_remote::wire::{Frame, ReceiptStatus, Resolution};
+use plexus_remote::wire::{ReceiptStatus, Resolution, WireFrame};
 use plexus_remote::{Node, NodeConfig};
 use plexus_transport::Link;
 
@@ -28,7 +28,7 @@ async fn raw_peer(addr: &str, cookie: &str) -> Link {
     let mut hs = Handshake::new(NodeId::from_u64(0x0bad), cookie, [5; 16], vec![]);
     link.send(hs.hello().encode()).await.unwrap();
     loop {
-        let f = Frame::decode(link.recv_message().await.unwrap()).unwrap();
+        let f = WireFrame::decode(link.recv_message().await.unwrap()).unwrap();
         let (reply, done) = hs.handle_frame(f).unwrap();
         if let Some(r) = reply {
             link.send(r.encode()).await.unwrap();
@@ -39,19 +39,19 @@ async fn raw_peer(addr: &str, cookie: &str) -> Link {
     }
 }
 
-async fn next_frame(link: &mut Link) -> Frame {
+async fn next_frame(link: &mut Link) -> WireFrame {
     let bytes = tokio::time::timeout(T, link.recv_message())
         .await
         .unwrap()
         .unwrap();
-    Frame::decode(bytes).unwrap()
+    WireFrame::decode(bytes).unwrap()
 }
 
 /// Sends `payload` to actor `to` as a message of `type_id` asking for
 /// receipt `id`, and returns the receipt's status.
 async fn receipt(link: &mut Link, to: u64, type_id: u64, id: u64, payload: Bytes) -> ReceiptStatus {
     link.send(
-        Frame::Message {
+        WireFrame::Message {
             to,
             type_id,
             receipt: id,
@@ -62,7 +62,7 @@ async fn receipt(link: &mut Link, to: u64, type_id: u64, id: u64, payload: Bytes
     .await
     .unwrap();
     match next_frame(link).await {
-        Frame::Receipt { id: got, status } if got == id => status,
+        WireFrame::Receipt { id: got, status } if got == id => status,
         other => panic!("expected receipt {id}, got {other:?}"),
     }
 }
@@ -84,7 +84,7 @@ async fn a_misbehaving_peer_gets_typed_answers_and_only_its_link_closes() {
 
     let mut bad = raw_peer(&addr, "c").await;
     bad.send(
-        Frame::Resolve {
+        WireFrame::Resolve {
             request: 1,
             type_id: Counter::TYPE_ID,
             type_name: Counter::TYPE_NAME.into(),
@@ -95,7 +95,7 @@ async fn a_misbehaving_peer_gets_typed_answers_and_only_its_link_closes() {
     .await
     .unwrap();
     let serial = match next_frame(&mut bad).await {
-        Frame::Resolved {
+        WireFrame::Resolved {
             resolution: Resolution::Found(s),
             ..
         } => s,
@@ -140,7 +140,7 @@ async fn a_misbehaving_peer_gets_typed_answers_and_only_its_link_closes() {
             .to_vec(),
     ] {
         bad.send(
-            Frame::Message {
+            WireFrame::Message {
                 to: serial,
                 type_id: Counter::TYPE_ID,
                 receipt: 0,
@@ -206,7 +206,7 @@ async fn a_peer_without_the_cookie_never_reaches_an_actor() {
             .unwrap();
     // Skip the handshake and send a message at once.
     link.send(
-        Frame::Message {
+        WireFrame::Message {
             to: 1,
             type_id: Counter::TYPE_ID,
             receipt: 1,
@@ -218,7 +218,7 @@ async fn a_peer_without_the_cookie_never_reaches_an_actor() {
     .unwrap();
     let mut saw_reject = false;
     while let Ok(Ok(bytes)) = tokio::time::timeout(T, link.recv_message()).await {
-        if let Ok(Frame::Reject { detail, .. }) = Frame::decode(bytes) {
+        if let Ok(WireFrame::Reject { detail, .. }) = WireFrame::decode(bytes) {
             assert!(detail.contains("protocol violation"), "{detail}");
             saw_reject = true;
         }

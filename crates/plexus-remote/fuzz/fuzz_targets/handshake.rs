@@ -7,7 +7,7 @@ use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
 use plexus_core::NodeId;
 use plexus_remote::handshake::Handshake;
-use plexus_remote::wire::Frame;
+use plexus_remote::wire::WireFrame;
 
 fuzz_target!(|data: &[u8]| {
     let mut hs = Handshake::new(NodeId::from_u64(1), "fuzz-cookie", [3; 16], vec![]);
@@ -16,7 +16,7 @@ fuzz_target!(|data: &[u8]| {
         hs = hs.certified_peer(NodeId::from_u64(2));
     }
     for chunk in data.split(|b| *b == 0xff) {
-        let Ok(frame) = Frame::decode(Bytes::copy_from_slice(chunk)) else {
+        let Ok(frame) = WireFrame::decode(Bytes::copy_from_slice(chunk)) else {
             continue;
         };
         match hs.handle_frame(frame) {

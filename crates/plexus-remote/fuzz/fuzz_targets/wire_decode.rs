@@ -5,15 +5,15 @@
 
 use bytes::{Buf, Bytes};
 use libfuzzer_sys::fuzz_target;
-use plexus_remote::wire::{Frame, MessageHeader};
+use plexus_remote::wire::{WireFrame, MessageHeader};
 
 fuzz_target!(|data: &[u8]| {
-    let decoded = Frame::decode(Bytes::copy_from_slice(data));
+    let decoded = WireFrame::decode(Bytes::copy_from_slice(data));
     if let Some(header) = MessageHeader::parse(data) {
         match (header, &decoded) {
             (
                 Ok(h),
-                Ok(Frame::Message {
+                Ok(WireFrame::Message {
                     to,
                     type_id,
                     receipt,
@@ -30,7 +30,7 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     if let Ok(frame) = decoded {
-        let again = Frame::decode(frame.encode()).expect("a decoded frame re-encodes validly");
+        let again = WireFrame::decode(frame.encode()).expect("a decoded frame re-encodes validly");
         assert_eq!(again, frame);
     }
 });

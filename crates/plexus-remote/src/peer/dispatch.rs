@@ -12,7 +12,7 @@ use plexus_transport::{DriverReceive, Received};
 
 use super::{CloseCause, Peer};
 use crate::node::{lock, NodeInner};
-use crate::wire::{Frame, MessageHeader, ReceiptStatus, Resolution};
+use crate::wire::{MessageHeader, ReceiptStatus, Resolution, WireFrame};
 
 /// Above this many queued messages in the actor it last delivered to, a
 /// link stops reading until the actor is down to [`FLOOD_LOW`]: the
@@ -80,7 +80,7 @@ impl InboundCache {
 const DRIVER_BATCH_MAX: usize = 16;
 /// Nor batches of more bytes than this: decoding them would hold up the
 /// driver (on UDP, every peer of the endpoint).
-const INLINE_BYTES_MAX: usize = 64 << 10;
+const DRIVER_BYTES_MAX: usize = 64 << 10;
 
 /// Delivers the messages of a link whose reader task waits idle right on
 /// the transport's driver task, as they arrive: a message reaches its
@@ -113,7 +113,7 @@ impl DriverReceive for DriverDispatch {
                 Received::Event(_) => 0,
             })
             .sum();
-        if bytes > INLINE_BYTES_MAX {
+        if bytes > DRIVER_BYTES_MAX {
             return;
         }
         if let Some(target) = &self.flooded {
@@ -233,7 +233,7 @@ impl Peer {
         bytes: Bytes,
         cache: &mut InboundCache,
     ) -> Result<(), CloseCause> {
-        // Messages, nearly all traffic, skip building a `Frame`.
+        // Messages, nearly all traffic, skip building a `WireFrame`.
         if let Some(header) = MessageHeader::parse(&bytes) {
             let header = header.map_err(|e| CloseCause::Protocol(e.to_string()))?;
             let mut payload = bytes;
@@ -241,9 +241,9 @@ impl Peer {
             self.deliver_message(inner, header, payload, cache);
             return Ok(());
         }
-        let frame = Frame::decode(bytes).map_err(|e| CloseCause::Protocol(e.to_string()))?;
+        let frame = WireFrame::decode(bytes).map_err(|e| CloseCause::Protocol(e.to_string()))?;
         match frame {
-            Frame::Message {
+            WireFrame::Message {
                 to,
                 type_id,
                 receipt,
@@ -257,7 +257,7 @@ impl Peer {
                 };
                 self.deliver_message(inner, header, payload, cache);
             }
-            Frame::Named {
+            WireFrame::Named {
                 name,
                 type_id,
                 receipt,
@@ -273,7 +273,7 @@ impl Peer {
                     self.receipt(receipt, ReceiptStatus::NoSuchActor);
                 }
             },
-            Frame::Receipt { id, status } => {
+            WireFrame::Receipt { id, status } => {
                 if let Some(tx) = lock(&self.state).receipts.remove(&id) {
                     let _ = tx.send(match status {
                         ReceiptStatus::Delivered => Ok(()),
@@ -289,24 +289,24 @@ impl Peer {
                     });
                 }
             }
-            Frame::Reply { id, payload } => {
+            WireFrame::Reply { id, payload } => {
                 if let Some(pending) = inner.take_reply(id) {
                     remote::with_context(self.context(), || pending.deliver(payload));
                 }
             }
-            Frame::Resolve {
+            WireFrame::Resolve {
                 request,
                 type_id,
                 name,
                 ..
             } => {
                 let resolution = inner.resolve_name(&name, type_id);
-                let _ = self.send(&Frame::Resolved {
+                let _ = self.send(&WireFrame::Resolved {
                     request,
                     resolution,
                 });
             }
-            Frame::Resolved {
+            WireFrame::Resolved {
                 request,
                 resolution,
             } => {
@@ -314,13 +314,13 @@ impl Peer {
                     let _ = tx.send(Ok(resolution));
                 }
             }
-            Frame::Monitor { target, token } => match inner.control(target) {
+            WireFrame::Monitor { target, token } => match inner.control(target) {
                 Some(control) => {
                     let peer = Arc::downgrade(self);
                     let watch = control.watch(Watcher::Callback(Box::new(move |down: Down| {
                         if let Some(p) = peer.upgrade() {
                             lock(&p.state).remote_monitors.remove(&token);
-                            let _ = p.send(&Frame::Down {
+                            let _ = p.send(&WireFrame::Down {
                                 token,
                                 reason: down.reason,
                             });
@@ -333,31 +333,31 @@ impl Peer {
                     }
                 }
                 None => {
-                    let _ = self.send(&Frame::Down {
+                    let _ = self.send(&WireFrame::Down {
                         token,
                         reason: no_such_actor(inner),
                     });
                 }
             },
-            Frame::Demonitor { token, .. } => {
+            WireFrame::Demonitor { token, .. } => {
                 if let Some((control, Some(t))) = lock(&self.state).remote_monitors.remove(&token) {
                     control.unwatch(t);
                 }
             }
-            Frame::Down { token, reason } => {
+            WireFrame::Down { token, reason } => {
                 let entry = lock(&self.state).watchers.remove(&token);
                 if let Some((id, w)) = entry {
                     w.notify(Down { id, reason });
                 }
             }
-            Frame::Link { from, to } => {
+            WireFrame::Link { from, to } => {
                 let remote_id = ActorId::new(remote, from);
                 let proxy: Arc<dyn Control> = inner.proxy(remote_id, self, None);
                 match inner.control(to) {
                     Some(local) => match local.add_link(proxy) {
                         Ok(()) => lock(&self.state).links.push((local, remote_id)),
                         Err(reason) => {
-                            let _ = self.send(&Frame::Exit {
+                            let _ = self.send(&WireFrame::Exit {
                                 from: to,
                                 to: from,
                                 reason,
@@ -365,7 +365,7 @@ impl Peer {
                         }
                     },
                     None => {
-                        let _ = self.send(&Frame::Exit {
+                        let _ = self.send(&WireFrame::Exit {
                             from: to,
                             to: from,
                             reason: no_such_actor(inner),
@@ -373,7 +373,7 @@ impl Peer {
                     }
                 }
             }
-            Frame::Unlink { from, to } => {
+            WireFrame::Unlink { from, to } => {
                 let remote_id = ActorId::new(remote, from);
                 if let Some(local) = inner.control(to) {
                     local.remove_link(remote_id);
@@ -382,7 +382,7 @@ impl Peer {
                     .links
                     .retain(|(l, r)| !(l.id().serial() == to && *r == remote_id));
             }
-            Frame::Exit { from, to, reason } => {
+            WireFrame::Exit { from, to, reason } => {
                 let remote_id = ActorId::new(remote, from);
                 lock(&self.state)
                     .links
@@ -395,7 +395,7 @@ impl Peer {
                     }));
                 }
             }
-            Frame::Stop { target, kill } => {
+            WireFrame::Stop { target, kill } => {
                 if let Some(c) = inner.control(target) {
                     if kill {
                         c.kill();
@@ -404,8 +404,8 @@ impl Peer {
                     }
                 }
             }
-            Frame::Goodbye { reason } => return Err(CloseCause::Goodbye(reason)),
-            Frame::Hello(_) | Frame::Auth { .. } | Frame::Reject { .. } => {
+            WireFrame::Goodbye { reason } => return Err(CloseCause::Goodbye(reason)),
+            WireFrame::Hello(_) | WireFrame::Auth { .. } | WireFrame::Reject { .. } => {
                 return Err(CloseCause::Protocol(
                     "handshake frame on an established link".into(),
                 ))
@@ -473,7 +473,7 @@ impl Peer {
 
     fn receipt(self: &Arc<Self>, id: u64, status: ReceiptStatus) {
         if id != 0 {
-            let _ = self.send(&Frame::Receipt { id, status });
+            let _ = self.send(&WireFrame::Receipt { id, status });
         }
     }
 }

@@ -5,7 +5,7 @@
 
 use plexus_transport::Lane;
 
-use crate::wire::Frame;
+use crate::wire::WireFrame;
 
 /// The lane of a frame (see PROTOCOL.md, "Lanes"): frames about one
 /// actor of the receiving node take the lane of its serial, so that what
@@ -16,17 +16,17 @@ use crate::wire::Frame;
 /// has settled on its target's, its fence `RESOLVE`s too (see `NamedState`
 /// in `proxy.rs`). Only `quic` links keep lanes apart; others carry every
 /// lane on one ordered stream.
-pub(crate) fn lane_of(frame: &Frame) -> Lane {
+pub(crate) fn lane_of(frame: &WireFrame) -> Lane {
     match frame {
-        Frame::Message { to, .. }
-        | Frame::Exit { to, .. }
-        | Frame::Link { to, .. }
-        | Frame::Unlink { to, .. } => Lane::for_key(*to),
-        Frame::Stop { target, .. }
-        | Frame::Monitor { target, .. }
-        | Frame::Demonitor { target, .. } => Lane::for_key(*target),
-        Frame::Named { name, .. } => Lane::for_key(name_key(name)),
-        Frame::Down { token, .. } => down_lane(*token),
+        WireFrame::Message { to, .. }
+        | WireFrame::Exit { to, .. }
+        | WireFrame::Link { to, .. }
+        | WireFrame::Unlink { to, .. } => Lane::for_key(*to),
+        WireFrame::Stop { target, .. }
+        | WireFrame::Monitor { target, .. }
+        | WireFrame::Demonitor { target, .. } => Lane::for_key(*target),
+        WireFrame::Named { name, .. } => Lane::for_key(name_key(name)),
+        WireFrame::Down { token, .. } => down_lane(*token),
         _ => Lane::ZERO,
     }
 }
@@ -60,11 +60,11 @@ mod tests {
         for watcher in [1u64, 2, 17, 1 << 40, u64::MAX >> 8] {
             let lane = Lane::for_key(watcher);
             let token = down_token(12_345, lane);
-            let down = Frame::Down {
+            let down = WireFrame::Down {
                 token,
                 reason: plexus_core::ExitReason::Normal,
             };
-            let message = Frame::Message {
+            let message = WireFrame::Message {
                 to: watcher,
                 type_id: 1,
                 receipt: 0,
@@ -75,7 +75,7 @@ mod tests {
         }
         // Control frames about no actor take lane 0.
         assert_eq!(
-            lane_of(&Frame::Goodbye {
+            lane_of(&WireFrame::Goodbye {
                 reason: "bye".into()
             }),
             Lane::ZERO
@@ -85,18 +85,18 @@ mod tests {
     #[test]
     fn signals_about_an_actor_share_its_lane() {
         let to = 77;
-        let lane = lane_of(&Frame::Message {
+        let lane = lane_of(&WireFrame::Message {
             to,
             type_id: 1,
             receipt: 0,
             payload: Bytes::new(),
         });
-        let exit = Frame::Exit {
+        let exit = WireFrame::Exit {
             from: 5,
             to,
             reason: plexus_core::ExitReason::Normal,
         };
-        let stop = Frame::Stop {
+        let stop = WireFrame::Stop {
             target: to,
             kill: false,
         };

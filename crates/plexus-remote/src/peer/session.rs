@@ -12,7 +12,7 @@ const REJECT_LINGER: Duration = Duration::from_secs(1);
 pub(super) async fn handshake_on(
     inner: &Arc<NodeInner>,
     link: &mut Link,
-) -> Result<handshake::Peer, LinkError> {
+) -> Result<handshake::Verified, LinkError> {
     let mut nonce = [0u8; 16];
     rand::Rng::fill(&mut rand::thread_rng(), &mut nonce);
     let mut hs = Handshake::new(inner.id, &inner.config.cookie, nonce, inner.listen_uris());
@@ -26,7 +26,7 @@ pub(super) async fn handshake_on(
     link.send(hs.hello().encode()).await.map_err(send_err)?;
     loop {
         let bytes = link.recv_message().await.map_err(closed)?;
-        let frame = match Frame::decode(bytes) {
+        let frame = match WireFrame::decode(bytes) {
             Ok(f) => f,
             Err(e) => {
                 let err = handshake::HandshakeError::Protocol(e.to_string());
@@ -100,7 +100,7 @@ pub(super) fn established(
     inner: &Arc<NodeInner>,
     via: Option<Arc<Peer>>,
     link: Link,
-    hs: handshake::Peer,
+    hs: handshake::Verified,
     dialed_by: NodeId,
 ) {
     let via = via.expect("established is called with the peer that made the link");
@@ -140,7 +140,7 @@ impl Peer {
         self: &Arc<Self>,
         inner: &Arc<NodeInner>,
         link: Link,
-        hs: handshake::Peer,
+        hs: handshake::Verified,
         dialed_by: NodeId,
     ) {
         let (sender, receiver) = link.split();
@@ -167,7 +167,7 @@ impl Peer {
                     let _ = w.send(Ok(hs.node));
                 }
                 let _ = refused.try_send(
-                    Frame::Goodbye {
+                    WireFrame::Goodbye {
                         reason: DUPLICATE.into(),
                     }
                     .encode(),
@@ -202,7 +202,7 @@ impl Peer {
                 // what the peer sent on it.
                 if let Some(old) = replaced {
                     let _ = old.try_send(
-                        Frame::Goodbye {
+                        WireFrame::Goodbye {
                             reason: DUPLICATE.into(),
                         }
                         .encode(),

@@ -38,7 +38,7 @@ pub(crate) trait Handles {
     /// Sends on an established link.
     type Sender;
     /// A frame held until a link is up.
-    type Frame;
+    type Held;
     /// Waits for the link to come up.
     type Waiter;
     /// Waits for a resolve's answer.
@@ -92,7 +92,7 @@ pub(crate) struct PeerState<H: Handles> {
     /// The node behind the peer, once a handshake told.
     pub(crate) remote: Option<NodeId>,
     /// Frames held while no link is up.
-    pub(crate) pending: VecDeque<H::Frame>,
+    pub(crate) pending: VecDeque<H::Held>,
     pub(crate) waiters: Vec<H::Waiter>,
     pub(crate) resolves: FxHashMap<u64, H::Resolve>,
     pub(crate) receipts: FxHashMap<u64, H::Receipt>,
@@ -134,7 +134,7 @@ impl<H: Handles> Default for PeerState<H> {
 /// What a failed connect gives up on: to be failed with its error.
 pub(crate) struct Abandoned<H: Handles> {
     pub(crate) error: LinkError,
-    pub(crate) pending: VecDeque<H::Frame>,
+    pub(crate) pending: VecDeque<H::Held>,
     pub(crate) waiters: Vec<H::Waiter>,
     pub(crate) resolves: FxHashMap<u64, H::Resolve>,
     pub(crate) receipts: FxHashMap<u64, H::Receipt>,
@@ -157,7 +157,7 @@ pub(crate) enum Attached<H: Handles> {
     /// retire `replaced` with `GOODBYE(duplicate)` if there is one.
     Up {
         epoch: u64,
-        pending: VecDeque<H::Frame>,
+        pending: VecDeque<H::Held>,
         waiters: Vec<H::Waiter>,
         replaced: Option<H::Sender>,
         /// Another node than before answers at the peer's address.
@@ -170,7 +170,7 @@ pub(crate) enum Attached<H: Handles> {
     Duplicate {
         refused: H::Sender,
         draining_epoch: u64,
-        pending: VecDeque<H::Frame>,
+        pending: VecDeque<H::Held>,
         waiters: Vec<H::Waiter>,
     },
 }

@@ -18,7 +18,7 @@ fn target() -> (Lane, ActorId) {
 
 /// The lane a ref made by id sends the target's frames on.
 fn lane_by_id(id: ActorId) -> Lane {
-    lane_of(&Frame::Stop {
+    lane_of(&WireFrame::Stop {
         target: id.serial(),
         kill: false,
     })

@@ -5,74 +5,74 @@ fn id(n: u64, s: u64) -> ActorId {
     ActorId::new(NodeId::from_u64(n), s)
 }
 
-fn samples() -> Vec<Frame> {
+fn samples() -> Vec<WireFrame> {
     vec![
-        Frame::Hello(Hello {
+        WireFrame::Hello(Hello {
             version: PROTOCOL_VERSION,
             node: NodeId::from_u64(0xdead_beef),
             nonce: [7; 16],
             capabilities: capabilities::ALL,
             listen: vec!["tcp://127.0.0.1:4000".into(), "udp://127.0.0.1:4001".into()],
         }),
-        Frame::Auth { proof: [9; 32] },
-        Frame::Reject {
+        WireFrame::Auth { proof: [9; 32] },
+        WireFrame::Reject {
             code: RejectCode::Cookie,
             detail: "cluster cookie mismatch".into(),
         },
-        Frame::Message {
+        WireFrame::Message {
             to: 300,
             type_id: u64::MAX,
             receipt: 0,
             payload: Bytes::from_static(b"hello"),
         },
-        Frame::Named {
+        WireFrame::Named {
             name: "pong".into(),
             type_id: 3,
             receipt: 9,
             payload: Bytes::from_static(b"x"),
         },
-        Frame::Receipt {
+        WireFrame::Receipt {
             id: 5,
             status: ReceiptStatus::NoSuchActor,
         },
-        Frame::Reply {
+        WireFrame::Reply {
             id: 1 << 40,
             payload: Bytes::new(),
         },
-        Frame::Resolve {
+        WireFrame::Resolve {
             request: 1,
             type_id: 42,
             type_name: "bench.Ping".into(),
             name: "pong".into(),
         },
-        Frame::Resolved {
+        WireFrame::Resolved {
             request: 1,
             resolution: Resolution::WrongType {
                 actual: "bench.Other".into(),
             },
         },
-        Frame::Resolved {
+        WireFrame::Resolved {
             request: 2,
             resolution: Resolution::Found(17),
         },
-        Frame::Monitor {
+        WireFrame::Monitor {
             target: 1,
             token: 2,
         },
-        Frame::Demonitor {
+        WireFrame::Demonitor {
             target: 1,
             token: 2,
         },
-        Frame::Down {
+        WireFrame::Down {
             token: 2,
             reason: ExitReason::Linked {
                 from: id(3, 4),
                 reason: Box::new(ExitReason::Panicked("boom".into())),
             },
         },
-        Frame::Link { from: 1, to: 2 },
-        Frame::Unlink { from: 1, to: 2 },
-        Frame::Exit {
+        WireFrame::Link { from: 1, to: 2 },
+        WireFrame::Unlink { from: 1, to: 2 },
+        WireFrame::Exit {
             from: 1,
             to: 2,
             reason: ExitReason::NodeDown {
@@ -80,11 +80,11 @@ fn samples() -> Vec<Frame> {
                 cause: "link closed".into(),
             },
         },
-        Frame::Stop {
+        WireFrame::Stop {
             target: 8,
             kill: true,
         },
-        Frame::Goodbye {
+        WireFrame::Goodbye {
             reason: "shutdown".into(),
         },
     ]
@@ -93,7 +93,7 @@ fn samples() -> Vec<Frame> {
 #[test]
 fn every_frame_kind_round_trips() {
     for f in samples() {
-        assert_eq!(Frame::decode(f.encode()), Ok(f.clone()), "{f:?}");
+        assert_eq!(WireFrame::decode(f.encode()), Ok(f.clone()), "{f:?}");
     }
 }
 
@@ -102,14 +102,16 @@ fn every_truncation_is_a_typed_error() {
     for f in samples() {
         let bytes = f.encode();
         for cut in 0..bytes.len() {
-            let r = Frame::decode(bytes.slice(..cut));
+            let r = WireFrame::decode(bytes.slice(..cut));
             // Frames ending in a payload decode at every cut past their
             // header; all others must fail.
             if let Ok(g) = &r {
                 assert!(
                     matches!(
                         g,
-                        Frame::Message { .. } | Frame::Reply { .. } | Frame::Named { .. }
+                        WireFrame::Message { .. }
+                            | WireFrame::Reply { .. }
+                            | WireFrame::Named { .. }
                     ),
                     "{f:?} cut at {cut} decoded as {g:?}"
                 );
@@ -120,7 +122,7 @@ fn every_truncation_is_a_typed_error() {
 
 #[test]
 fn payload_is_a_slice_of_the_input() {
-    let frame = Frame::Message {
+    let frame = WireFrame::Message {
         to: 1,
         type_id: 2,
         receipt: 0,
@@ -128,8 +130,8 @@ fn payload_is_a_slice_of_the_input() {
     }
     .encode();
     let base = frame.as_ptr() as usize;
-    match Frame::decode(frame.clone()) {
-        Ok(Frame::Message { payload, .. }) => {
+    match WireFrame::decode(frame.clone()) {
+        Ok(WireFrame::Message { payload, .. }) => {
             let p = payload.as_ptr() as usize;
             assert!(p > base && p < base + frame.len());
         }
@@ -143,7 +145,7 @@ fn oversized_strings_and_lists_are_refused_before_allocation() {
     b.put_u8(kind::GOODBYE);
     put_varint(&mut b, u64::MAX / 2);
     assert!(matches!(
-        Frame::decode(b.freeze()),
+        WireFrame::decode(b.freeze()),
         Err(WireError::TooLong { .. })
     ));
     let mut b = BytesMut::new();
@@ -155,7 +157,7 @@ fn oversized_strings_and_lists_are_refused_before_allocation() {
     b.put_u64_le(0);
     put_varint(&mut b, 1_000_000);
     assert!(matches!(
-        Frame::decode(b.freeze()),
+        WireFrame::decode(b.freeze()),
         Err(WireError::TooLong {
             field: "listen addresses",
             ..
@@ -173,8 +175,8 @@ fn deeply_nested_exit_reasons_are_refused_and_never_encoded() {
         };
     }
     // Encoding cuts the chain; the result decodes within the bound.
-    let f = Frame::Down { token: 1, reason };
-    assert!(Frame::decode(f.encode()).is_ok());
+    let f = WireFrame::Down { token: 1, reason };
+    assert!(WireFrame::decode(f.encode()).is_ok());
     // A hand-made frame nesting past the bound is refused.
     let mut b = BytesMut::new();
     b.put_u8(kind::DOWN);
@@ -186,7 +188,7 @@ fn deeply_nested_exit_reasons_are_refused_and_never_encoded() {
     }
     b.put_u8(reason_kind::KILLED);
     assert!(matches!(
-        Frame::decode(b.freeze()),
+        WireFrame::decode(b.freeze()),
         Err(WireError::TooLong {
             field: "exit reason nesting",
             ..
@@ -200,39 +202,39 @@ fn malformed_varints_bad_magic_and_trailing_bytes_are_refused() {
     b.put_u8(kind::RECEIPT);
     b.put_slice(&[0xff; 11]);
     assert!(matches!(
-        Frame::decode(b.freeze()),
+        WireFrame::decode(b.freeze()),
         Err(WireError::BadVarint { .. })
     ));
     let mut hello = samples()[0].encode().to_vec();
     hello[1] = b'X';
     assert!(matches!(
-        Frame::decode(Bytes::from(hello)),
+        WireFrame::decode(Bytes::from(hello)),
         Err(WireError::Invalid { field: "magic", .. })
     ));
-    let mut auth = Frame::Auth { proof: [0; 32] }.encode().to_vec();
+    let mut auth = WireFrame::Auth { proof: [0; 32] }.encode().to_vec();
     auth.push(0);
     assert_eq!(
-        Frame::decode(Bytes::from(auth)),
+        WireFrame::decode(Bytes::from(auth)),
         Err(WireError::Trailing(1))
     );
     assert_eq!(
-        Frame::decode(Bytes::from_static(&[0xee])),
+        WireFrame::decode(Bytes::from_static(&[0xee])),
         Err(WireError::UnknownKind(0xee))
     );
-    assert!(Frame::decode(Bytes::new()).is_err());
+    assert!(WireFrame::decode(Bytes::new()).is_err());
 }
 
 proptest! {
     #[test]
     fn decoding_arbitrary_bytes_never_panics(data in proptest::collection::vec(any::<u8>(), 0..256)) {
-        let _ = Frame::decode(Bytes::from(data));
+        let _ = WireFrame::decode(Bytes::from(data));
     }
 
     #[test]
     fn messages_round_trip(to in any::<u64>(), type_id in any::<u64>(), receipt in any::<u64>(),
                            payload in proptest::collection::vec(any::<u8>(), 0..512)) {
-        let f = Frame::Message { to, type_id, receipt, payload: Bytes::from(payload) };
-        prop_assert_eq!(Frame::decode(f.encode()), Ok(f));
+        let f = WireFrame::Message { to, type_id, receipt, payload: Bytes::from(payload) };
+        prop_assert_eq!(WireFrame::decode(f.encode()), Ok(f));
     }
 
     #[test]
@@ -259,8 +261,8 @@ fn the_message_fast_path_reads_what_decode_reads() {
             (h.to, h.type_id, h.receipt, h.len),
             (to, type_id, receipt, header_len)
         );
-        match Frame::decode(frame.clone()).expect("valid") {
-            Frame::Message { payload, .. } => assert_eq!(&payload[..], b"payload"),
+        match WireFrame::decode(frame.clone()).expect("valid") {
+            WireFrame::Message { payload, .. } => assert_eq!(&payload[..], b"payload"),
             f => panic!("decoded {f:?}"),
         }
         // Every truncation of the header is an error, never a panic.
@@ -274,5 +276,5 @@ fn the_message_fast_path_reads_what_decode_reads() {
             }
         }
     }
-    assert!(MessageHeader::parse(&Frame::Goodbye { reason: "x".into() }.encode()).is_none());
+    assert!(MessageHeader::parse(&WireFrame::Goodbye { reason: "x".into() }.encode()).is_none());
 }

@@ -13,7 +13,7 @@ struct Fake;
 
 impl Handles for Fake {
     type Sender = &'static str;
-    type Frame = u32;
+    type Held = u32;
     type Waiter = u32;
     type Resolve = u64;
     type Receipt = u64;
