@@ -438,7 +438,7 @@ impl Peer {
         };
         let request = inner.next_id();
         let (tx, rx) = oneshot::channel();
-        lock(&p.state).resolves.insert(request, tx);
+        lock(&p.state).expect_resolved(request, tx);
         let frame = WireFrame::Resolve {
             request,
             type_id,
@@ -463,9 +463,9 @@ impl Peer {
             return rx;
         };
         let id = inner.next_id();
-        lock(&p.state).receipts.insert(id, tx);
+        lock(&p.state).expect_receipt(id, tx);
         if p.send_frame(lane, build(id)).is_err() {
-            if let Some(tx) = lock(&p.state).receipts.remove(&id) {
+            if let Some(tx) = lock(&p.state).handle_receipt(id) {
                 let _ = tx.send(Err(ReceiptError::LinkClosed("send buffer full".into())));
             }
         }
@@ -484,14 +484,10 @@ impl Peer {
             _ => Lane::ZERO,
         };
         let token = down_token(inner.next_id(), watcher_lane);
-        {
-            let mut st = lock(&p.state);
-            if st.is_down() || st.remote.is_some_and(|r| r != target.node()) {
-                drop(st);
-                watcher.notify(node_down(target, "no link to the node"));
-                return None;
-            }
-            st.watchers.insert(token, (target, watcher));
+        let refused = lock(&p.state).watch(token, target, watcher);
+        if let Err(watcher) = refused {
+            watcher.notify(node_down(target, "no link to the node"));
+            return None;
         }
         let _ = p.send(&WireFrame::Monitor {
             target: target.serial(),
@@ -502,7 +498,7 @@ impl Peer {
 
     pub(crate) fn unwatch(self: &Arc<Self>, target: ActorId, token: u64) {
         let p = self.canonical();
-        if lock(&p.state).watchers.remove(&token).is_some() {
+        if lock(&p.state).unwatch(token) {
             let _ = p.send(&WireFrame::Demonitor {
                 target: target.serial(),
                 token,
@@ -512,8 +508,9 @@ impl Peer {
 
     pub(crate) fn add_link(self: &Arc<Self>, local: Arc<dyn Control>, remote: ActorId) {
         let p = self.canonical();
-        let from = local.id().serial();
-        lock(&p.state).links.push((local, remote));
+        let local_id = local.id();
+        let from = local_id.serial();
+        lock(&p.state).linked(local_id, local, remote);
         let _ = p.send(&WireFrame::Link {
             from,
             to: remote.serial(),
@@ -522,9 +519,7 @@ impl Peer {
 
     pub(crate) fn remove_link(self: &Arc<Self>, local: ActorId, remote: ActorId) {
         let p = self.canonical();
-        lock(&p.state)
-            .links
-            .retain(|(l, r)| !(l.id() == local && *r == remote));
+        lock(&p.state).unlinked(local, remote);
         let _ = p.send(&WireFrame::Unlink {
             from: local.serial(),
             to: remote.serial(),

@@ -274,7 +274,8 @@ impl Peer {
                 }
             },
             WireFrame::Receipt { id, status } => {
-                if let Some(tx) = lock(&self.state).receipts.remove(&id) {
+                let waiting = lock(&self.state).handle_receipt(id);
+                if let Some(tx) = waiting {
                     let _ = tx.send(match status {
                         ReceiptStatus::Delivered => Ok(()),
                         ReceiptStatus::NoSuchActor => Err(ReceiptError::NoSuchActor),
@@ -310,7 +311,8 @@ impl Peer {
                 request,
                 resolution,
             } => {
-                if let Some(tx) = lock(&self.state).resolves.remove(&request) {
+                let waiting = lock(&self.state).handle_resolved(request);
+                if let Some(tx) = waiting {
                     let _ = tx.send(Ok(resolution));
                 }
             }
@@ -319,7 +321,7 @@ impl Peer {
                     let peer = Arc::downgrade(self);
                     let watch = control.watch(Watcher::Callback(Box::new(move |down: Down| {
                         if let Some(p) = peer.upgrade() {
-                            lock(&p.state).remote_monitors.remove(&token);
+                            lock(&p.state).handle_demonitor(token);
                             let _ = p.send(&WireFrame::Down {
                                 token,
                                 reason: down.reason,
@@ -327,9 +329,7 @@ impl Peer {
                         }
                     })));
                     if watch.is_some() {
-                        lock(&self.state)
-                            .remote_monitors
-                            .insert(token, (control, watch));
+                        lock(&self.state).monitored(token, control, watch);
                     }
                 }
                 None => {
@@ -340,12 +340,13 @@ impl Peer {
                 }
             },
             WireFrame::Demonitor { token, .. } => {
-                if let Some((control, Some(t))) = lock(&self.state).remote_monitors.remove(&token) {
+                let monitor = lock(&self.state).handle_demonitor(token);
+                if let Some((control, Some(t))) = monitor {
                     control.unwatch(t);
                 }
             }
             WireFrame::Down { token, reason } => {
-                let entry = lock(&self.state).watchers.remove(&token);
+                let entry = lock(&self.state).handle_down(token);
                 if let Some((id, w)) = entry {
                     w.notify(Down { id, reason });
                 }
@@ -355,7 +356,10 @@ impl Peer {
                 let proxy: Arc<dyn Control> = inner.proxy(remote_id, self, None);
                 match inner.control(to) {
                     Some(local) => match local.add_link(proxy) {
-                        Ok(()) => lock(&self.state).links.push((local, remote_id)),
+                        Ok(()) => {
+                            let local_id = local.id();
+                            lock(&self.state).linked(local_id, local, remote_id);
+                        }
                         Err(reason) => {
                             let _ = self.send(&WireFrame::Exit {
                                 from: to,
@@ -378,15 +382,11 @@ impl Peer {
                 if let Some(local) = inner.control(to) {
                     local.remove_link(remote_id);
                 }
-                lock(&self.state)
-                    .links
-                    .retain(|(l, r)| !(l.id().serial() == to && *r == remote_id));
+                lock(&self.state).unlinked(ActorId::new(inner.id, to), remote_id);
             }
             WireFrame::Exit { from, to, reason } => {
                 let remote_id = ActorId::new(remote, from);
-                lock(&self.state)
-                    .links
-                    .retain(|(l, r)| !(l.id().serial() == to && *r == remote_id));
+                lock(&self.state).unlinked(ActorId::new(inner.id, to), remote_id);
                 if let Some(local) = inner.control(to) {
                     local.remove_link(remote_id);
                     local.signal(Signal::Exit(Exit {

@@ -22,6 +22,13 @@
 //! epoch (a reader of a replaced link ending late) changes nothing. Of two
 //! links to one node (both sides dialled at once) both sides keep the one
 //! dialled by the lower node id.
+//!
+//! The control protocol's bookkeeping goes through it too: requests this
+//! node made (`expect_*`) and the frames that answer them (`handle_*`:
+//! `RESOLVED`, `RECEIPT`, `DOWN`), each answered once and ignored once a
+//! lost link has failed it; watches, refused while down or when another
+//! node answers; the peer's monitors of local actors and actor links, ended
+//! by their frames or with the link.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -100,8 +107,8 @@ pub(crate) struct PeerState<H: Handles> {
     pub(crate) watchers: FxHashMap<u64, (ActorId, H::Watcher)>,
     /// Remote watchers of local actors: token -> (actor, local watch token).
     pub(crate) remote_monitors: FxHashMap<u64, (H::Local, Option<u64>)>,
-    /// Local actors linked to remote ones.
-    pub(crate) links: Vec<(H::Local, ActorId)>,
+    /// Local actors linked to remote ones: (local id, local, remote id).
+    links: Vec<(ActorId, H::Local, ActorId)>,
     /// Connect attempts failed in a row.
     failures: u32,
     pub(crate) last_error: Option<LinkError>,
@@ -294,7 +301,10 @@ impl<H: Handles> PeerState<H> {
         Some(Lost {
             node: self.remote,
             watchers: std::mem::take(&mut self.watchers),
-            links: std::mem::take(&mut self.links),
+            links: std::mem::take(&mut self.links)
+                .into_iter()
+                .map(|(_, local, remote)| (local, remote))
+                .collect(),
             receipts: std::mem::take(&mut self.receipts),
             resolves: std::mem::take(&mut self.resolves),
             remote_monitors: std::mem::take(&mut self.remote_monitors),
@@ -340,6 +350,81 @@ impl<H: Handles> PeerState<H> {
             )),
             _ => None,
         }
+    }
+
+    /// Waits for the `RESOLVED` answering `request`.
+    pub(crate) fn expect_resolved(&mut self, request: u64, reply: H::Resolve) {
+        self.resolves.insert(request, reply);
+    }
+
+    /// A `RESOLVED` arrived: who waits for it. Nobody if the link that
+    /// carried the request was lost meanwhile (that failed it already).
+    pub(crate) fn handle_resolved(&mut self, request: u64) -> Option<H::Resolve> {
+        self.resolves.remove(&request)
+    }
+
+    /// Waits for the `RECEIPT` of message `id`.
+    pub(crate) fn expect_receipt(&mut self, id: u64, reply: H::Receipt) {
+        self.receipts.insert(id, reply);
+    }
+
+    /// A `RECEIPT` arrived (or the message could not be sent): who waits
+    /// for it, if anyone still does.
+    pub(crate) fn handle_receipt(&mut self, id: u64) -> Option<H::Receipt> {
+        self.receipts.remove(&id)
+    }
+
+    /// A local watcher of `target`, an actor behind this peer, under
+    /// `token` (a `MONITOR` goes out). Refused, the watcher handed back to
+    /// be told `NodeDown` at once, when the link is down or another node
+    /// than `target`'s answers here.
+    pub(crate) fn watch(
+        &mut self,
+        token: u64,
+        target: ActorId,
+        watcher: H::Watcher,
+    ) -> Result<(), H::Watcher> {
+        if self.is_down() || self.remote.is_some_and(|r| r != target.node()) {
+            return Err(watcher);
+        }
+        self.watchers.insert(token, (target, watcher));
+        Ok(())
+    }
+
+    /// Forgets the watcher under `token`; whether there was one (then a
+    /// `DEMONITOR` goes out).
+    pub(crate) fn unwatch(&mut self, token: u64) -> bool {
+        self.watchers.remove(&token).is_some()
+    }
+
+    /// A `DOWN` arrived for `token`: the watcher to tell, once.
+    pub(crate) fn handle_down(&mut self, token: u64) -> Option<(ActorId, H::Watcher)> {
+        self.watchers.remove(&token)
+    }
+
+    /// The peer monitors `local` under `token` (`watch` is the local
+    /// watch to remove when the peer stops watching or the link is lost).
+    pub(crate) fn monitored(&mut self, token: u64, local: H::Local, watch: Option<u64>) {
+        self.remote_monitors.insert(token, (local, watch));
+    }
+
+    /// The peer's monitor under `token` ends (`DEMONITOR`, or the watched
+    /// actor's `Down` is on its way): the local watch to remove.
+    pub(crate) fn handle_demonitor(&mut self, token: u64) -> Option<(H::Local, Option<u64>)> {
+        self.remote_monitors.remove(&token)
+    }
+
+    /// `local` (id `local_id`) is linked to `remote` behind this peer: it
+    /// gets `Exit` if the link is lost.
+    pub(crate) fn linked(&mut self, local_id: ActorId, local: H::Local, remote: ActorId) {
+        self.links.push((local_id, local, remote));
+    }
+
+    /// `local` and `remote` are no longer linked (`UNLINK`, `EXIT`, or
+    /// the local side unlinked).
+    pub(crate) fn unlinked(&mut self, local: ActorId, remote: ActorId) {
+        self.links
+            .retain(|(l, _, r)| !(*l == local && *r == remote));
     }
 
     /// Hands everything that waits to another peer for the same node

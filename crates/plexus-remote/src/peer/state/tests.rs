@@ -36,12 +36,16 @@ fn node(n: u64) -> NodeId {
 fn loaded(st: &mut State) {
     st.pending.push_back(7);
     st.waiters.push(1);
-    st.resolves.insert(10, 10);
-    st.receipts.insert(20, 20);
+    st.expect_resolved(10, 10);
+    st.expect_receipt(20, 20);
     st.watchers
         .insert(30, (ActorId::new(node(2), 5), "watcher"));
-    st.remote_monitors.insert(40, ("watched local", Some(41)));
-    st.links.push(("linked local", ActorId::new(node(2), 6)));
+    st.monitored(40, "watched local", Some(41));
+    st.linked(
+        ActorId::new(node(1), 3),
+        "linked local",
+        ActorId::new(node(2), 6),
+    );
 }
 
 fn up(st: &mut State, link: &'static str, dialed_by: u64) -> u64 {
@@ -406,5 +410,73 @@ fn simultaneous_dials_settle_on_one_link_in_every_interleaving() {
     assert!(
         runs >= 24,
         "every order of the four attaches, at least: {runs}"
+    );
+}
+
+#[test]
+fn answers_reach_who_waits_once_and_late_ones_are_ignored() {
+    let mut st = State::default();
+    let epoch = up(&mut st, "l1", 1);
+    st.expect_resolved(1, 100);
+    st.expect_receipt(2, 200);
+    assert_eq!(st.handle_resolved(1), Some(100));
+    assert_eq!(st.handle_resolved(1), None, "answered once");
+    assert_eq!(st.handle_receipt(99), None, "unknown: ignored");
+    // A link lost with the receipt outstanding fails it; the RECEIPT
+    // arriving later (on a new link) finds nobody.
+    let lost = st.link_lost(epoch, "reset").expect("lost");
+    assert_eq!(lost.receipts.into_values().collect::<Vec<_>>(), [200]);
+    up(&mut st, "l2", 1);
+    assert_eq!(st.handle_receipt(2), None);
+}
+
+#[test]
+fn a_watch_is_refused_while_down_or_when_another_node_answers() {
+    let target = ActorId::new(node(2), 5);
+    let mut st = State::default();
+    // Before the first link: accepted, told when the link comes or fails.
+    assert_eq!(st.watch(1, target, "w1"), Ok(()));
+    let epoch = up(&mut st, "l1", 1);
+    assert_eq!(st.watch(2, target, "w2"), Ok(()));
+    let elsewhere = ActorId::new(node(3), 5);
+    assert_eq!(
+        st.watch(3, elsewhere, "w3"),
+        Err("w3"),
+        "node 2 answers here"
+    );
+    assert_eq!(st.handle_down(2), Some((target, "w2")));
+    assert_eq!(st.handle_down(2), None, "Down once");
+    assert!(st.unwatch(1));
+    assert!(!st.unwatch(1));
+    st.link_lost(epoch, "reset");
+    assert_eq!(
+        st.watch(4, target, "w4"),
+        Err("w4"),
+        "down: NodeDown at once"
+    );
+}
+
+#[test]
+fn links_and_remote_monitors_end_by_frame_or_with_the_link() {
+    let mut st = State::default();
+    let epoch = up(&mut st, "l1", 1);
+    let (a, b) = (ActorId::new(node(1), 3), ActorId::new(node(1), 4));
+    let remote = ActorId::new(node(2), 6);
+    st.linked(a, "a", remote);
+    st.linked(b, "b", remote);
+    st.unlinked(a, remote);
+    st.monitored(7, "watched", Some(70));
+    st.monitored(8, "watched too", Some(80));
+    assert_eq!(st.handle_demonitor(7), Some(("watched", Some(70))));
+    assert_eq!(st.handle_demonitor(7), None);
+    let lost = st.link_lost(epoch, "reset").expect("lost");
+    assert_eq!(
+        lost.links,
+        [("b", remote)],
+        "only what is still linked gets Exit"
+    );
+    assert_eq!(
+        lost.remote_monitors.into_iter().collect::<Vec<_>>(),
+        [(8, ("watched too", Some(80)))]
     );
 }
