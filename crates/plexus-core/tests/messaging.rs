@@ -124,9 +124,9 @@ impl Actor for Blocking {
     }
 }
 
-#[tokio::test]
-async fn a_drain_waiter_is_woken_when_the_actor_takes_its_queue() {
-    let system = ActorSystem::new();
+/// An actor blocked in its first message with ten more queued behind it,
+/// and the sender that opens its gate.
+async fn blocked_with_ten_queued(system: &ActorSystem) -> (ActorRef<u32>, oneshot::Sender<()>) {
     let (entered_tx, entered) = oneshot::channel();
     let (open, gate) = oneshot::channel();
     let actor = system.spawn(Blocking {
@@ -138,6 +138,13 @@ async fn a_drain_waiter_is_woken_when_the_actor_takes_its_queue() {
     for i in 1..=10 {
         actor.tell(i);
     }
+    (actor, open)
+}
+
+#[tokio::test]
+async fn a_drain_waiter_is_woken_when_the_actor_takes_its_queue() {
+    let system = ActorSystem::new();
+    let (actor, open) = blocked_with_ten_queued(&system).await;
     let control = plexus_core::remote::control_of(&actor);
     assert_eq!(control.queued(), 10);
     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
@@ -149,17 +156,7 @@ async fn a_drain_waiter_is_woken_when_the_actor_takes_its_queue() {
     assert!(control.queued() <= 3);
 
     // A stopped actor's waiter goes on too.
-    let (entered_tx, entered) = oneshot::channel();
-    let (_never_opened, gate) = oneshot::channel::<()>();
-    let actor = system.spawn(Blocking {
-        entered: Some(entered_tx),
-        gate: Some(gate),
-    });
-    actor.tell(0);
-    entered.await.unwrap();
-    for i in 1..=10 {
-        actor.tell(i);
-    }
+    let (actor, _never_opened) = blocked_with_ten_queued(&system).await;
     let control = plexus_core::remote::control_of(&actor);
     assert!(control.poll_queued_at_most(3, &mut cx).is_pending());
     let drained = std::future::poll_fn(|cx| control.poll_queued_at_most(3, cx));
