@@ -49,7 +49,11 @@ fn run(args: &[String]) -> Result<(), String> {
             let ca = DevCa::generate().map_err(|e| e.to_string())?;
             write(&out, "ca.pem", &ca.cert_pem())?;
             write(&out, "ca.key", &ca.key_pem())?;
-            println!("wrote {0}/ca.pem and {0}/ca.key", out.display());
+            println!(
+                "wrote {} and {}",
+                out.join("ca.pem").display(),
+                out.join("ca.key").display()
+            );
             Ok(())
         }
         "node" => {
@@ -70,9 +74,10 @@ fn run(args: &[String]) -> Result<(), String> {
             write(&out, &format!("{name}.key"), &node.key_pem)?;
             let id = node.node_id().map_err(|e| e.to_string())?;
             println!(
-                "wrote {0}/{name}.pem and {0}/{name}.key (valid {days} days, node ids {1}xxxx: \
+                "wrote {} and {} (valid {days} days, node ids {}xxxx: \
                  the last 4 hex digits change at every start)",
-                out.display(),
+                out.join(format!("{name}.pem")).display(),
+                out.join(format!("{name}.key")).display(),
                 &format!("{id:016x}")[..12]
             );
             Ok(())
