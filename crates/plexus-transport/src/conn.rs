@@ -13,7 +13,7 @@ use std::time::Instant;
 use plexus_net::{Frame, LinkEvent, Stack, StackSendError};
 
 use crate::error::CloseReason;
-use crate::link::{lock, Lane, Received, Shared, MESSAGE_OVERHEAD};
+use crate::link::{lock, OutQueue, Received, Shared, MESSAGE_OVERHEAD};
 use crate::stats::LinkStats;
 
 /// The current time on tokio's clock (so paused-time tests drive stacks too).
@@ -38,7 +38,7 @@ pub(crate) struct Conn {
     pub(crate) shared: Arc<Shared>,
     /// A batch taken from the application's queue in one lock. The lane is
     /// dropped here: a stack carries every lane in queue order.
-    outq: VecDeque<(Lane, Frame)>,
+    outq: OutQueue,
     /// A message the stack refused with `WouldBlock`; retried first.
     held: Option<Frame>,
     staged: VecDeque<Received>,
@@ -55,7 +55,7 @@ impl Conn {
         Self {
             stack,
             shared,
-            outq: VecDeque::with_capacity(256),
+            outq: OutQueue::with_capacity(256),
             held: None,
             staged: VecDeque::with_capacity(256),
             inbox_full: false,
@@ -116,7 +116,7 @@ impl Conn {
                 out.driver_waiting = true;
             }
         }
-        self.outq.pop_front().map(|(_, message)| message)
+        self.outq.pop_frame()
     }
 
     fn stack_send(&mut self, now: Instant, frame: impl Into<Frame>) {
@@ -262,11 +262,10 @@ pub(crate) fn hand_over(
 
 #[cfg(test)]
 mod tests {
-
     use bytes::Bytes;
 
     use super::*;
-    use crate::LinkConfig;
+    use crate::{Lane, LinkConfig};
 
     #[test]
     fn unsent_counts_taken_messages_and_the_held_one() {

@@ -9,7 +9,6 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use bytes::{BufMut, Bytes, BytesMut};
 use futures_util::FutureExt;
-use plexus_net::Frame;
 use quinn::{Connection, ConnectionError, RecvStream, SendDatagramError, VarInt};
 use rustls_pki_types::CertificateDer;
 use tokio::sync::{mpsc, Notify};
@@ -17,8 +16,9 @@ use tokio::task::JoinSet;
 
 use super::{code, lane_wire, QuicConfig, QuicError};
 use crate::error::{CloseReason, UnreliableError};
-use crate::link::PeerIdentity;
-use crate::link::{lock, Extras, Lane, Link, Received, Shared, UnreliableSink};
+use crate::link::{
+    lock, Extras, Lane, Link, OutQueue, PeerIdentity, Received, Shared, UnreliableSink,
+};
 
 /// Messages up to this length are copied next to their header (one chunk
 /// per batch); longer ones are handed to quinn as their own chunk.
@@ -244,7 +244,7 @@ impl Driver {
         let conn = self.conn.clone();
         let closed = conn.closed();
         tokio::pin!(closed);
-        let mut batch = VecDeque::with_capacity(256);
+        let mut batch = OutQueue::with_capacity(256);
         loop {
             if self.sending == Sending::Open {
                 self.pump(&mut batch, notify);
@@ -304,7 +304,7 @@ impl Driver {
 
     /// Hands queued messages to their lanes' writers; starts the close once
     /// the application is done sending.
-    fn pump(&mut self, batch: &mut VecDeque<(Lane, Frame)>, notify: &Notify) {
+    fn pump(&mut self, batch: &mut OutQueue, notify: &Notify) {
         let mut rounds = 0;
         let done = loop {
             {
@@ -328,7 +328,7 @@ impl Driver {
                 }
             }
             let mut touched = 0u64;
-            for (lane, message) in batch.drain(..) {
+            while let Some((lane, message)) = batch.pop_front() {
                 let i = usize::from(lane.index());
                 touched |= 1 << i;
                 let wire = &mut self.staged[i];
@@ -538,7 +538,7 @@ impl Handoff {
         let Some(writers) = &state.writers else {
             return false;
         };
-        if out.close_requested || !out.queue.iter().all(|(lane, _)| writers.has(*lane)) {
+        if out.close_requested || !out.queue.lanes().all(|lane| writers.has(lane)) {
             // A lane to open, or the close to run: the driver's work.
             return false;
         }
