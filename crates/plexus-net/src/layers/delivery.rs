@@ -201,10 +201,13 @@ pub enum DeliveryError {
 }
 
 #[derive(Debug)]
+/// A message in flight, but its frame: that is in `Delivery::frames` at the
+/// same index. Apart, the 128-byte frame moves inline on every push and pop,
+/// where a frame inside this record would go through a `memmove` call.
 struct InFlight {
     seq: u64,
-    /// The frame as received from above (without our header).
-    frame: Frame,
+    /// The frame's length (as received from above, without our header).
+    len: usize,
     sent_at: Instant,
     transmissions: u32,
     sacked: bool,
@@ -223,6 +226,8 @@ pub struct Delivery {
     // Sender.
     next_seq: u64,
     inflight: VecDeque<InFlight>,
+    /// The frames of `inflight`, index for index.
+    frames: VecDeque<Frame>,
     /// Bytes in flight as the congestion window counts them.
     flight: usize,
     /// In-flight messages marked SACKed: without any, there is no SACK
@@ -261,6 +266,7 @@ impl Delivery {
             // Grows on demand up to `send_window`: a link that never fills
             // a large window does not pay for it.
             inflight: VecDeque::with_capacity(config.send_window.min(64)),
+            frames: VecDeque::with_capacity(config.send_window.min(64)),
             flight: 0,
             sacked: 0,
             lost: 0,
@@ -368,7 +374,7 @@ impl Delivery {
         while self.lost > 0 && i < self.inflight.len() {
             let entry = &self.inflight[i];
             if entry.lost {
-                let len = entry.frame.len() + MESSAGE_CHARGE;
+                let len = entry.len + MESSAGE_CHARGE;
                 // What is still in the network: SACKed messages left it.
                 let pipe = self.flight - self.sacked_bytes;
                 if pipe > 0 && pipe + len > self.cwnd.window() {
@@ -411,13 +417,14 @@ impl Delivery {
         self.emit(Some(seq), frame.clone(), out);
         self.inflight.push_back(InFlight {
             seq,
-            frame,
+            len: frame.len(),
             sent_at: now,
             transmissions: 1,
             sacked: false,
             fast_retransmitted: false,
             lost: false,
         });
+        self.frames.push_back(frame);
         if self.rto_deadline.is_none() {
             self.rto_deadline = Some(now + self.rtt.rto());
         }
@@ -427,8 +434,8 @@ impl Delivery {
         let entry = &mut self.inflight[index];
         entry.transmissions += 1;
         entry.sent_at = now;
-        let (seq, frame) = (entry.seq, entry.frame.clone());
-        self.emit(Some(seq), frame, out);
+        let seq = entry.seq;
+        self.emit(Some(seq), self.frames[index].clone(), out);
     }
 
     fn on_ack(&mut self, now: Instant, ack: &Ack, out: &mut Output) {
@@ -444,16 +451,17 @@ impl Delivery {
             }
             // The loop condition guarantees a front entry.
             let done = self.inflight.pop_front().expect("front exists");
-            self.buffered -= done.frame.len();
+            self.frames.pop_front();
+            self.buffered -= done.len;
             if done.lost {
                 self.lost -= 1;
             } else {
-                self.flight -= done.frame.len() + MESSAGE_CHARGE;
-                acked += done.frame.len() + MESSAGE_CHARGE;
+                self.flight -= done.len + MESSAGE_CHARGE;
+                acked += done.len + MESSAGE_CHARGE;
             }
             self.sacked -= usize::from(done.sacked);
             if done.sacked {
-                self.sacked_bytes -= done.frame.len() + MESSAGE_CHARGE;
+                self.sacked_bytes -= done.len + MESSAGE_CHARGE;
             }
             if done.transmissions == 1 && !done.sacked {
                 sample = Some(now.saturating_duration_since(done.sent_at));
@@ -464,6 +472,7 @@ impl Delivery {
             // One message in flight at a time reuses one slot (see
             // `take_front`).
             self.inflight.clear();
+            self.frames.clear();
         }
         let base = self.inflight.front().map_or(self.next_seq, |f| f.seq);
         for range in ack.ranges() {
@@ -474,13 +483,13 @@ impl Delivery {
                 if !entry.sacked {
                     entry.sacked = true;
                     self.sacked += 1;
-                    self.sacked_bytes += entry.frame.len() + MESSAGE_CHARGE;
+                    self.sacked_bytes += entry.len + MESSAGE_CHARGE;
                     if entry.lost {
                         // It arrived after all: nothing to resend, and it
                         // counts in flight again until the cumulative ack.
                         entry.lost = false;
                         self.lost -= 1;
-                        self.flight += entry.frame.len() + MESSAGE_CHARGE;
+                        self.flight += entry.len + MESSAGE_CHARGE;
                     }
                     if entry.transmissions == 1 {
                         sample = Some(now.saturating_duration_since(entry.sent_at));
@@ -588,6 +597,7 @@ impl Delivery {
         out.close(LinkError::DeliveryFailed { seq, attempts });
         self.failed = true;
         self.inflight.clear();
+        self.frames.clear();
         self.queued.clear();
         self.buffered = 0;
         self.flight = 0;
@@ -714,7 +724,7 @@ impl Layer for Delivery {
                     continue;
                 }
                 entry.fast_retransmitted = false;
-                let len = entry.frame.len() + MESSAGE_CHARGE;
+                let len = entry.len + MESSAGE_CHARGE;
                 if earliest {
                     earliest = false;
                     if entry.lost {
