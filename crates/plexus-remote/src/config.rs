@@ -259,8 +259,8 @@ impl NodeConfig {
         registry
     }
 
-    /// The stack spec of `scheme` (configured, or the default stack of the
-    /// transport named `scheme`), parsed against the node's layers.
+    /// The stack spec text of `scheme`: configured, or the default stack
+    /// of the transport named `scheme`.
     pub(crate) fn spec_text<'a>(
         &'a self,
         scheme: &str,
@@ -272,6 +272,7 @@ impl NodeConfig {
             .or_else(|| transports.get(scheme).map(|t| t.default_stack()))
     }
 
+    /// `text` parsed against the node's layers.
     pub(crate) fn parse_spec(&self, text: &str) -> Result<StackSpec, plexus_net::SpecError> {
         StackSpec::parse(text, &self.layers)
     }

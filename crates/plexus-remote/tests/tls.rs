@@ -38,19 +38,22 @@ fn config(ca: &DevCa, name: &str) -> NodeConfig {
     certified::config(ca, name, "tls-test")
 }
 
+/// Listens on `tls://` and publishes an echo actor; its URI.
+async fn echo_over_tls(system: &ActorSystem, node: &Node) -> String {
+    let uri = node.listen("tls://127.0.0.1:0").await.expect("listen");
+    node.publish(&system.spawn(EchoActor), "echo")
+        .expect("publish");
+    format!("{uri}/echo")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nodes_resolve_and_ask_over_tls() {
     let ca = DevCa::generate().expect("CA");
     let (_a, na) = certified_node(config(&ca, "a"));
     let (b, nb) = certified_node(config(&ca, "b"));
-    let uri_b = nb.listen("tls://127.0.0.1:0").await.expect("listen");
-    assert!(uri_b.starts_with("tls://127.0.0.1:"), "{uri_b}");
-    let echo = b.spawn(EchoActor);
-    nb.publish(&echo, "echo").expect("publish");
-    let remote = na
-        .resolve::<Echo>(&format!("{uri_b}/echo"))
-        .await
-        .expect("resolve over tls");
+    let echo = echo_over_tls(&b, &nb).await;
+    assert!(echo.starts_with("tls://127.0.0.1:"), "{echo}");
+    let remote = na.resolve::<Echo>(&echo).await.expect("resolve over tls");
     assert!(remote.is_remote());
     assert_eq!(remote.ask(|r| Echo::Twice(21, r), T).await, Ok(42));
     // The remote actor's id carries the certified node id.
@@ -123,13 +126,8 @@ async fn plexus_certs_output_serves_two_nodes() {
     };
     let (_a, na) = certified_node(load("n2"));
     let (b, nb) = certified_node(load("n1"));
-    let uri_b = nb.listen("tls://127.0.0.1:0").await.expect("listen");
-    let echo = b.spawn(EchoActor);
-    nb.publish(&echo, "echo").expect("publish");
     // Its certificate is valid for 127.0.0.1 too.
-    let remote = na
-        .resolve::<Echo>(&format!("{uri_b}/echo"))
-        .await
-        .expect("resolve over tls");
+    let echo = echo_over_tls(&b, &nb).await;
+    let remote = na.resolve::<Echo>(&echo).await.expect("resolve over tls");
     assert_eq!(remote.ask(|r| Echo::Twice(4, r), T).await, Ok(8));
 }

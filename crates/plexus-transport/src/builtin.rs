@@ -52,6 +52,12 @@ fn bound<L: Accept>(listener: L, local: String, dialer: Arc<dyn Dialer>) -> Box<
     })
 }
 
+/// A future that is ready at once, for the methods of [`Transport`] that
+/// need no waiting.
+fn ready<'a, T: Send + 'a>(value: T) -> BoxFuture<'a, T> {
+    Box::pin(std::future::ready(value))
+}
+
 /// `addr` as an IP address and port, for binding.
 fn socket_addr(name: &str, addr: &str) -> Result<SocketAddr, BindError> {
     addr.parse().map_err(|_| BindError::Address {
@@ -93,6 +99,15 @@ struct TcpDialer {
     link: LinkConfig,
 }
 
+impl TcpDialer {
+    fn shared(spec: &StackSpec, link: LinkConfig) -> Arc<dyn Dialer> {
+        Arc::new(Self {
+            spec: spec.clone(),
+            link,
+        })
+    }
+}
+
 impl Dialer for TcpDialer {
     fn connect<'a>(&'a self, addr: &'a str) -> BoxFuture<'a, Result<Link, ConnectError>> {
         Box::pin(async move {
@@ -131,11 +146,7 @@ impl Transport for TcpTransport {
             let listener =
                 tcp::TcpListener::bind_with(spec, socket_addr(tcp::NAME, addr)?, link).await?;
             let local = listener.local_addr().to_string();
-            let dialer = Arc::new(TcpDialer {
-                spec: spec.clone(),
-                link,
-            });
-            Ok(bound(listener, local, dialer))
+            Ok(bound(listener, local, TcpDialer::shared(spec, link)))
         })
     }
 
@@ -144,11 +155,7 @@ impl Transport for TcpTransport {
         spec: &'a StackSpec,
         link: LinkConfig,
     ) -> BoxFuture<'a, Result<Arc<dyn Dialer>, BindError>> {
-        let dialer: Arc<dyn Dialer> = Arc::new(TcpDialer {
-            spec: spec.clone(),
-            link,
-        });
-        Box::pin(async move { Ok(dialer) })
+        ready(Ok(TcpDialer::shared(spec, link)))
     }
 }
 
@@ -161,6 +168,15 @@ pub struct UdsTransport;
 struct UdsDialer {
     spec: StackSpec,
     link: LinkConfig,
+}
+
+impl UdsDialer {
+    fn shared(spec: &StackSpec, link: LinkConfig) -> Arc<dyn Dialer> {
+        Arc::new(Self {
+            spec: spec.clone(),
+            link,
+        })
+    }
 }
 
 impl Dialer for UdsDialer {
@@ -197,11 +213,11 @@ impl Transport for UdsTransport {
         Box::pin(async move {
             remove_stale_socket(addr);
             let listener = uds::UdsListener::bind_with(spec, PathBuf::from(addr), link)?;
-            let dialer = Arc::new(UdsDialer {
-                spec: spec.clone(),
-                link,
-            });
-            Ok(bound(listener, addr.to_owned(), dialer))
+            Ok(bound(
+                listener,
+                addr.to_owned(),
+                UdsDialer::shared(spec, link),
+            ))
         })
     }
 
@@ -210,11 +226,7 @@ impl Transport for UdsTransport {
         spec: &'a StackSpec,
         link: LinkConfig,
     ) -> BoxFuture<'a, Result<Arc<dyn Dialer>, BindError>> {
-        let dialer: Arc<dyn Dialer> = Arc::new(UdsDialer {
-            spec: spec.clone(),
-            link,
-        });
-        Box::pin(async move { Ok(dialer) })
+        ready(Ok(UdsDialer::shared(spec, link)))
     }
 }
 
@@ -385,8 +397,7 @@ impl Transport for MemTransport {
         spec: &'a StackSpec,
         link: LinkConfig,
     ) -> BoxFuture<'a, Result<Arc<dyn Dialer>, BindError>> {
-        let dialer = self.mem_dialer(spec, link);
-        Box::pin(async move { Ok(dialer) })
+        ready(Ok(self.mem_dialer(spec, link)))
     }
 }
 
@@ -427,6 +438,14 @@ impl TlsTransport {
     /// given no certificate, so `tls://` URIs say why they fail).
     pub fn without_certificate() -> Self {
         Self { tls: None }
+    }
+
+    fn tls_dialer(&self, spec: &StackSpec, link: LinkConfig) -> Arc<dyn Dialer> {
+        Arc::new(TlsDialer {
+            spec: spec.clone(),
+            tls: self.tls.clone(),
+            link,
+        })
     }
 }
 
@@ -490,12 +509,7 @@ impl Transport for TlsTransport {
             let sa = socket_addr(tls::NAME, addr)?;
             let listener = tls::TlsListener::bind(spec, sa, tls, link).await?;
             let local = listener.local_addr().to_string();
-            let dialer = Arc::new(TlsDialer {
-                spec: spec.clone(),
-                tls: self.tls.clone(),
-                link,
-            });
-            Ok(bound(listener, local, dialer))
+            Ok(bound(listener, local, self.tls_dialer(spec, link)))
         })
     }
 
@@ -504,12 +518,7 @@ impl Transport for TlsTransport {
         spec: &'a StackSpec,
         link: LinkConfig,
     ) -> BoxFuture<'a, Result<Arc<dyn Dialer>, BindError>> {
-        let dialer: Arc<dyn Dialer> = Arc::new(TlsDialer {
-            spec: spec.clone(),
-            tls: self.tls.clone(),
-            link,
-        });
-        Box::pin(async move { Ok(dialer) })
+        ready(Ok(self.tls_dialer(spec, link)))
     }
 }
 
