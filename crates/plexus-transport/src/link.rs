@@ -145,6 +145,8 @@ impl OutQueue {
         self.lanes.push_back(lane);
     }
 
+    /// The next message with its lane (quic carries each lane apart).
+    #[cfg(feature = "quic")]
     pub(crate) fn pop_front(&mut self) -> Option<(Lane, Frame)> {
         let frame = self.frames.pop_front()?;
         let lane = self.lanes.pop_front().unwrap_or(Lane::ZERO);
@@ -159,6 +161,7 @@ impl OutQueue {
     }
 
     /// The lanes of the queued messages, in order.
+    #[cfg(feature = "quic")]
     pub(crate) fn lanes(&self) -> impl Iterator<Item = Lane> + '_ {
         self.lanes.iter().copied()
     }
