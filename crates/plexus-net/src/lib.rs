@@ -39,6 +39,7 @@ pub mod frame;
 pub mod layer;
 pub mod layers;
 pub mod options;
+pub mod phi;
 pub mod registry;
 pub mod sim;
 pub mod spec;

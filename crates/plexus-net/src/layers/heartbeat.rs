@@ -12,7 +12,8 @@
 //! Each event is raised once per transition. The layer never closes the link;
 //! the remote layer decides what suspicion means.
 //!
-//! **Phi** (Hayashibara et al. 2004, sec. 3): `phi(t) = -log10(P_later(t))`,
+//! **Phi** (Hayashibara et al. 2004, sec. 3; the detector is
+//! [`crate::phi::PhiDetector`], shared with the cluster): `phi(t) = -log10(P_later(t))`,
 //! where `P_later` is the probability that the next sign of life comes more
 //! than `t` after the last one, under a normal distribution fitted to the
 //! window (mean raised by `acceptable_pause`, standard deviation at least
@@ -32,6 +33,8 @@ use crate::error::{ReceiveError, StackSendError};
 use crate::frame::Frame;
 use crate::layer::{earliest, Interface, Layer, LinkContext, LinkEvent, Output};
 use crate::options::{LayerOptions, OptionError};
+pub use crate::phi::{delay_for_phi, phi};
+use crate::phi::{PhiConfig, PhiDetector, PhiThreshold};
 use crate::registry::LayerConfig;
 
 const DATA: u8 = 0;
@@ -110,40 +113,6 @@ pub enum HeartbeatError {
     UnknownKind(u8),
 }
 
-/// Phi of a delay `t` given mean `mu` and standard deviation `sigma`
-/// (seconds), with the logistic approximation of the normal tail.
-pub fn phi(t: f64, mu: f64, sigma: f64) -> f64 {
-    let y = (t - mu) / sigma;
-    let l = y * (1.5976 + 0.070566 * y * y);
-    if y > 0.0 {
-        // -log10(e / (1 + e)) with e = exp(-l), rearranged to avoid underflow.
-        (l + (-l).exp().ln_1p()) / std::f64::consts::LN_10
-    } else {
-        // -log10(1 - 1 / (1 + e)) = -log10(e / (1 + e)) too, e = exp(-l) >= 1.
-        let e = (-l).exp();
-        -(e / (1.0 + e)).log10()
-    }
-}
-
-/// The delay at which [`phi`] reaches `threshold` (> log10 2), the exact
-/// inverse of the approximation: solves `0.070566 y^3 + 1.5976 y = L` by
-/// Cardano's formula.
-pub fn delay_for_phi(threshold: f64, mu: f64, sigma: f64) -> f64 {
-    mu + standard_delay_for_phi(threshold) * sigma
-}
-
-/// The standardised delay `y = (t - mu) / sigma` at which phi reaches
-/// `threshold`: depends on the threshold alone, so the layer computes it
-/// once per threshold, not on every refresh.
-fn standard_delay_for_phi(threshold: f64) -> f64 {
-    let p = 10f64.powf(-threshold);
-    let l = -(p / (1.0 - p)).ln();
-    let (a, b) = (0.070566, 1.5976);
-    let (pp, q) = (b / a, -l / a);
-    let d = (q / 2.0).powi(2) + (pp / 3.0).powi(3);
-    (-q / 2.0 + d.sqrt()).cbrt() + (-q / 2.0 - d.sqrt()).cbrt()
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Status {
     Alive,
@@ -155,19 +124,14 @@ enum Status {
 #[derive(Debug)]
 pub struct Heartbeat {
     config: HeartbeatConfig,
+    detector: PhiDetector,
     last_sent: Instant,
-    last_arrival: Instant,
-    samples: Vec<f64>,
-    next_sample: usize,
-    sum: f64,
-    sum_sq: f64,
     /// Cached delays (after the last arrival) at which phi crosses the
     /// thresholds, refreshed every few arrivals and on every timeout.
     suspect_after: Duration,
     unreachable_after: Duration,
-    /// [`standard_delay_for_phi`] of the two thresholds.
-    suspect_y: f64,
-    unreachable_y: f64,
+    suspect: PhiThreshold,
+    unreachable: PhiThreshold,
     stale: u32,
     status: Status,
 }
@@ -175,16 +139,21 @@ pub struct Heartbeat {
 impl Heartbeat {
     /// A heartbeat layer with `config` on a link created at `now`.
     pub fn new(config: HeartbeatConfig, now: Instant) -> Self {
+        let detector = PhiDetector::new(
+            PhiConfig {
+                expected_interval: config.interval,
+                window: config.window,
+                min_std_dev: config.min_std_dev,
+                acceptable_pause: config.acceptable_pause,
+            },
+            now,
+        );
         let mut h = Self {
-            samples: Vec::with_capacity(config.window),
-            suspect_y: standard_delay_for_phi(config.suspect_phi),
-            unreachable_y: standard_delay_for_phi(config.unreachable_phi),
+            detector,
+            suspect: PhiThreshold::new(config.suspect_phi),
+            unreachable: PhiThreshold::new(config.unreachable_phi),
             config,
             last_sent: now,
-            last_arrival: now,
-            next_sample: 0,
-            sum: 0.0,
-            sum_sq: 0.0,
             suspect_after: Duration::ZERO,
             unreachable_after: Duration::ZERO,
             stale: 0,
@@ -194,58 +163,21 @@ impl Heartbeat {
         h
     }
 
-    /// Mean and standard deviation (seconds) of the fitted distribution.
-    fn distribution(&self) -> (f64, f64) {
-        let interval = self.config.interval.as_secs_f64();
-        let (mean, std) = if self.samples.is_empty() {
-            // Bootstrap as Akka does: one heartbeat interval, a quarter of it.
-            (interval, interval / 4.0)
-        } else {
-            let n = self.samples.len() as f64;
-            let mean = self.sum / n;
-            (mean, (self.sum_sq / n - mean * mean).max(0.0).sqrt())
-        };
-        let pause = self.config.acceptable_pause.as_secs_f64();
-        (mean + pause, std.max(self.config.min_std_dev.as_secs_f64()))
-    }
-
     /// The current phi at `now`.
     pub fn phi(&self, now: Instant) -> f64 {
-        let (mu, sigma) = self.distribution();
-        phi(
-            now.saturating_duration_since(self.last_arrival)
-                .as_secs_f64(),
-            mu,
-            sigma,
-        )
+        self.detector.phi(now)
     }
 
     fn refresh(&mut self) {
-        let (mu, sigma) = self.distribution();
-        // delay_for_phi(phi, mu, sigma), with its threshold-only part cached.
-        let secs = |y: f64| Duration::from_secs_f64((mu + y * sigma).clamp(0.0, 1e9));
-        self.suspect_after = secs(self.suspect_y);
-        self.unreachable_after = secs(self.unreachable_y);
+        self.suspect_after = self.detector.delay(&self.suspect);
+        self.unreachable_after = self.detector.delay(&self.unreachable);
         self.stale = 0;
     }
 
     fn on_arrival(&mut self, now: Instant, out: &mut Output) {
-        let gap = now
-            .saturating_duration_since(self.last_arrival)
-            .as_secs_f64();
-        self.last_arrival = now;
-        if self.samples.len() < self.config.window {
-            self.samples.push(gap);
-        } else {
-            let old = std::mem::replace(&mut self.samples[self.next_sample], gap);
-            self.sum -= old;
-            self.sum_sq -= old * old;
-            self.next_sample = (self.next_sample + 1) % self.config.window;
-        }
-        self.sum += gap;
-        self.sum_sq += gap * gap;
+        self.detector.on_arrival(now);
         self.stale += 1;
-        if self.stale >= 8 || self.samples.len() <= 8 {
+        if self.stale >= 8 || self.detector.sample_count() <= 8 {
             self.refresh();
         }
         if self.status != Status::Alive {
@@ -255,9 +187,10 @@ impl Heartbeat {
     }
 
     fn check_deadline(&self) -> Option<Instant> {
+        let last = self.detector.last_arrival();
         match self.status {
-            Status::Alive => Some(self.last_arrival + self.suspect_after),
-            Status::Suspect => Some(self.last_arrival + self.unreachable_after),
+            Status::Alive => Some(last + self.suspect_after),
+            Status::Suspect => Some(last + self.unreachable_after),
             Status::Unreachable => None,
         }
     }
@@ -323,11 +256,12 @@ impl Layer for Heartbeat {
         // crossing the threshold (and immune to rounding).
         self.refresh();
         let phi = self.phi(now);
-        if self.status == Status::Alive && now >= self.last_arrival + self.suspect_after {
+        let last = self.detector.last_arrival();
+        if self.status == Status::Alive && now >= last + self.suspect_after {
             self.status = Status::Suspect;
             out.push_event(LinkEvent::Suspect { phi });
         }
-        if self.status == Status::Suspect && now >= self.last_arrival + self.unreachable_after {
+        if self.status == Status::Suspect && now >= last + self.unreachable_after {
             self.status = Status::Unreachable;
             out.push_event(LinkEvent::Unreachable { phi });
         }
