@@ -1,0 +1,223 @@
+//! Members, their states and the rule that orders claims about them.
+//!
+//! A claim about a member is `(incarnation, state)`. Claims are ordered
+//! lexicographically: a higher incarnation wins; at the same incarnation a
+//! later state in `Joining < Up < Suspect < Leaving < Down < Removed` wins.
+//! Merging two views is taking the greater claim per member, a
+//! join-semilattice, so gossip converges whatever order claims arrive in
+//! (SWIM, Das et al. 2002, sec. 4.2; memberlist's precedence rules). The
+//! consequences, written out in `docs/CLUSTER.md`:
+//!
+//! * a suspicion is refuted only by the member itself, by raising its
+//!   incarnation (nobody else may raise it);
+//! * `Down` and `Removed` are final for an incarnation: a member downed
+//!   while alive comes back only as a new incarnation, which passes through
+//!   `Joining` again;
+//! * a member that was never `Up` at an incarnation cannot be `Up` by a
+//!   stale claim once it is `Suspect`, `Leaving` or `Down` there.
+
+use std::cmp::Ordering;
+use std::fmt;
+use std::sync::Arc;
+
+/// A member's state. The order of the variants is the precedence of claims
+/// at one incarnation (see the [module docs](self)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum MemberState {
+    /// Admitted by a member, waiting for a leader to move it `Up`; owns no
+    /// keys of the ring yet.
+    Joining,
+    /// A full member: owns keys, is watched, counts for split-brain
+    /// decisions.
+    Up,
+    /// Failed its probes (direct and indirect); refutable by the member
+    /// raising its incarnation. Still owns its keys.
+    Suspect,
+    /// Leaving gracefully; no longer owns keys.
+    Leaving,
+    /// Declared down (by the split-brain resolver, or by itself on the
+    /// losing side of a partition). Final for this incarnation.
+    Down,
+    /// Gone from the cluster; kept a while as a tombstone so stale gossip
+    /// cannot bring it back.
+    Removed,
+}
+
+impl MemberState {
+    /// The state's wire code.
+    pub(crate) fn code(self) -> u8 {
+        match self {
+            Self::Joining => 0,
+            Self::Up => 1,
+            Self::Suspect => 2,
+            Self::Leaving => 3,
+            Self::Down => 4,
+            Self::Removed => 5,
+        }
+    }
+
+    /// The state of a wire code.
+    pub(crate) fn from_code(code: u8) -> Option<Self> {
+        Some(match code {
+            0 => Self::Joining,
+            1 => Self::Up,
+            2 => Self::Suspect,
+            3 => Self::Leaving,
+            4 => Self::Down,
+            5 => Self::Removed,
+            _ => return None,
+        })
+    }
+
+    /// Whether a member in this state is part of the running cluster (it is
+    /// probed and answers probes).
+    pub fn is_live(self) -> bool {
+        matches!(self, Self::Joining | Self::Up | Self::Suspect)
+    }
+
+    /// Whether a member in this state owns keys of the ring.
+    pub fn owns_keys(self) -> bool {
+        matches!(self, Self::Up | Self::Suspect)
+    }
+
+    /// Whether a member in this state counts for split-brain decisions.
+    pub fn counts_for_quorum(self) -> bool {
+        matches!(self, Self::Up | Self::Suspect | Self::Leaving)
+    }
+}
+
+impl fmt::Display for MemberState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Joining => "joining",
+            Self::Up => "up",
+            Self::Suspect => "suspect",
+            Self::Leaving => "leaving",
+            Self::Down => "down",
+            Self::Removed => "removed",
+        })
+    }
+}
+
+/// What one member knows of another (or of itself): the claim that gossip
+/// carries.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Member {
+    /// Where the member is reached: the base URI of its node
+    /// (`tcp://10.0.0.7:4000`), or a simulator's name for it.
+    pub address: Arc<str>,
+    /// Raised by the member to refute a suspicion, and on every new life
+    /// (a restart, or a rejoin after being downed).
+    pub incarnation: u64,
+    /// The member's state at that incarnation.
+    pub state: MemberState,
+    /// Relative share of the ring (virtual nodes = weight × the configured
+    /// count per weight).
+    pub weight: u16,
+    /// The order in which members went `Up` (1 = the first); 0 while
+    /// joining. Lower is older (for keep-oldest).
+    pub up_number: u64,
+}
+
+impl Member {
+    /// A joining member.
+    pub fn joining(address: impl Into<Arc<str>>, incarnation: u64, weight: u16) -> Self {
+        Self {
+            address: address.into(),
+            incarnation,
+            state: MemberState::Joining,
+            weight,
+            up_number: 0,
+        }
+    }
+
+    /// How this claim compares with `other` about the same member: greater
+    /// wins (see the [module docs](self)).
+    pub fn precedence(&self, other: &Member) -> Ordering {
+        (self.incarnation, self.state).cmp(&(other.incarnation, other.state))
+    }
+
+    /// Whether this claim replaces `other`.
+    pub fn supersedes(&self, other: &Member) -> bool {
+        self.precedence(other) == Ordering::Greater
+    }
+}
+
+impl fmt::Display for Member {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} (incarnation {}, {})",
+            self.address, self.incarnation, self.state
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn state() -> impl Strategy<Value = MemberState> {
+        (0u8..6).prop_map(|c| MemberState::from_code(c).expect("codes 0..6 exist"))
+    }
+
+    fn claim() -> impl Strategy<Value = Member> {
+        (0u64..4, state()).prop_map(|(incarnation, state)| Member {
+            address: "a".into(),
+            incarnation,
+            state,
+            weight: 1,
+            up_number: 0,
+        })
+    }
+
+    fn merge(a: &Member, b: &Member) -> Member {
+        if b.supersedes(a) {
+            b.clone()
+        } else {
+            a.clone()
+        }
+    }
+
+    proptest! {
+        /// Gossip converges whatever order claims arrive in: merging is
+        /// commutative, associative and idempotent.
+        #[test]
+        fn merging_claims_is_a_semilattice(a in claim(), b in claim(), c in claim()) {
+            prop_assert_eq!(merge(&a, &b).precedence(&merge(&b, &a)), Ordering::Equal);
+            prop_assert_eq!(merge(&merge(&a, &b), &c), merge(&a, &merge(&b, &c)));
+            prop_assert_eq!(merge(&a, &a), a);
+        }
+    }
+
+    #[test]
+    fn only_a_new_incarnation_brings_a_member_back() {
+        let down = Member {
+            state: MemberState::Down,
+            ..Member::joining("a", 3, 1)
+        };
+        let stale_up = Member {
+            state: MemberState::Up,
+            ..Member::joining("a", 3, 1)
+        };
+        assert!(!stale_up.supersedes(&down));
+        assert!(Member::joining("a", 4, 1).supersedes(&down));
+        let suspect = Member {
+            state: MemberState::Suspect,
+            ..stale_up.clone()
+        };
+        assert!(suspect.supersedes(&stale_up));
+        assert!(!stale_up.supersedes(&suspect));
+    }
+
+    #[test]
+    fn wire_codes_round_trip() {
+        for code in 0..=255u8 {
+            if let Some(s) = MemberState::from_code(code) {
+                assert_eq!(s.code(), code);
+            }
+        }
+        assert!(MemberState::from_code(6).is_none());
+    }
+}

@@ -1,0 +1,1014 @@
+//! One member's view of the cluster: a sans-IO state machine.
+//!
+//! [`Membership`] is driven like quinn-proto's `Connection`: feed it packets
+//! ([`Membership::handle_packet`]) and deadlines
+//! ([`Membership::handle_timeout`]), then drain
+//! [`Membership::poll_transmit`] and [`Membership::poll_event`], then sleep
+//! until [`Membership::poll_timeout`]. It never reads a clock, opens a
+//! socket or spawns a task; its randomness comes from
+//! [`ClusterConfig::rng_seed`]. The same code runs under the tokio driver
+//! ([`crate::Cluster`]) and in the simulator (`plexus-sim`).
+//!
+//! What it does, with the sections of `docs/CLUSTER.md` that explain why:
+//! joining through seeds; gossip of claims (piggybacked, plus rounds to a
+//! ring neighbour and random members; push-pull with digests); failure
+//! detection of its ring predecessors (phi accrual, indirect probes,
+//! refutable suspicion, Lifeguard's local health); split-brain resolution;
+//! graceful leave; rejoining under a new incarnation after being downed.
+
+mod probe;
+mod sync;
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use plexus_net::phi::{PhiConfig, PhiThreshold};
+use rand::rngs::SmallRng;
+use rand::SeedableRng;
+
+use crate::broadcast::Broadcasts;
+use crate::config::{ClusterConfig, ConfigError};
+use crate::event::{ClusterEvent, DownReason};
+use crate::member::{Member, MemberState};
+use crate::ring::{hash64, Ring};
+use crate::split_brain::{decide, Decision, Seen};
+use crate::wire::{Body, DecodeError, Packet, SyncMode};
+
+use probe::{Indirect, PendingPing, Watch};
+
+/// A claim about this member more than this many incarnations ahead of its
+/// own cannot come from its own announcements: it is forged, and ignored.
+const MAX_SELF_JUMP: u64 = 1 << 20;
+
+/// Most Lifeguard local-health multiplier.
+const MAX_HEALTH: u32 = 8;
+
+/// A packet to send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transmit {
+    /// The addressee's member address.
+    pub to: Arc<str>,
+    /// The encoded packet.
+    pub packet: Bytes,
+}
+
+/// Why a packet was not taken.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PacketError {
+    /// Not a membership packet.
+    #[error("bad membership packet: {0}")]
+    Decode(#[from] DecodeError),
+    /// From another cluster (or a member configured with another name).
+    #[error("packet from {from} of cluster `{got}`, this is cluster `{expected}`")]
+    ForeignCluster {
+        /// This member's cluster name.
+        expected: Arc<str>,
+        /// The packet's.
+        got: Arc<str>,
+        /// Its sender.
+        from: Arc<str>,
+    },
+}
+
+/// Counters of what a member saw; for tests, benchmarks and metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MembershipStats {
+    /// Suspicions this member raised from its own failed probes.
+    pub suspicions_raised: u64,
+    /// Suspicions of itself it refuted.
+    pub refutations: u64,
+    /// Times it found itself late to its own deadlines (stalled).
+    pub stalls_noticed: u64,
+    /// Packets refused (bad bytes or another cluster).
+    pub packets_refused: u64,
+    /// Claims ignored as forged or over the member bound.
+    pub claims_refused: u64,
+    /// Packets sent.
+    pub packets_sent: u64,
+    /// Bytes sent.
+    pub bytes_sent: u64,
+}
+
+#[derive(Debug, Clone)]
+struct Record {
+    member: Member,
+    /// When the current state was entered.
+    since: Instant,
+}
+
+#[derive(Debug, Clone)]
+struct Suspicion {
+    incarnation: u64,
+    since: Instant,
+    /// Members whose own probes failed (independent accusations).
+    accusers: BTreeSet<Arc<str>>,
+    matured: bool,
+}
+
+/// One member's view of the cluster. See the [module docs](self).
+#[derive(Debug)]
+pub struct Membership {
+    config: ClusterConfig,
+    name: Arc<str>,
+    me: Member,
+    started: Instant,
+    /// Ever admitted or formed (a member that was never in a cluster may
+    /// form one after `form_after`; one that was, never does).
+    ever_joined: bool,
+    members: BTreeMap<Arc<str>, Record>,
+    broadcasts: Broadcasts,
+    rng: SmallRng,
+    out: VecDeque<Transmit>,
+    events: VecDeque<ClusterEvent>,
+    /// Live members (this one included when live), sorted by their point on
+    /// the watch ring.
+    live: Vec<Arc<str>>,
+    live_dirty: bool,
+    ring: Ring,
+    ring_dirty: bool,
+    watches: BTreeMap<Arc<str>, Watch>,
+    pings: BTreeMap<u32, PendingPing>,
+    indirect: BTreeMap<u32, Indirect>,
+    next_seq: u32,
+    /// Lifeguard's local health multiplier: 0 healthy, up to 8.
+    health: u32,
+    suspicions: BTreeMap<Arc<str>, Suspicion>,
+    unreachable: BTreeSet<Arc<str>>,
+    /// Last change of the unreachable set or of who is down.
+    last_change: Instant,
+    phi: PhiConfig,
+    suspect_threshold: PhiThreshold,
+    next_probe: Instant,
+    next_gossip: Instant,
+    next_push_pull: Instant,
+    next_join: Option<Instant>,
+    join_attempts: usize,
+    rejoin_at: Option<Instant>,
+    leave_at: Option<Instant>,
+    /// The member a push was sent to, whose answer gets this member's pages
+    /// back if the digests differ.
+    pushed_to: Option<Arc<str>>,
+    stopped: bool,
+    stats: MembershipStats,
+}
+
+impl Membership {
+    /// A member at `address` (its node's base URI, at most 255 bytes) in its
+    /// life `incarnation`, starting at `now`. A restarted member must use a
+    /// higher incarnation than its previous life (drivers use the wall
+    /// clock in milliseconds). With no seeds (or only itself) it forms a new
+    /// cluster at once; otherwise it starts joining.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] for settings that cannot work.
+    pub fn new(
+        config: ClusterConfig,
+        address: impl Into<Arc<str>>,
+        incarnation: u64,
+        now: Instant,
+    ) -> Result<Self, ConfigError> {
+        config.validate()?;
+        let address: Arc<str> = address.into();
+        if address.is_empty() || address.len() > 255 {
+            return Err(ConfigError {
+                setting: "address",
+                why: "must be 1 to 255 bytes",
+            });
+        }
+        let phi = PhiConfig {
+            expected_interval: config.probe_interval,
+            window: config.phi_window,
+            min_std_dev: config.phi_min_std_dev,
+            acceptable_pause: config.phi_acceptable_pause,
+        };
+        let rng = SmallRng::seed_from_u64(config.rng_seed ^ hash64(&[address.as_bytes()]));
+        let mut m = Self {
+            name: config.name.as_str().into(),
+            me: Member::joining(Arc::clone(&address), incarnation, config.weight),
+            started: now,
+            ever_joined: false,
+            members: BTreeMap::new(),
+            broadcasts: Broadcasts::default(),
+            rng,
+            out: VecDeque::new(),
+            events: VecDeque::new(),
+            live: Vec::new(),
+            live_dirty: true,
+            ring: Ring::default(),
+            ring_dirty: true,
+            watches: BTreeMap::new(),
+            pings: BTreeMap::new(),
+            indirect: BTreeMap::new(),
+            next_seq: 0,
+            health: 0,
+            suspicions: BTreeMap::new(),
+            unreachable: BTreeSet::new(),
+            last_change: now,
+            suspect_threshold: PhiThreshold::new(config.suspect_phi),
+            phi,
+            next_probe: now + config.probe_interval,
+            next_gossip: now + config.gossip_interval,
+            next_push_pull: now + config.push_pull_interval,
+            next_join: None,
+            join_attempts: 0,
+            rejoin_at: None,
+            leave_at: None,
+            pushed_to: None,
+            stopped: false,
+            stats: MembershipStats::default(),
+            config,
+        };
+        if m.join_contacts().is_empty() {
+            m.form(now);
+        } else {
+            m.next_join = Some(now);
+        }
+        Ok(m)
+    }
+
+    /// This member's own record.
+    pub fn local(&self) -> &Member {
+        &self.me
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &ClusterConfig {
+        &self.config
+    }
+
+    /// Every member this one knows of (itself included), tombstones of
+    /// down and removed members too, sorted by address.
+    pub fn members(&self) -> Vec<Member> {
+        let mut all: Vec<Member> = self.members.values().map(|r| r.member.clone()).collect();
+        all.push(self.me.clone());
+        all.sort_by(|a, b| a.address.cmp(&b.address));
+        all
+    }
+
+    /// The claim this member holds about `address`.
+    pub fn member(&self, address: &str) -> Option<&Member> {
+        if *self.me.address == *address {
+            return Some(&self.me);
+        }
+        self.members.get(address).map(|r| &r.member)
+    }
+
+    /// Members currently unreachable in this member's view.
+    pub fn unreachable(&self) -> impl Iterator<Item = &Arc<str>> {
+        self.unreachable.iter()
+    }
+
+    /// The consistent-hash ring of the members that own keys.
+    pub fn ring(&mut self) -> &Ring {
+        if self.ring_dirty {
+            let mut owners: Vec<(&Arc<str>, u16)> = self
+                .members
+                .values()
+                .filter(|r| r.member.state.owns_keys())
+                .map(|r| (&r.member.address, r.member.weight))
+                .collect();
+            if self.me.state.owns_keys() {
+                owners.push((&self.me.address, self.me.weight));
+            }
+            self.ring = Ring::new(
+                owners,
+                self.config.vnodes_per_weight,
+                self.config.lookup_probes,
+            );
+            self.ring_dirty = false;
+        }
+        &self.ring
+    }
+
+    /// The `replication_factor` members owning `key`.
+    pub fn owners(&mut self, key: &[u8]) -> Vec<Arc<str>> {
+        let k = self.config.replication_factor;
+        self.ring().owners(key, k).into_iter().cloned().collect()
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> MembershipStats {
+        self.stats
+    }
+
+    /// Whether the member stopped (it left).
+    pub fn is_stopped(&self) -> bool {
+        self.stopped
+    }
+
+    /// Starts a graceful leave: the member is `Leaving` while it gossips
+    /// that for `leave_timeout`, then `Removed` and stopped
+    /// ([`ClusterEvent::Left`]).
+    pub fn leave(&mut self, now: Instant) {
+        if self.stopped || self.leave_at.is_some() {
+            return;
+        }
+        self.me.state = MemberState::Leaving;
+        self.broadcasts.push(self.me.clone());
+        self.leave_at = Some(now + self.config.leave_timeout);
+        self.next_join = None;
+        self.rejoin_at = None;
+        self.forget_watching();
+        self.live_dirty = true;
+        self.ring_dirty = true;
+        self.events
+            .push_back(ClusterEvent::MemberLeaving(self.me.clone()));
+        // Tell a few members at once rather than at the next round.
+        self.gossip_round(now);
+    }
+
+    /// The next packet to send.
+    pub fn poll_transmit(&mut self) -> Option<Transmit> {
+        self.out.pop_front()
+    }
+
+    /// The next event.
+    pub fn poll_event(&mut self) -> Option<ClusterEvent> {
+        self.events.pop_front()
+    }
+
+    /// The next instant [`Membership::handle_timeout`] must be called at.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        if self.stopped {
+            return None;
+        }
+        let mut t = self
+            .next_gossip
+            .min(self.next_push_pull)
+            .min(self.next_probe);
+        let mut fold = |d: Option<Instant>| {
+            if let Some(d) = d {
+                t = t.min(d);
+            }
+        };
+        fold(self.next_join);
+        fold(self.rejoin_at);
+        fold(self.leave_at);
+        for w in self.watches.values() {
+            fold(self.watch_deadline(w));
+        }
+        for i in self.indirect.values() {
+            fold(Some(i.deadline));
+        }
+        for p in self.pings.values() {
+            fold(Some(p.expires));
+        }
+        for (a, s) in &self.suspicions {
+            if !s.matured {
+                fold(Some(self.suspicion_deadline(a, s)));
+            }
+        }
+        if self.me.state == MemberState::Up && !self.unreachable.is_empty() {
+            fold(Some(self.last_change + self.config.stable_after));
+        }
+        for r in self.members.values() {
+            match r.member.state {
+                MemberState::Down => fold(Some(r.since + self.config.remove_after)),
+                MemberState::Removed => fold(Some(r.since + self.config.tombstone_ttl)),
+                _ => {}
+            }
+        }
+        Some(t)
+    }
+
+    /// Handles the deadlines due at `now`.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if self.stopped {
+            return;
+        }
+        self.notice_stall(now);
+        if let Some(at) = self.leave_at {
+            if now >= at {
+                self.finish_leave(now);
+                return;
+            }
+        }
+        if self.rejoin_at.is_some_and(|t| now >= t) {
+            self.rejoin(now);
+        }
+        if self.next_join.is_some_and(|t| now >= t) {
+            self.join_round(now);
+        }
+        self.refresh_live(now);
+        if now >= self.next_probe {
+            self.probe_round(now);
+        }
+        self.check_watches(now);
+        self.check_suspicions(now);
+        if self.me.state == MemberState::Up
+            && !self.unreachable.is_empty()
+            && now >= self.last_change + self.config.stable_after
+        {
+            self.resolve_split_brain(now);
+        }
+        self.expire_records(now);
+        if now >= self.next_gossip {
+            self.lead(now);
+            self.gossip_round(now);
+            self.next_gossip = now + self.config.gossip_interval;
+        }
+        if now >= self.next_push_pull {
+            self.push_pull_round();
+            self.next_push_pull = now + self.config.push_pull_interval;
+        }
+    }
+
+    /// Handles a packet received at `now`. The sender is the packet's own
+    /// `from` (the link below authenticates nodes; the packet names the
+    /// member).
+    ///
+    /// # Errors
+    ///
+    /// [`PacketError`] for bytes that are not a packet of this cluster;
+    /// nothing of such a packet is kept.
+    pub fn handle_packet(&mut self, now: Instant, bytes: &[u8]) -> Result<(), PacketError> {
+        let packet = match Packet::decode(bytes) {
+            Ok(p) => p,
+            Err(e) => {
+                self.stats.packets_refused += 1;
+                return Err(e.into());
+            }
+        };
+        if packet.cluster != self.name {
+            self.stats.packets_refused += 1;
+            return Err(PacketError::ForeignCluster {
+                expected: Arc::clone(&self.name),
+                got: packet.cluster,
+                from: packet.from,
+            });
+        }
+        if self.stopped || *packet.from == *self.me.address {
+            return Ok(());
+        }
+        let from = packet.from;
+        match packet.body {
+            Body::Ping { seq } => self.send(now, &from, Body::Ack { seq }, None),
+            Body::Ack { seq } => self.on_ack(now, seq),
+            Body::PingReq { seq, target } => self.on_ping_req(now, &from, seq, target),
+            Body::Nack { seq } => {
+                if let Some(i) = self.indirect.get_mut(&seq) {
+                    i.nacks += 1;
+                }
+            }
+            Body::Gossip => {}
+            Body::Join { weight } => {
+                self.apply_claims(now, &from, packet.entries);
+                self.on_join(now, &from, packet.from_incarnation, weight);
+                return Ok(());
+            }
+            Body::Suspect {
+                target,
+                incarnation,
+            } => self.on_accusation(now, &from, &target, incarnation),
+            Body::Sync {
+                mode, page, digest, ..
+            } => {
+                let digest_before = self.digest();
+                self.apply_claims(now, &from, packet.entries);
+                self.on_sync(now, &from, mode, page, digest, digest_before);
+                return Ok(());
+            }
+        }
+        self.apply_claims(now, &from, packet.entries);
+        Ok(())
+    }
+
+    // ---- claims ----------------------------------------------------------
+
+    fn apply_claims(&mut self, now: Instant, from: &Arc<str>, claims: Vec<Member>) {
+        for claim in claims {
+            self.apply_claim(now, from, claim);
+        }
+    }
+
+    /// Merges one claim (see [`crate::member`] for the order of claims).
+    fn apply_claim(&mut self, now: Instant, from: &Arc<str>, claim: Member) {
+        if claim.weight == 0 {
+            self.stats.claims_refused += 1;
+            return;
+        }
+        if *claim.address == *self.me.address {
+            self.claim_about_me(now, from, claim);
+            return;
+        }
+        match self.members.get_mut(&claim.address) {
+            None => {
+                if claim.state == MemberState::Removed {
+                    return;
+                }
+                if self.members.len() >= self.config.max_members {
+                    self.stats.claims_refused += 1;
+                    return;
+                }
+                let address = Arc::clone(&claim.address);
+                self.members.insert(
+                    Arc::clone(&address),
+                    Record {
+                        member: claim.clone(),
+                        since: now,
+                    },
+                );
+                self.broadcasts.push(claim.clone());
+                self.on_new_member(now, from, &claim);
+            }
+            Some(record) => {
+                if claim.supersedes(&record.member) {
+                    let old = std::mem::replace(&mut record.member, claim.clone());
+                    if old.incarnation == claim.incarnation {
+                        record.member.up_number = record.member.up_number.max(old.up_number);
+                    }
+                    record.since = now;
+                    let new = record.member.clone();
+                    self.broadcasts.push(new.clone());
+                    self.on_transition(now, from, &old, &new);
+                } else if claim.precedence(&record.member).is_eq()
+                    && claim.up_number > record.member.up_number
+                {
+                    record.member.up_number = claim.up_number;
+                }
+            }
+        }
+    }
+
+    fn on_new_member(&mut self, now: Instant, from: &Arc<str>, m: &Member) {
+        self.membership_changed();
+        match m.state {
+            MemberState::Joining => self.events.push_back(ClusterEvent::MemberJoined(m.clone())),
+            MemberState::Up => self.events.push_back(ClusterEvent::MemberUp(m.clone())),
+            MemberState::Suspect => {
+                self.events.push_back(ClusterEvent::MemberUp(m.clone()));
+                self.events
+                    .push_back(ClusterEvent::MemberSuspected(m.clone()));
+                self.start_suspicion(now, m, None);
+            }
+            MemberState::Leaving => self
+                .events
+                .push_back(ClusterEvent::MemberLeaving(m.clone())),
+            // A tombstone of a member never known alive: kept, not reported.
+            MemberState::Down | MemberState::Removed => {}
+        }
+        let _ = from;
+    }
+
+    fn on_transition(&mut self, now: Instant, from: &Arc<str>, old: &Member, new: &Member) {
+        let new_life = new.incarnation > old.incarnation;
+        if new_life && matches!(old.state, MemberState::Down | MemberState::Removed) {
+            self.on_new_member(now, from, new);
+            return;
+        }
+        if old.state != new.state {
+            self.membership_changed();
+        }
+        if old.state == MemberState::Suspect && new.state != MemberState::Suspect {
+            self.end_suspicion(now, &new.address);
+        }
+        match new.state {
+            MemberState::Joining => {}
+            MemberState::Up => {
+                if old.state == MemberState::Suspect {
+                    self.events
+                        .push_back(ClusterEvent::MemberReachable(new.clone()));
+                } else if old.state == MemberState::Joining {
+                    self.events.push_back(ClusterEvent::MemberUp(new.clone()));
+                }
+            }
+            MemberState::Suspect => {
+                if old.state != MemberState::Suspect || new_life {
+                    if old.state == MemberState::Joining {
+                        self.events.push_back(ClusterEvent::MemberUp(new.clone()));
+                    }
+                    self.events
+                        .push_back(ClusterEvent::MemberSuspected(new.clone()));
+                    self.end_suspicion(now, &new.address);
+                    self.start_suspicion(now, new, None);
+                }
+            }
+            MemberState::Leaving => self
+                .events
+                .push_back(ClusterEvent::MemberLeaving(new.clone())),
+            MemberState::Down => {
+                self.last_change = now;
+                self.events.push_back(ClusterEvent::MemberDowned {
+                    member: new.clone(),
+                    reason: DownReason::ReportedBy(Arc::clone(from)),
+                });
+            }
+            MemberState::Removed => self
+                .events
+                .push_back(ClusterEvent::MemberRemoved(new.clone())),
+        }
+    }
+
+    fn claim_about_me(&mut self, now: Instant, from: &Arc<str>, claim: Member) {
+        if claim.incarnation > self.me.incarnation.saturating_add(MAX_SELF_JUMP) {
+            self.stats.claims_refused += 1;
+            tracing::warn!(from = %from, claim = %claim, "ignored a forged claim about this member");
+            return;
+        }
+        if claim.incarnation < self.me.incarnation {
+            return;
+        }
+        let me_alive = matches!(
+            self.me.state,
+            MemberState::Joining | MemberState::Up | MemberState::Suspect
+        );
+        match claim.state {
+            MemberState::Suspect if me_alive => {
+                // Refute (SWIM sec. 4.2): only the member raises its own
+                // incarnation.
+                self.me.incarnation = claim.incarnation + 1;
+                self.broadcasts.push(self.me.clone());
+                self.stats.refutations += 1;
+                if self.config.lifeguard {
+                    self.health = (self.health + 1).min(MAX_HEALTH);
+                }
+                self.events.push_back(ClusterEvent::Refuted {
+                    incarnation: self.me.incarnation,
+                });
+            }
+            MemberState::Down | MemberState::Removed if me_alive => {
+                self.me.incarnation = claim.incarnation;
+                self.go_down(now, DownReason::ReportedBy(Arc::clone(from)));
+            }
+            MemberState::Up
+                if self.me.state == MemberState::Joining
+                    && claim.incarnation == self.me.incarnation =>
+            {
+                self.me.state = MemberState::Up;
+                self.me.up_number = claim.up_number;
+                self.ever_joined = true;
+                self.next_join = None;
+                self.membership_changed();
+                self.broadcasts.push(self.me.clone());
+                self.events
+                    .push_back(ClusterEvent::MemberUp(self.me.clone()));
+            }
+            _ => {}
+        }
+    }
+
+    /// Something changed who is live or who owns keys.
+    fn membership_changed(&mut self) {
+        self.live_dirty = true;
+        self.ring_dirty = true;
+    }
+
+    // ---- joining, leaving, downing ----------------------------------------
+
+    fn form(&mut self, now: Instant) {
+        self.me.state = MemberState::Up;
+        self.me.up_number = self.max_up_number() + 1;
+        self.ever_joined = true;
+        self.next_join = None;
+        self.membership_changed();
+        self.broadcasts.push(self.me.clone());
+        self.next_probe = now + self.config.probe_interval;
+        self.events.push_back(ClusterEvent::Formed {
+            local: self.me.clone(),
+        });
+    }
+
+    fn max_up_number(&self) -> u64 {
+        self.members
+            .values()
+            .map(|r| r.member.up_number)
+            .chain(std::iter::once(self.me.up_number))
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Seeds, then members known up, this member excluded.
+    fn join_contacts(&self) -> Vec<Arc<str>> {
+        let mut contacts: Vec<Arc<str>> = self
+            .config
+            .seeds
+            .iter()
+            .filter(|s| **s != *self.me.address)
+            .map(|s| Arc::from(s.as_str()))
+            .collect();
+        for r in self.members.values() {
+            if r.member.state == MemberState::Up && !contacts.contains(&r.member.address) {
+                contacts.push(Arc::clone(&r.member.address));
+            }
+        }
+        contacts
+    }
+
+    fn join_round(&mut self, now: Instant) {
+        if self.me.state != MemberState::Joining {
+            self.next_join = None;
+            return;
+        }
+        if let Some(limit) = self.config.form_after {
+            if !self.ever_joined && now >= self.started + limit {
+                tracing::info!("no seed answered for {limit:?}: forming a new cluster");
+                self.form(now);
+                return;
+            }
+        }
+        let contacts = self.join_contacts();
+        if !contacts.is_empty() {
+            let to = Arc::clone(&contacts[self.join_attempts % contacts.len()]);
+            self.join_attempts += 1;
+            let weight = self.me.weight;
+            self.send(now, &to, Body::Join { weight }, None);
+        }
+        self.next_join = Some(now + self.config.join_retry);
+    }
+
+    fn on_join(&mut self, now: Instant, from: &Arc<str>, incarnation: u64, weight: u16) {
+        if self.me.state != MemberState::Up || weight == 0 {
+            return;
+        }
+        self.apply_claim(
+            now,
+            from,
+            Member::joining(Arc::clone(from), incarnation, weight),
+        );
+        self.send_pages(now, from, SyncMode::JoinReply);
+    }
+
+    /// Promotes joining members to up, if this member leads: the leader is
+    /// the reachable up member with the lowest address (Akka's rule). A
+    /// leader that sees a suspect or unreachable member promotes nobody
+    /// (Akka's convergence rule): the losing side of a partition must not
+    /// grow back into a cluster of its own from members that rejoin it.
+    fn lead(&mut self, now: Instant) {
+        if self.me.state != MemberState::Up
+            || !self.suspicions.is_empty()
+            || self
+                .members
+                .values()
+                .any(|r| r.member.state == MemberState::Suspect)
+        {
+            return;
+        }
+        let leader = self
+            .members
+            .values()
+            .filter(|r| {
+                r.member.state == MemberState::Up && !self.unreachable.contains(&r.member.address)
+            })
+            .map(|r| &r.member.address)
+            .chain(std::iter::once(&self.me.address))
+            .min();
+        if leader != Some(&self.me.address) {
+            return;
+        }
+        let joining: Vec<Arc<str>> = self
+            .members
+            .values()
+            .filter(|r| r.member.state == MemberState::Joining)
+            .map(|r| Arc::clone(&r.member.address))
+            .collect();
+        for address in joining {
+            let next = self.max_up_number() + 1;
+            if let Some(r) = self.members.get_mut(&address) {
+                let old = r.member.clone();
+                r.member.state = MemberState::Up;
+                r.member.up_number = next;
+                let new = r.member.clone();
+                self.broadcasts.push(new.clone());
+                let me = Arc::clone(&self.me.address);
+                self.on_transition(now, &me, &old, &new);
+            }
+        }
+    }
+
+    fn go_down(&mut self, now: Instant, reason: DownReason) {
+        self.me.state = MemberState::Down;
+        self.broadcasts.push(self.me.clone());
+        self.forget_watching();
+        self.membership_changed();
+        self.events.push_back(ClusterEvent::SelfDowned { reason });
+        if self.config.rejoin_when_downed {
+            self.rejoin_at = Some(now + self.config.rejoin_delay);
+        }
+    }
+
+    fn rejoin(&mut self, now: Instant) {
+        self.rejoin_at = None;
+        self.me = Member::joining(
+            Arc::clone(&self.me.address),
+            self.me.incarnation + 1,
+            self.config.weight,
+        );
+        self.broadcasts.push(self.me.clone());
+        self.membership_changed();
+        self.next_join = Some(now);
+        self.events.push_back(ClusterEvent::Rejoining {
+            incarnation: self.me.incarnation,
+        });
+    }
+
+    fn finish_leave(&mut self, now: Instant) {
+        self.leave_at = None;
+        self.me.state = MemberState::Removed;
+        self.broadcasts.push(self.me.clone());
+        self.gossip_round(now);
+        self.stopped = true;
+        self.events.push_back(ClusterEvent::Left);
+    }
+
+    fn forget_watching(&mut self) {
+        self.watches.clear();
+        self.indirect.clear();
+        self.suspicions.clear();
+        self.unreachable.clear();
+    }
+
+    // ---- suspicion and split brain ----------------------------------------
+
+    fn start_suspicion(&mut self, now: Instant, m: &Member, accuser: Option<&Arc<str>>) {
+        let s = self
+            .suspicions
+            .entry(Arc::clone(&m.address))
+            .or_insert_with(|| Suspicion {
+                incarnation: m.incarnation,
+                since: now,
+                accusers: BTreeSet::new(),
+                matured: false,
+            });
+        if let Some(a) = accuser {
+            s.accusers.insert(Arc::clone(a));
+        }
+    }
+
+    fn end_suspicion(&mut self, now: Instant, address: &Arc<str>) {
+        self.suspicions.remove(address);
+        if self.unreachable.remove(address) {
+            self.last_change = now;
+        }
+    }
+
+    /// Lifeguard's suspicion timeout (Dadgar et al. 2018, sec. 4.2): starts
+    /// at `max`, shrinks logarithmically to `min` as independent accusers
+    /// confirm it. Plain SWIM: `min`.
+    fn suspicion_deadline(&self, address: &Arc<str>, s: &Suspicion) -> Instant {
+        let n = self.live.len().max(1) as f64;
+        let interval = self.config.probe_interval.as_secs_f64();
+        let min = self.config.suspicion_mult * n.log10().max(1.0) * interval;
+        if !self.config.lifeguard {
+            return s.since + Duration::from_secs_f64(min);
+        }
+        let max = min * self.config.suspicion_max_mult.max(1.0);
+        let expected = self.watchers_of(address).saturating_sub(1).max(1) as f64;
+        let confirmations = s.accusers.len().saturating_sub(1) as f64;
+        let frac = ((confirmations + 1.0).ln() / (expected + 1.0).ln()).min(1.0);
+        s.since + Duration::from_secs_f64((max - (max - min) * frac).max(min))
+    }
+
+    fn check_suspicions(&mut self, now: Instant) {
+        let due: Vec<Arc<str>> = self
+            .suspicions
+            .iter()
+            .filter(|(a, s)| !s.matured && now >= self.suspicion_deadline(a, s))
+            .map(|(a, _)| Arc::clone(a))
+            .collect();
+        for a in due {
+            if let Some(s) = self.suspicions.get_mut(&a) {
+                s.matured = true;
+            }
+            self.unreachable.insert(Arc::clone(&a));
+            self.last_change = now;
+            if let Some(r) = self.members.get(&a) {
+                self.events
+                    .push_back(ClusterEvent::MemberUnreachable(r.member.clone()));
+            }
+        }
+    }
+
+    fn resolve_split_brain(&mut self, now: Instant) {
+        let mut seen: Vec<Seen<'_>> = self
+            .members
+            .values()
+            .filter(|r| r.member.state.counts_for_quorum())
+            .map(|r| Seen {
+                address: &r.member.address,
+                up_number: r.member.up_number,
+                reachable: !self.unreachable.contains(&r.member.address),
+            })
+            .collect();
+        seen.push(Seen {
+            address: &self.me.address,
+            up_number: self.me.up_number,
+            reachable: true,
+        });
+        let members = seen.len();
+        let reachable = seen.iter().filter(|s| s.reachable).count();
+        let decision = decide(self.config.split_brain, &seen);
+        let reason = DownReason::SplitBrain {
+            strategy: self.config.split_brain,
+            reachable,
+            members,
+        };
+        tracing::info!(?decision, %reason, "split-brain resolver decided");
+        match decision {
+            Decision::DownUnreachable => {
+                let unreachable = std::mem::take(&mut self.unreachable);
+                for a in unreachable {
+                    self.suspicions.remove(&a);
+                    if let Some(r) = self.members.get_mut(&a) {
+                        r.member.state = MemberState::Down;
+                        r.since = now;
+                        let m = r.member.clone();
+                        self.broadcasts.push(m.clone());
+                        self.events.push_back(ClusterEvent::MemberDowned {
+                            member: m,
+                            reason: reason.clone(),
+                        });
+                    }
+                }
+                self.membership_changed();
+                self.last_change = now;
+            }
+            Decision::DownSelf => self.go_down(now, reason),
+        }
+    }
+
+    fn expire_records(&mut self, now: Instant) {
+        let mut removed = Vec::new();
+        let mut forget = Vec::new();
+        for (a, r) in &self.members {
+            match r.member.state {
+                MemberState::Down if now >= r.since + self.config.remove_after => {
+                    removed.push(Arc::clone(a))
+                }
+                MemberState::Removed if now >= r.since + self.config.tombstone_ttl => {
+                    forget.push(Arc::clone(a))
+                }
+                _ => {}
+            }
+        }
+        for a in removed {
+            if let Some(r) = self.members.get_mut(&a) {
+                r.member.state = MemberState::Removed;
+                r.since = now;
+                self.events
+                    .push_back(ClusterEvent::MemberRemoved(r.member.clone()));
+            }
+        }
+        for a in forget {
+            self.members.remove(&a);
+            self.broadcasts.remove(&a);
+        }
+    }
+
+    // ---- sending -----------------------------------------------------------
+
+    /// How many times a claim is gossiped.
+    fn retransmit_limit(&self) -> u32 {
+        let n = (self.live.len() + 1) as f64;
+        self.config.retransmit_mult * (n.log10().ceil() as u32).max(1)
+    }
+
+    /// Sends `body` to `to` with as much gossip as fits, `first` ahead.
+    fn send(&mut self, _now: Instant, to: &Arc<str>, body: Body, first: Option<&Arc<str>>) {
+        let mut packet = Packet {
+            cluster: Arc::clone(&self.name),
+            from: Arc::clone(&self.me.address),
+            from_incarnation: self.me.incarnation,
+            body,
+            entries: Vec::new(),
+        };
+        let budget = self
+            .config
+            .max_packet
+            .saturating_sub(packet.header_len() + 1);
+        let limit = self.retransmit_limit();
+        packet.entries = self
+            .broadcasts
+            .take(budget, crate::wire::MAX_ENTRIES, limit, first);
+        self.push_packet(to, &packet);
+    }
+
+    fn push_packet(&mut self, to: &Arc<str>, packet: &Packet) {
+        let bytes = packet.encode();
+        self.stats.packets_sent += 1;
+        self.stats.bytes_sent += bytes.len() as u64;
+        self.out.push_back(Transmit {
+            to: Arc::clone(to),
+            packet: bytes,
+        });
+    }
+
+    fn gossip_round(&mut self, now: Instant) {
+        if self.broadcasts.is_empty() {
+            return;
+        }
+        let targets = self.gossip_targets();
+        for t in targets {
+            if self.broadcasts.is_empty() {
+                break;
+            }
+            self.send(now, &t, Body::Gossip, None);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

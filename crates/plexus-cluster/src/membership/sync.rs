@@ -1,0 +1,166 @@
+//! Full-membership exchanges: a joiner's first view, and push-pull
+//! anti-entropy (SWIM's gossip only spreads news; a member that missed some
+//! catches up here). Digests go first, so members that agree exchange one
+//! small packet each way.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use rand::Rng;
+
+use super::Membership;
+use crate::event::ClusterEvent;
+use crate::member::{Member, MemberState};
+use crate::ring::hash64;
+use crate::wire::{entry_len, Body, Packet, SyncMode, MAX_ENTRIES};
+
+impl Membership {
+    /// A digest of every claim this member holds (order-independent of
+    /// insertion: members are sorted by address).
+    pub(super) fn digest(&self) -> u64 {
+        let mut all: Vec<&Member> = self
+            .members
+            .values()
+            .map(|r| &r.member)
+            .filter(|m| m.state != MemberState::Removed)
+            .collect();
+        all.push(&self.me);
+        all.sort_by(|a, b| a.address.cmp(&b.address));
+        let mut acc = 0u64;
+        for m in all {
+            let h = hash64(&[
+                m.address.as_bytes(),
+                &m.incarnation.to_le_bytes(),
+                &[m.state.code()],
+            ]);
+            acc = acc.rotate_left(5) ^ h;
+        }
+        acc
+    }
+
+    /// Sends this member's whole view to `to` in pages that fit the packet
+    /// limit.
+    pub(super) fn send_pages(&mut self, _now: Instant, to: &Arc<str>, mode: SyncMode) {
+        let mut all: Vec<Member> = self
+            .members
+            .values()
+            .map(|r| r.member.clone())
+            .filter(|m| m.state != MemberState::Removed)
+            .collect();
+        all.push(self.me.clone());
+        let digest = self.digest();
+        let template = Packet {
+            cluster: Arc::clone(&self.name),
+            from: Arc::clone(&self.me.address),
+            from_incarnation: self.me.incarnation,
+            body: Body::Sync {
+                mode,
+                page: 0,
+                pages: 0,
+                digest,
+            },
+            entries: Vec::new(),
+        };
+        let budget = self
+            .config
+            .max_packet
+            .saturating_sub(template.header_len() + 1);
+        let mut pages: Vec<Vec<Member>> = vec![Vec::new()];
+        let mut left = budget;
+        for m in all {
+            let len = entry_len(&m);
+            let full = pages.last().is_some_and(|p| p.len() == MAX_ENTRIES);
+            if len > left || full {
+                pages.push(Vec::new());
+                left = budget;
+            }
+            left = left.saturating_sub(len);
+            if let Some(p) = pages.last_mut() {
+                p.push(m);
+            }
+        }
+        let count = pages.len().min(usize::from(u16::MAX)) as u16;
+        for (i, entries) in pages.into_iter().enumerate().take(usize::from(count)) {
+            let packet = Packet {
+                body: Body::Sync {
+                    mode,
+                    page: i as u16,
+                    pages: count,
+                    digest,
+                },
+                entries,
+                ..template.clone()
+            };
+            self.push_packet(to, &packet);
+        }
+    }
+
+    pub(super) fn on_sync(
+        &mut self,
+        now: Instant,
+        from: &Arc<str>,
+        mode: SyncMode,
+        page: u16,
+        digest: u64,
+        digest_before: u64,
+    ) {
+        match mode {
+            SyncMode::JoinReply => {
+                if self.me.state == MemberState::Joining && self.next_join.is_some() {
+                    self.next_join = None;
+                    self.ever_joined = true;
+                    self.events.push_back(ClusterEvent::Admitted {
+                        local: self.me.clone(),
+                        by: Arc::clone(from),
+                    });
+                }
+            }
+            SyncMode::Push => {
+                if digest != digest_before {
+                    self.send_pages(now, from, SyncMode::PushReply);
+                }
+            }
+            SyncMode::PushReply => {
+                // Answer an answer once, with this member's pages, if it held
+                // claims the other side lacks.
+                if page == 0 && self.pushed_to.as_ref() == Some(from) {
+                    self.pushed_to = None;
+                    if digest != digest_before {
+                        self.send_pages(now, from, SyncMode::PushReply);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Sends this member's digest to one random live member.
+    pub(super) fn push_pull_round(&mut self) {
+        if self.me.state != MemberState::Up {
+            return;
+        }
+        let others: Vec<Arc<str>> = self
+            .live
+            .iter()
+            .filter(|a| **a != self.me.address)
+            .cloned()
+            .collect();
+        if others.is_empty() {
+            return;
+        }
+        let to = Arc::clone(&others[self.rng.gen_range(0..others.len())]);
+        let packet = Packet {
+            cluster: Arc::clone(&self.name),
+            from: Arc::clone(&self.me.address),
+            from_incarnation: self.me.incarnation,
+            body: Body::Sync {
+                mode: SyncMode::Push,
+                page: 0,
+                pages: 1,
+                digest: self.digest(),
+            },
+            entries: Vec::new(),
+        };
+        self.pushed_to = Some(Arc::clone(&to));
+        self.push_packet(&to, &packet);
+    }
+}
