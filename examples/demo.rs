@@ -3,12 +3,14 @@
 //! over real TCP and UDP sockets on 127.0.0.1 (publish, resolve by URI,
 //! tell, ask, a ref inside a message, forged refs, precise errors, and a
 //! node failure seen by a monitor), and last two nodes over mutual TLS with
-//! a development CA made on the spot (node ids bound to certificates).
+//! a development CA made on the spot (node ids bound to certificates), and
+//! finally a cluster of three nodes that sees one killed and rejoin.
 //!
 //! Run with `cargo run --release --example demo`.
 
 use std::time::Duration;
 
+use plexus::cluster::{Cluster, ClusterConfig, ClusterEvent, ClusterUpdate, MemberState};
 use plexus::prelude::*;
 use plexus::{Backoff, DeadLetterReason};
 use serde::{Deserialize, Serialize};
@@ -365,5 +367,100 @@ async fn tls_tour() -> Result<(), Box<dyn std::error::Error>> {
         println!("  {e}");
     }
     let _ = std::fs::remove_dir_all(&dir);
+    cluster_tour().await
+}
+
+/// Settings for a demo on one machine: probes every 200 ms instead of 1 s,
+/// so a failure is seen and resolved in a few seconds.
+fn demo_cluster(seeds: Vec<String>) -> ClusterConfig {
+    let mut c = ClusterConfig::default().name("demo").seeds(seeds);
+    c.probe_interval = Duration::from_millis(200);
+    c.probe_timeout = Duration::from_millis(100);
+    c.gossip_interval = Duration::from_millis(50);
+    c.stable_after = Duration::from_millis(800);
+    c.suspicion_mult = 1.0;
+    c.join_retry = Duration::from_millis(200);
+    c
+}
+
+async fn cluster_member(
+    port: u16,
+    seeds: Vec<String>,
+) -> Result<(ActorSystem, Node, Cluster, String), Box<dyn std::error::Error>> {
+    let system = ActorSystem::new();
+    let node = Node::start(&system, NodeConfig::default().cookie("demo-cookie"))?;
+    let uri = node.listen(&format!("tcp://127.0.0.1:{port}")).await?;
+    let cluster = Cluster::start(&node, &system, demo_cluster(seeds))?;
+    Ok((system, node, cluster, uri))
+}
+
+async fn cluster_tour() -> Result<(), Box<dyn std::error::Error>> {
+    println!("\n16. a cluster: three nodes join through a seed (gossip membership, phi accrual, SWIM + Lifeguard)");
+    let (seed_sys, _seed_node, seed, seed_uri) = cluster_member(0, Vec::new()).await?;
+    let (tx, mut updates) = tokio::sync::mpsc::unbounded_channel();
+    seed.subscribe(seed_sys.spawn_fn(move |u: ClusterUpdate, _ctx| {
+        let _ = tx.send(u);
+    }));
+    let mut wait_for = async |what: &str, done: &dyn Fn(&ClusterUpdate) -> bool| {
+        let found = tokio::time::timeout(Duration::from_secs(30), async {
+            while let Some(u) = updates.recv().await {
+                match &u.event {
+                    ClusterEvent::MemberUp(m) => println!("  seed sees {m} up"),
+                    ClusterEvent::MemberSuspected(m) => println!("  seed sees {m} suspected"),
+                    ClusterEvent::MemberDowned { member, reason } => {
+                        println!("  seed sees {member} down: {reason}")
+                    }
+                    _ => {}
+                }
+                if done(&u) {
+                    return Some(u);
+                }
+            }
+            None
+        })
+        .await;
+        found
+            .ok()
+            .flatten()
+            .ok_or_else(|| format!("gave up waiting for {what}"))
+    };
+    let (_s2, _n2, _c2, _) = cluster_member(0, vec![seed_uri.clone()]).await?;
+    let (_s3, node3, c3, uri3) = cluster_member(0, vec![seed_uri.clone()]).await?;
+    let up = wait_for("three members up", &|u| {
+        u.members
+            .iter()
+            .filter(|m| m.state == MemberState::Up)
+            .count()
+            == 3
+    })
+    .await?;
+    for key in ["alice", "bob"] {
+        println!(
+            "  the ring of {} members gives key {key:?} to {}",
+            up.ring.members().len(),
+            up.ring.owner(key.as_bytes()).map_or("nobody", |m| &**m)
+        );
+    }
+
+    println!("\n17. one node is killed: the others suspect it, then down it (keep-majority)");
+    drop(c3);
+    node3.shutdown().await;
+    wait_for("the killed member down", &|u| {
+        matches!(&u.event, ClusterEvent::MemberDowned { member, .. } if *member.address == *uri3)
+    })
+    .await?;
+
+    println!("\n18. it restarts on the same port and rejoins under a new incarnation");
+    let port: u16 = uri3
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .ok_or("a port")?;
+    let (_s4, _n4, _c4, _) = cluster_member(port, vec![seed_uri.clone()]).await?;
+    wait_for(
+        "the restarted member up",
+        &|u| matches!(&u.event, ClusterEvent::MemberUp(m) if *m.address == *uri3),
+    )
+    .await?;
     Ok(())
 }

@@ -10,6 +10,11 @@ use crate::split_brain::SplitBrainStrategy;
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum ClusterEvent {
+    /// The first update a subscriber receives: the local member as it is.
+    Subscribed {
+        /// This member.
+        local: Member,
+    },
     /// No seed answered (or none was configured): this member formed a new
     /// cluster and is its first member.
     Formed {

@@ -25,6 +25,8 @@ pub mod config;
 pub mod event;
 pub mod member;
 pub mod membership;
+#[cfg(feature = "node")]
+pub mod node;
 pub mod ring;
 pub mod sim;
 pub mod split_brain;
@@ -34,5 +36,7 @@ pub use config::{ClusterConfig, ConfigError};
 pub use event::{ClusterEvent, DownReason};
 pub use member::{Member, MemberState};
 pub use membership::{Membership, MembershipStats, PacketError, Transmit};
+#[cfg(feature = "node")]
+pub use node::{Cluster, ClusterPacket, ClusterUpdate, StartError};
 pub use ring::Ring;
 pub use split_brain::SplitBrainStrategy;

@@ -12,7 +12,11 @@
 //!  │                       tls and quic (cargo features), and
 //!  │                       `Link::over_stream` for a byte stream of one's own
 //!  │                       (a transport of one's own: crates/plexus/tests/own_transport.rs)
-//!  └── plexus-net          sans-IO protocol layers, stacks  (as `plexus::net`)
+//!  ├── plexus-net          sans-IO protocol layers, stacks  (as `plexus::net`)
+//!  ├── plexus-cluster      membership, failure detection,   (as `plexus::cluster`)
+//!  │                       hash ring, split brain
+//!  └── plexus-sim          the test kit's simulator of      (as `plexus::sim`)
+//!                          many sans-IO processes
 //! ```
 //!
 //! # Cargo features
@@ -49,6 +53,19 @@ pub mod wire {
 /// Transport drivers: links over tcp, udp, uds and in-memory channels.
 pub mod transport {
     pub use plexus_transport::*;
+}
+
+/// Clusters: gossip membership, failure detection, a consistent-hash ring
+/// and split-brain resolution, sans-IO ([`cluster::Membership`]) and on a
+/// node ([`cluster::Cluster`]). See `docs/CLUSTER.md`.
+pub mod cluster {
+    pub use plexus_cluster::*;
+}
+
+/// The test kit's simulator: many sans-IO processes (cluster members, a
+/// protocol of one's own) on virtual time over a seeded faulty network.
+pub mod sim {
+    pub use plexus_sim::*;
 }
 
 /// Re-exported for [`remote_message!`] users.

@@ -1,0 +1,340 @@
+//! The cluster on a Plexus node: the tokio driver of a [`Membership`].
+//!
+//! ```text
+//!   subscribers (ActorRef<ClusterUpdate>)   Cluster (handle: members, owners, leave)
+//!            ▲                                        │ commands
+//!   ─────────┼────────────────────────────────────────▼──────────────────
+//!   driver task: packets and deadlines into the Membership, its packets
+//!   out through refs forged to `<member address>/plexus.cluster`
+//!   ─────────────────────────────────────────────────────────────────────
+//!   Node: the actor `plexus.cluster` receives packets over the node's
+//!   links, on whatever scheme the member addresses use (tcp, udp with its
+//!   layers, tls, quic, a transport of one's own)
+//! ```
+//!
+//! A member's address is its node's first listen URI (`tcp://10.0.0.7:4000`),
+//! so members must listen before they start the cluster. Membership packets
+//! are ordinary remote messages to the published actor `plexus.cluster`;
+//! the node's handshake has already checked the cookie (and, over TLS, that
+//! the peer's certificate comes from the cluster's CA), and the packet
+//! itself carries the cluster name. The driver is thin: it moves bytes
+//! between the node and the state machine and sleeps until its next
+//! deadline.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use plexus_core::remote::{CodecError, RemoteMessage};
+use plexus_core::{ActorRef, SystemRef};
+use plexus_remote::Node;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::config::{ClusterConfig, ConfigError};
+use crate::event::ClusterEvent;
+use crate::member::Member;
+use crate::membership::Membership;
+use crate::ring::Ring;
+
+/// The name the cluster's actor is published under on every member node.
+pub const ACTOR_NAME: &str = "plexus.cluster";
+
+/// A membership packet as a remote message (its bytes travel as they are).
+#[derive(Debug, Clone)]
+pub struct ClusterPacket(pub Bytes);
+
+impl RemoteMessage for ClusterPacket {
+    const TYPE_NAME: &'static str = "plexus.cluster.Packet";
+
+    fn into_payload(self) -> Result<Bytes, CodecError> {
+        Ok(self.0)
+    }
+
+    fn from_payload(payload: Bytes) -> Result<Self, CodecError> {
+        Ok(Self(payload))
+    }
+}
+
+/// What a subscriber receives: an event with the member list and ring as
+/// they are after it (Aurum's contract). The first update a subscriber gets
+/// is [`ClusterEvent::Subscribed`], telling it the local member.
+#[derive(Debug, Clone)]
+pub struct ClusterUpdate {
+    /// What changed.
+    pub event: ClusterEvent,
+    /// This member.
+    pub local: Member,
+    /// Every member known (tombstones included), sorted by address.
+    pub members: Arc<[Member]>,
+    /// The ring of the members that own keys.
+    pub ring: Arc<Ring>,
+}
+
+/// Why the cluster could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StartError {
+    /// The node listens nowhere, so other members could not reach it.
+    #[error("start cluster: the node listens on no URI; call Node::listen first")]
+    NotListening,
+    /// The settings cannot work.
+    #[error("start cluster: {0}")]
+    Config(#[from] ConfigError),
+    /// The cluster's actor could not be published.
+    #[error("start cluster: publishing `{ACTOR_NAME}`: {0}")]
+    Publish(#[from] plexus_remote::PublishError),
+}
+
+enum Command {
+    Subscribe(ActorRef<ClusterUpdate>),
+    Leave(oneshot::Sender<()>),
+}
+
+#[derive(Debug)]
+struct Snapshot {
+    local: Member,
+    members: Arc<[Member]>,
+    ring: Arc<Ring>,
+}
+
+/// A running cluster member on a node. Dropping it stops the member
+/// without leaving (like a crash, as far as the others can tell); call
+/// [`Cluster::leave`] to leave gracefully.
+#[derive(Debug)]
+pub struct Cluster {
+    commands: mpsc::UnboundedSender<Command>,
+    snapshot: Arc<Mutex<Snapshot>>,
+    task: tokio::task::AbortHandle,
+    replication_factor: usize,
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Cluster {
+    /// Starts a member on `node` (which must listen already), publishing
+    /// the actor [`ACTOR_NAME`] in `system`. Its incarnation is the wall
+    /// clock in milliseconds, so a restarted node comes back as a newer
+    /// incarnation than the one the cluster knew.
+    ///
+    /// # Errors
+    ///
+    /// [`StartError`] says why.
+    pub fn start(
+        node: &Node,
+        system: &SystemRef,
+        config: ClusterConfig,
+    ) -> Result<Cluster, StartError> {
+        let address = node
+            .listen_uris()
+            .into_iter()
+            .next()
+            .ok_or(StartError::NotListening)?;
+        let incarnation = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or(Duration::ZERO)
+            .as_millis() as u64;
+        let mut config = config;
+        if config.rng_seed == 0 {
+            config.rng_seed = incarnation;
+        }
+        let replication_factor = config.replication_factor;
+        let now = tokio::time::Instant::now().into_std();
+        let mut membership = Membership::new(config, address, incarnation, now)?;
+        let (packets_tx, packets) = mpsc::unbounded_channel::<Bytes>();
+        let inbox = system.spawn_fn(move |ClusterPacket(bytes), _ctx| {
+            let _ = packets_tx.send(bytes);
+        });
+        node.publish(&inbox, ACTOR_NAME)?;
+        let snapshot = Arc::new(Mutex::new(Snapshot {
+            local: membership.local().clone(),
+            members: membership.members().into(),
+            ring: Arc::new(membership.ring().clone()),
+        }));
+        let (commands, commands_rx) = mpsc::unbounded_channel();
+        let driver = Driver {
+            membership,
+            node: node.clone(),
+            refs: HashMap::new(),
+            subscribers: Vec::new(),
+            snapshot: Arc::clone(&snapshot),
+            leaving: Vec::new(),
+            inbox,
+        };
+        let task = tokio::spawn(driver.run(packets, commands_rx)).abort_handle();
+        Ok(Cluster {
+            commands,
+            snapshot,
+            task,
+            replication_factor,
+        })
+    }
+
+    fn snapshot(&self) -> std::sync::MutexGuard<'_, Snapshot> {
+        self.snapshot.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// This member as it is now.
+    pub fn local(&self) -> Member {
+        self.snapshot().local.clone()
+    }
+
+    /// Every member known (tombstones included), sorted by address.
+    pub fn members(&self) -> Arc<[Member]> {
+        Arc::clone(&self.snapshot().members)
+    }
+
+    /// The ring of the members that own keys.
+    pub fn ring(&self) -> Arc<Ring> {
+        Arc::clone(&self.snapshot().ring)
+    }
+
+    /// The `replication_factor` member addresses owning `key`.
+    pub fn owners(&self, key: &[u8]) -> Vec<Arc<str>> {
+        self.ring()
+            .owners(key, self.replication_factor)
+            .into_iter()
+            .cloned()
+            .collect()
+    }
+
+    /// Sends `subscriber` a [`ClusterUpdate`] for every change, starting
+    /// with [`ClusterEvent::Subscribed`].
+    pub fn subscribe(&self, subscriber: ActorRef<ClusterUpdate>) {
+        let _ = self.commands.send(Command::Subscribe(subscriber));
+    }
+
+    /// Leaves gracefully: the member is `Leaving` while the others hear of
+    /// it, then `Removed`. Returns when it left.
+    pub async fn leave(&self) {
+        let (tx, rx) = oneshot::channel();
+        if self.commands.send(Command::Leave(tx)).is_ok() {
+            let _ = rx.await;
+        }
+    }
+}
+
+struct Driver {
+    membership: Membership,
+    node: Node,
+    refs: HashMap<Arc<str>, ActorRef<ClusterPacket>>,
+    subscribers: Vec<ActorRef<ClusterUpdate>>,
+    snapshot: Arc<Mutex<Snapshot>>,
+    leaving: Vec<oneshot::Sender<()>>,
+    /// Kept alive as long as the driver runs.
+    inbox: ActorRef<ClusterPacket>,
+}
+
+impl Driver {
+    async fn run(
+        mut self,
+        mut packets: mpsc::UnboundedReceiver<Bytes>,
+        mut commands: mpsc::UnboundedReceiver<Command>,
+    ) {
+        loop {
+            self.flush();
+            if self.membership.is_stopped() {
+                for l in self.leaving.drain(..) {
+                    let _ = l.send(());
+                }
+                self.node.unpublish(ACTOR_NAME);
+                self.inbox.stop();
+                return;
+            }
+            let deadline = self
+                .membership
+                .poll_timeout()
+                .map(tokio::time::Instant::from_std);
+            let sleep = async {
+                match deadline {
+                    Some(d) => tokio::time::sleep_until(d).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                packet = packets.recv() => {
+                    let Some(bytes) = packet else { return };
+                    let now = tokio::time::Instant::now().into_std();
+                    if let Err(e) = self.membership.handle_packet(now, &bytes) {
+                        tracing::warn!(target: "plexus::cluster", error = %e, "refused a membership packet");
+                    }
+                }
+                command = commands.recv() => match command {
+                    Some(Command::Subscribe(s)) => {
+                        let local = self.membership.local().clone();
+                        self.publish_to(&s, ClusterEvent::Subscribed { local });
+                        self.subscribers.push(s);
+                    }
+                    Some(Command::Leave(done)) => {
+                        self.leaving.push(done);
+                        self.membership.leave(tokio::time::Instant::now().into_std());
+                    }
+                    // The Cluster handle was dropped: stop without leaving.
+                    None => return,
+                },
+                () = sleep => {
+                    self.membership.handle_timeout(tokio::time::Instant::now().into_std());
+                }
+            }
+        }
+    }
+
+    fn flush(&mut self) {
+        while let Some(t) = self.membership.poll_transmit() {
+            let to = match self.refs.get(&t.to) {
+                Some(r) => r.clone(),
+                None => match self
+                    .node
+                    .forge::<ClusterPacket>(&format!("{}/{ACTOR_NAME}", t.to))
+                {
+                    Ok(r) => {
+                        self.refs.insert(Arc::clone(&t.to), r.clone());
+                        r
+                    }
+                    Err(e) => {
+                        tracing::warn!(target: "plexus::cluster", to = %t.to, error = %e, "cannot reach a member");
+                        continue;
+                    }
+                },
+            };
+            to.tell(ClusterPacket(t.packet));
+        }
+        let mut changed = false;
+        while let Some(event) = self.membership.poll_event() {
+            if !changed {
+                changed = true;
+                self.refresh_snapshot();
+            }
+            tracing::info!(target: "plexus::cluster", ?event, "cluster event");
+            for s in self.subscribers.clone() {
+                self.publish_to(&s, event.clone());
+            }
+            self.subscribers.retain(ActorRef::is_alive);
+        }
+        if changed {
+            self.refresh_snapshot();
+        }
+    }
+
+    fn refresh_snapshot(&mut self) {
+        let ring = Arc::new(self.membership.ring().clone());
+        let mut s = self.snapshot.lock().unwrap_or_else(PoisonError::into_inner);
+        s.local = self.membership.local().clone();
+        s.members = self.membership.members().into();
+        s.ring = ring;
+    }
+
+    fn publish_to(&self, subscriber: &ActorRef<ClusterUpdate>, event: ClusterEvent) {
+        let s = self.snapshot.lock().unwrap_or_else(PoisonError::into_inner);
+        subscriber.tell(ClusterUpdate {
+            event,
+            local: s.local.clone(),
+            members: Arc::clone(&s.members),
+            ring: Arc::clone(&s.ring),
+        });
+    }
+}

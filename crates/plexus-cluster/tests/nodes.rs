@@ -1,0 +1,121 @@
+//! Three nodes in one process form a cluster over real TCP sockets; one is
+//! killed, the others see it down; it comes back under a new incarnation.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use plexus_cluster::{Cluster, ClusterConfig, ClusterEvent, ClusterUpdate, MemberState};
+use plexus_core::ActorSystem;
+use plexus_remote::{Node, NodeConfig};
+use tokio::sync::mpsc;
+
+/// Guards turn a hang into a failure; the assertions wait for events.
+const GUARD: Duration = Duration::from_secs(60);
+
+fn quick(seeds: Vec<String>) -> ClusterConfig {
+    let mut c = ClusterConfig::default().name("test").seeds(seeds);
+    c.probe_interval = Duration::from_millis(200);
+    c.probe_timeout = Duration::from_millis(100);
+    c.gossip_interval = Duration::from_millis(50);
+    c.stable_after = Duration::from_millis(600);
+    c.suspicion_mult = 1.0;
+    c.join_retry = Duration::from_millis(200);
+    c
+}
+
+async fn member(system: &ActorSystem, port: u16, seeds: Vec<String>) -> (Node, Cluster, String) {
+    let node =
+        Node::start(system, NodeConfig::default().cookie("cluster-test")).expect("node starts");
+    let uri = node
+        .listen(&format!("tcp://127.0.0.1:{port}"))
+        .await
+        .expect("listens");
+    let cluster = Cluster::start(&node, system, quick(seeds)).expect("cluster starts");
+    (node, cluster, uri)
+}
+
+async fn next_until(
+    rx: &mut mpsc::UnboundedReceiver<ClusterUpdate>,
+    mut done: impl FnMut(&ClusterUpdate) -> bool,
+) -> ClusterUpdate {
+    tokio::time::timeout(GUARD, async {
+        loop {
+            let u = rx.recv().await.expect("the subscriber runs");
+            if done(&u) {
+                return u;
+            }
+        }
+    })
+    .await
+    .expect("the awaited cluster event came")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_nodes_form_a_cluster_see_a_kill_and_a_rejoin() {
+    let (sa, sb, sc) = (ActorSystem::new(), ActorSystem::new(), ActorSystem::new());
+    let (_na, ca, a) = member(&sa, 0, Vec::new()).await;
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    ca.subscribe(sa.spawn_fn(move |u: ClusterUpdate, _ctx| {
+        let _ = tx.send(u);
+    }));
+    let first = next_until(&mut rx, |_| true).await;
+    assert!(matches!(first.event, ClusterEvent::Subscribed { ref local } if *local.address == *a));
+
+    let (_nb, _cb, b) = member(&sb, 0, vec![a.clone()]).await;
+    let (nc, cc, c) = member(&sc, 0, vec![a.clone()]).await;
+    let up = next_until(&mut rx, |u| {
+        u.members
+            .iter()
+            .filter(|m| m.state == MemberState::Up)
+            .count()
+            == 3
+    })
+    .await;
+    assert_eq!(up.ring.members().len(), 3);
+    let old_incarnation = up
+        .members
+        .iter()
+        .find(|m| *m.address == *c)
+        .map(|m| m.incarnation)
+        .expect("c is a member");
+    assert!(ca.owners(b"some key").len() == 3);
+
+    // Kill c: no leave, its node gone.
+    drop(cc);
+    nc.shutdown().await;
+    let down = next_until(
+        &mut rx,
+        |u| matches!(&u.event, ClusterEvent::MemberDowned { member, .. } if *member.address == *c),
+    )
+    .await;
+    assert_eq!(down.ring.members().len(), 2);
+    assert!(down.ring.members().iter().any(|m| **m == *b));
+
+    // c restarts on the same port: a new incarnation joins.
+    let port: u16 = c
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("a port");
+    let sc2 = ActorSystem::new();
+    let (_nc2, _cc2, c2) = member(&sc2, port, vec![a.clone()]).await;
+    assert_eq!(c2, c);
+    let back = next_until(&mut rx, |u| {
+        matches!(&u.event, ClusterEvent::MemberUp(m) if *m.address == *c && m.incarnation > old_incarnation)
+    })
+    .await;
+    assert_eq!(back.ring.members().len(), 3);
+    let _ = Arc::clone(&back.ring);
+    drop(sc);
+}
+
+#[tokio::test]
+async fn a_node_that_does_not_listen_cannot_start_a_cluster() {
+    let system = ActorSystem::new();
+    let node = Node::start(&system, NodeConfig::default()).expect("node starts");
+    let e = Cluster::start(&node, &system, ClusterConfig::default()).expect_err("not listening");
+    assert_eq!(
+        e.to_string(),
+        "start cluster: the node listens on no URI; call Node::listen first"
+    );
+}
