@@ -16,6 +16,7 @@
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+mod cluster_sim;
 mod count_layer;
 mod nodes;
 mod report;
@@ -50,6 +51,9 @@ enum Workload {
     W3(w3::Args),
     /// W7 local: spawn, pingpong, fanin on one machine, no network.
     W7(w7::Args),
+    /// The cluster's figures at full size in the simulator (convergence,
+    /// crash detection, traffic per member; stalls with Lifeguard on/off).
+    ClusterSim(cluster_sim::Args),
     /// Runs a set of workloads as child processes and writes the tables
     /// (docs/report.md, between its report markers) and plots
     /// (docs/img/).
@@ -116,6 +120,7 @@ fn main() {
         Workload::W2(args) => w2::run(&args),
         Workload::W3(args) => w3::run(&args),
         Workload::W7(args) => w7::run(&args),
+        Workload::ClusterSim(args) => cluster_sim::run(&args),
         Workload::Report(args) => runner::run(&args),
         Workload::W1Pong { transport } => role(Box::pin(w1::pong_node(transport))),
         Workload::W1PongBaseline => role(Box::pin(w1::pong_baseline())),

@@ -343,6 +343,12 @@ impl<P: Process> Sim<P> {
         self.blocked.clear();
     }
 
+    /// Replaces the model of every link without its own (see
+    /// [`Sim::set_link`]).
+    pub fn set_default_link(&mut self, model: LinkModel) {
+        self.model = model;
+    }
+
     /// The model of the link from `from` to `to` (one direction).
     pub fn set_link(&mut self, from: Address, to: Address, model: LinkModel) {
         self.links.insert((from, to), model);
