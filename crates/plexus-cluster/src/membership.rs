@@ -92,11 +92,16 @@ pub struct MembershipStats {
     pub bytes_sent: u64,
 }
 
+/// A record's next step after a fixed delay: down → removed after
+/// `remove_after`, removed → forgotten after `tombstone_ttl`. Entries are
+/// queued as records enter those states, so each queue is in deadline
+/// order and the next deadline is its front; an entry whose record moved
+/// on (another incarnation or state) is skipped when it comes due.
 #[derive(Debug, Clone)]
-struct Record {
-    member: Member,
-    /// When the current state was entered.
-    since: Instant,
+struct Expiry {
+    at: Instant,
+    address: Arc<str>,
+    incarnation: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -118,16 +123,21 @@ pub struct Membership {
     /// Ever admitted or formed (a member that was never in a cluster may
     /// form one after `form_after`; one that was, never does).
     ever_joined: bool,
-    members: BTreeMap<Arc<str>, Record>,
+    members: BTreeMap<Arc<str>, Member>,
+    /// Down records, in the order they are due to become removed.
+    removals: VecDeque<Expiry>,
+    /// Removed records (tombstones), in the order they are due to be
+    /// forgotten.
+    tombstones: VecDeque<Expiry>,
     broadcasts: Broadcasts,
     rng: SmallRng,
     out: VecDeque<Transmit>,
     events: VecDeque<ClusterEvent>,
-    /// Live members (this one included when live), sorted by their point on
-    /// the watch ring.
-    live: Vec<Arc<str>>,
+    /// Live members (this one included when live) with their point on the
+    /// watch ring, sorted by point.
+    live: Vec<(u64, Arc<str>)>,
     live_dirty: bool,
-    ring: Ring,
+    ring: Arc<Ring>,
     ring_dirty: bool,
     watches: BTreeMap<Arc<str>, Watch>,
     pings: BTreeMap<u32, PendingPing>,
@@ -192,13 +202,15 @@ impl Membership {
             started: now,
             ever_joined: false,
             members: BTreeMap::new(),
+            removals: VecDeque::new(),
+            tombstones: VecDeque::new(),
             broadcasts: Broadcasts::default(),
             rng,
             out: VecDeque::new(),
             events: VecDeque::new(),
             live: Vec::new(),
             live_dirty: true,
-            ring: Ring::default(),
+            ring: Arc::default(),
             ring_dirty: true,
             watches: BTreeMap::new(),
             pings: BTreeMap::new(),
@@ -243,7 +255,7 @@ impl Membership {
     /// Every member this one knows of (itself included), tombstones of
     /// down and removed members too, sorted by address.
     pub fn members(&self) -> Vec<Member> {
-        let mut all: Vec<Member> = self.members.values().map(|r| r.member.clone()).collect();
+        let mut all: Vec<Member> = self.members.values().cloned().collect();
         all.push(self.me.clone());
         all.sort_by(|a, b| a.address.cmp(&b.address));
         all
@@ -254,7 +266,7 @@ impl Membership {
         if *self.me.address == *address {
             return Some(&self.me);
         }
-        self.members.get(address).map(|r| &r.member)
+        self.members.get(address)
     }
 
     /// Members currently unreachable in this member's view.
@@ -262,23 +274,24 @@ impl Membership {
         self.unreachable.iter()
     }
 
-    /// The consistent-hash ring of the members that own keys.
-    pub fn ring(&mut self) -> &Ring {
+    /// The consistent-hash ring of the members that own keys (rebuilt when
+    /// they changed; shared, so a driver hands it on without copying).
+    pub fn ring(&mut self) -> &Arc<Ring> {
         if self.ring_dirty {
             let mut owners: Vec<(&Arc<str>, u16)> = self
                 .members
                 .values()
-                .filter(|r| r.member.state.owns_keys())
-                .map(|r| (&r.member.address, r.member.weight))
+                .filter(|r| r.state.owns_keys())
+                .map(|r| (&r.address, r.weight))
                 .collect();
             if self.me.state.owns_keys() {
                 owners.push((&self.me.address, self.me.weight));
             }
-            self.ring = Ring::new(
+            self.ring = Arc::new(Ring::new(
                 owners,
                 self.config.vnodes_per_weight,
                 self.config.lookup_probes,
-            );
+            ));
             self.ring_dirty = false;
         }
         &self.ring
@@ -318,7 +331,7 @@ impl Membership {
         self.events
             .push_back(ClusterEvent::MemberLeaving(self.me.clone()));
         // Tell a few members at once rather than at the next round.
-        self.gossip_round(now);
+        self.gossip_round();
     }
 
     /// The next packet to send.
@@ -365,13 +378,8 @@ impl Membership {
         if self.me.state == MemberState::Up && !self.unreachable.is_empty() {
             fold(Some(self.last_change + self.config.stable_after));
         }
-        for r in self.members.values() {
-            match r.member.state {
-                MemberState::Down => fold(Some(r.since + self.config.remove_after)),
-                MemberState::Removed => fold(Some(r.since + self.config.tombstone_ttl)),
-                _ => {}
-            }
-        }
+        fold(self.next_expiry(&self.removals, MemberState::Down));
+        fold(self.next_expiry(&self.tombstones, MemberState::Removed));
         Some(t)
     }
 
@@ -383,7 +391,7 @@ impl Membership {
         self.notice_stall(now);
         if let Some(at) = self.leave_at {
             if now >= at {
-                self.finish_leave(now);
+                self.finish_leave();
                 return;
             }
         }
@@ -408,7 +416,7 @@ impl Membership {
         self.expire_records(now);
         if now >= self.next_gossip {
             self.lead(now);
-            self.gossip_round(now);
+            self.gossip_round();
             self.next_gossip = now + self.config.gossip_interval;
         }
         if now >= self.next_push_pull {
@@ -446,7 +454,7 @@ impl Membership {
         }
         let from = packet.from;
         match packet.body {
-            Body::Ping { seq } => self.send(now, &from, Body::Ack { seq }, None),
+            Body::Ping { seq } => self.send(&from, Body::Ack { seq }, None),
             Body::Ack { seq } => self.on_ack(now, seq),
             Body::PingReq { seq, target } => self.on_ping_req(now, &from, seq, target),
             Body::Nack { seq } => {
@@ -469,7 +477,7 @@ impl Membership {
             } => {
                 let digest_before = self.digest();
                 self.apply_claims(now, &from, packet.entries);
-                self.on_sync(now, &from, mode, page, digest, digest_before);
+                self.on_sync(&from, mode, page, digest, digest_before);
                 return Ok(());
             }
         }
@@ -504,37 +512,30 @@ impl Membership {
                     self.stats.claims_refused += 1;
                     return;
                 }
-                let address = Arc::clone(&claim.address);
-                self.members.insert(
-                    Arc::clone(&address),
-                    Record {
-                        member: claim.clone(),
-                        since: now,
-                    },
-                );
+                self.members
+                    .insert(Arc::clone(&claim.address), claim.clone());
+                self.entered(now, &claim);
                 self.broadcasts.push(claim.clone());
-                self.on_new_member(now, from, &claim);
+                self.on_new_member(now, &claim);
             }
             Some(record) => {
-                if claim.supersedes(&record.member) {
-                    let old = std::mem::replace(&mut record.member, claim.clone());
+                if claim.supersedes(record) {
+                    let old = std::mem::replace(record, claim.clone());
                     if old.incarnation == claim.incarnation {
-                        record.member.up_number = record.member.up_number.max(old.up_number);
+                        record.up_number = record.up_number.max(old.up_number);
                     }
-                    record.since = now;
-                    let new = record.member.clone();
+                    let new = record.clone();
+                    self.entered(now, &new);
                     self.broadcasts.push(new.clone());
                     self.on_transition(now, from, &old, &new);
-                } else if claim.precedence(&record.member).is_eq()
-                    && claim.up_number > record.member.up_number
-                {
-                    record.member.up_number = claim.up_number;
+                } else if claim.precedence(record).is_eq() && claim.up_number > record.up_number {
+                    record.up_number = claim.up_number;
                 }
             }
         }
     }
 
-    fn on_new_member(&mut self, now: Instant, from: &Arc<str>, m: &Member) {
+    fn on_new_member(&mut self, now: Instant, m: &Member) {
         self.membership_changed();
         match m.state {
             MemberState::Joining => self.events.push_back(ClusterEvent::MemberJoined(m.clone())),
@@ -551,13 +552,12 @@ impl Membership {
             // A tombstone of a member never known alive: kept, not reported.
             MemberState::Down | MemberState::Removed => {}
         }
-        let _ = from;
     }
 
     fn on_transition(&mut self, now: Instant, from: &Arc<str>, old: &Member, new: &Member) {
         let new_life = new.incarnation > old.incarnation;
         if new_life && matches!(old.state, MemberState::Down | MemberState::Removed) {
-            self.on_new_member(now, from, new);
+            self.on_new_member(now, new);
             return;
         }
         if old.state != new.state {
@@ -675,7 +675,7 @@ impl Membership {
     fn max_up_number(&self) -> u64 {
         self.members
             .values()
-            .map(|r| r.member.up_number)
+            .map(|r| r.up_number)
             .chain(std::iter::once(self.me.up_number))
             .max()
             .unwrap_or(0)
@@ -691,8 +691,8 @@ impl Membership {
             .map(|s| Arc::from(s.as_str()))
             .collect();
         for r in self.members.values() {
-            if r.member.state == MemberState::Up && !contacts.contains(&r.member.address) {
-                contacts.push(Arc::clone(&r.member.address));
+            if r.state == MemberState::Up && !contacts.contains(&r.address) {
+                contacts.push(Arc::clone(&r.address));
             }
         }
         contacts
@@ -715,7 +715,7 @@ impl Membership {
             let to = Arc::clone(&contacts[self.join_attempts % contacts.len()]);
             self.join_attempts += 1;
             let weight = self.me.weight;
-            self.send(now, &to, Body::Join { weight }, None);
+            self.send(&to, Body::Join { weight }, None);
         }
         self.next_join = Some(now + self.config.join_retry);
     }
@@ -729,7 +729,7 @@ impl Membership {
             from,
             Member::joining(Arc::clone(from), incarnation, weight),
         );
-        self.send_pages(now, from, SyncMode::JoinReply);
+        self.send_pages(from, SyncMode::JoinReply);
     }
 
     /// Promotes joining members to up, if this member leads: the leader is
@@ -743,17 +743,15 @@ impl Membership {
             || self
                 .members
                 .values()
-                .any(|r| r.member.state == MemberState::Suspect)
+                .any(|r| r.state == MemberState::Suspect)
         {
             return;
         }
         let leader = self
             .members
             .values()
-            .filter(|r| {
-                r.member.state == MemberState::Up && !self.unreachable.contains(&r.member.address)
-            })
-            .map(|r| &r.member.address)
+            .filter(|r| r.state == MemberState::Up && !self.unreachable.contains(&r.address))
+            .map(|r| &r.address)
             .chain(std::iter::once(&self.me.address))
             .min();
         if leader != Some(&self.me.address) {
@@ -762,16 +760,16 @@ impl Membership {
         let joining: Vec<Arc<str>> = self
             .members
             .values()
-            .filter(|r| r.member.state == MemberState::Joining)
-            .map(|r| Arc::clone(&r.member.address))
+            .filter(|r| r.state == MemberState::Joining)
+            .map(|r| Arc::clone(&r.address))
             .collect();
         for address in joining {
             let next = self.max_up_number() + 1;
             if let Some(r) = self.members.get_mut(&address) {
-                let old = r.member.clone();
-                r.member.state = MemberState::Up;
-                r.member.up_number = next;
-                let new = r.member.clone();
+                let old = r.clone();
+                r.state = MemberState::Up;
+                r.up_number = next;
+                let new = r.clone();
                 self.broadcasts.push(new.clone());
                 let me = Arc::clone(&self.me.address);
                 self.on_transition(now, &me, &old, &new);
@@ -805,11 +803,11 @@ impl Membership {
         });
     }
 
-    fn finish_leave(&mut self, now: Instant) {
+    fn finish_leave(&mut self) {
         self.leave_at = None;
         self.me.state = MemberState::Removed;
         self.broadcasts.push(self.me.clone());
-        self.gossip_round(now);
+        self.gossip_round();
         self.stopped = true;
         self.events.push_back(ClusterEvent::Left);
     }
@@ -877,7 +875,7 @@ impl Membership {
             self.last_change = now;
             if let Some(r) = self.members.get(&a) {
                 self.events
-                    .push_back(ClusterEvent::MemberUnreachable(r.member.clone()));
+                    .push_back(ClusterEvent::MemberUnreachable(r.clone()));
             }
         }
     }
@@ -886,11 +884,11 @@ impl Membership {
         let mut seen: Vec<Seen<'_>> = self
             .members
             .values()
-            .filter(|r| r.member.state.counts_for_quorum())
+            .filter(|r| r.state.counts_for_quorum())
             .map(|r| Seen {
-                address: &r.member.address,
-                up_number: r.member.up_number,
-                reachable: !self.unreachable.contains(&r.member.address),
+                address: &r.address,
+                up_number: r.up_number,
+                reachable: !self.unreachable.contains(&r.address),
             })
             .collect();
         seen.push(Seen {
@@ -913,9 +911,9 @@ impl Membership {
                 for a in unreachable {
                     self.suspicions.remove(&a);
                     if let Some(r) = self.members.get_mut(&a) {
-                        r.member.state = MemberState::Down;
-                        r.since = now;
-                        let m = r.member.clone();
+                        r.state = MemberState::Down;
+                        let m = r.clone();
+                        self.entered(now, &m);
                         self.broadcasts.push(m.clone());
                         self.events.push_back(ClusterEvent::MemberDowned {
                             member: m,
@@ -930,31 +928,62 @@ impl Membership {
         }
     }
 
+    /// Queues the next step of a record that just entered its state.
+    fn entered(&mut self, now: Instant, m: &Member) {
+        let (queue, delay) = match m.state {
+            MemberState::Down => (&mut self.removals, self.config.remove_after),
+            MemberState::Removed => (&mut self.tombstones, self.config.tombstone_ttl),
+            _ => return,
+        };
+        queue.push_back(Expiry {
+            at: now + delay,
+            address: Arc::clone(&m.address),
+            incarnation: m.incarnation,
+        });
+    }
+
+    /// Whether the record an expiry is for is still in `state` at the
+    /// expiry's incarnation.
+    fn is_current(&self, e: &Expiry, state: MemberState) -> bool {
+        self.members
+            .get(&e.address)
+            .is_some_and(|r| r.state == state && r.incarnation == e.incarnation)
+    }
+
+    /// The first current expiry of `queue` (entries of records that moved
+    /// on wake nobody; they are dropped when their time comes).
+    fn next_expiry(&self, queue: &VecDeque<Expiry>, state: MemberState) -> Option<Instant> {
+        queue
+            .iter()
+            .find(|e| self.is_current(e, state))
+            .map(|e| e.at)
+    }
+
     fn expire_records(&mut self, now: Instant) {
-        let mut removed = Vec::new();
-        let mut forget = Vec::new();
-        for (a, r) in &self.members {
-            match r.member.state {
-                MemberState::Down if now >= r.since + self.config.remove_after => {
-                    removed.push(Arc::clone(a))
-                }
-                MemberState::Removed if now >= r.since + self.config.tombstone_ttl => {
-                    forget.push(Arc::clone(a))
-                }
-                _ => {}
+        while let Some(e) = self.removals.pop_front() {
+            if now < e.at {
+                self.removals.push_front(e);
+                break;
+            }
+            if !self.is_current(&e, MemberState::Down) {
+                continue;
+            }
+            if let Some(r) = self.members.get_mut(&e.address) {
+                r.state = MemberState::Removed;
+                let m = r.clone();
+                self.entered(now, &m);
+                self.events.push_back(ClusterEvent::MemberRemoved(m));
             }
         }
-        for a in removed {
-            if let Some(r) = self.members.get_mut(&a) {
-                r.member.state = MemberState::Removed;
-                r.since = now;
-                self.events
-                    .push_back(ClusterEvent::MemberRemoved(r.member.clone()));
+        while let Some(e) = self.tombstones.pop_front() {
+            if now < e.at {
+                self.tombstones.push_front(e);
+                break;
             }
-        }
-        for a in forget {
-            self.members.remove(&a);
-            self.broadcasts.remove(&a);
+            if self.is_current(&e, MemberState::Removed) {
+                self.members.remove(&e.address);
+                self.broadcasts.remove(&e.address);
+            }
         }
     }
 
@@ -967,7 +996,7 @@ impl Membership {
     }
 
     /// Sends `body` to `to` with as much gossip as fits, `first` ahead.
-    fn send(&mut self, _now: Instant, to: &Arc<str>, body: Body, first: Option<&Arc<str>>) {
+    fn send(&mut self, to: &Arc<str>, body: Body, first: Option<&Arc<str>>) {
         let mut packet = Packet {
             cluster: Arc::clone(&self.name),
             from: Arc::clone(&self.me.address),
@@ -996,7 +1025,7 @@ impl Membership {
         });
     }
 
-    fn gossip_round(&mut self, now: Instant) {
+    fn gossip_round(&mut self) {
         if self.broadcasts.is_empty() {
             return;
         }
@@ -1005,7 +1034,7 @@ impl Membership {
             if self.broadcasts.is_empty() {
                 break;
             }
-            self.send(now, &t, Body::Gossip, None);
+            self.send(&t, Body::Gossip, None);
         }
     }
 }

@@ -153,7 +153,7 @@ impl Cluster {
         let snapshot = Arc::new(Mutex::new(Snapshot {
             local: membership.local().clone(),
             members: membership.members().into(),
-            ring: Arc::new(membership.ring().clone()),
+            ring: Arc::clone(membership.ring()),
         }));
         let (commands, commands_rx) = mpsc::unbounded_channel();
         let driver = Driver {
@@ -303,25 +303,24 @@ impl Driver {
             };
             to.tell(ClusterPacket(t.packet));
         }
-        let mut changed = false;
+        let mut refreshed = false;
         while let Some(event) = self.membership.poll_event() {
-            if !changed {
-                changed = true;
+            // Events are drained after the state machine applied them all,
+            // so one snapshot serves every event of this batch.
+            if !refreshed {
+                refreshed = true;
                 self.refresh_snapshot();
             }
             tracing::info!(target: "plexus::cluster", ?event, "cluster event");
-            for s in self.subscribers.clone() {
-                self.publish_to(&s, event.clone());
+            for s in &self.subscribers {
+                self.publish_to(s, event.clone());
             }
             self.subscribers.retain(ActorRef::is_alive);
-        }
-        if changed {
-            self.refresh_snapshot();
         }
     }
 
     fn refresh_snapshot(&mut self) {
-        let ring = Arc::new(self.membership.ring().clone());
+        let ring = Arc::clone(self.membership.ring());
         let mut s = self.snapshot.lock().unwrap_or_else(PoisonError::into_inner);
         s.local = self.membership.local().clone();
         s.members = self.membership.members().into();

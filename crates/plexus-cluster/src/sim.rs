@@ -16,7 +16,6 @@
 //! assert!(sim.everyone_sees_down(3));
 //! ```
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -41,19 +40,16 @@ pub fn index(address: &str) -> Option<Address> {
 /// A [`Membership`] as a simulated process.
 #[derive(Debug)]
 pub struct SimMember {
-    /// The member's state machine.
+    /// The member's state machine (its `stats()` count refused packets).
     pub membership: Membership,
-    /// Packets it refused (bad bytes, another cluster).
-    pub refused: u64,
 }
 
 impl Process for SimMember {
     type Event = ClusterEvent;
 
     fn handle_packet(&mut self, now: Instant, _from: Address, packet: Bytes) {
-        if self.membership.handle_packet(now, &packet).is_err() {
-            self.refused += 1;
-        }
+        // A refused packet is counted in the membership's stats.
+        let _ = self.membership.handle_packet(now, &packet);
     }
 
     fn handle_timeout(&mut self, now: Instant) {
@@ -93,28 +89,30 @@ impl ClusterSim {
         let mut sim = Sim::new(seed, model);
         let mut lives = Vec::with_capacity(n);
         for i in 0..n {
-            let member = Self::member(&config, i, 1, seed, sim.now());
+            let seeds = if i == 0 { None } else { Some(0) };
+            let member = Self::member(&config, i, 1, seed, seeds, sim.now());
             sim.add(member);
             lives.push(1);
         }
         Self { sim, config, lives }
     }
 
+    /// Member `i` joining through `seed` (forming a cluster without one).
     fn member(
         config: &ClusterConfig,
         i: Address,
         incarnation: u64,
         seed: u64,
+        join_through: Option<Address>,
         now: Instant,
     ) -> SimMember {
         let mut config = config.clone();
-        config.seeds = if i == 0 { Vec::new() } else { vec![address(0)] };
+        config.seeds = join_through.map(address).into_iter().collect();
         config.rng_seed = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ incarnation;
         SimMember {
             // The address and settings are valid by construction.
             membership: Membership::new(config, address(i), incarnation, now)
                 .expect("simulated member settings are valid"),
-            refused: 0,
         }
     }
 
@@ -144,17 +142,20 @@ impl ClusterSim {
     }
 
     /// Restarts member `i` as a new life (a higher incarnation), joining
-    /// through member 0 (or `seed` if given).
+    /// through `seed`, or member 0 (member 0 without a seed forms a new
+    /// cluster).
     pub fn restart(&mut self, i: Address, seed: Option<Address>) {
         self.lives[i] += 1_000;
         let now = self.sim.now();
-        let mut m = Self::member(&self.config, i, self.lives[i], self.sim.seed(), now);
-        if let Some(s) = seed {
-            let mut config = m.membership.config().clone();
-            config.seeds = vec![address(s)];
-            m.membership = Membership::new(config, address(i), self.lives[i], now)
-                .expect("simulated member settings are valid");
-        }
+        let through = seed.or((i != 0).then_some(0));
+        let m = Self::member(
+            &self.config,
+            i,
+            self.lives[i],
+            self.sim.seed(),
+            through,
+            now,
+        );
         self.sim.restart(i, m);
     }
 
@@ -225,10 +226,5 @@ impl ClusterSim {
     /// simulator.
     pub fn events(&self) -> &[plexus_sim::Recorded<ClusterEvent>] {
         self.sim.events()
-    }
-
-    /// The address of member `i` as an `Arc<str>`.
-    pub fn arc_address(i: Address) -> Arc<str> {
-        address(i).into()
     }
 }

@@ -77,13 +77,8 @@ impl Membership {
         let mut live: Vec<(u64, Arc<str>)> = self
             .members
             .values()
-            .filter(|r| r.member.state.is_live())
-            .map(|r| {
-                (
-                    hash64(&[r.member.address.as_bytes()]),
-                    Arc::clone(&r.member.address),
-                )
-            })
+            .filter(|r| r.state.is_live())
+            .map(|r| (hash64(&[r.address.as_bytes()]), Arc::clone(&r.address)))
             .collect();
         if self.me.state.is_live() {
             live.push((
@@ -92,9 +87,9 @@ impl Membership {
             ));
         }
         live.sort();
-        self.live = live.into_iter().map(|(_, a)| a).collect();
+        self.live = live;
         let watched = if matches!(self.me.state, MemberState::Up | MemberState::Suspect) {
-            self.predecessors(&self.me.address.clone())
+            self.predecessors(&self.me.address)
         } else {
             Vec::new()
         };
@@ -115,33 +110,46 @@ impl Membership {
             .retain(|_, i| self.watches.contains_key(&i.target));
     }
 
-    /// The `replication_factor` live members before `address` on the watch
-    /// ring (the members it watches).
-    fn predecessors(&self, address: &Arc<str>) -> Vec<Arc<str>> {
-        let Some(i) = self.live.iter().position(|a| a == address) else {
+    /// Where `address` is on the watch ring, if it is live.
+    fn live_position(&self, address: &str) -> Option<usize> {
+        let point = hash64(&[address.as_bytes()]);
+        self.live
+            .binary_search_by(|(p, a)| (*p, &**a).cmp(&(point, address)))
+            .ok()
+    }
+
+    /// The `replication_factor` live members next to `address` on the watch
+    /// ring: after it (its watchers) or before it (the members it watches).
+    fn ring_neighbours(&self, address: &str, after: bool) -> Vec<Arc<str>> {
+        let Some(i) = self.live_position(address) else {
             return Vec::new();
         };
         let n = self.live.len();
         let k = self.config.replication_factor.min(n - 1);
         (1..=k)
-            .map(|d| Arc::clone(&self.live[(i + n - d) % n]))
+            .map(|d| {
+                let j = if after { (i + d) % n } else { (i + n - d) % n };
+                Arc::clone(&self.live[j].1)
+            })
             .collect()
     }
 
-    /// The live members after `address` on the watch ring (its watchers).
+    /// The members watching `address`.
     pub(super) fn watchers(&self, address: &str) -> Vec<Arc<str>> {
-        let Some(i) = self.live.iter().position(|a| **a == *address) else {
-            return Vec::new();
-        };
-        let n = self.live.len();
-        let k = self.config.replication_factor.min(n - 1);
-        (1..=k)
-            .map(|d| Arc::clone(&self.live[(i + d) % n]))
-            .collect()
+        self.ring_neighbours(address, true)
     }
 
+    /// The members `address` watches.
+    fn predecessors(&self, address: &str) -> Vec<Arc<str>> {
+        self.ring_neighbours(address, false)
+    }
+
+    /// How many members watch `address` ([`Self::watchers`] without
+    /// building the list).
     pub(super) fn watchers_of(&self, address: &str) -> usize {
-        self.watchers(address).len()
+        self.live_position(address).map_or(0, |_| {
+            self.config.replication_factor.min(self.live.len() - 1)
+        })
     }
 
     pub(super) fn probe_round(&mut self, now: Instant) {
@@ -163,12 +171,12 @@ impl Membership {
                 && self
                     .members
                     .get(&t)
-                    .is_some_and(|r| r.member.state == MemberState::Suspect);
+                    .is_some_and(|r| r.state == MemberState::Suspect);
             let first = suspect.then(|| Arc::clone(&t));
             if let (true, Some(r)) = (suspect, self.members.get(&t)) {
-                self.broadcasts.push(r.member.clone());
+                self.broadcasts.push(r.clone());
             }
-            self.send(now, &t, Body::Ping { seq }, first.as_ref());
+            self.send(&t, Body::Ping { seq }, first.as_ref());
         }
     }
 
@@ -214,7 +222,7 @@ impl Membership {
         for seq in expired {
             if let Some(p) = self.pings.remove(&seq) {
                 if let (Some((origin, origin_seq)), true) = (p.relay, self.config.lifeguard) {
-                    self.send(now, &origin, Body::Nack { seq: origin_seq }, None);
+                    self.send(&origin, Body::Nack { seq: origin_seq }, None);
                 }
             }
         }
@@ -225,11 +233,12 @@ impl Membership {
         let mut candidates: Vec<Arc<str>> = self
             .live
             .iter()
+            .map(|(_, a)| a)
             .filter(|a| **a != target && **a != self.me.address)
             .filter(|a| {
                 self.members
                     .get(*a)
-                    .is_some_and(|r| r.member.state == MemberState::Up)
+                    .is_some_and(|r| r.state == MemberState::Up)
             })
             .cloned()
             .collect();
@@ -237,7 +246,6 @@ impl Membership {
         candidates.truncate(self.config.indirect_probes);
         for h in &candidates {
             self.send(
-                now,
                 h,
                 Body::PingReq {
                     seq,
@@ -254,7 +262,7 @@ impl Membership {
                 expires: now + self.config.probe_interval * 3,
             },
         );
-        self.send(now, &target, Body::Ping { seq }, None);
+        self.send(&target, Body::Ping { seq }, None);
         let deadline = now + self.scaled(self.config.probe_timeout);
         self.indirect.insert(
             seq,
@@ -284,7 +292,7 @@ impl Membership {
         let Some(record) = self.members.get(&i.target) else {
             return;
         };
-        let member = record.member.clone();
+        let member = record.clone();
         if w.accused == Some(member.incarnation) || !member.state.is_live() {
             return;
         }
@@ -309,7 +317,6 @@ impl Membership {
         }
         for to in tell {
             self.send(
-                now,
                 &to,
                 Body::Suspect {
                     target: Arc::clone(&i.target),
@@ -325,7 +332,7 @@ impl Membership {
             return;
         };
         if let Some((origin, origin_seq)) = p.relay {
-            self.send(now, &origin, Body::Ack { seq: origin_seq }, None);
+            self.send(&origin, Body::Ack { seq: origin_seq }, None);
             return;
         }
         let half = self.config.probe_interval / 4;
@@ -352,7 +359,7 @@ impl Membership {
         target: Arc<str>,
     ) {
         if *target == *self.me.address {
-            self.send(now, from, Body::Ack { seq }, None);
+            self.send(from, Body::Ack { seq }, None);
             return;
         }
         let my_seq = self.take_seq();
@@ -364,7 +371,7 @@ impl Membership {
                 expires: now + self.config.probe_timeout * 4 / 5,
             },
         );
-        self.send(now, &target, Body::Ping { seq: my_seq }, None);
+        self.send(&target, Body::Ping { seq: my_seq }, None);
     }
 
     /// `from` says its own probes of `target` failed.
@@ -385,11 +392,11 @@ impl Membership {
         let Some(record) = self.members.get(target) else {
             return;
         };
-        if record.member.incarnation != incarnation || !record.member.state.is_live() {
+        if record.incarnation != incarnation || !record.state.is_live() {
             return;
         }
-        if record.member.state != MemberState::Suspect {
-            let mut claim = record.member.clone();
+        if record.state != MemberState::Suspect {
+            let mut claim = record.clone();
             claim.state = MemberState::Suspect;
             self.apply_claim(now, from, claim);
         }
@@ -431,7 +438,7 @@ impl Membership {
     pub(super) fn gossip_targets(&mut self) -> Vec<Arc<str>> {
         let fanout = self.config.gossip_fanout;
         let mut out: Vec<Arc<str>> = Vec::with_capacity(fanout);
-        let neighbours = self.predecessors(&self.me.address.clone());
+        let neighbours = self.predecessors(&self.me.address);
         if !neighbours.is_empty() {
             let i = (self.next_seq as usize) % neighbours.len();
             out.push(Arc::clone(&neighbours[i]));
@@ -439,14 +446,15 @@ impl Membership {
         let mut others: Vec<&Arc<str>> = self
             .live
             .iter()
+            .map(|(_, a)| a)
             .filter(|a| **a != self.me.address && !out.contains(a))
             .collect();
         // Leaving members still hear gossip.
         let leaving: Vec<&Arc<str>> = self
             .members
             .values()
-            .filter(|r| r.member.state == MemberState::Leaving)
-            .map(|r| &r.member.address)
+            .filter(|r| r.state == MemberState::Leaving)
+            .map(|r| &r.address)
             .collect();
         others.extend(leaving);
         let (chosen, _) = others.partial_shuffle(&mut self.rng, fanout.saturating_sub(out.len()));

@@ -4,7 +4,6 @@
 //! small packet each way.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use rand::Rng;
 
@@ -21,7 +20,6 @@ impl Membership {
         let mut all: Vec<&Member> = self
             .members
             .values()
-            .map(|r| &r.member)
             .filter(|m| m.state != MemberState::Removed)
             .collect();
         all.push(&self.me);
@@ -40,12 +38,12 @@ impl Membership {
 
     /// Sends this member's whole view to `to` in pages that fit the packet
     /// limit.
-    pub(super) fn send_pages(&mut self, _now: Instant, to: &Arc<str>, mode: SyncMode) {
+    pub(super) fn send_pages(&mut self, to: &Arc<str>, mode: SyncMode) {
         let mut all: Vec<Member> = self
             .members
             .values()
-            .map(|r| r.member.clone())
             .filter(|m| m.state != MemberState::Removed)
+            .cloned()
             .collect();
         all.push(self.me.clone());
         let digest = self.digest();
@@ -97,7 +95,6 @@ impl Membership {
 
     pub(super) fn on_sync(
         &mut self,
-        now: Instant,
         from: &Arc<str>,
         mode: SyncMode,
         page: u16,
@@ -117,7 +114,7 @@ impl Membership {
             }
             SyncMode::Push => {
                 if digest != digest_before {
-                    self.send_pages(now, from, SyncMode::PushReply);
+                    self.send_pages(from, SyncMode::PushReply);
                 }
             }
             SyncMode::PushReply => {
@@ -126,7 +123,7 @@ impl Membership {
                 if page == 0 && self.pushed_to.as_ref() == Some(from) {
                     self.pushed_to = None;
                     if digest != digest_before {
-                        self.send_pages(now, from, SyncMode::PushReply);
+                        self.send_pages(from, SyncMode::PushReply);
                     }
                 }
             }
@@ -141,6 +138,7 @@ impl Membership {
         let others: Vec<Arc<str>> = self
             .live
             .iter()
+            .map(|(_, a)| a)
             .filter(|a| **a != self.me.address)
             .cloned()
             .collect();
