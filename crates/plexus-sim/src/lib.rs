@@ -489,15 +489,16 @@ impl<P: Process> Sim<P> {
                 event,
             });
         }
-        let deadline = process.poll_timeout();
+        // A deadline already past fires now; the slot remembers the instant
+        // its queue entry carries, so an unchanged deadline is not queued
+        // twice.
+        let deadline = process.poll_timeout().map(|at| at.max(self.now));
         let slot = &mut self.slots[address];
         slot.process = Some(process);
         if deadline != slot.timer {
             slot.timer = deadline;
             if let Some(at) = deadline {
-                self.schedule(at.max(self.now), Kind::Timer { to: address });
-                // The queue entry carries the clamped instant; keep them equal.
-                self.slots[address].timer = Some(at.max(self.now));
+                self.schedule(at, Kind::Timer { to: address });
             }
         }
     }
