@@ -33,7 +33,6 @@ use crate::error::{ReceiveError, StackSendError};
 use crate::frame::Frame;
 use crate::layer::{earliest, Interface, Layer, LinkContext, LinkEvent, Output};
 use crate::options::{LayerOptions, OptionError};
-pub use crate::phi::{delay_for_phi, phi};
 use crate::phi::{PhiConfig, PhiDetector, PhiThreshold};
 use crate::registry::LayerConfig;
 
