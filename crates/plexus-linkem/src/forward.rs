@@ -7,12 +7,17 @@
 //! the TUNs without blocking after each step: packets leave within about
 //! 100 µs of their time and are time-stamped within about 100 µs of their
 //! arrival. The cost is up to 20 wake-ups per departure.
+//!
+//! [`Forwarder::set_config`] changes the settings while it runs (cut the
+//! link with 100 % loss, heal it again): the driver hands them to both
+//! models at its next wake-up, and they apply to packets arriving from then
+//! on.
 
 use std::io;
 use std::time::{Duration, Instant};
 
 use tokio::runtime::Runtime;
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 use tokio_tun::Tun;
 
 use crate::config::LinkConfig;
@@ -29,9 +34,16 @@ const MAX_PACKET: usize = 65_536;
 /// Packets read in one go before the driver looks at its timers again.
 const READ_BATCH: usize = 64;
 
+/// The forwarder is no longer running, so new settings cannot apply.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the link's forwarder has stopped; the new settings were not applied")]
+#[non_exhaustive]
+pub struct ForwarderStopped;
+
 /// The forwarding thread of a link.
 pub struct Forwarder {
     stop: Option<oneshot::Sender<()>>,
+    configs: mpsc::UnboundedSender<LinkConfig>,
     thread: Option<std::thread::JoinHandle<io::Result<[LinkStats; 2]>>>,
     failed: Option<oneshot::Receiver<String>>,
     reason: Option<String>,
@@ -50,12 +62,13 @@ impl Forwarder {
     ) -> Result<Forwarder, SetupError> {
         let (stop_tx, stop_rx) = oneshot::channel();
         let (fail_tx, fail_rx) = oneshot::channel();
+        let (configs, configs_rx) = mpsc::unbounded_channel();
         let ab = LinkModel::new(config.a_to_b, config.seed);
         let ba = LinkModel::new(config.b_to_a, config.seed ^ 0x9e37_79b9_7f4a_7c15);
         let thread = std::thread::Builder::new()
             .name("linkem-forwarder".into())
             .spawn(move || {
-                let res = rt.block_on(forward(&tun_a, &tun_b, ab, ba, stop_rx));
+                let res = rt.block_on(forward(&tun_a, &tun_b, ab, ba, stop_rx, configs_rx));
                 if let Err(e) = &res {
                     let _ = fail_tx.send(format!("the forwarder stopped: {e}"));
                 }
@@ -67,10 +80,22 @@ impl Forwarder {
             })?;
         Ok(Forwarder {
             stop: Some(stop_tx),
+            configs,
             thread: Some(thread),
             failed: Some(fail_rx),
             reason: None,
         })
+    }
+
+    /// Changes the settings of both directions while the link runs; they
+    /// apply to packets arriving from the forwarder's next wake-up on
+    /// (packets in flight keep their times). `config.seed` is not used:
+    /// the RNGs go on where they are.
+    ///
+    /// # Errors
+    /// [`ForwarderStopped`] if the forwarder thread has ended.
+    pub fn set_config(&self, config: LinkConfig) -> Result<(), ForwarderStopped> {
+        self.configs.send(config).map_err(|_| ForwarderStopped)
     }
 
     /// Resolves with the reason when the forwarder stopped on an error.
@@ -127,7 +152,12 @@ async fn forward(
     mut ab: LinkModel,
     mut ba: LinkModel,
     mut stop: oneshot::Receiver<()>,
+    mut configs: mpsc::UnboundedReceiver<LinkConfig>,
 ) -> io::Result<[LinkStats; 2]> {
+    let apply = |c: LinkConfig, ab: &mut LinkModel, ba: &mut LinkModel| {
+        ab.set_config(c.a_to_b);
+        ba.set_config(c.b_to_a);
+    };
     let mut buf_a = vec![0u8; MAX_PACKET];
     let mut buf_b = vec![0u8; MAX_PACKET];
     loop {
@@ -145,6 +175,9 @@ async fn forward(
                 // arrived in between so that arrival times stay exact to
                 // about one STEP.
                 std::thread::sleep(left.min(STEP));
+                while let Ok(c) = configs.try_recv() {
+                    apply(c, &mut ab, &mut ba);
+                }
                 poll_reads(a, &mut buf_a, &mut ab)?;
                 poll_reads(b, &mut buf_b, &mut ba)?;
                 continue;
@@ -154,6 +187,7 @@ async fn forward(
         tokio::select! {
             biased;
             _ = &mut stop => return Ok([ab.stats(), ba.stats()]),
+            Some(c) = configs.recv() => apply(c, &mut ab, &mut ba),
             r = a.recv(&mut buf_a) => take(r?, &mut buf_a, a, &mut ab)?,
             r = b.recv(&mut buf_b) => take(r?, &mut buf_b, b, &mut ba)?,
             _ = sleep_until(coarse) => {}

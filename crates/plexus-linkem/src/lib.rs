@@ -30,5 +30,6 @@ pub mod netns;
 pub mod probe;
 
 pub use config::{ConfigError, DirectionConfig, LinkConfig};
+pub use forward::ForwarderStopped;
 pub use model::{LinkModel, LinkStats, Verdict};
 pub use netns::{Link, SetupError, Side};

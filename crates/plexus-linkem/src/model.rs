@@ -136,6 +136,15 @@ impl<P: AsRef<[u8]> + Clone> LinkModel<P> {
         &self.config
     }
 
+    /// Changes the settings from now on: packets that arrive later get the
+    /// new ones; packets already in flight keep the time they were given.
+    /// The RNG goes on where it was (a run with the same seed and the same
+    /// changes at the same points replays). The rate queue is kept, so a
+    /// new rate cap starts behind the packets still serializing.
+    pub fn set_config(&mut self, config: DirectionConfig) {
+        self.config = config;
+    }
+
     /// Counters so far.
     pub fn stats(&self) -> LinkStats {
         self.stats

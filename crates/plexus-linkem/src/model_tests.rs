@@ -55,6 +55,31 @@ fn drive(
 }
 
 #[test]
+fn a_new_config_applies_to_later_packets_and_spares_those_in_flight() {
+    let t0 = Instant::now();
+    let mut m = LinkModel::new(cfg(|c| drop(c.set_delay_ms(10.0))), 1);
+    assert!(matches!(
+        m.handle_packet(t0, pkt(0, 64)),
+        Verdict::Scheduled { .. }
+    ));
+    m.set_config(cfg(|c| drop(c.set_loss_percent(100.0))));
+    assert_eq!(m.handle_packet(t0 + ms(1), pkt(1, 64)), Verdict::Lost);
+    // The packet sent before the cut still arrives, at its time.
+    assert_eq!(m.poll_transmit(t0 + ms(9)), None);
+    assert_eq!(m.poll_transmit(t0 + ms(10)).map(|p| id(&p)), Some(0));
+    m.set_config(DirectionConfig::default());
+    assert_eq!(
+        m.handle_packet(t0 + ms(20), pkt(2, 64)),
+        Verdict::Scheduled {
+            at: t0 + ms(20),
+            duplicate_at: None,
+            reordered: false
+        }
+    );
+    assert_eq!(m.poll_transmit(t0 + ms(20)).map(|p| id(&p)), Some(2));
+}
+
+#[test]
 fn delay_holds_each_packet_for_exactly_the_delay() {
     let t0 = Instant::now();
     let mut m = LinkModel::new(cfg(|c| drop(c.set_delay_ms(10.0))), 1);

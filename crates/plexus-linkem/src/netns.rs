@@ -21,7 +21,7 @@ use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
 use crate::config::LinkConfig;
-use crate::forward::Forwarder;
+use crate::forward::{Forwarder, ForwarderStopped};
 use crate::model::LinkStats;
 
 /// Where the pid files of running links live.
@@ -472,6 +472,19 @@ impl Link {
     /// A command that runs `program args` inside a side.
     pub fn command(&self, side: Side, program: &str, args: &[String]) -> Command {
         netns_exec(&self.namespace(side), program, args)
+    }
+
+    /// Changes the link's settings while it runs, e.g. 100 % loss both ways
+    /// to cut it and the old settings to heal it. See
+    /// [`Forwarder::set_config`].
+    ///
+    /// # Errors
+    /// [`ForwarderStopped`] if the forwarder has ended.
+    pub fn set_config(&self, config: LinkConfig) -> Result<(), ForwarderStopped> {
+        self.forwarder
+            .as_ref()
+            .ok_or(ForwarderStopped)?
+            .set_config(config)
     }
 
     /// Resolves when the forwarder stopped on its own (an I/O error on a

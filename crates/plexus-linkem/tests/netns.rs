@@ -136,6 +136,26 @@ fn link_at_full_loss_delivers_nothing() {
 
 #[test]
 #[ignore = "needs root"]
+fn a_running_link_is_cut_and_healed_by_new_settings() {
+    require_privileges();
+    let p = prefix('r');
+    let _leftovers = Leftovers(p.clone());
+    let link = Link::up(&p, config(0.0)).expect("link up");
+    let report = probe::run(&link, Path::new(EXE), &plan(100)).expect("probe runs");
+    assert_eq!(report.distinct, 100, "before the cut: {report:?}");
+    link.set_config(config(100.0)).expect("the forwarder runs");
+    let report = probe::run(&link, Path::new(EXE), &plan(100)).expect("probe runs");
+    assert_eq!(report.received, 0, "cut: {report:?}");
+    link.set_config(config(0.0)).expect("the forwarder runs");
+    let report = probe::run(&link, Path::new(EXE), &plan(100)).expect("probe runs");
+    assert_eq!(report.distinct, 100, "healed: {report:?}");
+    let [ab, _] = link.shutdown().expect("clean teardown");
+    assert!(ab.lost >= 100, "{ab:?}");
+    assert_nothing_left(&p);
+}
+
+#[test]
+#[ignore = "needs root"]
 fn dropping_a_link_removes_it() {
     require_privileges();
     let p = prefix('x');
