@@ -22,6 +22,15 @@ pub struct ClusterConfig {
     pub form_after: Option<Duration>,
     /// Between join attempts. Default 1 s.
     pub join_retry: Duration,
+    /// With seeds from a discovery ([`crate::Membership::set_seeds`]), how
+    /// many addresses (this member's included) the discovery must have
+    /// found before the lowest of them may form a new cluster (the
+    /// bootstrap rule, `docs/CLUSTER.md` "Discovery"; Akka Cluster
+    /// Bootstrap's `required-contact-point-nr`). Set it to the number of
+    /// members started together (a StatefulSet's replicas): then every
+    /// member agrees on the lowest, and exactly one cluster forms. Default
+    /// 2; 1 lets a member that discovers only itself form alone.
+    pub bootstrap_min_seeds: usize,
     /// This member's share of the ring. Default 1.
     pub weight: u16,
     /// Virtual nodes per unit of weight. Default 128 (about 2 KiB of ring
@@ -104,6 +113,7 @@ impl Default for ClusterConfig {
             seeds: Vec::new(),
             form_after: None,
             join_retry: Duration::from_secs(1),
+            bootstrap_min_seeds: 2,
             weight: 1,
             vnodes_per_weight: 128,
             lookup_probes: 5,
@@ -179,6 +189,9 @@ impl ClusterConfig {
                 "probe_interval/gossip_interval/join_retry",
                 "must not be zero",
             );
+        }
+        if self.bootstrap_min_seeds == 0 {
+            return bad("bootstrap_min_seeds", "must be at least 1");
         }
         if self.replication_factor == 0 {
             return bad("replication_factor", "must be at least 1");

@@ -22,6 +22,7 @@
 
 mod broadcast;
 pub mod config;
+pub mod discovery;
 pub mod event;
 pub mod member;
 pub mod membership;
@@ -33,6 +34,7 @@ pub mod split_brain;
 pub mod wire;
 
 pub use config::{ClusterConfig, ConfigError};
+pub use discovery::{Discovery, DiscoveryError, StaticSeeds};
 pub use event::{ClusterEvent, DownReason};
 pub use member::{Member, MemberState};
 pub use membership::{Membership, MembershipStats, PacketError, Transmit};

@@ -16,6 +16,7 @@
 //! refutable suspicion, Lifeguard's local health); split-brain resolution;
 //! graceful leave; rejoining under a new incarnation after being downed.
 
+mod bootstrap;
 mod probe;
 mod sync;
 
@@ -163,6 +164,8 @@ pub struct Membership {
     pushed_to: Option<Arc<str>>,
     stopped: bool,
     stats: MembershipStats,
+    /// Discovered seeds and the bootstrap rule's count of tried ones.
+    bootstrap: bootstrap::Bootstrap,
 }
 
 impl Membership {
@@ -170,7 +173,8 @@ impl Membership {
     /// life `incarnation`, starting at `now`. A restarted member must use a
     /// higher incarnation than its previous life (drivers use the wall
     /// clock in milliseconds). With no seeds (or only itself) it forms a new
-    /// cluster at once; otherwise it starts joining.
+    /// cluster at once; otherwise it starts joining. (A member whose seeds
+    /// come from a discovery: [`Membership::with_discovery`].)
     ///
     /// # Errors
     ///
@@ -181,8 +185,17 @@ impl Membership {
         incarnation: u64,
         now: Instant,
     ) -> Result<Self, ConfigError> {
+        Self::build(config, address.into(), incarnation, now, false)
+    }
+
+    fn build(
+        config: ClusterConfig,
+        address: Arc<str>,
+        incarnation: u64,
+        now: Instant,
+        discovering: bool,
+    ) -> Result<Self, ConfigError> {
         config.validate()?;
-        let address: Arc<str> = address.into();
         if address.is_empty() || address.len() > 255 {
             return Err(ConfigError {
                 setting: "address",
@@ -232,9 +245,10 @@ impl Membership {
             pushed_to: None,
             stopped: false,
             stats: MembershipStats::default(),
+            bootstrap: bootstrap::Bootstrap::default(),
             config,
         };
-        if m.join_contacts().is_empty() {
+        if m.join_contacts().is_empty() && !discovering {
             m.form(now);
         } else {
             m.next_join = Some(now);
@@ -681,18 +695,26 @@ impl Membership {
             .unwrap_or(0)
     }
 
-    /// Seeds, then members known up, this member excluded.
+    /// Seeds, discovered seeds, then members known up, this member
+    /// excluded.
     fn join_contacts(&self) -> Vec<Arc<str>> {
-        let mut contacts: Vec<Arc<str>> = self
+        let mut contacts: Vec<Arc<str>> = Vec::new();
+        let mut seen: BTreeSet<Arc<str>> = BTreeSet::new();
+        let ups = self
+            .members
+            .values()
+            .filter(|r| r.state == MemberState::Up)
+            .map(|r| &r.address);
+        let candidates = self
             .config
             .seeds
             .iter()
-            .filter(|s| **s != *self.me.address)
             .map(|s| Arc::from(s.as_str()))
-            .collect();
-        for r in self.members.values() {
-            if r.state == MemberState::Up && !contacts.contains(&r.address) {
-                contacts.push(Arc::clone(&r.address));
+            .chain(self.bootstrap.seeds.iter().cloned())
+            .chain(ups.cloned());
+        for c in candidates {
+            if *c != *self.me.address && seen.insert(Arc::clone(&c)) {
+                contacts.push(c);
             }
         }
         contacts
@@ -710,10 +732,19 @@ impl Membership {
                 return;
             }
         }
+        if self.bootstrap_forms() {
+            tracing::info!(
+                seeds = self.bootstrap.seeds.len(),
+                "lowest of the discovered seeds and none admitted it: forming a new cluster"
+            );
+            self.form(now);
+            return;
+        }
         let contacts = self.join_contacts();
         if !contacts.is_empty() {
             let to = Arc::clone(&contacts[self.join_attempts % contacts.len()]);
             self.join_attempts += 1;
+            self.bootstrap_tried(&to);
             let weight = self.me.weight;
             self.send(&to, Body::Join { weight }, None);
         }

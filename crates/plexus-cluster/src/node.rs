@@ -32,8 +32,10 @@ use plexus_remote::Node;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::config::{ClusterConfig, ConfigError};
+use crate::discovery::rerun::Rerun;
+use crate::discovery::Discovery;
 use crate::event::ClusterEvent;
-use crate::member::Member;
+use crate::member::{Member, MemberState};
 use crate::membership::Membership;
 use crate::ring::Ring;
 
@@ -129,6 +131,37 @@ impl Cluster {
         system: &SystemRef,
         config: ClusterConfig,
     ) -> Result<Cluster, StartError> {
+        Self::start_inner(node, system, config, None)
+    }
+
+    /// Starts a member like [`Cluster::start`] whose seeds come from
+    /// `discovery` as well as from [`ClusterConfig::seeds`]: the driver
+    /// runs it at once and every `join_retry` while the member joins, and
+    /// hands each answer to [`Membership::set_seeds`]. A failed discovery
+    /// is logged (a warning) and retried, never fatal. The member forms a
+    /// cluster only by the bootstrap rule (the lowest of at least
+    /// `bootstrap_min_seeds` discovered addresses, its own among them,
+    /// once no other admitted it; `docs/CLUSTER.md`, "Discovery"), so its
+    /// node must listen on the address the discovery finds for it.
+    ///
+    /// # Errors
+    ///
+    /// [`StartError`] says why.
+    pub fn start_with_discovery(
+        node: &Node,
+        system: &SystemRef,
+        config: ClusterConfig,
+        discovery: Box<dyn Discovery>,
+    ) -> Result<Cluster, StartError> {
+        Self::start_inner(node, system, config, Some(discovery))
+    }
+
+    fn start_inner(
+        node: &Node,
+        system: &SystemRef,
+        config: ClusterConfig,
+        discovery: Option<Box<dyn Discovery>>,
+    ) -> Result<Cluster, StartError> {
         let address = node
             .listen_uris()
             .into_iter()
@@ -144,7 +177,12 @@ impl Cluster {
         }
         let replication_factor = config.replication_factor;
         let now = tokio::time::Instant::now().into_std();
-        let mut membership = Membership::new(config, address, incarnation, now)?;
+        let join_retry = config.join_retry;
+        let mut membership = match discovery {
+            Some(_) => Membership::with_discovery(config, address, incarnation, now)?,
+            None => Membership::new(config, address, incarnation, now)?,
+        };
+        let rerun = discovery.map(|d| Rerun::new(d, join_retry));
         let (packets_tx, packets) = mpsc::unbounded_channel::<Bytes>();
         let inbox = system.spawn_fn(move |ClusterPacket(bytes), _ctx| {
             let _ = packets_tx.send(bytes);
@@ -165,7 +203,7 @@ impl Cluster {
             leaving: Vec::new(),
             inbox,
         };
-        let task = tokio::spawn(driver.run(packets, commands_rx)).abort_handle();
+        let task = tokio::spawn(driver.run(packets, commands_rx, rerun)).abort_handle();
         Ok(Cluster {
             commands,
             snapshot,
@@ -234,6 +272,7 @@ impl Driver {
         mut self,
         mut packets: mpsc::UnboundedReceiver<Bytes>,
         mut commands: mpsc::UnboundedReceiver<Command>,
+        mut rerun: Option<Rerun>,
     ) {
         loop {
             self.flush();
@@ -255,7 +294,28 @@ impl Driver {
                     None => std::future::pending().await,
                 }
             };
+            // Discovery runs while the member joins (its errors name what
+            // was asked).
+            let joining = self.membership.local().state == MemberState::Joining;
             tokio::select! {
+                found = async {
+                    match rerun.as_mut() {
+                        Some(r) => r.next(joining).await,
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    let now = tokio::time::Instant::now().into_std();
+                    match found {
+                        Ok(seeds) => {
+                            tracing::debug!(target: "plexus::cluster", ?seeds, "discovered seeds");
+                            self.membership.set_seeds(now, seeds.into_iter().map(Arc::from).collect());
+                        }
+                        Err(e) => {
+                            let retry = self.membership.config().join_retry;
+                            tracing::warn!(target: "plexus::cluster", error = %e, ?retry, "discovery failed; trying again");
+                        }
+                    }
+                }
                 packet = packets.recv() => {
                     let Some(bytes) = packet else { return };
                     let now = tokio::time::Instant::now().into_std();
