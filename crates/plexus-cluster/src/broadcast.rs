@@ -7,11 +7,15 @@
 //! claim is dropped once sent `limit` times, `limit` growing with the log
 //! of the cluster size so a claim reaches everyone with high probability.
 
-use std::collections::BTreeMap;
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use crate::member::Member;
 use crate::wire::entry_len;
+
+/// Where a claim stands in line: least sent first, then newest first.
+type Rank = (u32, Reverse<u64>, Arc<str>);
 
 #[derive(Debug, Clone)]
 struct Queued {
@@ -21,10 +25,28 @@ struct Queued {
     order: u64,
 }
 
+impl Queued {
+    fn rank(&self) -> Rank {
+        (
+            self.transmits,
+            Reverse(self.order),
+            Arc::clone(&self.member.address),
+        )
+    }
+}
+
+/// Claims that do not fit the space left in a packet are skipped; after
+/// this many in a row the packet is taken as full (claims differ in size
+/// only by their address, so the rest would not fit either).
+const MISFITS_BEFORE_FULL: usize = 16;
+
 /// The queue. See the [module docs](self).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Broadcasts {
     queued: BTreeMap<Arc<str>, Queued>,
+    /// The queued claims in the order packets take them, so a packet costs
+    /// O(claims taken × log queued), not a sort of the queue.
+    line: BTreeSet<Rank>,
     next_order: u64,
 }
 
@@ -32,14 +54,15 @@ impl Broadcasts {
     /// Queues `member`'s claim (replacing an older one about it).
     pub(crate) fn push(&mut self, member: Member) {
         self.next_order += 1;
-        self.queued.insert(
-            Arc::clone(&member.address),
-            Queued {
-                member,
-                transmits: 0,
-                order: self.next_order,
-            },
-        );
+        let q = Queued {
+            member,
+            transmits: 0,
+            order: self.next_order,
+        };
+        self.line.insert(q.rank());
+        if let Some(old) = self.queued.insert(Arc::clone(&q.member.address), q) {
+            self.line.remove(&old.rank());
+        }
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -63,50 +86,53 @@ impl Broadcasts {
         first: Option<&Arc<str>>,
     ) -> Vec<Member> {
         let mut out = Vec::new();
-        let mut left = budget;
         if self.queued.is_empty() || max == 0 {
             return out;
         }
-        let mut order: Vec<(u32, std::cmp::Reverse<u64>, Arc<str>)> = self
-            .queued
+        let mut left = budget;
+        let mut taken: Vec<Rank> = Vec::new();
+        let head = first.and_then(|f| self.queued.get(f)).map(Queued::rank);
+        let mut misfits = 0;
+        for rank in head
             .iter()
-            .map(|(a, q)| (q.transmits, std::cmp::Reverse(q.order), Arc::clone(a)))
-            .collect();
-        order.sort_unstable();
-        if let Some(f) = first {
-            if let Some(i) = order.iter().position(|o| &o.2 == f) {
-                let item = order.remove(i);
-                order.insert(0, item);
-            }
-        }
-        let mut spent = Vec::new();
-        for (_, _, address) in order {
-            if out.len() == max {
+            .chain(self.line.iter().filter(|r| Some(*r) != head.as_ref()))
+        {
+            if out.len() == max || misfits == MISFITS_BEFORE_FULL {
                 break;
             }
-            let Some(q) = self.queued.get_mut(&address) else {
+            let Some(q) = self.queued.get(&rank.2) else {
                 continue;
             };
             let len = entry_len(&q.member);
             if len > left {
+                misfits += 1;
                 continue;
             }
+            misfits = 0;
             left -= len;
-            q.transmits += 1;
             out.push(q.member.clone());
-            if q.transmits >= limit {
-                spent.push(address);
-            }
+            taken.push(rank.clone());
         }
-        for a in spent {
-            self.queued.remove(&a);
+        for rank in taken {
+            self.line.remove(&rank);
+            let Some(q) = self.queued.get_mut(&rank.2) else {
+                continue;
+            };
+            q.transmits += 1;
+            if q.transmits >= limit {
+                self.queued.remove(&rank.2);
+            } else {
+                self.line.insert(q.rank());
+            }
         }
         out
     }
 
     /// Drops the queued claim about `address`.
     pub(crate) fn remove(&mut self, address: &str) {
-        self.queued.remove(address);
+        if let Some(q) = self.queued.remove(address) {
+            self.line.remove(&q.rank());
+        }
     }
 }
 

@@ -137,6 +137,8 @@ pub struct Membership {
     /// Live members (this one included when live) with their point on the
     /// watch ring, sorted by point.
     live: Vec<(u64, Arc<str>)>,
+    /// Members leaving (not live, still gossiped to), rebuilt with `live`.
+    leaving: Vec<Arc<str>>,
     live_dirty: bool,
     ring: Arc<Ring>,
     ring_dirty: bool,
@@ -222,6 +224,7 @@ impl Membership {
             out: VecDeque::new(),
             events: VecDeque::new(),
             live: Vec::new(),
+            leaving: Vec::new(),
             live_dirty: true,
             ring: Arc::default(),
             ring_dirty: true,
@@ -574,8 +577,14 @@ impl Membership {
             self.on_new_member(now, new);
             return;
         }
-        if old.state != new.state {
-            self.membership_changed();
+        // Up ⇄ suspect (the common churn under loss and stalls) changes
+        // neither who is watched nor who owns keys: no rebuild of either.
+        let leaving = |m: &Member| m.state == MemberState::Leaving;
+        if old.state.is_live() != new.state.is_live() || leaving(old) != leaving(new) {
+            self.live_dirty = true;
+        }
+        if old.state.owns_keys() != new.state.owns_keys() {
+            self.ring_dirty = true;
         }
         if old.state == MemberState::Suspect && new.state != MemberState::Suspect {
             self.end_suspicion(now, &new.address);

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use plexus_net::phi::PhiDetector;
 use rand::seq::SliceRandom;
+use rand::Rng;
 
 use super::{Membership, MAX_HEALTH};
 use crate::member::MemberState;
@@ -88,6 +89,12 @@ impl Membership {
         }
         live.sort();
         self.live = live;
+        self.leaving = self
+            .members
+            .values()
+            .filter(|r| r.state == MemberState::Leaving)
+            .map(|r| Arc::clone(&r.address))
+            .collect();
         let watched = if matches!(self.me.state, MemberState::Up | MemberState::Suspect) {
             self.predecessors(&self.me.address)
         } else {
@@ -443,23 +450,28 @@ impl Membership {
             let i = (self.next_seq as usize) % neighbours.len();
             out.push(Arc::clone(&neighbours[i]));
         }
-        let mut others: Vec<&Arc<str>> = self
-            .live
-            .iter()
-            .map(|(_, a)| a)
-            .filter(|a| **a != self.me.address && !out.contains(a))
-            .collect();
-        // Leaving members still hear gossip.
-        let leaving: Vec<&Arc<str>> = self
-            .members
-            .values()
-            .filter(|r| r.state == MemberState::Leaving)
-            .map(|r| &r.address)
-            .collect();
-        others.extend(leaving);
-        let (chosen, _) = others.partial_shuffle(&mut self.rng, fanout.saturating_sub(out.len()));
-        let chosen: Vec<Arc<str>> = chosen.iter().map(|a| Arc::clone(a)).collect();
-        out.extend(chosen);
+        // Random others among the live and the leaving (who still hear
+        // gossip), drawn by index: O(fanout) per round, not O(members),
+        // since every member gossips every round.
+        let (live, leaving) = (self.live.len(), self.leaving.len());
+        let pool = live + leaving;
+        let want = fanout.saturating_sub(out.len());
+        let mut tries = 0;
+        while out.len() < fanout && tries < want * 8 {
+            tries += 1;
+            if pool == 0 {
+                break;
+            }
+            let i = self.rng.gen_range(0..pool);
+            let a = if i < live {
+                &self.live[i].1
+            } else {
+                &self.leaving[i - live]
+            };
+            if *a != self.me.address && !out.contains(a) {
+                out.push(Arc::clone(a));
+            }
+        }
         out
     }
 }

@@ -14,26 +14,22 @@ use crate::ring::hash64;
 use crate::wire::{entry_len, Body, Packet, SyncMode, MAX_ENTRIES};
 
 impl Membership {
-    /// A digest of every claim this member holds (order-independent of
-    /// insertion: members are sorted by address).
+    /// A digest of every claim this member holds: a sum of one hash per
+    /// claim, so it needs no sorting and two members holding the same
+    /// claims agree whatever order they learnt them in.
     pub(super) fn digest(&self) -> u64 {
-        let mut all: Vec<&Member> = self
-            .members
+        self.members
             .values()
             .filter(|m| m.state != MemberState::Removed)
-            .collect();
-        all.push(&self.me);
-        all.sort_by(|a, b| a.address.cmp(&b.address));
-        let mut acc = 0u64;
-        for m in all {
-            let h = hash64(&[
-                m.address.as_bytes(),
-                &m.incarnation.to_le_bytes(),
-                &[m.state.code()],
-            ]);
-            acc = acc.rotate_left(5) ^ h;
-        }
-        acc
+            .chain(std::iter::once(&self.me))
+            .map(|m| {
+                hash64(&[
+                    m.address.as_bytes(),
+                    &m.incarnation.to_le_bytes(),
+                    &[m.state.code()],
+                ])
+            })
+            .fold(0u64, u64::wrapping_add)
     }
 
     /// Sends this member's whole view to `to` in pages that fit the packet
