@@ -36,7 +36,7 @@ use crate::discovery::rerun::Rerun;
 use crate::discovery::Discovery;
 use crate::event::ClusterEvent;
 use crate::member::{Member, MemberState};
-use crate::membership::Membership;
+use crate::membership::{Membership, MembershipStats};
 use crate::ring::Ring;
 
 /// The name the cluster's actor is published under on every member node.
@@ -98,6 +98,7 @@ struct Snapshot {
     local: Member,
     members: Arc<[Member]>,
     ring: Arc<Ring>,
+    stats: MembershipStats,
 }
 
 /// A running cluster member on a node. Dropping it stops the member
@@ -192,6 +193,7 @@ impl Cluster {
             local: membership.local().clone(),
             members: membership.members().into(),
             ring: Arc::clone(membership.ring()),
+            stats: membership.stats(),
         }));
         let (commands, commands_rx) = mpsc::unbounded_channel();
         let driver = Driver {
@@ -229,6 +231,12 @@ impl Cluster {
     /// The ring of the members that own keys.
     pub fn ring(&self) -> Arc<Ring> {
         Arc::clone(&self.snapshot().ring)
+    }
+
+    /// The member's counters (packets and bytes sent, suspicions,
+    /// refutations, refused input) as of the driver's last step.
+    pub fn stats(&self) -> MembershipStats {
+        self.snapshot().stats
     }
 
     /// The `replication_factor` member addresses owning `key`.
@@ -346,8 +354,10 @@ impl Driver {
     fn flush(&mut self) {
         while let Some(t) = self.membership.poll_transmit() {
             let to = match self.refs.get(&t.to) {
-                Some(r) => r.clone(),
-                None => match self
+                // A ref stops when its node is gone (killed, say); a new
+                // process at the same address needs a new ref.
+                Some(r) if r.is_alive() => r.clone(),
+                _ => match self
                     .node
                     .forge::<ClusterPacket>(&format!("{}/{ACTOR_NAME}", t.to))
                 {
@@ -363,6 +373,11 @@ impl Driver {
             };
             to.tell(ClusterPacket(t.packet));
         }
+        let stats = self.membership.stats();
+        self.snapshot
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .stats = stats;
         let mut refreshed = false;
         while let Some(event) = self.membership.poll_event() {
             // Events are drained after the state machine applied them all,
