@@ -16,6 +16,7 @@
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+mod cluster_procs;
 mod cluster_sim;
 mod count_layer;
 mod nodes;
@@ -54,6 +55,9 @@ enum Workload {
     /// The cluster's figures at full size in the simulator (convergence,
     /// crash detection, traffic per member; stalls with Lifeguard on/off).
     ClusterSim(cluster_sim::Args),
+    /// The cluster as real processes on 127.0.0.1 (`plexus-cluster-node`,
+    /// built first): convergence, traffic per member, kill -9 and restart.
+    ClusterProcs(cluster_procs::Args),
     /// Runs a set of workloads as child processes and writes the tables
     /// (docs/report.md, between its report markers) and plots
     /// (docs/img/).
@@ -121,6 +125,7 @@ fn main() {
         Workload::W3(args) => w3::run(&args),
         Workload::W7(args) => w7::run(&args),
         Workload::ClusterSim(args) => cluster_sim::run(&args),
+        Workload::ClusterProcs(args) => cluster_procs::run(&args),
         Workload::Report(args) => runner::run(&args),
         Workload::W1Pong { transport } => role(Box::pin(w1::pong_node(transport))),
         Workload::W1PongBaseline => role(Box::pin(w1::pong_baseline())),
