@@ -10,7 +10,7 @@
 //! `--fresh` drops every logged result of the selected workloads first.
 
 mod parse;
-mod plots;
+pub(crate) mod plots;
 mod tables;
 
 use std::io::{BufRead, BufReader};

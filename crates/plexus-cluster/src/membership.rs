@@ -18,6 +18,7 @@
 
 mod bootstrap;
 mod probe;
+mod resolve;
 mod sync;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -34,7 +35,6 @@ use crate::config::{ClusterConfig, ConfigError};
 use crate::event::{ClusterEvent, DownReason};
 use crate::member::{Member, MemberState};
 use crate::ring::{hash64, Ring};
-use crate::split_brain::{decide, Decision, Seen};
 use crate::wire::{Body, DecodeError, Packet, SyncMode};
 
 use probe::{Indirect, PendingPing, Watch};
@@ -105,6 +105,10 @@ struct Expiry {
     incarnation: u64,
 }
 
+/// An admitted member still joining after this many join retries sends
+/// its join again (its admitter may have gone without promoting it).
+const ADMITTED_RETRY: u32 = 10;
+
 #[derive(Debug, Clone)]
 struct Suspicion {
     incarnation: u64,
@@ -160,6 +164,16 @@ pub struct Membership {
     next_join: Option<Instant>,
     join_attempts: usize,
     rejoin_at: Option<Instant>,
+    /// The split-brain resolver's fresh count under way.
+    sweep: Option<resolve::Sweep>,
+    /// This life was admitted by a member (it may still be joining).
+    admitted: bool,
+    /// The `last_change` for which this member, not leading its side, left
+    /// the sweep to the leader.
+    deferred: Option<Instant>,
+    /// Members known (up, suspect or leaving) when this member was downed:
+    /// whom to rejoin through (its view was dropped with its claims).
+    rejoin_contacts: Vec<Arc<str>>,
     leave_at: Option<Instant>,
     /// The member a push was sent to, whose answer gets this member's pages
     /// back if the digests differ.
@@ -244,6 +258,10 @@ impl Membership {
             next_join: None,
             join_attempts: 0,
             rejoin_at: None,
+            sweep: None,
+            admitted: false,
+            deferred: None,
+            rejoin_contacts: Vec::new(),
             leave_at: None,
             pushed_to: None,
             stopped: false,
@@ -392,9 +410,7 @@ impl Membership {
                 fold(Some(self.suspicion_deadline(a, s)));
             }
         }
-        if self.me.state == MemberState::Up && !self.unreachable.is_empty() {
-            fold(Some(self.last_change + self.config.stable_after));
-        }
+        fold(self.split_brain_due());
         fold(self.next_expiry(&self.removals, MemberState::Down));
         fold(self.next_expiry(&self.tombstones, MemberState::Removed));
         Some(t)
@@ -424,10 +440,7 @@ impl Membership {
         }
         self.check_watches(now);
         self.check_suspicions(now);
-        if self.me.state == MemberState::Up
-            && !self.unreachable.is_empty()
-            && now >= self.last_change + self.config.stable_after
-        {
+        if self.split_brain_due().is_some_and(|t| now >= t) {
             self.resolve_split_brain(now);
         }
         self.expire_records(now);
@@ -494,7 +507,7 @@ impl Membership {
             } => {
                 let digest_before = self.digest();
                 self.apply_claims(now, &from, packet.entries);
-                self.on_sync(&from, mode, page, digest, digest_before);
+                self.on_sync(now, &from, mode, page, digest, digest_before);
                 return Ok(());
             }
         }
@@ -587,7 +600,14 @@ impl Membership {
             self.ring_dirty = true;
         }
         if old.state == MemberState::Suspect && new.state != MemberState::Suspect {
-            self.end_suspicion(now, &new.address);
+            if new.state.is_live() {
+                self.end_suspicion(now, &new.address);
+            } else {
+                // Gone (downed, leaving): the split-brain resolver's view
+                // shrank, it did not change its mind; stability holds.
+                self.suspicions.remove(&new.address);
+                self.unreachable.remove(&new.address);
+            }
         }
         match new.state {
             MemberState::Joining => {}
@@ -614,7 +634,6 @@ impl Membership {
                 .events
                 .push_back(ClusterEvent::MemberLeaving(new.clone())),
             MemberState::Down => {
-                self.last_change = now;
                 self.events.push_back(ClusterEvent::MemberDowned {
                     member: new.clone(),
                     reason: DownReason::ReportedBy(Arc::clone(from)),
@@ -720,7 +739,8 @@ impl Membership {
             .iter()
             .map(|s| Arc::from(s.as_str()))
             .chain(self.bootstrap.seeds.iter().cloned())
-            .chain(ups.cloned());
+            .chain(ups.cloned())
+            .chain(self.rejoin_contacts.iter().cloned());
         for c in candidates {
             if *c != *self.me.address && seen.insert(Arc::clone(&c)) {
                 contacts.push(c);
@@ -757,7 +777,12 @@ impl Membership {
             let weight = self.me.weight;
             self.send(&to, Body::Join { weight }, None);
         }
-        self.next_join = Some(now + self.config.join_retry);
+        let retry = if self.admitted {
+            self.config.join_retry * ADMITTED_RETRY
+        } else {
+            self.config.join_retry
+        };
+        self.next_join = Some(now + retry);
     }
 
     fn on_join(&mut self, now: Instant, from: &Arc<str>, incarnation: u64, weight: u16) {
@@ -819,6 +844,21 @@ impl Membership {
 
     fn go_down(&mut self, now: Instant, reason: DownReason) {
         self.me.state = MemberState::Down;
+        // What a downed member believed about others is not to be spread:
+        // a losing side may have downed members of the winning one, and
+        // those claims must not reach it after the heal. The members it
+        // knew up are kept only as contacts to rejoin through; the join
+        // reply brings the cluster's view.
+        self.rejoin_contacts = self
+            .members
+            .values()
+            // The unreachable ones too: after a partition they are the
+            // side that stayed.
+            .filter(|r| r.state.counts_for_quorum())
+            .map(|r| Arc::clone(&r.address))
+            .collect();
+        self.members.clear();
+        self.broadcasts = Broadcasts::default();
         self.broadcasts.push(self.me.clone());
         self.forget_watching();
         self.membership_changed();
@@ -838,6 +878,7 @@ impl Membership {
         self.broadcasts.push(self.me.clone());
         self.membership_changed();
         self.next_join = Some(now);
+        self.admitted = false;
         self.events.push_back(ClusterEvent::Rejoining {
             incarnation: self.me.incarnation,
         });
@@ -853,6 +894,7 @@ impl Membership {
     }
 
     fn forget_watching(&mut self) {
+        self.sweep = None;
         self.watches.clear();
         self.indirect.clear();
         self.suspicions.clear();
@@ -917,54 +959,6 @@ impl Membership {
                 self.events
                     .push_back(ClusterEvent::MemberUnreachable(r.clone()));
             }
-        }
-    }
-
-    fn resolve_split_brain(&mut self, now: Instant) {
-        let mut seen: Vec<Seen<'_>> = self
-            .members
-            .values()
-            .filter(|r| r.state.counts_for_quorum())
-            .map(|r| Seen {
-                address: &r.address,
-                up_number: r.up_number,
-                reachable: !self.unreachable.contains(&r.address),
-            })
-            .collect();
-        seen.push(Seen {
-            address: &self.me.address,
-            up_number: self.me.up_number,
-            reachable: true,
-        });
-        let members = seen.len();
-        let reachable = seen.iter().filter(|s| s.reachable).count();
-        let decision = decide(self.config.split_brain, &seen);
-        let reason = DownReason::SplitBrain {
-            strategy: self.config.split_brain,
-            reachable,
-            members,
-        };
-        tracing::info!(?decision, %reason, "split-brain resolver decided");
-        match decision {
-            Decision::DownUnreachable => {
-                let unreachable = std::mem::take(&mut self.unreachable);
-                for a in unreachable {
-                    self.suspicions.remove(&a);
-                    if let Some(r) = self.members.get_mut(&a) {
-                        r.state = MemberState::Down;
-                        let m = r.clone();
-                        self.entered(now, &m);
-                        self.broadcasts.push(m.clone());
-                        self.events.push_back(ClusterEvent::MemberDowned {
-                            member: m,
-                            reason: reason.clone(),
-                        });
-                    }
-                }
-                self.membership_changed();
-                self.last_change = now;
-            }
-            Decision::DownSelf => self.go_down(now, reason),
         }
     }
 
@@ -1079,5 +1073,7 @@ impl Membership {
     }
 }
 
+#[cfg(test)]
+mod partition_tests;
 #[cfg(test)]
 mod tests;

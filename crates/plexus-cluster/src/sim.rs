@@ -166,6 +166,27 @@ impl ClusterSim {
         self.sim.restart(i, m);
     }
 
+    /// Adds a new member that joins through `through`; returns its index.
+    pub fn join(&mut self, through: Address) -> Address {
+        let i = self.sim.len();
+        let now = self.sim.now();
+        let m = Self::member(&self.config, i, 1, self.sim.seed(), Some(through), now);
+        self.lives.push(1);
+        let added = self.sim.add(m);
+        debug_assert_eq!(added, i);
+        added
+    }
+
+    /// Whether every live member other than `i` sees member `i` up.
+    pub fn everyone_sees_up(&self, i: Address) -> bool {
+        let a = address(i);
+        self.live().iter().filter(|&&j| j != i).all(|&j| {
+            self.member_view(j)
+                .and_then(|v| v.member(&a))
+                .is_some_and(|m| m.state == MemberState::Up)
+        })
+    }
+
     /// Live (not crashed) member indices.
     pub fn live(&self) -> Vec<Address> {
         self.sim.live().collect()

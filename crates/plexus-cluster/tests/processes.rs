@@ -73,7 +73,9 @@ fn five_processes_see_a_kill_a_rejoin_and_a_leave() {
         let up = m.expect_event("the restarted member up", |e| {
             e.kind == "member-up" && e.address == victim && e.incarnation > old_incarnation
         });
-        assert_eq!(up.incarnation, new_incarnation);
+        // At least its new life's incarnation: a suspicion it refuted
+        // while joining raises it further.
+        assert!(up.incarnation >= new_incarnation, "{up:?}");
     }
     members[2].expect_line("five members up", |l| l == "MEMBERS up=5");
 

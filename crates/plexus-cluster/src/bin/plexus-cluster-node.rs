@@ -6,6 +6,8 @@
 //! ```text
 //! plexus-cluster-node --listen tcp://10.0.0.7:4000 [--cookie SECRET]
 //!                     [--cluster-name NAME] [--seed URI ...]
+//!                     [--discover-dns-srv NAME | --discover-dns NAME --discover-port PORT]
+//!                     [--discover-scheme tcp] [--bootstrap-min-seeds N]
 //!                     [--probe-interval-ms MS] [--gossip-interval-ms MS] ...
 //!                     [--split-brain keep-majority|keep-oldest|down-all|static-quorum=N]
 //!                     [--tls-cert n1.pem --tls-key n1.key --tls-ca ca.pem]
@@ -49,6 +51,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+use plexus_cluster::discovery::{Discovery, DnsDiscovery};
 use plexus_cluster::{
     Cluster, ClusterConfig, ClusterEvent, ClusterUpdate, DownReason, MemberState, MembershipStats,
     SplitBrainStrategy,
@@ -77,6 +80,28 @@ struct Args {
     /// A member to join through (repeatable); none: form a new cluster.
     #[arg(long = "seed", value_name = "URI")]
     seeds: Vec<String>,
+    /// Discover seeds from the SRV records of NAME (a Kubernetes headless
+    /// Service's named port:
+    /// `_<port>._tcp.<service>.<namespace>.svc.cluster.local`), rerun every
+    /// join retry while joining; the lowest of the members found forms
+    /// the cluster (docs/CLUSTER.md, "Discovery").
+    #[arg(long, value_name = "NAME", conflicts_with = "discover_dns")]
+    discover_dns_srv: Option<String>,
+    /// Discover seeds from the A/AAAA records of NAME, each on
+    /// --discover-port.
+    #[arg(long, value_name = "NAME", requires = "discover_port")]
+    discover_dns: Option<String>,
+    /// The port of the members --discover-dns finds.
+    #[arg(long, value_name = "PORT")]
+    discover_port: Option<u16>,
+    /// The scheme of discovered seed URIs.
+    #[arg(long, value_name = "SCHEME", default_value = "tcp")]
+    discover_scheme: String,
+    /// With a discovery: how many members (this one included) must be
+    /// found before the lowest may form the cluster; set it to the number
+    /// of members started together (default 2).
+    #[arg(long, value_name = "N")]
+    bootstrap_min_seeds: Option<usize>,
     /// Form a new cluster if no seed answered for this long (default:
     /// never).
     #[arg(long, value_name = "MS")]
@@ -170,6 +195,8 @@ enum Fail {
     Node(#[from] plexus_remote::NodeError),
     #[error("{0}")]
     Cluster(#[from] plexus_cluster::StartError),
+    #[error("{0}")]
+    Discovery(#[from] plexus_cluster::DiscoveryError),
 }
 
 impl Args {
@@ -196,10 +223,29 @@ impl Args {
         if let Some(m) = self.suspicion_mult {
             c.suspicion_mult = m;
         }
+        if let Some(n) = self.bootstrap_min_seeds {
+            c.bootstrap_min_seeds = n;
+        }
         if let Some(s) = self.split_brain {
             c.split_brain = s;
         }
         c
+    }
+
+    /// The DNS discovery the flags name, if any.
+    fn discovery(&self) -> Result<Option<Box<dyn Discovery>>, Fail> {
+        let builder = match (
+            &self.discover_dns_srv,
+            &self.discover_dns,
+            self.discover_port,
+        ) {
+            (Some(name), _, _) => DnsDiscovery::srv(name.clone()),
+            (None, Some(name), Some(port)) => DnsDiscovery::hosts(name.clone(), port),
+            // clap requires --discover-port with --discover-dns.
+            _ => return Ok(None),
+        };
+        let discovery = builder.scheme(self.discover_scheme.clone()).build()?;
+        Ok(Some(Box::new(discovery)))
     }
 
     fn node_config(&self) -> Result<NodeConfig, Fail> {
@@ -254,7 +300,10 @@ async fn run(args: Args) -> Result<(), Fail> {
     let bound = node.listen(&args.listen).await?;
     let mut out = Out::default();
     out.line(format_args!("LISTENING {bound}"));
-    let cluster = Cluster::start(&node, &system, args.cluster_config())?;
+    let cluster = match args.discovery()? {
+        Some(d) => Cluster::start_with_discovery(&node, &system, args.cluster_config(), d)?,
+        None => Cluster::start(&node, &system, args.cluster_config())?,
+    };
     let (tx, mut updates) = mpsc::unbounded_channel();
     cluster.subscribe(system.spawn_fn(move |u: ClusterUpdate, _ctx| {
         let _ = tx.send(u);

@@ -56,7 +56,7 @@ pub(super) struct Indirect {
 }
 
 impl Membership {
-    fn scaled(&self, d: Duration) -> Duration {
+    pub(super) fn scaled(&self, d: Duration) -> Duration {
         if self.config.lifeguard {
             d * (1 + self.health)
         } else {
@@ -342,6 +342,7 @@ impl Membership {
             self.send(&origin, Body::Ack { seq: origin_seq }, None);
             return;
         }
+        self.sweep_ack(&p.target);
         let half = self.config.probe_interval / 4;
         if let Some(w) = self.watches.get_mut(&p.target) {
             if let Some(s) = w.indirect.take() {

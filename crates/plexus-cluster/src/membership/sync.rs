@@ -4,10 +4,12 @@
 //! small packet each way.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use rand::Rng;
 
 use super::Membership;
+use super::ADMITTED_RETRY;
 use crate::event::ClusterEvent;
 use crate::member::{Member, MemberState};
 use crate::ring::hash64;
@@ -91,6 +93,7 @@ impl Membership {
 
     pub(super) fn on_sync(
         &mut self,
+        now: Instant,
         from: &Arc<str>,
         mode: SyncMode,
         page: u16,
@@ -99,8 +102,12 @@ impl Membership {
     ) {
         match mode {
             SyncMode::JoinReply => {
-                if self.me.state == MemberState::Joining && self.next_join.is_some() {
-                    self.next_join = None;
+                if self.me.state == MemberState::Joining && !self.admitted {
+                    self.admitted = true;
+                    // Admitted, it waits for a leader to promote it; should
+                    // none do (the admitter may be on a losing side that
+                    // downs itself), it asks again, slowly.
+                    self.next_join = Some(now + self.config.join_retry * ADMITTED_RETRY);
                     self.ever_joined = true;
                     self.events.push_back(ClusterEvent::Admitted {
                         local: self.me.clone(),
