@@ -296,6 +296,14 @@ impl Membership {
         w.indirect = None;
         // Probe again only after the next regular round.
         w.detector.reset_silence(now);
+        // Lifeguard (sec. 4.1): helpers that answer nothing at all, not even
+        // a nack, point at this member being the slow one (its inbox late,
+        // its link down). It holds the accusation, its raised health
+        // stretching the next probe, until its health is exhausted: a
+        // member cut off for good still accuses, later.
+        if self.config.lifeguard && i.helpers > 0 && i.nacks == 0 && self.health < MAX_HEALTH {
+            return;
+        }
         let Some(record) = self.members.get(&i.target) else {
             return;
         };

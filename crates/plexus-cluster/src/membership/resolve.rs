@@ -8,8 +8,10 @@
 //! a 60/40 split each count a majority (each counted the other side's
 //! unobserved members as its own).
 //!
-//! So staying needs evidence. A side's leader (the lowest address it
-//! counts as reachable) whose view says "stay" first *sweeps*: it pings
+//! So staying needs evidence. The member that resolves for its side (the
+//! lowest-address reachable watcher of the lowest unreachable member: it
+//! knows first; else the lowest address it counts as reachable) whose view
+//! says "stay" first *sweeps*: it pings
 //! every member that counts (the unreachable too, each suspect with its
 //! suspicion so it can refute in the ack), pings the silent ones once more
 //! halfway, and decides on the members that acked, downing only the
@@ -23,8 +25,8 @@
 //! each side would otherwise down the other's members one by one and both
 //! would stay.
 //!
-//! Only the leader sweeps, so a crash costs one member O(N) pings, not
-//! every member. A member whose leader is on the other side (unobserved
+//! Only that member sweeps, so a crash costs one member O(N) pings, not
+//! every member. A member whose resolver is on the other side (unobserved
 //! there, so still counted as reachable) sees nobody act: after a second
 //! `stable_after` it sweeps itself. A member whose view says "down myself"
 //! sweeps too before it gives up: its view may hold stale suspicions (a
@@ -75,7 +77,7 @@ impl Membership {
                 self.deferred = None;
                 self.start_sweep(now);
             } else {
-                // The leader sweeps; if it does not act (it may be on the
+                // The resolver sweeps; if it does not act (it may be on the
                 // other side, unobserved), sweep after another stable_after.
                 self.deferred = Some(self.last_change);
             }
@@ -98,14 +100,31 @@ impl Membership {
         }
     }
 
-    /// Whether this member has the lowest address of those it counts as
-    /// reachable (Akka's leader rule).
+    /// Whether this member resolves for its side: the lowest-address
+    /// reachable watcher of the lowest unreachable member (watchers suspect
+    /// first and, confirming each other, mature first), or without one the
+    /// lowest address it counts as reachable (Akka's leader rule).
     fn leads_its_side(&self) -> bool {
-        !self.members.values().any(|r| {
-            r.state.counts_for_quorum()
-                && r.address < self.me.address
-                && !self.unreachable.contains(&r.address)
-        })
+        let reachable = |a: &Arc<str>| {
+            *a == self.me.address
+                || (!self.unreachable.contains(a)
+                    && self
+                        .members
+                        .get(a)
+                        .is_some_and(|r| r.state.counts_for_quorum()))
+        };
+        let watcher = self
+            .unreachable
+            .first()
+            .and_then(|target| self.watchers(target).into_iter().filter(reachable).min());
+        match watcher {
+            Some(w) => w == self.me.address,
+            None => !self.members.values().any(|r| {
+                r.state.counts_for_quorum()
+                    && r.address < self.me.address
+                    && !self.unreachable.contains(&r.address)
+            }),
+        }
     }
 
     /// An ack from `target`: evidence for a sweep under way.
