@@ -47,6 +47,10 @@ pub struct Args {
     /// `stalls`: how members stall.
     #[arg(long, value_enum, default_value = "slow")]
     stall: stalls::StallKind,
+    /// `stalls`: only with Lifeguard on (`true`) or off (`false`); both by
+    /// default.
+    #[arg(long)]
+    lifeguard: Option<bool>,
     /// `stalls` and `hour`: simulated minutes.
     #[arg(long, default_value_t = 10)]
     minutes: u64,
@@ -89,6 +93,9 @@ pub fn run(args: &Args) {
         Scenario::Stalls => {
             for &n in &args.members {
                 for lifeguard in [true, false] {
+                    if args.lifeguard.is_some_and(|only| only != lifeguard) {
+                        continue;
+                    }
                     stalls::run(n, args.minutes, lifeguard, args.seed, args.stall);
                 }
             }

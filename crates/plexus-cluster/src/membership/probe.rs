@@ -56,7 +56,7 @@ pub(super) struct Indirect {
 }
 
 impl Membership {
-    pub(super) fn scaled(&self, d: Duration) -> Duration {
+    fn scaled(&self, d: Duration) -> Duration {
         if self.config.lifeguard {
             d * (1 + self.health)
         } else {

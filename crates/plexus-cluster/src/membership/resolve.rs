@@ -145,7 +145,10 @@ impl Membership {
             .filter(|r| r.state.counts_for_quorum())
             .map(|r| Arc::clone(&r.address))
             .collect();
-        let timeout = self.scaled(self.config.probe_timeout) * 2;
+        // Not stretched by local health: a member that is itself slow
+        // counts fewer acks and at worst downs itself (the safe side),
+        // while a stretched sweep kept a losing side up for many seconds.
+        let timeout = self.config.probe_timeout * 2;
         let targets: Vec<Arc<str>> = waiting.iter().cloned().collect();
         self.sweep = Some(Sweep {
             resend_at: Some(now + timeout / 2),
