@@ -341,3 +341,28 @@ fn a_seed_that_answers_nothing_is_retried_and_form_after_forms() {
     assert_eq!(now - start, Duration::from_secs(3));
     assert!(matches!(m.poll_event(), Some(ClusterEvent::Formed { .. })));
 }
+
+/// Accusations member 0 raises while it hears nothing for 4 s (every
+/// link into it cut), in a cluster of 8.
+fn accusations_while_deaf(seed: u64, lifeguard: bool) -> u64 {
+    let mut config = ClusterConfig::default();
+    config.lifeguard = lifeguard;
+    let mut c = ClusterSim::new(8, config, seed, lan());
+    assert!(c.run_until_converged(Duration::from_secs(60)));
+    let before = c.member_view(0).map_or(0, |v| v.stats().suspicions_raised);
+    let others: Vec<usize> = (1..8).collect();
+    c.sim.partition_one_way(&others, &[0]);
+    c.run_for(Duration::from_secs(4));
+    c.member_view(0).map_or(0, |v| v.stats().suspicions_raised) - before
+}
+
+/// Lifeguard (sec. 4.1): a member whose helpers do not even nack is the
+/// likely culprit and holds its accusations; plain SWIM accuses everyone
+/// it waited for.
+#[test]
+fn a_member_that_hears_nothing_holds_its_accusations_with_lifeguard() {
+    check_seeds(0..5, |seed| {
+        assert_eq!(accusations_while_deaf(seed, true), 0);
+        assert!(accusations_while_deaf(seed, false) > 0);
+    });
+}
