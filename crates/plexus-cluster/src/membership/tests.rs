@@ -345,8 +345,10 @@ fn a_seed_that_answers_nothing_is_retried_and_form_after_forms() {
 /// Accusations member 0 raises while it hears nothing for 4 s (every
 /// link into it cut), in a cluster of 8.
 fn accusations_while_deaf(seed: u64, lifeguard: bool) -> u64 {
-    let mut config = ClusterConfig::default();
-    config.lifeguard = lifeguard;
+    let config = ClusterConfig {
+        lifeguard,
+        ..ClusterConfig::default()
+    };
     let mut c = ClusterSim::new(8, config, seed, lan());
     assert!(c.run_until_converged(Duration::from_secs(60)));
     let before = c.member_view(0).map_or(0, |v| v.stats().suspicions_raised);
