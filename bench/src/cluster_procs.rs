@@ -100,7 +100,8 @@ pub fn run(args: &Args) {
 /// - the suspicion matures after at most `suspicion_max_mult ×
 ///   suspicion_mult × max(1, log10 n) × probe_interval` (Lifeguard's
 ///   starting value, before confirmations shrink it);
-/// - the split-brain resolver waits `stable_after`;
+/// - the split-brain resolver waits `stable_after`, then sweeps (pings
+///   every member, once more halfway: `2 × probe_timeout`);
 /// - the downing spreads by gossip, within 5 gossip intervals.
 pub fn detection_bound(config: &ClusterConfig, n: usize) -> Duration {
     let probe = config.probe_interval.as_secs_f64();
@@ -111,7 +112,9 @@ pub fn detection_bound(config: &ClusterConfig, n: usize) -> Duration {
     let suspicion =
         config.suspicion_max_mult * config.suspicion_mult * (n as f64).log10().max(1.0) * probe;
     let spread = 5.0 * config.gossip_interval.as_secs_f64();
-    Duration::from_secs_f64(detect + suspicion + config.stable_after.as_secs_f64() + spread)
+    // The split-brain resolver's sweep: pings, one resend, 2 × probe_timeout.
+    let sweep = 2.0 * config.probe_timeout.as_secs_f64();
+    Duration::from_secs_f64(detect + suspicion + config.stable_after.as_secs_f64() + sweep + spread)
 }
 
 /// A line of member `from`, when it was read.
