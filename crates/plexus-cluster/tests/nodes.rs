@@ -116,3 +116,39 @@ async fn a_node_that_does_not_listen_cannot_start_a_cluster() {
         "start cluster: the node listens on no URI; call Node::listen first"
     );
 }
+
+/// A seed that is not a Plexus node (a port that answers with an HTTP
+/// error) is retried without harm; with `form_after` the member forms its
+/// own cluster once nobody admitted it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_seed_at_a_non_plexus_port_is_survived() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("binds");
+    let port = listener.local_addr().expect("an address").port();
+    let stranger = tokio::spawn(async move {
+        use tokio::io::AsyncWriteExt;
+        loop {
+            let Ok((mut s, _)) = listener.accept().await else {
+                return;
+            };
+            let _ = s
+                .write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+                .await;
+        }
+    });
+    let system = ActorSystem::new();
+    let node =
+        Node::start(&system, NodeConfig::default().cookie("cluster-test")).expect("node starts");
+    node.listen("tcp://127.0.0.1:0").await.expect("listens");
+    let mut config = quick(vec![format!("tcp://127.0.0.1:{port}")]);
+    config.form_after = Some(Duration::from_secs(1));
+    let cluster = Cluster::start(&node, &system, config).expect("cluster starts");
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    cluster.subscribe(system.spawn_fn(move |u: ClusterUpdate, _ctx| {
+        let _ = tx.send(u);
+    }));
+    let formed = next_until(&mut rx, |u| matches!(u.event, ClusterEvent::Formed { .. })).await;
+    assert_eq!(formed.local.state, MemberState::Up);
+    stranger.abort();
+}
