@@ -803,23 +803,19 @@ impl Membership {
     /// (Akka's convergence rule): the losing side of a partition must not
     /// grow back into a cluster of its own from members that rejoin it.
     fn lead(&mut self, now: Instant) {
-        if self.me.state != MemberState::Up
-            || !self.suspicions.is_empty()
-            || self
-                .members
-                .values()
-                .any(|r| r.state == MemberState::Suspect)
-        {
+        // Every suspect has a suspicion under way (they start and end with
+        // the suspect state), so the map stands for a scan of the members:
+        // this runs every gossip round on every member.
+        if self.me.state != MemberState::Up || !self.suspicions.is_empty() {
             return;
         }
-        let leader = self
+        // Members are sorted by address: the first reachable up one is the
+        // lowest (usually the first of all), unless this member is lower.
+        let lowest_other = self
             .members
             .values()
-            .filter(|r| r.state == MemberState::Up && !self.unreachable.contains(&r.address))
-            .map(|r| &r.address)
-            .chain(std::iter::once(&self.me.address))
-            .min();
-        if leader != Some(&self.me.address) {
+            .find(|r| r.state == MemberState::Up && !self.unreachable.contains(&r.address));
+        if lowest_other.is_some_and(|r| r.address < self.me.address) {
             return;
         }
         let joining: Vec<Arc<str>> = self

@@ -12,24 +12,29 @@ use super::Membership;
 use super::ADMITTED_RETRY;
 use crate::event::ClusterEvent;
 use crate::member::{Member, MemberState};
-use crate::ring::hash64;
 use crate::wire::{entry_len, Body, Packet, SyncMode, MAX_ENTRIES};
 
 impl Membership {
     /// A digest of every claim this member holds: a sum of one hash per
     /// claim, so it needs no sorting and two members holding the same
-    /// claims agree whatever order they learnt them in.
+    /// claims agree whatever order they learnt them in. XXH3 rather than
+    /// BLAKE3: a digest only decides whether to exchange pages (a collision
+    /// delays a sync to the next round), and every member hashes its whole
+    /// view at every push-pull.
     pub(super) fn digest(&self) -> u64 {
+        let mut buf = [0u8; 255 + 8 + 1];
         self.members
             .values()
             .filter(|m| m.state != MemberState::Removed)
             .chain(std::iter::once(&self.me))
             .map(|m| {
-                hash64(&[
-                    m.address.as_bytes(),
-                    &m.incarnation.to_le_bytes(),
-                    &[m.state.code()],
-                ])
+                // Addresses are at most 255 bytes (checked on decode and in
+                // `Membership::new`).
+                let a = &m.address.as_bytes()[..m.address.len().min(255)];
+                buf[..a.len()].copy_from_slice(a);
+                buf[a.len()..a.len() + 8].copy_from_slice(&m.incarnation.to_le_bytes());
+                buf[a.len() + 8] = m.state.code();
+                twox_hash::XxHash3_64::oneshot(&buf[..a.len() + 9])
             })
             .fold(0u64, u64::wrapping_add)
     }
