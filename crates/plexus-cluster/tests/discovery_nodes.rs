@@ -3,24 +3,20 @@
 //! that fails is retried until it answers.
 #![cfg(feature = "node")]
 
+mod common;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::updates::{next_until, subscribe, ups};
 use plexus_cluster::discovery::{Discovered, Discovery, DiscoveryError, StaticSeeds};
-use plexus_cluster::{Cluster, ClusterConfig, ClusterUpdate, MemberState};
+use plexus_cluster::{Cluster, ClusterConfig, MemberState};
 use plexus_core::ActorSystem;
 use plexus_remote::{Node, NodeConfig};
-use tokio::sync::mpsc;
-
-/// Guards turn a hang into a failure; the assertions wait for events.
-const GUARD: Duration = Duration::from_secs(60);
 
 fn quick() -> ClusterConfig {
-    let mut c = ClusterConfig::default().name("discovery-test");
-    c.probe_interval = Duration::from_millis(200);
-    c.probe_timeout = Duration::from_millis(100);
-    c.gossip_interval = Duration::from_millis(50);
+    let mut c = common::updates::quick("discovery-test");
     c.join_retry = Duration::from_millis(100);
     c
 }
@@ -30,37 +26,6 @@ async fn listening(system: &ActorSystem) -> (Node, String) {
         Node::start(system, NodeConfig::default().cookie("discovery-test")).expect("node starts");
     let uri = node.listen("tcp://127.0.0.1:0").await.expect("listens");
     (node, uri)
-}
-
-fn subscribe(system: &ActorSystem, cluster: &Cluster) -> mpsc::UnboundedReceiver<ClusterUpdate> {
-    let (tx, rx) = mpsc::unbounded_channel();
-    cluster.subscribe(system.spawn_fn(move |u: ClusterUpdate, _ctx| {
-        let _ = tx.send(u);
-    }));
-    rx
-}
-
-async fn next_until(
-    rx: &mut mpsc::UnboundedReceiver<ClusterUpdate>,
-    mut done: impl FnMut(&ClusterUpdate) -> bool,
-) -> ClusterUpdate {
-    tokio::time::timeout(GUARD, async {
-        loop {
-            let u = rx.recv().await.expect("the subscriber runs");
-            if done(&u) {
-                return u;
-            }
-        }
-    })
-    .await
-    .expect("the awaited cluster event came")
-}
-
-fn ups(u: &ClusterUpdate) -> usize {
-    u.members
-        .iter()
-        .filter(|m| m.state == MemberState::Up)
-        .count()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

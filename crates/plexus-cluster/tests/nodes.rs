@@ -1,24 +1,20 @@
 //! Three nodes in one process form a cluster over real TCP sockets; one is
 //! killed, the others see it down; it comes back under a new incarnation.
 
+mod common;
+
 use std::time::Duration;
 
+use common::updates::next_until;
 use plexus_cluster::{Cluster, ClusterConfig, ClusterEvent, ClusterUpdate, MemberState};
 use plexus_core::ActorSystem;
 use plexus_remote::{Node, NodeConfig};
 use tokio::sync::mpsc;
 
-/// Guards turn a hang into a failure; the assertions wait for events.
-const GUARD: Duration = Duration::from_secs(60);
-
 fn quick(seeds: Vec<String>) -> ClusterConfig {
-    let mut c = ClusterConfig::default().name("test").seeds(seeds);
-    c.probe_interval = Duration::from_millis(200);
-    c.probe_timeout = Duration::from_millis(100);
-    c.gossip_interval = Duration::from_millis(50);
+    let mut c = common::updates::quick("test").seeds(seeds);
     c.stable_after = Duration::from_millis(600);
     c.suspicion_mult = 1.0;
-    c.join_retry = Duration::from_millis(200);
     c
 }
 
@@ -31,22 +27,6 @@ async fn member(system: &ActorSystem, port: u16, seeds: Vec<String>) -> (Node, C
         .expect("listens");
     let cluster = Cluster::start(&node, system, quick(seeds)).expect("cluster starts");
     (node, cluster, uri)
-}
-
-async fn next_until(
-    rx: &mut mpsc::UnboundedReceiver<ClusterUpdate>,
-    mut done: impl FnMut(&ClusterUpdate) -> bool,
-) -> ClusterUpdate {
-    tokio::time::timeout(GUARD, async {
-        loop {
-            let u = rx.recv().await.expect("the subscriber runs");
-            if done(&u) {
-                return u;
-            }
-        }
-    })
-    .await
-    .expect("the awaited cluster event came")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

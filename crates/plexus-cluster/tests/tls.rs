@@ -4,25 +4,17 @@
 //! member, and a trusted member that joins after it is admitted while it
 //! never appears.
 
-use std::time::Duration;
+mod common;
 
+use common::updates::{next_until, subscribe, ups};
 use plexus_cluster::node::ACTOR_NAME;
-use plexus_cluster::{Cluster, ClusterConfig, ClusterPacket, ClusterUpdate, MemberState};
+use plexus_cluster::{Cluster, ClusterConfig, ClusterPacket};
 use plexus_core::ActorSystem;
 use plexus_remote::dev_certs::DevCa;
 use plexus_remote::{Node, NodeConfig};
-use tokio::sync::mpsc;
-
-/// Guards turn a hang into a failure; the assertions wait for events.
-const GUARD: Duration = Duration::from_secs(60);
 
 fn quick(seeds: Vec<String>) -> ClusterConfig {
-    let mut c = ClusterConfig::default().name("tls-test").seeds(seeds);
-    c.probe_interval = Duration::from_millis(200);
-    c.probe_timeout = Duration::from_millis(100);
-    c.gossip_interval = Duration::from_millis(50);
-    c.join_retry = Duration::from_millis(200);
-    c
+    common::updates::quick("tls-test").seeds(seeds)
 }
 
 /// A node with a certificate for `name` from `ca`, on the actor system
@@ -44,39 +36,13 @@ async fn tls_node(ca: &DevCa, name: &str) -> (ActorSystem, Node, String) {
     (system, node, uri)
 }
 
-async fn next_until(
-    rx: &mut mpsc::UnboundedReceiver<ClusterUpdate>,
-    mut done: impl FnMut(&ClusterUpdate) -> bool,
-) -> ClusterUpdate {
-    tokio::time::timeout(GUARD, async {
-        loop {
-            let u = rx.recv().await.expect("the subscriber runs");
-            if done(&u) {
-                return u;
-            }
-        }
-    })
-    .await
-    .expect("the awaited cluster event came")
-}
-
-fn ups(u: &ClusterUpdate) -> usize {
-    u.members
-        .iter()
-        .filter(|m| m.state == MemberState::Up)
-        .count()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tls_cluster_admits_only_certificates_of_its_ca() {
     let ca = DevCa::generate().expect("CA");
     let rogue_ca = DevCa::generate().expect("another CA");
     let (sa, na, a) = tls_node(&ca, "a").await;
     let ca_a = Cluster::start(&na, &sa, quick(Vec::new())).expect("cluster starts");
-    let (tx, mut rx) = mpsc::unbounded_channel();
-    ca_a.subscribe(sa.spawn_fn(move |u: ClusterUpdate, _ctx| {
-        let _ = tx.send(u);
-    }));
+    let mut rx = subscribe(&sa, &ca_a);
     let (sb, nb, _) = tls_node(&ca, "b").await;
     let _cb = Cluster::start(&nb, &sb, quick(vec![a.clone()])).expect("cluster starts");
     next_until(&mut rx, |u| ups(u) == 2).await;
