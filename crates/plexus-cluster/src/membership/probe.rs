@@ -164,27 +164,32 @@ impl Membership {
         let targets: Vec<Arc<str>> = self.watches.keys().cloned().collect();
         for t in targets {
             let seq = self.take_seq();
-            self.pings.insert(
-                seq,
-                super::PendingPing {
-                    target: Arc::clone(&t),
-                    relay: None,
-                    expires: now + self.config.probe_interval * 3,
-                },
-            );
-            // Lifeguard's buddy system: a suspect hears of its suspicion in
-            // the next ping, first thing, and can refute at once.
-            let suspect = self.config.lifeguard
-                && self
-                    .members
-                    .get(&t)
-                    .is_some_and(|r| r.state == MemberState::Suspect);
-            let first = suspect.then(|| Arc::clone(&t));
-            if let (true, Some(r)) = (suspect, self.members.get(&t)) {
-                self.broadcasts.push(r.clone());
-            }
-            self.send(&t, Body::Ping { seq }, first.as_ref());
+            self.send_ping(now, seq, &t, self.config.lifeguard);
         }
+    }
+
+    /// Pings `target` under `seq`, its ack awaited for three probe
+    /// intervals. With `buddy` a suspect hears of its suspicion in the ping,
+    /// first thing, and can refute at once (Lifeguard's buddy system).
+    pub(super) fn send_ping(&mut self, now: Instant, seq: u32, target: &Arc<str>, buddy: bool) {
+        self.pings.insert(
+            seq,
+            PendingPing {
+                target: Arc::clone(target),
+                relay: None,
+                expires: now + self.config.probe_interval * 3,
+            },
+        );
+        let suspect = self
+            .members
+            .get(target)
+            .filter(|r| buddy && r.state == MemberState::Suspect)
+            .cloned();
+        let first = suspect.map(|r| {
+            self.broadcasts.push(r);
+            Arc::clone(target)
+        });
+        self.send(target, Body::Ping { seq }, first.as_ref());
     }
 
     pub(super) fn watch_deadline(&self, w: &Watch) -> Option<Instant> {
@@ -261,15 +266,7 @@ impl Membership {
                 None,
             );
         }
-        self.pings.insert(
-            seq,
-            PendingPing {
-                target: Arc::clone(&target),
-                relay: None,
-                expires: now + self.config.probe_interval * 3,
-            },
-        );
-        self.send(&target, Body::Ping { seq }, None);
+        self.send_ping(now, seq, &target, false);
         let deadline = now + self.scaled(self.config.probe_timeout);
         self.indirect.insert(
             seq,

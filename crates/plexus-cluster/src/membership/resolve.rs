@@ -37,11 +37,10 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::{Membership, PendingPing};
+use super::Membership;
 use crate::event::{ClusterEvent, DownReason};
 use crate::member::MemberState;
 use crate::split_brain::{decide, Decision, Seen};
-use crate::wire::Body;
 
 /// A sweep under way.
 #[derive(Debug, Clone)]
@@ -161,24 +160,7 @@ impl Membership {
     fn ping_all(&mut self, now: Instant, targets: &[Arc<str>]) {
         for t in targets {
             let seq = self.take_seq();
-            self.pings.insert(
-                seq,
-                PendingPing {
-                    target: Arc::clone(t),
-                    relay: None,
-                    expires: now + self.config.probe_interval * 3,
-                },
-            );
-            let suspect = self
-                .members
-                .get(t)
-                .filter(|r| r.state == MemberState::Suspect)
-                .cloned();
-            let first = suspect.map(|r| {
-                self.broadcasts.push(r);
-                Arc::clone(t)
-            });
-            self.send(t, Body::Ping { seq }, first.as_ref());
+            self.send_ping(now, seq, t, true);
         }
     }
 
