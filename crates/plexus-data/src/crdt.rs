@@ -25,6 +25,20 @@ use std::fmt;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+mod context;
+mod element;
+mod gcounter;
+mod gset;
+mod orset;
+mod pncounter;
+
+pub use context::{CausalContext, Dot};
+pub use element::Element;
+pub use gcounter::GCounter;
+pub use gset::GSet;
+pub use orset::ORSet;
+pub use pncounter::PNCounter;
+
 /// A replica: the 64-bit hash of a member's address and incarnation.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct ReplicaId(pub u64);

@@ -24,4 +24,6 @@
 
 pub mod crdt;
 
-pub use crdt::{Crdt, InvalidState, ReplicaId};
+pub use crdt::{
+    CausalContext, Crdt, Dot, Element, GCounter, GSet, InvalidState, ORSet, PNCounter, ReplicaId,
+};
