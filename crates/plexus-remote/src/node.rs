@@ -536,6 +536,19 @@ impl NodeInner {
             }
         }
         let key = (scheme.to_owned(), addr.to_owned());
+        if !peers.by_dial.contains_key(&key) {
+            // A node that dialled us and listens at `addr`: its link serves
+            // (a second one to the same address would be refused by a
+            // datagram endpoint, and is a waste over a stream).
+            if let Some(p) = peers
+                .by_node
+                .iter()
+                .find(|((_, s), p)| s == scheme && p.is_up() && p.dials(addr))
+                .map(|(_, p)| p.clone())
+            {
+                return p;
+            }
+        }
         let peer = peers
             .by_dial
             .entry(key)

@@ -193,6 +193,12 @@ impl Peer {
             .get_or_init(|| Arc::new(PeerContext::new(self.inner.clone(), Arc::downgrade(self))))
     }
 
+    /// Whether this peer is dialled (or was accepted from a node that
+    /// listens) at `addr`.
+    pub(crate) fn dials(&self, addr: &str) -> bool {
+        lock(&self.dial).as_deref() == Some(addr)
+    }
+
     pub(crate) fn dial_uri(&self) -> String {
         lock(&self.dial)
             .as_ref()
