@@ -1,1 +1,304 @@
-//! stub
+//! The server side on a Plexus node: the tokio driver of a [`Tracker`]
+//! beside a running [`Cluster`].
+//!
+//! ```text
+//!   device packets ──► actor `plexus.devices` ─┐        ┌─► refs forged to devices'
+//!   ClusterUpdate  ──► subscriber ─────────────┤ driver │   `reply_to` and to other
+//!   deadlines      ──► sleep ──────────────────┘  task  └─► servers' `plexus.devices`
+//! ```
+//!
+//! The driver is thin: it moves packets between the node and the tracker,
+//! hands it the ring (and which members are unreachable) on every cluster
+//! change, and sleeps until the tracker's next deadline. Packets waiting
+//! in its channel are handled in one batch before it flushes, so a busy
+//! server sends what a batch produced in one go.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use bytes::Bytes;
+use plexus_cluster::{Cluster, ClusterEvent, ClusterUpdate, MemberState};
+use plexus_core::remote::{CodecError, RemoteMessage};
+use plexus_core::{ActorRef, SystemRef};
+use plexus_remote::Node;
+use tokio::sync::mpsc;
+
+use crate::config::TrackerConfig;
+use crate::directory::LocalDirectory;
+use crate::tracker::{Tracker, TrackerEvent, TrackerStats};
+use crate::{To, DEVICE_ACTOR, SERVER_ACTOR};
+
+/// A device protocol packet as a remote message (its bytes travel as they
+/// are, without a copy into a serde encoding).
+#[derive(Debug, Clone)]
+pub struct DevicePacket(pub Bytes);
+
+impl RemoteMessage for DevicePacket {
+    const TYPE_NAME: &'static str = "plexus.devices.Packet";
+
+    fn into_payload(self) -> Result<Bytes, CodecError> {
+        Ok(self.0)
+    }
+
+    fn from_payload(payload: Bytes) -> Result<Self, CodecError> {
+        Ok(Self(payload))
+    }
+
+    fn encode_append(self, buf: &mut Vec<u8>) -> Result<(), CodecError> {
+        buf.extend_from_slice(&self.0);
+        Ok(())
+    }
+}
+
+/// Why the device server could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServerStartError {
+    /// The actor could not be published.
+    #[error("start device server: publishing `{SERVER_ACTOR}`: {0}")]
+    Publish(#[from] plexus_remote::PublishError),
+}
+
+/// Packets handled before the driver flushes (bounds one batch's delay).
+const BATCH: usize = 256;
+
+struct Shared {
+    stats: TrackerStats,
+    subscribers: Vec<mpsc::UnboundedSender<TrackerEvent>>,
+}
+
+/// A running device tracker on a cluster member. Dropping it stops it.
+#[derive(Debug)]
+pub struct DeviceServer {
+    directory: LocalDirectory,
+    shared: Arc<Mutex<Shared>>,
+    task: tokio::task::AbortHandle,
+    address: Arc<str>,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("stats", &self.stats)
+            .finish()
+    }
+}
+
+impl Drop for DeviceServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl DeviceServer {
+    /// Starts tracking devices on `node` (a member of `cluster`), publishing
+    /// [`SERVER_ACTOR`] in `system`. The server's address on the ring is
+    /// the cluster's local address.
+    ///
+    /// # Errors
+    ///
+    /// [`ServerStartError`] if the actor cannot be published.
+    pub fn start(
+        node: &Node,
+        system: &SystemRef,
+        cluster: &Cluster,
+        config: TrackerConfig,
+    ) -> Result<DeviceServer, ServerStartError> {
+        let address = Arc::clone(&cluster.local().address);
+        let directory = LocalDirectory::new();
+        let now = tokio::time::Instant::now().into_std();
+        let tracker = Tracker::new(config, Arc::clone(&address), directory.clone(), now);
+        let (packets_tx, packets) = mpsc::unbounded_channel::<Bytes>();
+        let inbox = system.spawn_fn(move |DevicePacket(bytes), _ctx| {
+            let _ = packets_tx.send(bytes);
+        });
+        node.publish(&inbox, SERVER_ACTOR)?;
+        let (updates_tx, updates) = mpsc::unbounded_channel::<ClusterUpdate>();
+        cluster.subscribe(system.spawn_fn(move |u: ClusterUpdate, _ctx| {
+            let _ = updates_tx.send(u);
+        }));
+        let shared = Arc::new(Mutex::new(Shared {
+            stats: TrackerStats::default(),
+            subscribers: Vec::new(),
+        }));
+        let driver = Driver {
+            tracker,
+            node: node.clone(),
+            refs: HashMap::new(),
+            shared: Arc::clone(&shared),
+            unreachable: HashSet::new(),
+            _inbox: inbox,
+        };
+        let task = tokio::spawn(driver.run(packets, updates)).abort_handle();
+        Ok(DeviceServer {
+            directory,
+            shared,
+            task,
+            address,
+        })
+    }
+
+    /// This server's ring address.
+    pub fn address(&self) -> &Arc<str> {
+        &self.address
+    }
+
+    /// The device states this server recorded. (Local to this server
+    /// until the directory is replicated through `plexus-data`.)
+    pub fn directory(&self) -> &LocalDirectory {
+        &self.directory
+    }
+
+    /// The tracker's counters as of the driver's last step.
+    pub fn stats(&self) -> TrackerStats {
+        self.shared
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .stats
+    }
+
+    /// Every tracker event from now on.
+    pub fn subscribe(&self) -> mpsc::UnboundedReceiver<TrackerEvent> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.shared
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .subscribers
+            .push(tx);
+        rx
+    }
+}
+
+struct Driver {
+    tracker: Tracker,
+    node: Node,
+    refs: HashMap<Arc<str>, ActorRef<DevicePacket>>,
+    shared: Arc<Mutex<Shared>>,
+    /// Members the cluster suspects or found unreachable.
+    unreachable: HashSet<Arc<str>>,
+    /// Kept alive as long as the driver runs.
+    _inbox: ActorRef<DevicePacket>,
+}
+
+impl Driver {
+    async fn run(
+        mut self,
+        mut packets: mpsc::UnboundedReceiver<Bytes>,
+        mut updates: mpsc::UnboundedReceiver<ClusterUpdate>,
+    ) {
+        loop {
+            self.flush();
+            let deadline = self
+                .tracker
+                .poll_timeout()
+                .map(tokio::time::Instant::from_std);
+            let sleep = async {
+                match deadline {
+                    Some(d) => tokio::time::sleep_until(d).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                biased;
+                packet = packets.recv() => {
+                    let Some(bytes) = packet else { return };
+                    let now = tokio::time::Instant::now().into_std();
+                    self.handle(now, &bytes);
+                    for _ in 1..BATCH {
+                        match packets.try_recv() {
+                            Ok(bytes) => self.handle(now, &bytes),
+                            Err(_) => break,
+                        }
+                    }
+                    if deadline.is_some_and(|d| d.into_std() <= now) {
+                        self.tracker.handle_timeout(now);
+                    }
+                }
+                update = updates.recv() => {
+                    let Some(u) = update else { return };
+                    self.on_update(&u);
+                }
+                () = sleep => {
+                    self.tracker.handle_timeout(tokio::time::Instant::now().into_std());
+                }
+            }
+        }
+    }
+
+    fn handle(&mut self, now: std::time::Instant, bytes: &Bytes) {
+        if let Err(e) = self.tracker.handle_packet(now, bytes) {
+            tracing::debug!(target: "plexus::devices", error = %e, "refused a device packet");
+        }
+    }
+
+    fn on_update(&mut self, u: &ClusterUpdate) {
+        match &u.event {
+            ClusterEvent::MemberSuspected(m) | ClusterEvent::MemberUnreachable(m) => {
+                self.unreachable.insert(Arc::clone(&m.address));
+            }
+            ClusterEvent::MemberReachable(m) | ClusterEvent::MemberUp(m) => {
+                self.unreachable.remove(&m.address);
+            }
+            _ => {}
+        }
+        let unreachable: Vec<Arc<str>> = u
+            .members
+            .iter()
+            .filter(|m| m.state == MemberState::Suspect || self.unreachable.contains(&m.address))
+            .map(|m| Arc::clone(&m.address))
+            .collect();
+        let now = tokio::time::Instant::now().into_std();
+        self.tracker
+            .handle_ring(now, Arc::clone(&u.ring), unreachable);
+    }
+
+    fn flush(&mut self) {
+        while let Some(t) = self.tracker.poll_transmit() {
+            let (key, uri) = match &t.to {
+                To::Device(reply_to) => (reply_to, None),
+                To::Server(address) => (address, Some(SERVER_ACTOR)),
+            };
+            let to = match self.refs.get(key) {
+                // A ref stops when its node is gone; a new process at the
+                // same address needs a new one.
+                Some(r) if r.is_alive() => r,
+                _ => {
+                    let full = match uri {
+                        Some(actor) => format!("{key}/{actor}"),
+                        None => key.to_string(),
+                    };
+                    match self.node.forge::<DevicePacket>(&full) {
+                        Ok(r) => {
+                            if self.refs.len() > 4096 {
+                                self.refs.retain(|_, r| r.is_alive());
+                            }
+                            self.refs.insert(Arc::clone(key), r);
+                            &self.refs[key]
+                        }
+                        Err(e) => {
+                            tracing::warn!(target: "plexus::devices", to = %full, error = %e, "cannot reach");
+                            continue;
+                        }
+                    }
+                }
+            };
+            to.tell(DevicePacket(t.packet));
+        }
+        let mut shared = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
+        shared.stats = self.tracker.stats();
+        while let Some(event) = self.tracker.poll_event() {
+            match &event {
+                TrackerEvent::DuplicateStopped { .. } => {
+                    tracing::warn!(target: "plexus::devices", ?event, "duplicate device driver");
+                }
+                _ => tracing::debug!(target: "plexus::devices", ?event, "device event"),
+            }
+            shared.subscribers.retain(|s| s.send(event.clone()).is_ok());
+        }
+    }
+}
+
+/// The actor URI devices on `node_uri` are reached at.
+pub fn device_uri(node_uri: &str) -> String {
+    format!("{node_uri}/{DEVICE_ACTOR}")
+}

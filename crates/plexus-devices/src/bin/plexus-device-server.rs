@@ -1,0 +1,302 @@
+//! `plexus-device-server`: a cluster member that tracks devices, as a
+//! process (for the multi-process tests and `plexus-bench w5`).
+//!
+//! ```text
+//! plexus-device-server --listen udp://127.0.0.1:4000 [--spec 'udp / delivery / ordering']
+//!                      [--seed URI ...] [--cookie SECRET] [--stats-every-ms MS]
+//!                      [--probe-interval-ms MS ...] [--threads N]
+//! ```
+//!
+//! It starts a node on `--listen` (the scheme's stack replaced by `--spec`
+//! if given; devices must use a compatible stack), a cluster member on it
+//! joining through `--seed` (none: it forms the cluster), and the device
+//! tracker (`DeviceServer`). One flushed line per happening on stdout:
+//!
+//! ```text
+//! LISTENING udp://127.0.0.1:4000
+//! MEMBERS up=3
+//! DEVICE registered d7 <session> [forwarded]
+//! DEVICE forwarded d7 <owner>
+//! DEVICE moved d7 <new server>
+//! DEVICE lost d7 | recovered d7 | forgotten d7 | released d7
+//! DEVICE duplicate-stopped d7 <stopped session> <holder session>
+//! STATS t_ms=5000 reports=123456 devices=32 registrations=32 forwarded=0 moved=0 resends=3 refused=0 rate_limited=0 lost=0
+//! ```
+//!
+//! Refused device packets are logged on stderr (warnings). SIGTERM or
+//! Ctrl-C leaves the cluster and exits; so does a closed stdout.
+#![forbid(unsafe_code)]
+
+use std::io::Write as _;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use plexus_cluster::{Cluster, ClusterConfig, ClusterUpdate, MemberState};
+use plexus_core::ActorSystem;
+use plexus_devices::server::DeviceServer;
+use plexus_devices::{TrackerConfig, TrackerEvent};
+use plexus_remote::{Node, NodeConfig};
+use tokio::sync::mpsc;
+
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// The flags.
+#[derive(Debug, Parser)]
+#[command(
+    name = "plexus-device-server",
+    about = "A Plexus cluster member tracking devices; prints device events to stdout"
+)]
+struct Args {
+    /// URI to listen on; the bound URI is the member's address.
+    #[arg(long, default_value = "tcp://127.0.0.1:0")]
+    listen: String,
+    /// Stack spec of the listen URI's scheme (e.g. `udp / delivery /
+    /// ordering`); default: the scheme's built-in stack.
+    #[arg(long)]
+    spec: Option<String>,
+    /// The node's cookie (members and devices use the same).
+    #[arg(long, default_value = "plexus")]
+    cookie: String,
+    /// The cluster's name.
+    #[arg(long, default_value = "plexus")]
+    cluster_name: String,
+    /// A member to join through (repeatable); none: form the cluster.
+    #[arg(long = "seed", value_name = "URI")]
+    seeds: Vec<String>,
+    /// Between cluster probes.
+    #[arg(long, value_name = "MS")]
+    probe_interval_ms: Option<u64>,
+    /// How long an indirect probe waits.
+    #[arg(long, value_name = "MS")]
+    probe_timeout_ms: Option<u64>,
+    /// Between gossip rounds.
+    #[arg(long, value_name = "MS")]
+    gossip_interval_ms: Option<u64>,
+    /// Stable time before the split-brain resolver acts.
+    #[arg(long, value_name = "MS")]
+    stable_after_ms: Option<u64>,
+    /// Between join attempts.
+    #[arg(long, value_name = "MS")]
+    join_retry_ms: Option<u64>,
+    /// Heartbeats to each device (and expected from it).
+    #[arg(long, value_name = "MS", default_value_t = 100)]
+    heartbeat_ms: u64,
+    /// Print a STATS line this often.
+    #[arg(long, value_name = "MS")]
+    stats_every_ms: Option<u64>,
+    /// Tokio worker threads.
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+}
+
+impl Args {
+    fn cluster_config(&self) -> ClusterConfig {
+        let mut c = ClusterConfig::default()
+            .name(self.cluster_name.clone())
+            .seeds(self.seeds.iter().cloned());
+        let set = |field: &mut Duration, value: Option<u64>| {
+            if let Some(v) = value {
+                *field = Duration::from_millis(v);
+            }
+        };
+        set(&mut c.probe_interval, self.probe_interval_ms);
+        set(&mut c.probe_timeout, self.probe_timeout_ms);
+        set(&mut c.gossip_interval, self.gossip_interval_ms);
+        set(&mut c.stable_after, self.stable_after_ms);
+        set(&mut c.join_retry, self.join_retry_ms);
+        c
+    }
+
+    fn tracker_config(&self) -> TrackerConfig {
+        let mut c = TrackerConfig::default();
+        c.liveness.heartbeat_interval = Duration::from_millis(self.heartbeat_ms.max(1));
+        c
+    }
+}
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+enum Fail {
+    #[error("{0}")]
+    Node(#[from] plexus_remote::NodeError),
+    #[error("{0}")]
+    Cluster(#[from] plexus_cluster::StartError),
+    #[error("{0}")]
+    Devices(#[from] plexus_devices::server::ServerStartError),
+    #[error("--listen {0}: expected scheme://host:port")]
+    BadListen(String),
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("plexus::devices=warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(args.threads.max(1))
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("plexus-device-server: starting the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("plexus-device-server: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: Args) -> Result<(), Fail> {
+    let started = Instant::now();
+    let system = ActorSystem::new();
+    let mut config = NodeConfig::default().cookie(args.cookie.clone());
+    if let Some(spec) = &args.spec {
+        let scheme = args
+            .listen
+            .split_once("://")
+            .ok_or_else(|| Fail::BadListen(args.listen.clone()))?
+            .0;
+        config = config.scheme(scheme, spec.clone());
+    }
+    let node = Node::start(&system, config)?;
+    let bound = node.listen(&args.listen).await?;
+    let mut out = Out::default();
+    out.line(format_args!("LISTENING {bound}"));
+    let cluster = Cluster::start(&node, &system, args.cluster_config())?;
+    let server = DeviceServer::start(&node, &system, &cluster, args.tracker_config())?;
+    let mut events = server.subscribe();
+    let (tx, mut updates) = mpsc::unbounded_channel();
+    cluster.subscribe(system.spawn_fn(move |u: ClusterUpdate, _ctx| {
+        let _ = tx.send(u);
+    }));
+    let mut stats = args.stats_every_ms.map(|ms| {
+        let every = Duration::from_millis(ms.max(1));
+        tokio::time::interval_at(tokio::time::Instant::now() + every, every)
+    });
+    let stop = async {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            () = terminated() => {}
+        }
+    };
+    tokio::pin!(stop);
+    let mut up = 0;
+    loop {
+        tokio::select! {
+            () = &mut stop => break,
+            Some(u) = updates.recv() => {
+                let n = u.members.iter().filter(|m| m.state == MemberState::Up).count();
+                if n != up {
+                    up = n;
+                    out.line(format_args!("MEMBERS up={up}"));
+                }
+            }
+            Some(e) = events.recv() => out.event(&e),
+            _ = tick(stats.as_mut()) => {
+                let s = server.stats();
+                out.line(format_args!(
+                    "STATS t_ms={} reports={} devices={} registrations={} forwarded={} moved={} \
+                     resends={} stale_reports={} refused={} rate_limited={} lost={}",
+                    started.elapsed().as_millis(),
+                    s.reports, s.devices, s.registrations, s.forwarded, s.moved,
+                    s.resends, s.stale_reports, s.refused, s.rate_limited, s.lost,
+                ));
+            }
+        }
+        if out.closed {
+            return Ok(());
+        }
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(5), cluster.leave()).await;
+    node.shutdown().await;
+    Ok(())
+}
+
+/// Resolves on SIGTERM (never where there is no such signal).
+async fn terminated() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        if let Ok(mut s) = signal(SignalKind::terminate()) {
+            s.recv().await;
+            return;
+        }
+    }
+    std::future::pending().await
+}
+
+async fn tick(interval: Option<&mut tokio::time::Interval>) {
+    match interval {
+        Some(i) => {
+            i.tick().await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
+/// Writes the lines, each flushed at once.
+#[derive(Default)]
+struct Out {
+    closed: bool,
+}
+
+impl Out {
+    fn line(&mut self, text: std::fmt::Arguments<'_>) {
+        let mut stdout = std::io::stdout().lock();
+        if writeln!(stdout, "{text}")
+            .and_then(|()| stdout.flush())
+            .is_err()
+        {
+            self.closed = true;
+        }
+    }
+
+    fn event(&mut self, e: &TrackerEvent) {
+        match e {
+            TrackerEvent::Registered {
+                device,
+                session,
+                forwarded,
+            } => {
+                let via = if *forwarded { " forwarded" } else { "" };
+                self.line(format_args!("DEVICE registered {device} {session}{via}"));
+            }
+            TrackerEvent::Forwarded { device, to } => {
+                self.line(format_args!("DEVICE forwarded {device} {to}"));
+            }
+            TrackerEvent::Moved { device, to } => {
+                self.line(format_args!("DEVICE moved {device} {to}"));
+            }
+            TrackerEvent::Lost { device } => self.line(format_args!("DEVICE lost {device}")),
+            TrackerEvent::Recovered { device } => {
+                self.line(format_args!("DEVICE recovered {device}"));
+            }
+            TrackerEvent::Forgotten { device } => {
+                self.line(format_args!("DEVICE forgotten {device}"));
+            }
+            TrackerEvent::Released { device } => {
+                self.line(format_args!("DEVICE released {device}"));
+            }
+            TrackerEvent::DuplicateStopped {
+                device,
+                stopped,
+                holder,
+            } => self.line(format_args!(
+                "DEVICE duplicate-stopped {device} {stopped} {holder}"
+            )),
+            _ => {}
+        }
+    }
+}
