@@ -25,6 +25,8 @@ mod runner;
 mod w1;
 mod w2;
 mod w3;
+mod w5;
+mod w5_plot;
 mod w7;
 
 use clap::{Parser, Subcommand};
@@ -50,6 +52,11 @@ enum Workload {
     /// W3 lossy: 2 node processes bounce one message over an emulated lossy,
     /// slow link (needs root and /dev/net/tun).
     W3(w3::Args),
+    /// W5 devices: device processes reporting to a cluster of server
+    /// processes (`plexus-device`, `plexus-device-server`, built first).
+    W5(w5::Args),
+    /// The W5 figures (docs/img/w5.png) from a log of `w5` RESULT lines.
+    W5Plot(w5_plot::Args),
     /// W7 local: spawn, pingpong, fanin on one machine, no network.
     W7(w7::Args),
     /// The cluster's figures at full size in the simulator (convergence,
@@ -123,6 +130,8 @@ fn main() {
         Workload::W1(args) => w1::run(&args),
         Workload::W2(args) => w2::run(&args),
         Workload::W3(args) => w3::run(&args),
+        Workload::W5(args) => w5::run(&args),
+        Workload::W5Plot(args) => w5_plot::run(&args),
         Workload::W7(args) => w7::run(&args),
         Workload::ClusterSim(args) => cluster_sim::run(&args),
         Workload::ClusterProcs(args) => cluster_procs::run(&args),
