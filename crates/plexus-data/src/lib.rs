@@ -23,7 +23,15 @@
 #![deny(missing_docs)]
 
 pub mod crdt;
+mod registry;
+pub mod replicator;
+pub mod sim;
 
 pub use crdt::{
     CausalContext, Crdt, Dot, Element, GCounter, GSet, InvalidState, ORSet, PNCounter, ReplicaId,
+};
+pub use registry::{type_tag, DecodeError, TypeTag};
+pub use replicator::{
+    Consistency, Event, GetError, Key, PacketError, Replicator, ReplicatorConfig, ReplicatorStats,
+    RequestId, Transmit, UpdateError,
 };

@@ -1,0 +1,87 @@
+//! The replicator's settings.
+
+use std::time::Duration;
+
+/// Settings of a [`Replicator`](super::Replicator). The defaults suit a
+/// LAN cluster of a few to a few hundred members.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReplicatorConfig {
+    /// The cluster's name: packets from a replicator of another cluster are
+    /// refused.
+    pub cluster: String,
+    /// How often deltas go out to peers that have not acknowledged them
+    /// (and how long a write's delta waits before it is sent again to the
+    /// peers that have not acknowledged it). Default 100 ms.
+    pub delta_interval: Duration,
+    /// How often a round of anti-entropy starts with a random peer, and
+    /// pruning is looked at. Default 1 s.
+    pub gossip_interval: Duration,
+    /// How many ranges (buckets) keys are hashed into for anti-entropy
+    /// digests. Every member of a cluster must use the same count. Default
+    /// 1,024 (1,000,000 keys make buckets of about 1,000).
+    pub buckets: u32,
+    /// Differing buckets one anti-entropy round carries. Default 64.
+    pub max_buckets_per_round: usize,
+    /// Bytes of states one anti-entropy message carries before the rest is
+    /// left to the next round (which starts at once). Default 4 MiB.
+    pub max_round_bytes: usize,
+    /// Bytes of deltas one delta message carries. Default 1 MiB.
+    pub max_delta_bytes: usize,
+    /// Deltas kept for peers that have not acknowledged them; a peer that
+    /// falls further behind is brought up to date by anti-entropy instead.
+    /// Default 100,000.
+    pub max_delta_log: usize,
+    /// The largest packet handed to the network; bigger ones are chunked.
+    /// Default 60 KiB (under the 64 KiB of a UDP datagram and every
+    /// framing layer's default limit).
+    pub max_packet: usize,
+    /// The largest packet reassembled from chunks (so the largest state of
+    /// one key that can travel, and what one peer may make this node
+    /// buffer). Default 64 MiB.
+    pub max_transfer: usize,
+    /// How long a chunked transfer may take to complete. Default 10 s.
+    pub reassembly_timeout: Duration,
+    /// The most keys this replicator holds; a delta or an update that would
+    /// create more is refused. Default 4,000,000.
+    pub max_keys: usize,
+    /// Requests (updates and gets with a consistency level above local)
+    /// waiting for answers at once; more are refused. Default 100,000.
+    pub max_requests: usize,
+    /// Keys whose state is kept in the durable store: exact names, or
+    /// prefixes ending in `*` (`"devices/*"`). Default none.
+    pub durable: Vec<String>,
+    /// Seed of the replicator's random choices (anti-entropy peers).
+    pub rng_seed: u64,
+}
+
+impl Default for ReplicatorConfig {
+    fn default() -> Self {
+        Self {
+            cluster: "plexus".into(),
+            delta_interval: Duration::from_millis(100),
+            gossip_interval: Duration::from_secs(1),
+            buckets: 1024,
+            max_buckets_per_round: 64,
+            max_round_bytes: 4 << 20,
+            max_delta_bytes: 1 << 20,
+            max_delta_log: 100_000,
+            max_packet: 60 * 1024,
+            max_transfer: 64 << 20,
+            reassembly_timeout: Duration::from_secs(10),
+            max_keys: 4_000_000,
+            max_requests: 100_000,
+            durable: Vec::new(),
+            rng_seed: 1,
+        }
+    }
+}
+
+impl ReplicatorConfig {
+    /// Whether `key` is durable under [`ReplicatorConfig::durable`].
+    pub fn is_durable(&self, key: &str) -> bool {
+        self.durable.iter().any(|p| match p.strip_suffix('*') {
+            Some(prefix) => key.starts_with(prefix),
+            None => p == key,
+        })
+    }
+}
