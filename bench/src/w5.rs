@@ -177,6 +177,8 @@ struct World {
     threads: usize,
     /// The server each device last attached to (`EVENT attached` lines).
     at: HashMap<String, String>,
+    /// Lines `expect` read past, for whoever reads next.
+    backlog: std::collections::VecDeque<Line>,
 }
 
 impl Drop for World {
@@ -190,23 +192,31 @@ impl Drop for World {
 
 impl World {
     fn new(dir: &Path, args: &Args) -> World {
-        let (scheme, base) = match args.transport.split_once('/') {
-            Some((t, _)) => (t.trim().to_owned(), Some(args.transport.clone())),
-            None => (args.transport.clone(), None),
+        // A plain scheme runs bare (`udp`: the device protocol resends
+        // itself) or with its framing (`tcp / framing`); a spec as given.
+        let base = match args.transport.as_str() {
+            "tcp" => "tcp / framing".to_owned(),
+            other => other.to_owned(),
         };
+        let scheme = base.split('/').next().unwrap_or("udp").trim().to_owned();
+        // Drops right above the transport, as a lossy network would.
         let device_spec = if args.drop > 0.0 {
-            let base = base.clone().unwrap_or_else(|| match scheme.as_str() {
-                "tcp" => "tcp / framing".to_owned(),
-                other => other.to_owned(),
-            });
-            Some(format!(
-                "{base} / faults(drop={},seed={},direction=both)",
+            let rest = base.split_once('/').map_or("", |(_, r)| r.trim());
+            let faults = format!(
+                "faults(drop={},seed={},direction=both)",
                 args.drop / 100.0,
                 args.seed
-            ))
+            );
+            if rest.is_empty() {
+                format!("{scheme} / {faults}")
+            } else {
+                format!("{scheme} / {faults} / {rest}")
+            }
         } else {
             base.clone()
         };
+        let base = Some(base);
+        let device_spec = Some(device_spec);
         let (tx, lines) = mpsc::channel();
         World {
             dir: dir.to_owned(),
@@ -222,6 +232,7 @@ impl World {
             seed: args.seed,
             threads: args.threads,
             at: HashMap::new(),
+            backlog: std::collections::VecDeque::new(),
         }
     }
 
@@ -259,24 +270,35 @@ impl World {
         Ok(())
     }
 
-    /// Lines until one satisfies `wanted` (the others are handed to
-    /// `also`).
+    /// The next line (one `expect` read past first), within `wait`.
+    fn next_line(&mut self, wait: Duration) -> Option<Line> {
+        if let Some(l) = self.backlog.pop_front() {
+            return Some(l);
+        }
+        let l = self.lines.recv_timeout(wait).ok()?;
+        if let Some((d, s)) = attached(&l.text) {
+            self.at.insert(d, s);
+        }
+        Some(l)
+    }
+
+    /// Lines until one satisfies `wanted`; the others stay for
+    /// [`World::next_line`].
     fn expect(&mut self, what: &str, wanted: impl Fn(&Line) -> bool) -> Result<Line, String> {
         let deadline = Instant::now() + GUARD;
-        loop {
+        let mut skipped = Vec::new();
+        let found = loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(l) => {
-                    if let Some((d, s)) = attached(&l.text) {
-                        self.at.insert(d, s);
-                    }
-                    if wanted(&l) {
-                        return Ok(l);
-                    }
-                }
-                Err(_) => return Err(format!("no {what} within {GUARD:?}")),
+            match self.next_line(left) {
+                Some(l) if wanted(&l) => break Ok(l),
+                Some(l) => skipped.push(l),
+                None => break Err(format!("no {what} within {GUARD:?}")),
             }
+        };
+        for l in skipped.into_iter().rev() {
+            self.backlog.push_front(l);
         }
+        found
     }
 
     fn start_server(&mut self, i: usize, listen: &str, seed: Option<&str>) -> Result<(), String> {
@@ -369,8 +391,15 @@ impl World {
         let windows = args.seconds as usize;
         let mut per_window = vec![0u64; windows];
         let (mut device_kills_done, mut server_kills_done) = (0, 0);
-        // The first STATS line of each server sets its baseline.
-        let mut seen_stats = vec![false; self.servers];
+        // What the servers counted before the window starts.
+        while let Some(l) = self.backlog.pop_front() {
+            if let (Some(r), Some(Some(p))) = (
+                field(&l.text, "STATS ", "reports"),
+                self.procs.get_mut(l.from),
+            ) {
+                p.last_reports = r;
+            }
+        }
         let end = t0 + Duration::from_secs(args.seconds);
         while Instant::now() < end {
             let now = Instant::now();
@@ -392,9 +421,17 @@ impl World {
                         .filter(|o| *o != s)
                         .find_map(|o| self.procs[o].as_ref().map(|p| p.address.clone()));
                     if let Some(a) = address {
-                        self.start_server(s, &a, seed.as_deref())?;
+                        // Alone, it comes back where the devices look
+                        // for it; in a cluster, as a new member (a UDP
+                        // peer of the dead one's address lingers a while
+                        // at the others).
+                        let listen = if self.servers == 1 {
+                            a
+                        } else {
+                            format!("{}://127.0.0.1:0", self.scheme)
+                        };
+                        self.start_server(s, &listen, seed.as_deref())?;
                     }
-                    seen_stats[s] = true;
                     server_kills_done += 1;
                     server_kills[s] = Some(Instant::now() + exp(&mut rng, args.server_mttf));
                 }
@@ -408,7 +445,7 @@ impl World {
                 .min()
                 .unwrap_or(end);
             let wait = next.saturating_duration_since(Instant::now());
-            let Ok(l) = self.lines.recv_timeout(wait) else {
+            let Some(l) = self.next_line(wait) else {
                 continue;
             };
             if l.from >= self.servers {
@@ -423,9 +460,6 @@ impl World {
             // A restarted server counts from 0 again.
             let delta = reports.checked_sub(p.last_reports).unwrap_or(reports);
             p.last_reports = reports;
-            if !std::mem::replace(&mut seen_stats[l.from], true) {
-                continue;
-            }
             let w = l.at.saturating_duration_since(t0).as_secs() as usize;
             if w < windows {
                 per_window[w] += delta;
@@ -463,11 +497,8 @@ impl World {
         let mut worst_runs = Vec::new();
         for run in 0..args.runs {
             // Drain what came so far, learning attachments.
-            while let Ok(l) = self.lines.try_recv() {
-                if let Some((d, s)) = attached(&l.text) {
-                    self.at.insert(d, s);
-                }
-            }
+            self.backlog.clear();
+            while self.next_line(Duration::ZERO).is_some() {}
             let at = self.at.clone();
             let mut count: HashMap<&str, usize> = HashMap::new();
             for s in at.values() {
@@ -508,17 +539,18 @@ impl World {
             );
             worst_runs.push(worst);
             all.extend(times);
-            // Restart it on its port for the next run; devices it owns by
-            // the ring come back to it as the cluster admits it.
+            // A new server takes its place for the next run (a new member:
+            // devices the ring gives it move to it).
             let seed = (0..self.servers)
                 .filter(|o| *o != victim.0)
                 .find_map(|o| self.procs[o].as_ref().map(|p| p.address.clone()));
-            self.start_server(victim.0, &victim.1, seed.as_deref())?;
-            let up = format!("MEMBERS up={}", self.servers);
-            self.expect("the restarted server up", |l| {
-                l.from == victim.0 && l.text == up
+            let listen = format!("{}://127.0.0.1:0", self.scheme);
+            self.start_server(victim.0, &listen, seed.as_deref())?;
+            self.expect("the new server up", |l| {
+                l.from == victim.0 && l.text.starts_with("MEMBERS up=") && l.text != "MEMBERS up=1"
             })?;
-            std::thread::sleep(Duration::from_secs(3));
+            // Let the ring settle (the dead member downed, devices moved).
+            std::thread::sleep(Duration::from_secs(12));
         }
         let p50 = median(&mut all.clone());
         let max = all.iter().copied().fold(0.0, f64::max);
