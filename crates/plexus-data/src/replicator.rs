@@ -74,7 +74,7 @@ mod requests;
 mod tests;
 pub mod wire;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -235,7 +235,8 @@ enum Traffic {
 
 #[derive(Debug)]
 struct Peer {
-    replica: ReplicaId,
+    /// Its replica in its current life, once a packet told it.
+    replica: Option<ReplicaId>,
     /// The highest delta sequence number it acknowledged.
     acked: u64,
     /// The group in flight: its last sequence number and when it left.
@@ -261,6 +262,8 @@ pub struct Replicator {
     replicas: HashMap<ReplicaId, Arc<str>>,
     /// Replicas gone for good whose entries may still need pruning.
     removed: BTreeSet<ReplicaId>,
+    /// Every replica gone for good: packets from them are refused.
+    gone: HashSet<ReplicaId>,
     /// Keys carrying a pruning marker still in its first phase.
     pruning_keys: BTreeSet<Arc<str>>,
     log: DeltaLog,
@@ -284,16 +287,18 @@ pub struct Replicator {
 }
 
 impl Replicator {
-    /// A replicator for the member at `address` in its life `incarnation`
-    /// (its replica id is derived from both), started at `now`.
+    /// A replicator for the member at `address` in the life that started
+    /// with incarnation `life` (its replica id is derived from both; a
+    /// restarted node, whose incarnation is new, is a new replica), started
+    /// at `now`.
     pub fn new(
         config: ReplicatorConfig,
         address: impl Into<Arc<str>>,
-        incarnation: u64,
+        life: u64,
         now: Instant,
     ) -> Self {
         let address = address.into();
-        let replica = ReplicaId::of_member(&address, incarnation);
+        let replica = ReplicaId::of_member(&address, life);
         let rng = SmallRng::seed_from_u64(config.rng_seed ^ replica.0);
         Self {
             cluster: wire::cluster_hash(&config.cluster),
@@ -310,6 +315,7 @@ impl Replicator {
             peers: BTreeMap::new(),
             replicas: HashMap::new(),
             removed: BTreeSet::new(),
+            gone: HashSet::new(),
             pruning_keys: BTreeSet::new(),
             log: DeltaLog::default(),
             durable_dirty: BTreeSet::new(),
@@ -362,47 +368,93 @@ impl Replicator {
         }
     }
 
-    /// Replaces the member list: every member of the cluster that is not
-    /// down, as `(address, incarnation)` (this member may be among them).
-    /// A member missing from the list is gone for good: its replica's
+    /// Replaces the member list: the address of every member of the
+    /// cluster that is not down (this member's may be among them). A
+    /// member's replica is learned from its packets; a member missing from
+    /// the list, or heard from as a new replica, is gone for good in its
+    /// former life: that replica's packets are refused from then on and its
     /// entries are pruned.
-    pub fn set_members(&mut self, now: Instant, members: &[(Arc<str>, u64)]) {
+    pub fn set_members(&mut self, now: Instant, members: &[Arc<str>]) {
         let _ = now;
-        let wanted: BTreeMap<Arc<str>, ReplicaId> = members
-            .iter()
-            .filter(|(a, _)| *a != self.address)
-            .map(|(a, i)| (Arc::clone(a), ReplicaId::of_member(a, *i)))
-            .collect();
+        let wanted: BTreeSet<&Arc<str>> = members.iter().filter(|a| **a != self.address).collect();
         let gone: Vec<Arc<str>> = self
             .peers
-            .iter()
-            .filter(|(a, p)| wanted.get(*a) != Some(&p.replica))
-            .map(|(a, _)| Arc::clone(a))
+            .keys()
+            .filter(|a| !wanted.contains(a))
+            .cloned()
             .collect();
         for address in gone {
             if let Some(peer) = self.peers.remove(&address) {
-                self.replicas.remove(&peer.replica);
-                self.reassembly.forget(peer.replica);
-                self.removed.insert(peer.replica);
+                if let Some(r) = peer.replica {
+                    self.retire(r);
+                }
             }
         }
-        for (address, replica) in wanted {
-            if self.peers.contains_key(&address) {
-                continue;
+        for address in wanted {
+            if !self.peers.contains_key(address) {
+                let peer = self.new_peer(None);
+                self.peers.insert(Arc::clone(address), peer);
             }
-            self.replicas.insert(replica, Arc::clone(&address));
-            self.peers.insert(
-                address,
-                Peer {
-                    replica,
-                    acked: self.log.last_seq(),
-                    in_flight: None,
-                    backoff: self.config.delta_interval * 2,
-                    needs_sync: true,
-                },
-            );
         }
         self.log.gc(self.peers.values().map(|p| p.acked));
+    }
+
+    fn new_peer(&self, replica: Option<ReplicaId>) -> Peer {
+        Peer {
+            replica,
+            acked: self.log.last_seq(),
+            in_flight: None,
+            backoff: self.config.delta_interval * 2,
+            needs_sync: true,
+        }
+    }
+
+    /// A replica's life ended: refuse it from now on, prune its entries.
+    fn retire(&mut self, replica: ReplicaId) {
+        self.replicas.remove(&replica);
+        self.reassembly.forget(replica);
+        self.removed.insert(replica);
+        self.gone.insert(replica);
+    }
+
+    /// Starts a new life (after this member was downed and joins again
+    /// with incarnation `life`): a new replica id, so the others prune the
+    /// former one instead of mistaking the two. The keys are kept.
+    pub fn renew(&mut self, life: u64) {
+        let old = self.replica;
+        self.replica = ReplicaId::of_member(&self.address, life);
+        if self.replica != old {
+            self.removed.insert(old);
+            self.gone.insert(old);
+        }
+    }
+
+    /// The address of the sender of a packet from `replica` claiming to be
+    /// `address`: learns the replica of a member, retires a former life.
+    fn sender(&mut self, replica: ReplicaId, address: &str) -> Result<Arc<str>, PacketError> {
+        let refused = || PacketError::NotAMember {
+            address: address.to_owned(),
+            replica,
+        };
+        if self.gone.contains(&replica) {
+            return Err(refused());
+        }
+        let Some((address, peer)) = self.peers.get_key_value(address) else {
+            return Err(refused());
+        };
+        let address = Arc::clone(address);
+        match peer.replica {
+            Some(r) if r == replica => {}
+            known => {
+                if let Some(old) = known {
+                    self.retire(old);
+                }
+                let peer = self.new_peer(Some(replica));
+                self.peers.insert(Arc::clone(&address), peer);
+                self.replicas.insert(replica, Arc::clone(&address));
+            }
+        }
+        Ok(address)
     }
 
     /// Members (this one included) the replicator counts.
@@ -625,9 +677,7 @@ impl Replicator {
             return Err(PacketError::OtherCluster);
         }
         let from = packet.from;
-        let Some(address) = self.replicas.get(&from).cloned() else {
-            return Err(PacketError::NotAMember(from));
-        };
+        let address = self.sender(from, &packet.from_address)?;
         match packet.body {
             Body::Chunk {
                 transfer,
@@ -816,6 +866,7 @@ impl Replicator {
         let encoded = Packet {
             cluster: self.cluster,
             from: self.replica,
+            from_address: self.address.to_string(),
             body,
         }
         .encode();
@@ -823,13 +874,12 @@ impl Replicator {
         if encoded.len() > self.config.max_packet {
             self.next_transfer += 1;
         }
-        for packet in wire::split(
-            encoded,
-            self.config.max_packet,
-            self.cluster,
-            self.replica,
-            transfer,
-        ) {
+        for packet in wire::split(encoded, self.config.max_packet, transfer, |body| Packet {
+            cluster: self.cluster,
+            from: self.replica,
+            from_address: self.address.to_string(),
+            body,
+        }) {
             let n = packet.len() as u64;
             self.stats.packets_sent += 1;
             self.stats.bytes_sent += n;

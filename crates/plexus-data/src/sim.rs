@@ -146,10 +146,10 @@ impl DataSim {
         Replicator::new(config, address(i), self.incarnations[i], now)
     }
 
-    fn members(&self) -> Vec<(Arc<str>, u64)> {
+    fn members(&self) -> Vec<Arc<str>> {
         (0..self.incarnations.len())
             .filter(|&i| !self.removed[i])
-            .map(|i| (address(i), self.incarnations[i]))
+            .map(address)
             .collect()
     }
 

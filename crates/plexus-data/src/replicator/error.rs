@@ -127,9 +127,15 @@ pub enum PacketError {
     /// The sender belongs to another cluster.
     #[error("replicator packet refused: the sender belongs to another cluster")]
     OtherCluster,
-    /// The sender is not a member this replicator knows.
-    #[error("replicator packet refused: {0:?} is not a member of the cluster (yet)")]
-    NotAMember(ReplicaId),
+    /// The sender is not a member this replicator knows (or a former life
+    /// of one).
+    #[error("replicator packet refused: {address} (replica {replica}) is not a member of the cluster (yet, or any more)")]
+    NotAMember {
+        /// The address the sender claimed.
+        address: String,
+        /// Its replica.
+        replica: ReplicaId,
+    },
     /// A chunk was refused.
     #[error("replicator packet refused: {0}")]
     Chunk(#[from] ChunkError),

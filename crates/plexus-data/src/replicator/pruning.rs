@@ -17,11 +17,13 @@ impl Replicator {
             .is_none_or(|lowest| self.address < *lowest)
     }
 
-    fn member_replicas(&self) -> BTreeSet<ReplicaId> {
+    /// Every member's replica; `None` while some member's is not known
+    /// yet (no packet from it arrived), since then no pruning may happen.
+    fn member_replicas(&self) -> Option<BTreeSet<ReplicaId>> {
         self.peers
             .values()
             .map(|p| p.replica)
-            .chain(std::iter::once(self.replica))
+            .chain(std::iter::once(Some(self.replica)))
             .collect()
     }
 
@@ -57,7 +59,9 @@ impl Replicator {
                 self.pruning_keys.insert(key);
             }
         }
-        let members = self.member_replicas();
+        let Some(members) = self.member_replicas() else {
+            return;
+        };
         let keys: Vec<Arc<str>> = self.pruning_keys.iter().cloned().collect();
         for key in keys {
             let Some(env) = self.keys.get(&key) else {

@@ -221,7 +221,7 @@ impl Replicator {
             let to: Vec<Arc<str>> = self
                 .peers
                 .iter()
-                .filter(|(_, p)| !answered.contains(&p.replica))
+                .filter(|(_, p)| p.replica.is_none_or(|r| !answered.contains(&r)))
                 .map(|(a, _)| Arc::clone(a))
                 .collect();
             for address in to {

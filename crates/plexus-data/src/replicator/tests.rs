@@ -14,7 +14,7 @@ fn pair(config: ReplicatorConfig) -> (Replicator, Replicator, Instant) {
     let now = Instant::now();
     let mut a = Replicator::new(config.clone(), "sim:0", 1, now);
     let mut b = Replicator::new(config, "sim:1", 1, now);
-    let members: Vec<(Arc<str>, u64)> = vec![("sim:0".into(), 1), ("sim:1".into(), 1)];
+    let members: Vec<Arc<str>> = vec!["sim:0".into(), "sim:1".into()];
     a.set_members(now, &members);
     b.set_members(now, &members);
     (a, b, now)
@@ -47,6 +47,7 @@ fn delta_from(a: &Replicator, entries: Vec<WireEntry>) -> Vec<u8> {
     Packet {
         cluster: wire::cluster_hash(&a.config().cluster),
         from: a.replica(),
+        from_address: a.address().to_string(),
         body: Body::Delta { to_seq: 1, entries },
     }
     .encode()
@@ -65,10 +66,13 @@ fn packets_of_another_cluster_or_a_stranger_are_refused() {
     );
     let mut stranger = foreign.clone();
     stranger.cluster = wire::cluster_hash("plexus");
-    stranger.from = ReplicaId(42);
+    stranger.from_address = "sim:9".into();
     assert_eq!(
         b.handle_packet(now, &stranger.encode()),
-        Err(PacketError::NotAMember(ReplicaId(42)))
+        Err(PacketError::NotAMember {
+            address: "sim:9".into(),
+            replica: a.replica()
+        })
     );
     assert_eq!(
         b.handle_packet(now, b"\x01garbage"),
@@ -163,6 +167,7 @@ fn chunk_floods_are_bounded() {
         Packet {
             cluster: wire::cluster_hash("plexus"),
             from: a.replica(),
+            from_address: a.address().to_string(),
             body: Body::Chunk {
                 transfer,
                 index,

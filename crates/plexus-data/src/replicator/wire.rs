@@ -53,6 +53,8 @@ pub struct Packet {
     pub cluster: u64,
     /// The sender's replica.
     pub from: ReplicaId,
+    /// The sender's member address.
+    pub from_address: String,
     /// What it says.
     pub body: Body,
 }
@@ -195,6 +197,9 @@ impl Packet {
         if !trailing.is_empty() {
             return Err(WireError::Malformed);
         }
+        if packet.from_address.len() > MAX_KEY {
+            return Err(WireError::KeyTooLong(packet.from_address.len()));
+        }
         packet.check_keys()?;
         Ok(packet)
     }
@@ -236,22 +241,28 @@ impl Packet {
     }
 }
 
-/// The fixed cost of a [`Body::Chunk`] packet besides its piece, at most.
-const CHUNK_OVERHEAD: usize = 1 + 10 + 10 + 1 + 10 + 5 + 5 + 5;
-
-/// Cuts `packet` (encoded) into packets of at most `max_packet` bytes:
-/// itself if it fits, else [`Body::Chunk`]s of transfer `transfer`.
+/// Cuts `encoded` into packets of at most `max_packet` bytes: itself if it
+/// fits, else [`Body::Chunk`]s of transfer `transfer`, each made a packet by
+/// `wrap`.
 pub(crate) fn split(
     encoded: Vec<u8>,
     max_packet: usize,
-    cluster: u64,
-    from: ReplicaId,
     transfer: u64,
+    wrap: impl Fn(Body) -> Packet,
 ) -> Vec<Bytes> {
     if encoded.len() <= max_packet {
         return vec![Bytes::from(encoded)];
     }
-    let piece = max_packet.saturating_sub(CHUNK_OVERHEAD).max(64);
+    let overhead = wrap(Body::Chunk {
+        transfer,
+        index: u32::MAX,
+        count: u32::MAX,
+        bytes: Bytes::new(),
+    })
+    .encode()
+    .len()
+        + 5;
+    let piece = max_packet.saturating_sub(overhead).max(64);
     let whole = Bytes::from(encoded);
     let count = whole.len().div_ceil(piece) as u32;
     (0..count)
@@ -259,16 +270,12 @@ pub(crate) fn split(
             let start = index as usize * piece;
             let end = (start + piece).min(whole.len());
             Bytes::from(
-                Packet {
-                    cluster,
-                    from,
-                    body: Body::Chunk {
-                        transfer,
-                        index,
-                        count,
-                        bytes: whole.slice(start..end),
-                    },
-                }
+                wrap(Body::Chunk {
+                    transfer,
+                    index,
+                    count,
+                    bytes: whole.slice(start..end),
+                })
                 .encode(),
             )
         })
@@ -283,6 +290,7 @@ mod tests {
         Packet {
             cluster: cluster_hash("test"),
             from: ReplicaId(7),
+            from_address: "sim:7".into(),
             body,
         }
     }
@@ -321,7 +329,7 @@ mod tests {
             }],
         })
         .encode();
-        let pieces = split(big.clone(), 1_000, 1, ReplicaId(2), 5);
+        let pieces = split(big.clone(), 1_000, 5, packet);
         assert!(pieces.len() > 10);
         let mut joined = Vec::new();
         for p in &pieces {
