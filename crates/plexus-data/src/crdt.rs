@@ -27,15 +27,25 @@ use serde::{Deserialize, Serialize};
 
 mod context;
 mod element;
+mod ew_flag;
+mod flag;
 mod gcounter;
 mod gset;
+mod lww_register;
+mod mv_register;
+mod ormap;
 mod orset;
 mod pncounter;
 
 pub use context::{CausalContext, Dot};
 pub use element::Element;
+pub use ew_flag::EwFlag;
+pub use flag::Flag;
 pub use gcounter::GCounter;
 pub use gset::GSet;
+pub use lww_register::LwwRegister;
+pub use mv_register::MvRegister;
+pub use ormap::ORMap;
 pub use orset::ORSet;
 pub use pncounter::PNCounter;
 

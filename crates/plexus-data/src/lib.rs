@@ -28,7 +28,8 @@ pub mod replicator;
 pub mod sim;
 
 pub use crdt::{
-    CausalContext, Crdt, Dot, Element, GCounter, GSet, InvalidState, ORSet, PNCounter, ReplicaId,
+    CausalContext, Crdt, Dot, Element, EwFlag, Flag, GCounter, GSet, InvalidState, LwwRegister,
+    MvRegister, ORMap, ORSet, PNCounter, ReplicaId,
 };
 pub use registry::{type_tag, DecodeError, TypeTag};
 pub use replicator::{

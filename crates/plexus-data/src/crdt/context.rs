@@ -219,6 +219,20 @@ impl CausalContext {
     }
 }
 
+/// A dot of a decoded dot store must be named (counter ≥ 1) and seen.
+pub(crate) fn check_dot(context: &CausalContext, d: Dot) -> Result<(), InvalidState> {
+    if d.counter == 0 {
+        return Err(InvalidState::ZeroCounter(d.replica));
+    }
+    if !context.contains(d) {
+        return Err(InvalidState::DotOutsideContext {
+            replica: d.replica,
+            counter: d.counter,
+        });
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -15,6 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
+use crate::crdt::context::check_dot;
 use crate::crdt::{CausalContext, Crdt, Dot, Element, InvalidState, ReplicaId};
 
 /// An add-wins observed-remove set.
@@ -216,20 +217,6 @@ impl<T: Element> Crdt for ORSet<T> {
         });
         self.context.forget(removed);
     }
-}
-
-/// A dot of a decoded dot store must be named (counter ≥ 1) and seen.
-pub(crate) fn check_dot(context: &CausalContext, d: Dot) -> Result<(), InvalidState> {
-    if d.counter == 0 {
-        return Err(InvalidState::ZeroCounter(d.replica));
-    }
-    if !context.contains(d) {
-        return Err(InvalidState::DotOutsideContext {
-            replica: d.replica,
-            counter: d.counter,
-        });
-    }
-    Ok(())
 }
 
 #[cfg(test)]
