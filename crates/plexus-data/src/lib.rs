@@ -23,9 +23,13 @@
 #![deny(missing_docs)]
 
 pub mod crdt;
+#[cfg(feature = "node")]
+pub mod node;
 mod registry;
 pub mod replicator;
 pub mod sim;
+#[cfg(feature = "store")]
+pub mod store;
 
 pub use crdt::{
     CausalContext, Crdt, Dot, Element, EwFlag, Flag, GCounter, GSet, InvalidState, LwwRegister,

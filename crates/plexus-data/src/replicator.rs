@@ -200,6 +200,8 @@ pub struct Transmit {
 pub struct ReplicatorStats {
     /// Keys held.
     pub keys: usize,
+    /// Members counted (this one included).
+    pub members: usize,
     /// Packets sent.
     pub packets_sent: u64,
     /// Bytes of packets sent.
@@ -350,6 +352,7 @@ impl Replicator {
     pub fn stats(&self) -> ReplicatorStats {
         ReplicatorStats {
             keys: self.keys.len(),
+            members: self.member_count(),
             ..self.stats
         }
     }

@@ -17,7 +17,6 @@ fn lossy() -> LinkModel {
         reorder: 0.1,
         latency: Duration::from_millis(5),
         jitter: Duration::from_millis(5),
-        ..LinkModel::default()
     }
 }
 
@@ -84,16 +83,20 @@ fn an_orset_converges_across_a_healed_partition_and_adds_win() {
             .unwrap();
         assert!(sim.run_until_converged(&key, Duration::from_secs(30)));
         sim.sim.partition(&[0, 1], &[2, 3]);
-        sim.update(1, &key, Consistency::Local, |s, _| s.remove(&"x".to_string()))
-            .unwrap();
+        sim.update(1, &key, Consistency::Local, |s, _| {
+            s.remove(&"x".to_string())
+        })
+        .unwrap();
         sim.update(2, &key, Consistency::Local, |s, me| s.add(me, "x".into()))
             .unwrap();
         sim.update(0, &key, Consistency::Local, |s, me| s.add(me, "a".into()))
             .unwrap();
         sim.update(3, &key, Consistency::Local, |s, me| s.add(me, "b".into()))
             .unwrap();
-        sim.update(3, &key, Consistency::Local, |s, me| s.add(me, "gone".into()))
-            .unwrap();
+        sim.update(3, &key, Consistency::Local, |s, me| {
+            s.add(me, "gone".into())
+        })
+        .unwrap();
         let seen = sim.sim.run_until(Duration::from_secs(30), |s| {
             s.process(2).is_some_and(|p| {
                 p.replicator
@@ -271,17 +274,15 @@ fn a_joiner_catches_up_on_many_keys_through_digests() {
     let before = sim.stats(0).anti_entropy_bytes_sent + sim.stats(1).anti_entropy_bytes_sent;
     let start = sim.sim.elapsed();
     sim.restart(2);
-    let caught_up = sim
-        .sim
-        .run_until(Duration::from_secs(60), |s| {
-            keys.iter().all(|k| {
-                let v = |i| {
-                    s.process(i)
-                        .and_then(|p| p.replicator.value(k).ok().flatten().cloned())
-                };
-                v(2).is_some() && v(2) == v(1)
-            })
-        });
+    let caught_up = sim.sim.run_until(Duration::from_secs(60), |s| {
+        keys.iter().all(|k| {
+            let v = |i| {
+                s.process(i)
+                    .and_then(|p| p.replicator.value(k).ok().flatten().cloned())
+            };
+            v(2).is_some() && v(2) == v(1)
+        })
+    });
     assert!(caught_up);
     let sent = sim.stats(0).anti_entropy_bytes_sent + sim.stats(1).anti_entropy_bytes_sent - before;
     let full: u64 = keys

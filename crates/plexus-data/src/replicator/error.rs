@@ -55,6 +55,12 @@ pub enum UpdateError {
         /// Members there are.
         members: usize,
     },
+    /// The replicator stopped (its node or driver is gone).
+    #[error("update {key}: the replicator is stopped")]
+    Stopped {
+        /// The key.
+        key: String,
+    },
     /// Not enough members acknowledged in time. The update is applied
     /// locally and still spreads; it is only not known to have reached the
     /// members the level asked for.
@@ -102,6 +108,12 @@ pub enum GetError {
         needed: usize,
         /// Members there are.
         members: usize,
+    },
+    /// The replicator stopped (its node or driver is gone).
+    #[error("get {key}: the replicator is stopped")]
+    Stopped {
+        /// The key.
+        key: String,
     },
     /// Not enough members answered in time.
     #[error("get {key}: {replies} of {needed} members answered within {timeout:?}")]

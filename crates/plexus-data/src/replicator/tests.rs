@@ -110,7 +110,7 @@ fn bad_entries_are_refused_one_by_one() {
         ..entry("malformed", &good)
     };
     let entries = vec![
-        entry("counter", &set),  // another type than the key holds
+        entry("counter", &set),    // another type than the key holds
         entry("counter", &future), // more of b's mutations than b made
         unknown,
         malformed,
@@ -123,7 +123,10 @@ fn bad_entries_are_refused_one_by_one() {
     assert_eq!(stats.entries_refused, 5, "{stats:?}");
     assert_eq!(stats.keys, 3);
     assert_eq!(
-        b.value(&Key::<GCounter>::new("good")).unwrap().unwrap().value(),
+        b.value(&Key::<GCounter>::new("good"))
+            .unwrap()
+            .unwrap()
+            .value(),
         2
     );
     assert_eq!(b.value(&counter_key).unwrap().unwrap().value(), 1);
