@@ -11,6 +11,9 @@
 use std::time::Duration;
 
 use plexus::cluster::{Cluster, ClusterConfig, ClusterEvent, ClusterUpdate, MemberState};
+use plexus::data::crdt::{GCounter, ORSet};
+use plexus::data::node::Replication;
+use plexus::data::{Consistency, Key, ReplicatorConfig};
 use plexus::prelude::*;
 use plexus::{Backoff, DeadLetterReason};
 use serde::{Deserialize, Serialize};
@@ -396,7 +399,7 @@ async fn cluster_member(
 
 async fn cluster_tour() -> Result<(), Box<dyn std::error::Error>> {
     println!("\n16. a cluster: three nodes join through a seed (gossip membership, phi accrual, SWIM + Lifeguard)");
-    let (seed_sys, _seed_node, seed, seed_uri) = cluster_member(0, Vec::new()).await?;
+    let (seed_sys, seed_node, seed, seed_uri) = cluster_member(0, Vec::new()).await?;
     let (tx, mut updates) = tokio::sync::mpsc::unbounded_channel();
     seed.subscribe(seed_sys.spawn_fn(move |u: ClusterUpdate, _ctx| {
         let _ = tx.send(u);
@@ -424,8 +427,8 @@ async fn cluster_tour() -> Result<(), Box<dyn std::error::Error>> {
             .flatten()
             .ok_or_else(|| format!("gave up waiting for {what}"))
     };
-    let (_s2, _n2, _c2, _) = cluster_member(0, vec![seed_uri.clone()]).await?;
-    let (_s3, node3, c3, uri3) = cluster_member(0, vec![seed_uri.clone()]).await?;
+    let (s2, n2, c2, _) = cluster_member(0, vec![seed_uri.clone()]).await?;
+    let (s3, node3, c3, uri3) = cluster_member(0, vec![seed_uri.clone()]).await?;
     let up = wait_for("three members up", &|u| {
         u.members
             .iter()
@@ -442,7 +445,51 @@ async fn cluster_tour() -> Result<(), Box<dyn std::error::Error>> {
         );
     }
 
-    println!("\n17. one node is killed: the others suspect it, then down it (keep-majority)");
+    println!("\n17. replicated data: a counter and a set (delta-state CRDTs) on all three nodes");
+    let data = ReplicatorConfig {
+        cluster: "demo".into(),
+        ..ReplicatorConfig::default()
+    };
+    let replicas = [
+        Replication::start(&seed_node, &seed_sys, &seed, data.clone(), None)?,
+        Replication::start(&n2, &s2, &c2, data.clone(), None)?,
+        Replication::start(&node3, &s3, &c3, data, None)?,
+    ];
+    let visits = Key::<GCounter>::new("visits");
+    let colours = Key::<ORSet<String>>::new("colours");
+    for r in &replicas {
+        // Every member registers the generic types it replicates, so it
+        // can merge them before it uses a key of them itself.
+        r.register::<ORSet<String>>();
+    }
+    for (r, colour) in replicas.iter().zip(["red", "green", "blue"]) {
+        r.update(
+            &visits,
+            Consistency::Majority,
+            Duration::from_secs(5),
+            |v, me| v.increment(me, 1),
+        )
+        .await?;
+        r.update(
+            &colours,
+            Consistency::Majority,
+            Duration::from_secs(5),
+            move |s, me| s.add(me, colour.to_string()),
+        )
+        .await?;
+    }
+    let read = Duration::from_secs(5);
+    let total = replicas[1].get(&visits, Consistency::All, read).await?;
+    let set = replicas[2].get(&colours, Consistency::All, read).await?;
+    let mut set: Vec<String> = set.map(|s| s.iter().cloned().collect()).unwrap_or_default();
+    set.sort();
+    println!(
+        "  each node added 1 and a colour at majority; read at all: visits = {}, colours = {set:?}",
+        total.map_or(0, |t| t.value())
+    );
+    drop(replicas);
+
+    println!("\n18. one node is killed: the others suspect it, then down it (keep-majority)");
     drop(c3);
     node3.shutdown().await;
     wait_for("the killed member down", &|u| {
@@ -450,7 +497,7 @@ async fn cluster_tour() -> Result<(), Box<dyn std::error::Error>> {
     })
     .await?;
 
-    println!("\n18. it restarts on the same port and rejoins under a new incarnation");
+    println!("\n19. it restarts on the same port and rejoins under a new incarnation");
     let port: u16 = uri3
         .rsplit(':')
         .next()

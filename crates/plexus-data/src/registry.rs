@@ -170,6 +170,8 @@ impl Registry {
         let mut r = Self::default();
         r.register::<crate::crdt::GCounter>();
         r.register::<crate::crdt::PNCounter>();
+        r.register::<crate::crdt::Flag>();
+        r.register::<crate::crdt::EwFlag>();
         r
     }
 

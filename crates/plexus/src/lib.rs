@@ -15,6 +15,8 @@
 //!  ├── plexus-net          sans-IO protocol layers, stacks  (as `plexus::net`)
 //!  ├── plexus-cluster      membership, failure detection,   (as `plexus::cluster`)
 //!  │                       hash ring, split brain
+//!  ├── plexus-data         delta-state CRDTs, the           (as `plexus::data`)
+//!  │                       replicator, durable keys (redb)
 //!  └── plexus-sim          the test kit's simulator of      (as `plexus::sim`)
 //!                          many sans-IO processes
 //! ```
@@ -60,6 +62,13 @@ pub mod transport {
 /// node ([`cluster::Cluster`]). See `docs/CLUSTER.md`.
 pub mod cluster {
     pub use plexus_cluster::*;
+}
+
+/// Replicated data: delta-state CRDTs ([`data::crdt`]), the sans-IO
+/// replicator ([`data::Replicator`]) and its driver on a cluster member
+/// ([`data::node::Replication`]), durable keys ([`data::store`]).
+pub mod data {
+    pub use plexus_data::*;
 }
 
 /// The test kit's simulator: many sans-IO processes (cluster members, a
