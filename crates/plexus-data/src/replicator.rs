@@ -249,6 +249,16 @@ struct Peer {
     needs_sync: bool,
 }
 
+/// What became of a state handed to [`Replicator::merge_entry`].
+enum Merged {
+    /// Merged; the local state changed. The incoming state.
+    Changed(Envelope),
+    /// Merged; the local state already included it.
+    Unchanged(Envelope),
+    /// Held until its type is registered.
+    Held,
+}
+
 /// A node's replicator. See the [module docs](self).
 #[derive(Debug)]
 pub struct Replicator {
@@ -257,8 +267,11 @@ pub struct Replicator {
     address: Arc<str>,
     replica: ReplicaId,
     registry: Registry,
-    /// Durable records whose type is not registered yet, by tag.
-    dormant: HashMap<u64, Vec<WireEntry>>,
+    /// States of types not registered yet, by tag (`true`: a durable
+    /// record), merged when the type is registered.
+    unregistered: HashMap<u64, Vec<(bool, WireEntry)>>,
+    /// How many states and bytes `unregistered` holds.
+    unregistered_held: (usize, usize),
     keys: KeyTable,
     peers: BTreeMap<Arc<str>, Peer>,
     replicas: HashMap<ReplicaId, Arc<str>>,
@@ -313,7 +326,8 @@ impl Replicator {
             address,
             replica,
             registry: Registry::with_builtins(),
-            dormant: HashMap::new(),
+            unregistered: HashMap::new(),
+            unregistered_held: (0, 0),
             peers: BTreeMap::new(),
             replicas: HashMap::new(),
             removed: BTreeSet::new(),
@@ -358,17 +372,49 @@ impl Replicator {
     }
 
     /// Registers `T`, so states of it from peers and from the durable store
-    /// are understood (using a key of `T` registers it too). Recovered
-    /// records of `T` waiting for it are merged now.
+    /// are understood (using a key of `T` registers it too). States of `T`
+    /// held until now (received, or recovered, before the registration)
+    /// are merged now.
+    ///
+    /// Register every type a member replicates when it starts: until then
+    /// it holds what it receives of the type (up to `max_unregistered`
+    /// states) but cannot merge it, so it does not acknowledge writes of it
+    /// nor answer reads of it.
     pub fn register<T: Crdt>(&mut self) {
         self.registry.register::<T>();
-        if let Some(records) = self.dormant.remove(&type_tag::<T>()) {
-            for entry in records {
-                if let Err(e) = self.recover_entry(&entry) {
-                    tracing::warn!(error = %e, "durable record not recovered");
-                }
+        let Some(held) = self.unregistered.remove(&type_tag::<T>()) else {
+            return;
+        };
+        for (from_store, entry) in held {
+            self.unregistered_held.0 -= 1;
+            self.unregistered_held.1 -= entry.data.len();
+            let result = if from_store {
+                self.recover_entry(&entry)
+            } else {
+                self.merge_entry(&entry).map(|_| ()).map_err(Into::into)
+            };
+            if let Err(error) = result {
+                self.stats.entries_refused += 1;
+                tracing::warn!(%error, "a state held until its type was registered was refused");
             }
         }
+    }
+
+    /// Holds a state of a type not registered yet; false if the bounds are
+    /// reached.
+    fn hold_unregistered(&mut self, from_store: bool, entry: &WireEntry) -> bool {
+        let (count, bytes) = self.unregistered_held;
+        if count >= self.config.max_unregistered
+            || bytes + entry.data.len() > self.config.max_transfer
+        {
+            return false;
+        }
+        self.unregistered_held = (count + 1, bytes + entry.data.len());
+        self.unregistered
+            .entry(entry.tag)
+            .or_default()
+            .push((from_store, entry.clone()));
+        true
     }
 
     /// Replaces the member list: the address of every member of the
@@ -701,7 +747,7 @@ impl Replicator {
             }
             Body::Delta { to_seq, entries } => {
                 for entry in &entries {
-                    self.merge_logged(now, entry, &address);
+                    self.merge_logged(entry, &address);
                 }
                 self.send(&address, Body::DeltaAck { seq: to_seq }, Traffic::Delta);
                 Ok(())
@@ -711,7 +757,7 @@ impl Replicator {
                 Ok(())
             }
             Body::Write { request, entry } => {
-                let merged = self.merge_logged(now, &entry, &address).is_some();
+                let merged = self.merge_logged(&entry, &address);
                 let ack = Body::WriteAck { request, merged };
                 if merged && self.config.is_durable(&entry.key) && self.durable_pending(&entry.key)
                 {
@@ -724,6 +770,8 @@ impl Replicator {
             Body::WriteAck { request, merged } => {
                 if merged {
                     self.requests.answered(request, from);
+                } else {
+                    self.requests.refused(request, from);
                 }
                 Ok(())
             }
@@ -742,7 +790,7 @@ impl Replicator {
             }
             Body::ReadReply { request, entry, .. } => {
                 let ok = match &entry {
-                    Some(e) => self.merge_logged(now, e, &address).is_some(),
+                    Some(e) => self.merge_logged(e, &address),
                     None => true,
                 };
                 if ok {
@@ -762,7 +810,7 @@ impl Replicator {
                 want,
                 more,
             } => {
-                self.on_states(now, &address, &entries, want, more);
+                self.on_states(&address, &entries, want, more);
                 Ok(())
             }
             Body::Reply { entries, more } => {
@@ -772,33 +820,39 @@ impl Replicator {
         }
     }
 
-    /// Merges `entry`, logging and counting a refusal; `Some(changed)` if
-    /// it was accepted.
-    fn merge_logged(&mut self, now: Instant, entry: &WireEntry, from: &Arc<str>) -> Option<bool> {
-        match self.merge_entry(now, entry) {
-            Ok((changed, _)) => Some(changed),
+    /// Merges `entry`, logging and counting a refusal; `true` if it was
+    /// merged (changing something or not), `false` if refused or only held.
+    fn merge_logged(&mut self, entry: &WireEntry, from: &Arc<str>) -> bool {
+        match self.merge_entry(entry) {
+            Ok(Merged::Changed(_) | Merged::Unchanged(_)) => true,
+            Ok(Merged::Held) => false,
             Err(error) => {
                 self.stats.entries_refused += 1;
                 tracing::warn!(%error, from = %from, "replicated state refused");
-                None
+                false
             }
         }
     }
 
-    /// Decodes, checks and merges one key's state; returns whether the
-    /// local state changed and the decoded incoming envelope.
-    fn merge_entry(
-        &mut self,
-        _now: Instant,
-        entry: &WireEntry,
-    ) -> Result<(bool, Envelope), EntryError> {
+    /// Decodes, checks and merges one key's state (or holds it, if its
+    /// type is not registered yet).
+    fn merge_entry(&mut self, entry: &WireEntry) -> Result<Merged, EntryError> {
         let key = entry.key.as_str();
         let data = match self.registry.decode(entry.tag, &entry.data) {
             None => {
+                if let Some(env) = self.keys.get(key) {
+                    return Err(EntryError::TypeMismatch {
+                        key: key.to_owned(),
+                        have: env.data.type_name(),
+                    });
+                }
+                if self.hold_unregistered(false, entry) {
+                    return Ok(Merged::Held);
+                }
                 return Err(EntryError::UnknownType {
                     key: key.to_owned(),
                     tag: entry.tag,
-                })
+                });
             }
             Some(Err(source)) => {
                 return Err(EntryError::Decode {
@@ -845,13 +899,14 @@ impl Replicator {
                 true
             }
         };
-        if changed {
-            self.stats.entries_merged += 1;
-            let name = self.keys.key_arc(key).expect("present");
-            self.note_changed(&name);
-            self.after_merge(&name);
+        if !changed {
+            return Ok(Merged::Unchanged(incoming));
         }
-        Ok((changed, incoming))
+        self.stats.entries_merged += 1;
+        let name = self.keys.key_arc(key).expect("present");
+        self.note_changed(&name);
+        self.after_merge(&name);
+        Ok(Merged::Changed(incoming))
     }
 
     fn note_changed(&mut self, key: &Arc<str>) {

@@ -11,7 +11,7 @@ use rand::Rng;
 
 use super::error::PacketError;
 use super::wire::{Body, WireEntry};
-use super::{keys, Replicator, Traffic};
+use super::{keys, Merged, Replicator, Traffic};
 
 impl Replicator {
     /// Starts a round with `with`, or with a peer that fell behind, or with
@@ -127,7 +127,7 @@ impl Replicator {
             });
         }
         for entry in pushed {
-            self.merge_logged(now, entry, from);
+            self.merge_logged(entry, from);
         }
         let mut entries = Vec::new();
         let mut want = Vec::new();
@@ -177,7 +177,6 @@ impl Replicator {
     /// The asker's states: merge them, answer with what it lacks of ours.
     pub(super) fn on_states(
         &mut self,
-        now: Instant,
         from: &Arc<str>,
         entries: &[WireEntry],
         want: Vec<String>,
@@ -186,8 +185,9 @@ impl Replicator {
         let mut answer = Vec::new();
         let mut bytes = 0;
         for entry in entries {
-            let theirs = match self.merge_entry(now, entry) {
-                Ok((_, theirs)) => theirs,
+            let theirs = match self.merge_entry(entry) {
+                Ok(Merged::Changed(theirs) | Merged::Unchanged(theirs)) => theirs,
+                Ok(Merged::Held) => continue,
                 Err(error) => {
                     self.stats.entries_refused += 1;
                     tracing::warn!(%error, from = %from, "replicated state refused");
@@ -233,7 +233,7 @@ impl Replicator {
         more: bool,
     ) {
         for entry in entries {
-            self.merge_logged(now, entry, from);
+            self.merge_logged(entry, from);
         }
         if more {
             self.start_round(now, Some(Arc::clone(from)));

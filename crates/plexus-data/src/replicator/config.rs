@@ -44,6 +44,10 @@ pub struct ReplicatorConfig {
     /// The most keys this replicator holds; a delta or an update that would
     /// create more is refused. Default 4,000,000.
     pub max_keys: usize,
+    /// States of types not registered yet that are held until they are
+    /// (received from peers or recovered from the store), at most; their
+    /// bytes count against `max_transfer`. Default 100,000.
+    pub max_unregistered: usize,
     /// Requests (updates and gets with a consistency level above local)
     /// waiting for answers at once; more are refused. Default 100,000.
     pub max_requests: usize,
@@ -69,6 +73,7 @@ impl Default for ReplicatorConfig {
             max_transfer: 64 << 20,
             reassembly_timeout: Duration::from_secs(10),
             max_keys: 4_000_000,
+            max_unregistered: 100_000,
             max_requests: 100_000,
             durable: Vec::new(),
             rng_seed: 1,

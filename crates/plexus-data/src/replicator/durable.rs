@@ -107,7 +107,12 @@ impl Replicator {
                 }
             };
             if !self.registry.knows(entry.tag) {
-                self.dormant.entry(entry.tag).or_default().push(entry);
+                if !self.hold_unregistered(true, &entry) {
+                    errors.push(RecordError::Entry(EntryError::UnknownType {
+                        key: entry.key.clone(),
+                        tag: entry.tag,
+                    }));
+                }
                 continue;
             }
             if let Err(e) = self.recover_entry(&entry) {

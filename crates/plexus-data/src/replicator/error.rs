@@ -64,12 +64,15 @@ pub enum UpdateError {
     /// Not enough members acknowledged in time. The update is applied
     /// locally and still spreads; it is only not known to have reached the
     /// members the level asked for.
-    #[error("update {key}: {acked} of {needed} members acknowledged within {timeout:?}")]
+    #[error("update {key}: {acked} of {needed} members acknowledged within {timeout:?}{}", refused_hint(*refused))]
     Timeout {
         /// The key.
         key: String,
         /// Members (this one included) that acknowledged.
         acked: usize,
+        /// Members that answered they could not merge it (most often: they
+        /// have not registered the key's type).
+        refused: usize,
         /// Members the consistency level needs.
         needed: usize,
         /// The timeout.
@@ -234,4 +237,12 @@ pub enum RecordError {
     /// The state inside is refused.
     #[error("durable record: {0}")]
     Entry(#[from] EntryError),
+}
+
+fn refused_hint(refused: usize) -> String {
+    if refused == 0 {
+        String::new()
+    } else {
+        format!("; {refused} could not merge it (is its type registered on every member?)")
+    }
 }

@@ -25,6 +25,9 @@ struct Pending {
     kind: Kind,
     needed: usize,
     answered: BTreeSet<ReplicaId>,
+    /// Members that could not merge the write (its type not registered
+    /// there, or refused).
+    refused: BTreeSet<ReplicaId>,
     deadline: Instant,
     timeout: Duration,
 }
@@ -73,6 +76,7 @@ impl Requests {
                 kind: Kind::Update { batch, write },
                 needed,
                 answered: BTreeSet::new(),
+                refused: BTreeSet::new(),
                 deadline,
                 timeout,
             },
@@ -96,6 +100,7 @@ impl Requests {
                 kind: Kind::Get,
                 needed,
                 answered: BTreeSet::new(),
+                refused: BTreeSet::new(),
                 deadline,
                 timeout,
             },
@@ -106,6 +111,12 @@ impl Requests {
         if let Some(p) = self.pending.get_mut(&request) {
             p.answered.insert(from);
             self.touched.push(request);
+        }
+    }
+
+    pub(crate) fn refused(&mut self, request: RequestId, from: ReplicaId) {
+        if let Some(p) = self.pending.get_mut(&request) {
+            p.refused.insert(from);
         }
     }
 
@@ -148,7 +159,7 @@ impl Requests {
             if answers >= p.needed && stored_ok {
                 done.push((id, Ok(())));
             } else if now >= p.deadline {
-                done.push((id, Err(answers)));
+                done.push((id, Err((answers, p.refused.len()))));
             }
         }
         done.sort_by_key(|(id, _)| *id);
@@ -166,11 +177,12 @@ impl Requests {
                         key,
                         result: Ok(()),
                     },
-                    (Kind::Update { .. }, Err(acked)) => Event::UpdateDone {
+                    (Kind::Update { .. }, Err((acked, refused))) => Event::UpdateDone {
                         request: id,
                         result: Err(UpdateError::Timeout {
                             key: key.to_string(),
                             acked,
+                            refused,
                             needed: p.needed,
                             timeout: p.timeout,
                         }),
@@ -181,7 +193,7 @@ impl Requests {
                         key,
                         result: Ok(()),
                     },
-                    (Kind::Get, Err(replies)) => Event::GetDone {
+                    (Kind::Get, Err((replies, _))) => Event::GetDone {
                         request: id,
                         result: Err(GetError::Timeout {
                             key: key.to_string(),

@@ -86,6 +86,8 @@ fn packets_of_another_cluster_or_a_stranger_are_refused() {
 fn bad_entries_are_refused_one_by_one() {
     let config = ReplicatorConfig {
         max_keys: 3,
+        // No room to hold states of unregistered types: refused.
+        max_unregistered: 0,
         ..ReplicatorConfig::default()
     };
     let (a, mut b, now) = pair(config);
@@ -248,4 +250,53 @@ fn a_delta_already_merged_changes_nothing_and_is_not_reported() {
     assert_eq!(b.stats().entries_merged, 1);
     let changes: Vec<Event> = std::iter::from_fn(|| b.poll_event()).collect();
     assert_eq!(changes, vec![Event::Changed { key: "c".into() }]);
+}
+
+#[test]
+fn states_of_an_unregistered_type_are_held_then_merged_and_writes_of_it_refused() {
+    let (mut a, mut b, now) = pair(ReplicatorConfig::default());
+    let key = Key::<ORSet<String>>::new("tags");
+    let me = a.replica();
+    let request = a
+        .update(now, &key, Consistency::All, Duration::from_secs(1), |s| {
+            s.add(me, "x".into())
+        })
+        .unwrap();
+    deliver(&mut a, &mut b, now);
+    // b cannot merge it, says so, and holds it.
+    assert_eq!(b.value(&key).unwrap(), None);
+    deliver(&mut b, &mut a, now);
+    let later = now + Duration::from_secs(1);
+    a.handle_timeout(later);
+    let ended: Vec<Event> = std::iter::from_fn(|| a.poll_event())
+        .filter(|e| matches!(e, Event::UpdateDone { .. }))
+        .collect();
+    let [Event::UpdateDone {
+        request: r,
+        result: Err(e),
+        ..
+    }] = ended.as_slice()
+    else {
+        panic!("{ended:?}")
+    };
+    assert_eq!(*r, request);
+    assert!(
+        matches!(
+            e,
+            UpdateError::Timeout {
+                acked: 1,
+                refused: 1,
+                needed: 2,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert!(
+        e.to_string()
+            .contains("is its type registered on every member?"),
+        "{e}"
+    );
+    b.register::<ORSet<String>>();
+    assert!(b.value(&key).unwrap().unwrap().contains(&"x".to_string()));
 }
