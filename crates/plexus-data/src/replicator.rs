@@ -584,7 +584,7 @@ impl Replicator {
             self.note_changed(name);
         }
         let request = self.requests.next_id();
-        let durable_batch = self.config.is_durable(name).then_some(self.next_batch);
+        let durable_batch = self.store_wait(name);
         let peers: Vec<Arc<str>> = if needed > 1 {
             self.peers.keys().cloned().collect()
         } else {
@@ -759,11 +759,9 @@ impl Replicator {
             Body::Write { request, entry } => {
                 let merged = self.merge_logged(&entry, &address);
                 let ack = Body::WriteAck { request, merged };
-                if merged && self.config.is_durable(&entry.key) && self.durable_pending(&entry.key)
-                {
-                    self.held.push_back((self.next_batch, address, ack));
-                } else {
-                    self.send(&address, ack, Traffic::Request);
+                match self.store_wait(&entry.key).filter(|_| merged) {
+                    Some(batch) => self.held.push_back((batch, address, ack)),
+                    None => self.send(&address, ack, Traffic::Request),
                 }
                 Ok(())
             }
@@ -916,8 +914,19 @@ impl Replicator {
         }
     }
 
-    fn durable_pending(&self, key: &str) -> bool {
-        self.durable_dirty.contains(key)
+    /// The store batch that must be written before a change of `key` is
+    /// durable: the one collecting if the key changed since the last batch
+    /// was handed out, else the one being written, if any.
+    fn store_wait(&self, key: &str) -> Option<u64> {
+        if !self.config.is_durable(key) {
+            return None;
+        }
+        if self.durable_dirty.contains(key) {
+            Some(self.next_batch)
+        } else {
+            let handed_out = self.next_batch - 1;
+            (handed_out > self.stored_batch).then_some(handed_out)
+        }
     }
 
     fn send(&mut self, to: &Arc<str>, body: Body, traffic: Traffic) {

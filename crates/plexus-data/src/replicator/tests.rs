@@ -300,3 +300,38 @@ fn states_of_an_unregistered_type_are_held_then_merged_and_writes_of_it_refused(
     b.register::<ORSet<String>>();
     assert!(b.value(&key).unwrap().unwrap().contains(&"x".to_string()));
 }
+
+#[test]
+fn nothing_of_a_durable_key_is_acknowledged_before_the_store_wrote_it() {
+    let config = ReplicatorConfig {
+        durable: vec!["d/*".into()],
+        ..ReplicatorConfig::default()
+    };
+    let (mut a, mut b, now) = pair(config);
+    let key = Key::<GCounter>::new("d/orders");
+    let me = a.replica();
+    let request = a
+        .update(now, &key, Consistency::All, Duration::from_secs(5), |c| {
+            c.increment(me, 1)
+        })
+        .unwrap();
+    // b merges the write but holds its ack until its store wrote it.
+    deliver(&mut a, &mut b, now);
+    assert!(b.poll_transmit().is_none());
+    let batch = b.poll_store().expect("b has a batch to write");
+    assert_eq!(batch.records.len(), 1);
+    b.handle_stored(now, batch.id);
+    deliver(&mut b, &mut a, now);
+    // a has the ack, but not its own store's word: not done yet.
+    let done = |a: &mut Replicator| {
+        std::iter::from_fn(|| a.poll_event()).any(
+            |e| matches!(e, Event::UpdateDone { request: r, result: Ok(()), .. } if r == request),
+        )
+    };
+    assert!(!done(&mut a));
+    let batch = a.poll_store().expect("a has a batch to write");
+    let record = decode_record("d/orders", &batch.records[0].1).unwrap();
+    assert_eq!(record.key, "d/orders");
+    a.handle_stored(now, batch.id);
+    assert!(done(&mut a));
+}
