@@ -536,10 +536,18 @@ impl NodeInner {
             }
         }
         let key = (scheme.to_owned(), addr.to_owned());
-        if !peers.by_dial.contains_key(&key) {
+        if peers
+            .by_dial
+            .get(&key)
+            .is_none_or(|p| !p.canonical().is_up())
+        {
             // A node that dialled us and listens at `addr`: its link serves
             // (a second one to the same address would be refused by a
-            // datagram endpoint, and is a waste over a stream).
+            // datagram endpoint, and is a waste over a stream). Also when
+            // a dial of `addr` is down or under way: over UDP it fails
+            // while that link lives (both sides' first packets crossed, or
+            // an earlier dial failed), and reusing it would fail every
+            // ref forged from then on.
             if let Some(p) = peers
                 .by_node
                 .iter()

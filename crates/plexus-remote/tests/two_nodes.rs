@@ -497,3 +497,49 @@ async fn encrypted_scheme_with_another_key_never_connects() {
     assert_eq!(b.dead_letters().count(), 0);
     assert!(counter.is_alive());
 }
+
+/// A node that failed to dial an address once, then is dialled by the node
+/// listening there, reaches it over that node's link. Over UDP one
+/// endpoint holds one link per address, so a second dial is refused: the
+/// failed dial's peer must not shadow the accepted link. (W5 with three
+/// servers: a server forwarded a device's registration to its owner while
+/// the device's own first packet was still in its handshake there; the
+/// owner's dial of the device failed, and every ref forged again reused
+/// that failed dial, so the owner never reached the device.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_dial_does_not_shadow_the_link_of_a_node_that_dialled_us() {
+    let (a, b) = (ActorSystem::new(), ActorSystem::new());
+    let cfg = NodeConfig::default()
+        .cookie("shadow")
+        .scheme("udp", "udp")
+        .connect_timeout(Duration::from_millis(300));
+    let nb = Node::start(&b, cfg.clone()).unwrap();
+    let ub = nb.listen("udp://127.0.0.1:0").await.unwrap();
+    let cb = b.spawn(CounterActor::default());
+    nb.publish(&cb, "c").unwrap();
+    // A silent socket holds A's future address: B's dial of it fails.
+    let silent = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let addr = silent.local_addr().unwrap();
+    let to_a = format!("udp://{addr}/c");
+    let failed: ActorRef<Counter> = nb.forge(&to_a).unwrap();
+    let down = tokio::time::timeout(T, failed.monitor()).await.unwrap();
+    assert!(
+        down.reason.to_string().contains("resolve"),
+        "{}",
+        down.reason
+    );
+    drop(silent);
+    // A starts there and dials B: B now has A's link, accepted.
+    let na = Node::start(&a, cfg).unwrap();
+    na.listen(&format!("udp://{addr}")).await.unwrap();
+    let ca = a.spawn(CounterActor::default());
+    na.publish(&ca, "c").unwrap();
+    let rb: ActorRef<Counter> = na.resolve(&format!("{ub}/c")).await.unwrap();
+    rb.tell(Counter::Add(1));
+    assert_eq!(rb.ask(Counter::Get, T).await, Ok(1));
+    // B forges a ref to A again: it goes over the accepted link.
+    let ra: ActorRef<Counter> = nb.forge(&to_a).unwrap();
+    ra.tell(Counter::Add(7));
+    assert_eq!(ra.ask(Counter::Get, T).await, Ok(7));
+    assert_eq!(nb.link_count(), 1);
+}

@@ -368,6 +368,70 @@ fn a_ring_change_hands_devices_to_their_new_owner() {
     }
 }
 
+/// Gives server `s` the ring of `members`, as its cluster's update would.
+fn set_ring(w: &mut World, s: usize, members: &[Arc<str>]) {
+    let (now, ring) = (w.sim.now(), ring_of(members));
+    if let Some(Node::Server(t)) = w.sim.process_mut(s).map(|p| &mut p.node) {
+        t.handle_ring(now, ring, []);
+    }
+    w.sim.wake(s);
+}
+
+#[test]
+fn many_devices_settle_on_their_owners_while_the_servers_rings_form() {
+    // The W5 start with three servers: each member first sees a ring of
+    // itself, then of two, then of all three, at different times, while
+    // 64 devices register with every seed. Whatever each server decided
+    // on its partial ring, every device ends at its owner on the full
+    // ring and reports there, and no other server holds it.
+    let mut w = World::new(11, 3, 64, lan());
+    let names: Vec<Arc<str>> = w.names[..3].to_vec();
+    for s in 0..3 {
+        set_ring(&mut w, s, &names[s..=s]);
+    }
+    for slot in 0..64 {
+        w.start_device(slot, 5000 + slot as u64, 1, &[0, 1, 2]);
+    }
+    w.sim.run_for(Duration::from_millis(30));
+    set_ring(&mut w, 0, &names[..2]);
+    set_ring(&mut w, 1, &names[..2]);
+    w.sim.run_for(Duration::from_millis(40));
+    set_ring(&mut w, 0, &names);
+    w.sim.run_for(Duration::from_millis(70));
+    set_ring(&mut w, 2, &names);
+    w.sim.run_for(Duration::from_millis(150));
+    set_ring(&mut w, 1, &names);
+    let full = ring_of(&names);
+    let settled = w.sim.run_until(Duration::from_secs(10), |sim| {
+        (0..64).all(|slot| {
+            let id = DeviceId(5000 + slot as u64);
+            let owner = full.owner(&id.key()).expect("a ring of three");
+            let o = names.iter().position(|n| n == owner).expect("a member");
+            let at_owner = sim.process(o).is_some_and(
+                |p| matches!(&p.node, Node::Server(t) if t.totals(id).is_some_and(|(r, _)| r > 0)),
+            );
+            let elsewhere = (0..3).filter(|s| *s != o).any(|s| {
+                sim.process(s)
+                    .is_some_and(|p| matches!(&p.node, Node::Server(t) if t.holds(id)))
+            });
+            at_owner && !elsewhere
+        })
+    });
+    assert!(settled, "some device did not settle on its owner");
+    let reports_before: Vec<u64> = (0..64)
+        .map(|s| w.reports(0, 5000 + s) + w.reports(1, 5000 + s) + w.reports(2, 5000 + s))
+        .collect();
+    w.sim.run_for(Duration::from_millis(100));
+    for slot in 0..64u64 {
+        let now = w.reports(0, 5000 + slot) + w.reports(1, 5000 + slot) + w.reports(2, 5000 + slot);
+        assert!(
+            now > reports_before[slot as usize],
+            "d{} stopped reporting",
+            5000 + slot
+        );
+    }
+}
+
 #[test]
 fn same_seed_same_trace() {
     let run = || {
