@@ -1,11 +1,11 @@
 //! Where device states are kept: a [`DeviceDirectory`].
 //!
-//! Device states are meant to live in a cluster-wide CRDT readable on every
-//! server (Aurum keeps them in a replicated map). The tracker only needs
-//! the operations below; [`LocalDirectory`] implements them as a table of
-//! this server alone. Replication through `plexus-data`'s replicator plugs
-//! in behind the same trait: a [`DeviceRecord`] is a last-writer-wins
-//! register per device, ordered by [`DeviceRecord::version`].
+//! Device states live in a cluster-wide CRDT readable on every server
+//! (Aurum keeps them in a replicated map). The tracker only needs the
+//! operations below. [`LocalDirectory`] implements them as a table of this
+//! server alone; `replicated::ReplicatedDirectory` (feature `data`) as a
+//! last-writer-wins register per device in one replicated map of
+//! `plexus-data`, so every server reads every device's state.
 
 use std::collections::HashMap;
 use std::sync::{Arc, PoisonError, RwLock};
@@ -13,7 +13,9 @@ use std::sync::{Arc, PoisonError, RwLock};
 use crate::wire::{DeviceId, SessionId};
 
 /// A device's state as its server sees it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 #[non_exhaustive]
 pub enum DeviceStatus {
     /// Heartbeats arrive.
@@ -26,14 +28,18 @@ pub enum DeviceStatus {
     Stopped,
 }
 
-/// One device's state: what every server can read.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One device's state: what every server can read. Serialisable (it is
+/// the value of the replicated map); a decoded `server` longer than
+/// [`MAX_ADDR`](crate::wire::MAX_ADDR) bytes is refused. The order (derived, field by field) only
+/// breaks ties of equal stamps in a last-writer-wins register.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 pub struct DeviceRecord {
     /// The device.
     pub device: DeviceId,
     /// The driver run the record is about.
     pub session: SessionId,
     /// The server responsible for it (the writer of the record).
+    #[serde(with = "bounded_address")]
     pub server: Arc<str>,
     /// Its state.
     pub status: DeviceStatus,
@@ -46,6 +52,30 @@ pub struct DeviceRecord {
     /// latest change of the server that wrote it). A CRDT merge keeps the
     /// record with the highest version.
     pub version: (SessionId, u64),
+}
+
+/// An address as a string, at most `MAX_ADDR` bytes when decoded.
+mod bounded_address {
+    use std::sync::Arc;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    use crate::wire::MAX_ADDR;
+
+    pub(super) fn serialize<S: Serializer>(a: &Arc<str>, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(a)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Arc<str>, D::Error> {
+        let a = String::deserialize(d)?;
+        if a.len() > MAX_ADDR {
+            return Err(serde::de::Error::custom(format_args!(
+                "a server address of {} bytes (at most {MAX_ADDR})",
+                a.len()
+            )));
+        }
+        Ok(a.into())
+    }
 }
 
 /// The operations the tracker needs from a store of device states.

@@ -22,8 +22,10 @@
 //! fails, the device registers again, naming the failed server, and the
 //! ring's next owner takes it. Two drivers of one device id: the newer
 //! session holds it, the older is told to stop. The servers keep each
-//! device's state in a [`DeviceDirectory`]: see that module for what is
-//! replicated and what is not yet.
+//! device's state in a [`DeviceDirectory`]: this server's alone
+//! ([`LocalDirectory`]) or replicated cluster-wide through `plexus-data`
+//! (`replicated::ReplicatedDirectory`, feature `data`), so every server
+//! reads every device's state.
 //!
 //! The protocol is sans-IO: [`DeviceSession`] (device side) and
 //! [`Tracker`] (server side) take packets and time and give packets,
@@ -47,6 +49,8 @@ pub mod config;
 pub mod device;
 pub mod directory;
 mod limit;
+#[cfg(feature = "data")]
+pub mod replicated;
 #[cfg(feature = "node")]
 pub mod server;
 pub mod session;

@@ -24,7 +24,7 @@ use plexus_remote::Node;
 use tokio::sync::mpsc;
 
 use crate::config::TrackerConfig;
-use crate::directory::LocalDirectory;
+use crate::directory::{DeviceDirectory, LocalDirectory};
 use crate::tracker::{Tracker, TrackerEvent, TrackerStats};
 use crate::{To, DEVICE_ACTOR, SERVER_ACTOR};
 
@@ -67,10 +67,12 @@ struct Shared {
     subscribers: Vec<mpsc::UnboundedSender<TrackerEvent>>,
 }
 
-/// A running device tracker on a cluster member. Dropping it stops it.
+/// A running device tracker on a cluster member, recording device states
+/// in a `D` (this server's [`LocalDirectory`] unless started with another,
+/// e.g. `replicated::ReplicatedDirectory`). Dropping it stops it.
 #[derive(Debug)]
-pub struct DeviceServer {
-    directory: LocalDirectory,
+pub struct DeviceServer<D = LocalDirectory> {
+    directory: D,
     shared: Arc<Mutex<Shared>>,
     task: tokio::task::AbortHandle,
     address: Arc<str>,
@@ -84,7 +86,7 @@ impl std::fmt::Debug for Shared {
     }
 }
 
-impl Drop for DeviceServer {
+impl<D> Drop for DeviceServer<D> {
     fn drop(&mut self) {
         self.task.abort();
     }
@@ -92,8 +94,9 @@ impl Drop for DeviceServer {
 
 impl DeviceServer {
     /// Starts tracking devices on `node` (a member of `cluster`), publishing
-    /// [`SERVER_ACTOR`] in `system`. The server's address on the ring is
-    /// the cluster's local address.
+    /// [`SERVER_ACTOR`] in `system`, with device states in this server's
+    /// [`LocalDirectory`]. The server's address on the ring is the
+    /// cluster's local address.
     ///
     /// # Errors
     ///
@@ -104,8 +107,25 @@ impl DeviceServer {
         cluster: &Cluster,
         config: TrackerConfig,
     ) -> Result<DeviceServer, ServerStartError> {
+        Self::start_with(node, system, cluster, config, LocalDirectory::new())
+    }
+}
+
+impl<D: DeviceDirectory + Clone> DeviceServer<D> {
+    /// Like [`DeviceServer::start`], recording device states in
+    /// `directory` (the server keeps a clone to read them).
+    ///
+    /// # Errors
+    ///
+    /// [`ServerStartError`] if the actor cannot be published.
+    pub fn start_with(
+        node: &Node,
+        system: &SystemRef,
+        cluster: &Cluster,
+        config: TrackerConfig,
+        directory: D,
+    ) -> Result<DeviceServer<D>, ServerStartError> {
         let address = Arc::clone(&cluster.local().address);
-        let directory = LocalDirectory::new();
         let now = tokio::time::Instant::now().into_std();
         let tracker = Tracker::new(config, Arc::clone(&address), directory.clone(), now);
         let (packets_tx, packets) = mpsc::unbounded_channel::<Bytes>();
@@ -143,9 +163,9 @@ impl DeviceServer {
         &self.address
     }
 
-    /// The device states this server recorded. (Local to this server
-    /// until the directory is replicated through `plexus-data`.)
-    pub fn directory(&self) -> &LocalDirectory {
+    /// The directory of device states (with a replicated one, every
+    /// server's records as far as they reached this server).
+    pub fn directory(&self) -> &D {
         &self.directory
     }
 
@@ -169,8 +189,8 @@ impl DeviceServer {
     }
 }
 
-struct Driver {
-    tracker: Tracker,
+struct Driver<D: DeviceDirectory> {
+    tracker: Tracker<D>,
     node: Node,
     refs: HashMap<Arc<str>, ActorRef<DevicePacket>>,
     shared: Arc<Mutex<Shared>>,
@@ -180,7 +200,7 @@ struct Driver {
     _inbox: ActorRef<DevicePacket>,
 }
 
-impl Driver {
+impl<D: DeviceDirectory> Driver<D> {
     async fn run(
         mut self,
         mut packets: mpsc::UnboundedReceiver<Bytes>,

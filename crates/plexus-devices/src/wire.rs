@@ -36,7 +36,10 @@ pub const MAX_VALUES: usize = 8192;
 
 /// A device's id, unique in a cluster (chosen by whoever deploys the
 /// devices). It is the key the ring assigns.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(transparent)]
 pub struct DeviceId(pub u64);
 
 impl DeviceId {
@@ -57,7 +60,10 @@ impl std::fmt::Display for DeviceId {
 /// ([`SessionId::from_parts`]), so a restarted driver outranks the run it
 /// replaces. Of two drivers of one device id, the newer session holds it
 /// and the older one is told to stop.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(transparent)]
 pub struct SessionId(pub u64);
 
 impl SessionId {

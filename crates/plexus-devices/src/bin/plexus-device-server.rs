@@ -9,8 +9,10 @@
 //!
 //! It starts a node on `--listen` (the scheme's stack replaced by `--spec`
 //! if given; devices must use a compatible stack), a cluster member on it
-//! joining through `--seed` (none: it forms the cluster), and the device
-//! tracker (`DeviceServer`). One flushed line per happening on stdout:
+//! joining through `--seed` (none: it forms the cluster), its replicator
+//! (`plexus-data`) and the device tracker (`DeviceServer`) recording device
+//! states in the replicated directory (`--local-directory`: this server's
+//! table only). One flushed line per happening on stdout:
 //!
 //! ```text
 //! LISTENING udp://127.0.0.1:4000
@@ -29,11 +31,15 @@
 
 use std::io::Write as _;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
 use plexus_cluster::{Cluster, ClusterConfig, ClusterUpdate, MemberState};
 use plexus_core::ActorSystem;
+use plexus_data::node::Replication;
+use plexus_data::ReplicatorConfig;
+use plexus_devices::replicated::ReplicatedDirectory;
 use plexus_devices::server::DeviceServer;
 use plexus_devices::{TrackerConfig, TrackerEvent};
 use plexus_remote::{Node, NodeConfig};
@@ -89,6 +95,9 @@ struct Args {
     /// Tokio worker threads.
     #[arg(long, default_value_t = 1)]
     threads: usize,
+    /// Keep device states in this server's table only (no replicator).
+    #[arg(long)]
+    local_directory: bool,
 }
 
 impl Args {
@@ -125,6 +134,8 @@ enum Fail {
     Cluster(#[from] plexus_cluster::StartError),
     #[error("{0}")]
     Devices(#[from] plexus_devices::server::ServerStartError),
+    #[error("{0}")]
+    Data(#[from] plexus_data::node::StartError),
     #[error("--listen {0}: expected scheme://host:port")]
     BadListen(String),
 }
@@ -175,7 +186,20 @@ async fn run(args: Args) -> Result<(), Fail> {
     let mut out = Out::default();
     out.line(format_args!("LISTENING {bound}"));
     let cluster = Cluster::start(&node, &system, args.cluster_config())?;
-    let server = DeviceServer::start(&node, &system, &cluster, args.tracker_config())?;
+    let (server, _replication) = if args.local_directory {
+        let server = DeviceServer::start(&node, &system, &cluster, args.tracker_config())?;
+        (Server::Local(server), None)
+    } else {
+        let config = ReplicatorConfig {
+            cluster: args.cluster_name.clone(),
+            ..ReplicatorConfig::default()
+        };
+        let replication = Arc::new(Replication::start(&node, &system, &cluster, config, None)?);
+        let directory = ReplicatedDirectory::start(&system, Arc::clone(&replication));
+        let server =
+            DeviceServer::start_with(&node, &system, &cluster, args.tracker_config(), directory)?;
+        (Server::Replicated(server), Some(replication))
+    };
     let mut events = server.subscribe();
     let (tx, mut updates) = mpsc::unbounded_channel();
     cluster.subscribe(system.spawn_fn(move |u: ClusterUpdate, _ctx| {
@@ -222,6 +246,28 @@ async fn run(args: Args) -> Result<(), Fail> {
     let _ = tokio::time::timeout(Duration::from_secs(5), cluster.leave()).await;
     node.shutdown().await;
     Ok(())
+}
+
+/// The device server, with either directory.
+enum Server {
+    Local(DeviceServer),
+    Replicated(DeviceServer<ReplicatedDirectory>),
+}
+
+impl Server {
+    fn subscribe(&self) -> mpsc::UnboundedReceiver<TrackerEvent> {
+        match self {
+            Server::Local(s) => s.subscribe(),
+            Server::Replicated(s) => s.subscribe(),
+        }
+    }
+
+    fn stats(&self) -> plexus_devices::TrackerStats {
+        match self {
+            Server::Local(s) => s.stats(),
+            Server::Replicated(s) => s.stats(),
+        }
+    }
 }
 
 /// Resolves on SIGTERM (never where there is no such signal).
