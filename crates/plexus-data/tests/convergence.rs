@@ -298,3 +298,62 @@ fn a_joiner_catches_up_on_many_keys_through_digests() {
         "{sent} bytes for a joiner that had most of {full}"
     );
 }
+
+#[test]
+fn a_chaos_run_loses_no_acknowledged_update() {
+    check_seeds(0..20, |seed| {
+        let config = ReplicatorConfig {
+            durable: vec!["*".into()],
+            ..ReplicatorConfig::default()
+        };
+        let mut sim = DataSim::new(5, config, seed, lossy());
+        sim.register::<ORSet<u32>>();
+        let counter = Key::<GCounter>::new("counter");
+        let set = Key::<ORSet<u32>>::new("set");
+        let mut total = 0u128;
+        let mut added = Vec::new();
+        for step in 0..300u32 {
+            let roll = sim.sim.rng().gen_range(0..100);
+            let i = sim.sim.rng().gen_range(0..5);
+            match roll {
+                0..=59 => {
+                    let n = sim.sim.rng().gen_range(1..5u64);
+                    if sim
+                        .update(i, &counter, Consistency::Local, |c, me| c.increment(me, n))
+                        .is_ok()
+                    {
+                        total += u128::from(n);
+                    }
+                }
+                60..=84 => {
+                    if sim
+                        .update(i, &set, Consistency::Local, |s, me| s.add(me, step))
+                        .is_ok()
+                    {
+                        added.push(step);
+                    }
+                }
+                85..=91 => sim.restart(i),
+                92..=96 => {
+                    let j = (i + 1 + sim.sim.rng().gen_range(0..4)) % 5;
+                    sim.sim
+                        .partition(&[i, j], &[(i + 2) % 5, (i + 3) % 5, (i + 4) % 5]);
+                }
+                _ => sim.sim.heal(),
+            }
+            let pause = Duration::from_millis(sim.sim.rng().gen_range(0..50));
+            sim.run_for(pause);
+        }
+        // Updates acknowledged at Local on a durable key were on disk: even
+        // the restarted replicas' updates are all there in the end.
+        let updates = finished(&mut sim);
+        assert!(updates.iter().all(|(_, r)| r.is_ok()), "{updates:?}");
+        sim.sim.heal();
+        assert!(sim.run_until_converged(&counter, Duration::from_secs(120)));
+        assert!(sim.run_until_converged(&set, Duration::from_secs(120)));
+        assert_eq!(sim.value(0, &counter).unwrap().value(), total);
+        let mut elements: Vec<u32> = sim.value(0, &set).unwrap().iter().copied().collect();
+        elements.sort_unstable();
+        assert_eq!(elements, added);
+    });
+}

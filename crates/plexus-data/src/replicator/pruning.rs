@@ -5,16 +5,18 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::envelope::{Envelope, Pruning};
+use super::envelope::Pruning;
 use super::{keys, ReplicaId, Replicator};
 
 impl Replicator {
-    /// The member that prunes: the lowest address among the members.
-    fn is_pruning_owner(&self) -> bool {
-        self.peers
-            .keys()
-            .next()
-            .is_none_or(|lowest| self.address < *lowest)
+    /// The replica that prunes: the lowest-addressed member's, if known
+    /// (any member that saw a replica go may start its pruning, naming
+    /// this owner, since not every member heard from every replica).
+    fn pruning_owner(&self) -> Option<ReplicaId> {
+        match self.peers.iter().next() {
+            Some((lowest, peer)) if *lowest < self.address => peer.replica,
+            _ => Some(self.replica),
+        }
     }
 
     /// Every member's replica; `None` while some member's is not known
@@ -27,10 +29,10 @@ impl Replicator {
             .collect()
     }
 
-    /// Starts pruning removed replicas (owner only) and performs prunings
-    /// every member has seen.
+    /// Starts pruning removed replicas and performs (owner only) the
+    /// prunings every member has seen.
     pub(super) fn prune(&mut self, _now: Instant) {
-        if self.is_pruning_owner() && !self.removed.is_empty() {
+        if let Some(owner) = self.pruning_owner().filter(|_| !self.removed.is_empty()) {
             let removed: Vec<ReplicaId> = self.removed.iter().copied().collect();
             let mut starts: Vec<(Arc<str>, ReplicaId)> = Vec::new();
             let mut still_needed = BTreeSet::new();
@@ -47,7 +49,7 @@ impl Replicator {
             self.removed = still_needed;
             for (key, r) in starts {
                 let marker = Pruning::Initialized {
-                    owner: self.replica,
+                    owner,
                     seen: [self.replica].into(),
                 };
                 self.keys
@@ -55,7 +57,7 @@ impl Replicator {
                     .expect("listed")
                     .pruning
                     .insert(r, marker.clone());
-                self.log_marker(&key, r, marker);
+                self.log_whole(&key);
                 self.pruning_keys.insert(key);
             }
         }
@@ -98,11 +100,8 @@ impl Replicator {
                     .insert(*r, Pruning::Performed { owner: replica });
             }
             // The fold is not a delta of any mutator: ship the whole state.
-            let whole = env.clone();
-            let size = keys::encode_entry(&key, &whole).data.len();
-            self.log.append(Arc::clone(&key), whole, size);
+            self.log_whole(&key);
             self.stats.prunings_performed += ready.len() as u64;
-            self.note_changed(&key);
         }
     }
 
@@ -126,28 +125,27 @@ impl Replicator {
             return;
         }
         self.pruning_keys.insert(Arc::clone(key));
-        for (removed, owner) in unseen {
-            let marker = {
-                let env = self.keys.get_mut(key).expect("present");
-                let Some(Pruning::Initialized { seen, .. }) = env.pruning.get_mut(&removed) else {
-                    continue;
-                };
+        let env = self.keys.get_mut(key).expect("present");
+        for (removed, _) in unseen {
+            if let Some(Pruning::Initialized { seen, .. }) = env.pruning.get_mut(&removed) {
                 seen.insert(self.replica);
-                let seen = seen.clone();
-                Pruning::Initialized { owner, seen }
-            };
-            self.log_marker(key, removed, marker);
+            }
         }
+        self.log_whole(key);
     }
 
-    /// Puts a marker-only delta of `key` in the log.
-    fn log_marker(&mut self, key: &Arc<str>, removed: ReplicaId, marker: Pruning) {
+    /// Puts the whole state of `key` in the log. Joining (or starting) a
+    /// pruning ships this member's whole state with its `seen`: the owner
+    /// must have merged every entry of the removed replica this member
+    /// holds before it folds them, or the fold would miss them and the
+    /// cleanup that follows would drop them here.
+    fn log_whole(&mut self, key: &Arc<str>) {
         let Some(env) = self.keys.get(key) else {
             return;
         };
-        let mut delta = Envelope::new(env.data.bottom());
-        delta.pruning.insert(removed, marker);
-        self.log.append(Arc::clone(key), delta, 64);
+        let whole = env.clone();
+        let size = keys::encode_entry(key, &whole).data.len();
+        self.log.append(Arc::clone(key), whole, size);
         self.note_changed(key);
     }
 }
