@@ -494,10 +494,16 @@ impl Replicator {
         let address = Arc::clone(address);
         match peer.replica {
             Some(r) if r == replica => {}
-            known => {
-                if let Some(old) = known {
-                    self.retire(old);
+            None => {
+                // First word from this member: what was sent to it stands.
+                if let Some(peer) = self.peers.get_mut(&address) {
+                    peer.replica = Some(replica);
                 }
+                self.replicas.insert(replica, Arc::clone(&address));
+            }
+            Some(old) => {
+                // A new life at this address: the former one is gone.
+                self.retire(old);
                 let peer = self.new_peer(Some(replica));
                 self.peers.insert(Arc::clone(&address), peer);
                 self.replicas.insert(replica, Arc::clone(&address));
