@@ -7,7 +7,7 @@
 //! encoding a large state for every small delta would cost more than the
 //! delta saves).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use super::envelope::Envelope;
@@ -20,13 +20,19 @@ pub(crate) struct KeyEntry {
     hash: Option<u64>,
 }
 
+/// Hash maps keyed by names from the network: foldhash with a random seed
+/// (fast, and a peer cannot aim keys at one slot the way it could with an
+/// unseeded hash).
+type Hasher = foldhash::fast::RandomState;
+
 #[derive(Debug)]
 pub(crate) struct KeyTable {
-    entries: HashMap<Arc<str>, KeyEntry>,
-    /// Keys of each bucket, in order (anti-entropy walks a bucket).
-    buckets: Vec<BTreeMap<Arc<str>, ()>>,
+    entries: HashMap<Arc<str>, KeyEntry, Hasher>,
+    /// Keys of each bucket (anti-entropy walks a bucket; keys are never
+    /// deleted, so a list suffices).
+    buckets: Vec<Vec<Arc<str>>>,
     digests: Vec<u64>,
-    dirty: HashSet<Arc<str>>,
+    dirty: HashSet<Arc<str>, Hasher>,
 }
 
 pub(crate) fn name_hash(key: &str) -> u64 {
@@ -57,10 +63,10 @@ impl KeyTable {
     pub(crate) fn new(buckets: u32) -> Self {
         let n = buckets.max(1) as usize;
         Self {
-            entries: HashMap::new(),
-            buckets: vec![BTreeMap::new(); n],
+            entries: HashMap::default(),
+            buckets: vec![Vec::new(); n],
             digests: vec![0; n],
-            dirty: HashSet::new(),
+            dirty: HashSet::default(),
         }
     }
 
@@ -101,18 +107,20 @@ impl KeyTable {
 
     pub(crate) fn insert(&mut self, key: Arc<str>, envelope: Envelope) {
         let bucket = self.bucket_of(&key);
-        if let Some(old) = self.entries.insert(
+        match self.entries.insert(
             Arc::clone(&key),
             KeyEntry {
                 envelope,
                 hash: None,
             },
         ) {
-            if let Some(h) = old.hash {
-                self.digests[bucket] ^= h;
+            Some(old) => {
+                if let Some(h) = old.hash {
+                    self.digests[bucket] ^= h;
+                }
             }
+            None => self.buckets[bucket].push(Arc::clone(&key)),
         }
-        self.buckets[bucket].insert(Arc::clone(&key), ());
         self.dirty.insert(key);
     }
 
@@ -140,14 +148,14 @@ impl KeyTable {
     pub(crate) fn bucket_hashes(&mut self, bucket: usize) -> Vec<(Arc<str>, u64)> {
         self.refresh();
         self.buckets[bucket]
-            .keys()
+            .iter()
             .map(|k| (Arc::clone(k), self.entries[k].hash.unwrap_or(0)))
             .collect()
     }
 
     /// The keys of `bucket`.
     pub(crate) fn bucket_keys(&self, bucket: usize) -> impl Iterator<Item = &Arc<str>> + '_ {
-        self.buckets[bucket].keys()
+        self.buckets[bucket].iter()
     }
 
     pub(crate) fn iter(&self) -> impl Iterator<Item = (&Arc<str>, &Envelope)> + '_ {
