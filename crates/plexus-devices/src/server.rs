@@ -45,7 +45,16 @@ impl RemoteMessage for DevicePacket {
     }
 
     fn encode_append(self, buf: &mut Vec<u8>) -> Result<(), CodecError> {
-        buf.extend_from_slice(&self.0);
+        // In pieces of 1 KiB: from 2,112 bytes up (glibc 2.36's default
+        // `x86_rep_movsb_threshold` on the W5 machine) memcpy uses `rep
+        // movsb`, which on AMD Zen runs some 30 times slower when the
+        // destination lies a few bytes past the source modulo 4 KiB
+        // (2.9 us instead of 0.1 us for 8 KiB, measured there). A W5
+        // report is 8 KiB and lands behind the frame header: this one copy
+        // was a third of a device process's time.
+        for piece in self.0.chunks(COPY_PIECE) {
+            buf.extend_from_slice(piece);
+        }
         Ok(())
     }
 }
@@ -58,6 +67,9 @@ pub enum ServerStartError {
     #[error("start device server: publishing `{SERVER_ACTOR}`: {0}")]
     Publish(#[from] plexus_remote::PublishError),
 }
+
+/// Bytes copied at once when a packet is encoded (see `encode_append`).
+const COPY_PIECE: usize = 1024;
 
 /// Packets handled before the driver flushes (bounds one batch's delay).
 const BATCH: usize = 256;

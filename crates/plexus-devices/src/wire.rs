@@ -631,8 +631,13 @@ pub fn encode_report(
     b.put_u64_le(session.0);
     b.put_u64_le(seq);
     b.put_u16_le(n as u16);
-    for v in &values[..n] {
-        b.put_i64_le(*v);
+    // One resize and a loop the compiler vectorises: a `put_i64_le` per
+    // value checks the capacity every time (a tenth of a W5 device
+    // process's time).
+    let at = b.len();
+    b.resize(at + n * 8, 0);
+    for (slot, v) in b[at..].chunks_exact_mut(8).zip(&values[..n]) {
+        slot.copy_from_slice(&v.to_le_bytes());
     }
 }
 
