@@ -192,7 +192,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     system.shutdown().await;
     println!("  live actors after: {}", system.live_actors());
 
-    remote_tour().await
+    remote_tour().await?;
+    devices_tour().await
 }
 
 // ------------------------------------------------------------------ remote
@@ -509,5 +510,126 @@ async fn cluster_tour() -> Result<(), Box<dyn std::error::Error>> {
         &|u| matches!(&u.event, ClusterEvent::MemberUp(m) if *m.address == *uri3),
     )
     .await?;
+    Ok(())
+}
+
+// ----------------------------------------------------------------- devices
+
+/// A process outside the cluster (a `DeviceHost` on a node that is not a
+/// member) reports to the member the ring gives its device; that member
+/// dies, and the device reports to the ring's next owner.
+async fn devices_tour() -> Result<(), Box<dyn std::error::Error>> {
+    use plexus_devices::device::DeviceHost;
+    use plexus_devices::server::DeviceServer;
+    use plexus_devices::{DeviceEvent, DeviceId, SessionConfig, TrackerConfig};
+
+    println!("\n20. devices: a device outside the cluster reports to the member that owns it; that member dies");
+    let mut members = Vec::new();
+    let mut seeds: Vec<String> = Vec::new();
+    let mut updates = None;
+    for _ in 0..3 {
+        let (system, node, cluster, uri) =
+            cluster_member(0, seeds.first().cloned().into_iter().collect()).await?;
+        if updates.is_none() {
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            cluster.subscribe(system.spawn_fn(move |u: ClusterUpdate, _ctx| {
+                let _ = tx.send(u);
+            }));
+            updates = Some(rx);
+        }
+        let server = DeviceServer::start(&node, &system, &cluster, TrackerConfig::default())?;
+        seeds.push(uri);
+        members.push(Some((system, node, cluster, server)));
+    }
+    let mut updates = updates.ok_or("subscribed")?;
+    let ring = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(u) = updates.recv().await {
+            if u.members
+                .iter()
+                .filter(|m| m.state == MemberState::Up)
+                .count()
+                == 3
+            {
+                return Some(u.ring);
+            }
+        }
+        None
+    })
+    .await
+    .ok()
+    .flatten()
+    .ok_or("gave up waiting for three members up")?;
+
+    let device_system = ActorSystem::new();
+    let device_node = Node::start(&device_system, NodeConfig::default().cookie("demo-cookie"))?;
+    device_node.listen("tcp://127.0.0.1:0").await?;
+    let host = DeviceHost::start(
+        &device_node,
+        &device_system,
+        SessionConfig::default(),
+        seeds.clone(),
+    )?;
+    let mut events = host.subscribe();
+    let id = DeviceId(7);
+    host.add(id, |_seq, values: &mut Vec<i64>| values.extend(1..=1000))?;
+    let owners: Vec<String> = ring
+        .owners(&id.key(), 3)
+        .into_iter()
+        .map(|m| m.to_string())
+        .collect();
+    // The server of each attach, once its first report request came.
+    let mut reporting = async || -> Result<String, String> {
+        let mut server = None;
+        tokio::time::timeout(Duration::from_secs(30), async {
+            while let Some((_, event)) = events.recv().await {
+                match event {
+                    DeviceEvent::Attached { server: s } => server = Some(s.to_string()),
+                    DeviceEvent::ServerLost { .. } => {
+                        println!("  {id}: its server is silent past the phi threshold; it registers again, naming it failed");
+                    }
+                    DeviceEvent::ReportRequested { .. } => return server.take(),
+                    _ => {}
+                }
+            }
+            None
+        })
+        .await
+        .ok()
+        .flatten()
+        .ok_or_else(|| format!("gave up waiting for {id} to report"))
+    };
+    let first = reporting().await?;
+    println!(
+        "  {id} registers through the seeds and reports to {} (first of its ring owners: {})",
+        if seeds.contains(&first) {
+            "a member"
+        } else {
+            "someone else"
+        },
+        if owners.first() == Some(&first) {
+            "yes"
+        } else {
+            "no"
+        }
+    );
+
+    let victim = seeds
+        .iter()
+        .position(|s| *s == first)
+        .ok_or("the owner is a member")?;
+    let killed = tokio::time::Instant::now();
+    if let Some((_system, node, cluster, server)) = members[victim].take() {
+        drop(server);
+        drop(cluster);
+        node.shutdown().await;
+    }
+    println!("  that member is killed");
+    let second = reporting().await?;
+    let bound = SessionConfig::default().liveness.detection_bound() + Duration::from_secs(1);
+    println!(
+        "  {id} reports to the ring's next owner (second of its ring owners: {}), within the detection bound + 1 s: {}",
+        if owners.get(1) == Some(&second) { "yes" } else { "no" },
+        if killed.elapsed() < bound { "yes" } else { "no" }
+    );
     Ok(())
 }
