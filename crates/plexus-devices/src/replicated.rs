@@ -250,3 +250,65 @@ async fn write_loop(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::directory::DeviceStatus;
+    use crate::wire::SessionId;
+
+    fn record(session: u64, server: &str, status: DeviceStatus) -> DeviceRecord {
+        DeviceRecord {
+            device: DeviceId(1),
+            session: SessionId(session),
+            server: server.into(),
+            status,
+            reports: 0,
+            total: 0,
+            version: (SessionId(session), 0),
+        }
+    }
+
+    #[test]
+    fn the_table_keeps_the_newer_session_then_the_higher_clock() {
+        let mut t = Table::default();
+        let get = |t: &Table| t.records[&DeviceId(1)].record.clone();
+        t.offer(Stamped {
+            clock: 10,
+            record: record(2, "s1", DeviceStatus::Up),
+        });
+        // An older session, even with a later clock, does not replace it.
+        t.offer(Stamped {
+            clock: 99,
+            record: record(1, "s0", DeviceStatus::Up),
+        });
+        assert_eq!(&*get(&t).server, "s1");
+        // Within the session, the higher clock wins (the device moved).
+        t.offer(Stamped {
+            clock: 9,
+            record: record(2, "s1", DeviceStatus::Moved),
+        });
+        assert_eq!(get(&t).status, DeviceStatus::Up);
+        t.offer(Stamped {
+            clock: 11,
+            record: record(2, "s2", DeviceStatus::Up),
+        });
+        assert_eq!(&*get(&t).server, "s2");
+    }
+
+    #[test]
+    fn a_decoded_record_with_an_overlong_server_address_is_refused() {
+        // In the replicator's encoding (postcard), inside a register.
+        let round_trip = |r: &DeviceRecord| {
+            let mut reg = LwwRegister::default();
+            let _ = reg.set(plexus_data::crdt::ReplicaId(1), r.clone(), 1);
+            let bytes = postcard::to_stdvec(&reg).expect("a register encodes");
+            postcard::from_bytes::<LwwRegister<DeviceRecord>>(&bytes)
+                .map(|back| back.get().cloned())
+        };
+        let mut r = record(1, "s0", DeviceStatus::Up);
+        assert_eq!(round_trip(&r), Ok(Some(r.clone())));
+        r.server = "x".repeat(crate::wire::MAX_ADDR + 1).into();
+        assert!(round_trip(&r).is_err());
+    }
+}
