@@ -19,6 +19,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 mod cluster_procs;
 mod cluster_sim;
 mod count_layer;
+mod data_procs;
+mod data_sim;
 mod nodes;
 mod report;
 mod runner;
@@ -65,6 +67,13 @@ enum Workload {
     /// The cluster as real processes on 127.0.0.1 (`plexus-cluster-node`,
     /// built first): convergence, traffic per member, kill -9 and restart.
     ClusterProcs(cluster_procs::Args),
+    /// The replicator's figures in the simulator (bytes of a churned set
+    /// against full-state sync; convergence under faults).
+    DataSim(data_sim::Args),
+    /// The replicator as real processes on 127.0.0.1 (`plexus-data-node`,
+    /// built first): latency per consistency level, a joiner's catch-up,
+    /// durable keys across a whole-cluster SIGKILL.
+    DataProcs(data_procs::Args),
     /// Runs a set of workloads as child processes and writes the tables
     /// (docs/report.md, between its report markers) and plots
     /// (docs/img/).
@@ -135,6 +144,8 @@ fn main() {
         Workload::W7(args) => w7::run(&args),
         Workload::ClusterSim(args) => cluster_sim::run(&args),
         Workload::ClusterProcs(args) => cluster_procs::run(&args),
+        Workload::DataSim(args) => data_sim::run(&args),
+        Workload::DataProcs(args) => data_procs::run(&args),
         Workload::Report(args) => runner::run(&args),
         Workload::W1Pong { transport } => role(Box::pin(w1::pong_node(transport))),
         Workload::W1PongBaseline => role(Box::pin(w1::pong_baseline())),
