@@ -41,7 +41,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use plexus_core::SystemRef;
 use plexus_data::crdt::{Crdt, LwwRegister, ORMap};
 use plexus_data::node::{Changed, Replication};
-use plexus_data::{Consistency, Key};
+use plexus_data::{Consistency, Key, UpdateError};
 use tokio::sync::{mpsc, watch};
 
 use crate::directory::{DeviceDirectory, DeviceRecord};
@@ -111,6 +111,10 @@ impl ReplicatedDirectory {
     /// server's cluster member): registers [`DeviceMap`], subscribes to
     /// [`DEVICES_KEY`] with an actor spawned in `system`, and spawns the
     /// writer task on the current tokio runtime.
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime (like `Replication::start`).
     pub fn start(system: &SystemRef, replication: Arc<Replication>) -> Self {
         replication.register::<DeviceMap>();
         let table = Arc::new(RwLock::new(Table::default()));
@@ -144,6 +148,8 @@ impl ReplicatedDirectory {
 
     /// Removes `device`'s record here and from the replicated map (as far
     /// as this server has seen it: a concurrent write elsewhere keeps it).
+    /// Other servers' tables keep the record they last read (their reads
+    /// are of records written, not of removals).
     pub fn forget(&self, device: DeviceId) {
         self.table
             .write()
@@ -245,8 +251,16 @@ async fn write_loop(
                 delta
             })
             .await;
-        if let Err(e) = r {
-            tracing::warn!(target: "plexus::devices", error = %e, "device records not replicated");
+        match r {
+            Ok(()) => {}
+            // The replicator is gone: so is every later write.
+            Err(e @ UpdateError::Stopped { .. }) => {
+                tracing::warn!(target: "plexus::devices", error = %e, "device records no longer replicated");
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(target: "plexus::devices", error = %e, "device records not replicated");
+            }
         }
     }
 }
