@@ -79,16 +79,21 @@ pub enum StartError {
 
 type Job = Box<dyn FnOnce(&mut Driver, Instant) + Send>;
 
-/// A running replicator on a node. Dropping it stops it.
-#[derive(Debug)]
+/// A running replicator on a node. Clones share it; it stops when the last
+/// clone is dropped (or at [`Replication::stop`]).
+#[derive(Debug, Clone)]
 pub struct Replication {
     jobs: mpsc::UnboundedSender<Job>,
-    task: tokio::task::AbortHandle,
+    _task: Arc<TaskGuard>,
 }
 
-impl Drop for Replication {
+/// Aborts the driver task when the last handle goes.
+#[derive(Debug)]
+struct TaskGuard(tokio::task::AbortHandle);
+
+impl Drop for TaskGuard {
     fn drop(&mut self) {
-        self.task.abort();
+        self.0.abort();
     }
 }
 
@@ -147,7 +152,10 @@ impl Replication {
             watcher,
         };
         let task = tokio::spawn(driver.run(packets, updates, jobs_rx)).abort_handle();
-        Ok(Self { jobs, task })
+        Ok(Self {
+            jobs,
+            _task: Arc::new(TaskGuard(task)),
+        })
     }
 
     fn job(&self, job: Job) {
@@ -271,9 +279,9 @@ impl Replication {
         rx.await.unwrap_or_default()
     }
 
-    /// Stops the replicator: no more packets or updates; a batch being
-    /// written is finished and the store closed (so the file can be opened
-    /// again) when this returns.
+    /// Stops the replicator (for every clone): no more packets or updates;
+    /// a batch being written is finished and the store closed (so the file
+    /// can be opened again) when this returns.
     pub async fn stop(self) {
         let (tx, rx) = oneshot::channel();
         self.job(Box::new(move |d, _| d.stopping = Some(tx)));
