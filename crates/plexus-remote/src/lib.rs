@@ -34,6 +34,8 @@ pub mod handshake;
 pub mod identity;
 mod node;
 mod peer;
+#[cfg(feature = "process")]
+pub mod process;
 mod proxy;
 pub mod uri;
 pub mod wire;

@@ -45,7 +45,7 @@
 //! diagnostics on stderr.
 #![forbid(unsafe_code)]
 
-use std::io::Write as _;
+use plexus_remote::process::{self, terminated, tick, Lines};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -262,30 +262,7 @@ impl Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    if std::env::var_os("RUST_LOG").is_some() {
-        tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-            .with_writer(std::io::stderr)
-            .init();
-    }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("plexus-cluster-node: starting the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(run(args)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("plexus-cluster-node: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    process::main("plexus-cluster-node", 2, None, run(args))
 }
 
 async fn run(args: Args) -> Result<(), Fail> {
@@ -325,7 +302,7 @@ async fn run(args: Args) -> Result<(), Fail> {
             Some(u) = updates.recv() => out.update(&u),
             _ = tick(stats.as_mut()) => out.stats(started, cluster.stats(), out.up),
         }
-        if out.closed {
+        if out.lines.closed() {
             // Nobody reads our lines any more: stop like a crash.
             return Ok(());
         }
@@ -353,46 +330,17 @@ async fn run(args: Args) -> Result<(), Fail> {
     Ok(())
 }
 
-/// Resolves on SIGTERM (never where there is no such signal).
-async fn terminated() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        if let Ok(mut s) = signal(SignalKind::terminate()) {
-            s.recv().await;
-            return;
-        }
-    }
-    std::future::pending().await
-}
-
-async fn tick(interval: Option<&mut tokio::time::Interval>) {
-    match interval {
-        Some(i) => {
-            i.tick().await;
-        }
-        None => std::future::pending().await,
-    }
-}
-
 /// Writes the lines, each flushed at once.
 #[derive(Default)]
 struct Out {
     /// Members up after the last update printed.
     up: usize,
-    /// Stdout is gone.
-    closed: bool,
+    lines: Lines,
 }
 
 impl Out {
-    fn line(&mut self, text: std::fmt::Arguments<'_>) {
-        let mut stdout = std::io::stdout().lock();
-        if writeln!(stdout, "{text}")
-            .and_then(|()| stdout.flush())
-            .is_err()
-        {
-            self.closed = true;
-        }
+    fn line(&self, text: std::fmt::Arguments<'_>) {
+        self.lines.line(text);
     }
 
     fn update(&mut self, u: &ClusterUpdate) {

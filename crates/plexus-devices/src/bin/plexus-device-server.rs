@@ -29,7 +29,7 @@
 //! Ctrl-C leaves the cluster and exits; so does a closed stdout.
 #![forbid(unsafe_code)]
 
-use std::io::Write as _;
+use plexus_remote::process::{self, terminated, tick, Lines};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -142,31 +142,12 @@ enum Fail {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("plexus::devices=warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(args.threads.max(1))
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("plexus-device-server: starting the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(run(args)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("plexus-device-server: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    process::main(
+        "plexus-device-server",
+        args.threads,
+        Some("plexus::devices=warn"),
+        run(args),
+    )
 }
 
 async fn run(args: Args) -> Result<(), Fail> {
@@ -239,7 +220,7 @@ async fn run(args: Args) -> Result<(), Fail> {
                 ));
             }
         }
-        if out.closed {
+        if out.lines.closed() {
             return Ok(());
         }
     }
@@ -270,43 +251,15 @@ impl Server {
     }
 }
 
-/// Resolves on SIGTERM (never where there is no such signal).
-async fn terminated() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        if let Ok(mut s) = signal(SignalKind::terminate()) {
-            s.recv().await;
-            return;
-        }
-    }
-    std::future::pending().await
-}
-
-async fn tick(interval: Option<&mut tokio::time::Interval>) {
-    match interval {
-        Some(i) => {
-            i.tick().await;
-        }
-        None => std::future::pending().await,
-    }
-}
-
 /// Writes the lines, each flushed at once.
 #[derive(Default)]
 struct Out {
-    closed: bool,
+    lines: Lines,
 }
 
 impl Out {
-    fn line(&mut self, text: std::fmt::Arguments<'_>) {
-        let mut stdout = std::io::stdout().lock();
-        if writeln!(stdout, "{text}")
-            .and_then(|()| stdout.flush())
-            .is_err()
-        {
-            self.closed = true;
-        }
+    fn line(&self, text: std::fmt::Arguments<'_>) {
+        self.lines.line(text);
     }
 
     fn event(&mut self, e: &TrackerEvent) {
