@@ -245,8 +245,16 @@ struct Peer {
     in_flight: Option<(u64, Instant)>,
     /// How long to wait for its ack before sending the group again.
     backoff: Duration,
-    /// It fell behind the delta log: catch it up by anti-entropy first.
+    /// It fell behind the delta log, or is new: catch it up by
+    /// anti-entropy first, keys that change right now included.
     needs_sync: bool,
+    /// A full anti-entropy round with it ended since it needed one: keys
+    /// changing right now are left to the deltas.
+    synced: bool,
+    /// Since when a round this member started with it is in flight.
+    asking: Option<Instant>,
+    /// Since when a round it started with this member is being answered.
+    answering: Option<Instant>,
 }
 
 /// What became of a state handed to [`Replicator::merge_entry`].
@@ -298,6 +306,11 @@ pub struct Replicator {
     out: VecDeque<Transmit>,
     events: VecDeque<Event>,
     changed: BTreeSet<Arc<str>>,
+    /// Keys changed lately, with when: anti-entropy leaves them to the
+    /// deltas (their digests differ while deltas are in flight).
+    hot: HashMap<Arc<str>, Instant>,
+    /// The latest time handed in.
+    now: Instant,
     stats: ReplicatorStats,
 }
 
@@ -343,6 +356,8 @@ impl Replicator {
             out: VecDeque::new(),
             events: VecDeque::new(),
             changed: BTreeSet::new(),
+            hot: HashMap::new(),
+            now,
             stats: ReplicatorStats::default(),
         }
     }
@@ -455,6 +470,9 @@ impl Replicator {
             in_flight: None,
             backoff: self.config.delta_interval * 2,
             needs_sync: true,
+            synced: false,
+            asking: None,
+            answering: None,
         }
     }
 
@@ -535,6 +553,7 @@ impl Replicator {
         modify: impl FnOnce(&mut T) -> T,
     ) -> Result<RequestId, UpdateError> {
         self.register::<T>();
+        self.now = self.now.max(now);
         let name = &key.name;
         if name.len() > wire::MAX_KEY {
             return Err(UpdateError::KeyTooLong {
@@ -711,6 +730,7 @@ impl Replicator {
     /// Single key states refused inside an accepted packet are logged and
     /// counted ([`ReplicatorStats::entries_refused`]), not returned.
     pub fn handle_packet(&mut self, now: Instant, bytes: &[u8]) -> Result<(), PacketError> {
+        self.now = self.now.max(now);
         self.stats.packets_received += 1;
         self.stats.bytes_received += bytes.len() as u64;
         let result = self.handle_packet_inner(now, bytes, 0);
@@ -802,7 +822,7 @@ impl Replicator {
                 }
                 Ok(())
             }
-            Body::Digests { buckets, digests } => self.on_digests(&address, buckets, &digests),
+            Body::Digests { buckets, digests } => self.on_digests(now, &address, buckets, &digests),
             Body::Keys {
                 buckets,
                 keys,
@@ -915,6 +935,7 @@ impl Replicator {
 
     fn note_changed(&mut self, key: &Arc<str>) {
         self.changed.insert(Arc::clone(key));
+        self.hot.insert(Arc::clone(key), self.now);
         if self.config.is_durable(key) {
             self.durable_dirty.insert(Arc::clone(key));
         }
@@ -970,13 +991,17 @@ impl Replicator {
 
     /// Handles the passing of `poll_timeout`'s deadline.
     pub fn handle_timeout(&mut self, now: Instant) {
+        self.now = self.now.max(now);
         if now >= self.next_delta {
             self.next_delta = now + self.config.delta_interval;
             self.send_deltas(now);
-            self.resend_writes();
+            self.resend_requests();
         }
         if now >= self.next_gossip {
             self.next_gossip = now + self.config.gossip_interval;
+            let window = self.hot_window();
+            self.hot
+                .retain(|_, at| now.saturating_duration_since(*at) < window);
             self.start_round(now, None);
             self.prune(now);
         }

@@ -14,31 +14,71 @@ use super::wire::{Body, WireEntry};
 use super::{keys, Merged, Replicator, Traffic};
 
 impl Replicator {
-    /// Starts a round with `with`, or with a peer that fell behind, or with
-    /// a random peer.
-    pub(super) fn start_round(&mut self, _now: Instant, with: Option<Arc<str>>) {
-        let target = with.or_else(|| {
-            let behind = self
-                .peers
-                .iter()
-                .find(|(_, p)| p.needs_sync)
-                .map(|(a, _)| Arc::clone(a));
-            behind.or_else(|| {
-                if self.peers.is_empty() {
-                    return None;
-                }
-                let i = self.rng.gen_range(0..self.peers.len());
-                self.peers.keys().nth(i).cloned()
-            })
-        });
+    /// How long a change keeps a key "hot": left to the deltas by
+    /// anti-entropy with peers already in sync.
+    pub(super) fn hot_window(&self) -> std::time::Duration {
+        self.config.gossip_interval * 2
+    }
+
+    /// How long a round may take before another may start with that peer.
+    fn round_timeout(&self) -> std::time::Duration {
+        self.config.reassembly_timeout
+    }
+
+    /// Whether a round with `address` (started by either side) is under way.
+    fn in_round(&self, now: Instant, address: &str) -> bool {
+        let timeout = self.round_timeout();
+        self.peers.get(address).is_some_and(|p| {
+            [p.asking, p.answering]
+                .into_iter()
+                .flatten()
+                .any(|t| now.saturating_duration_since(t) < timeout)
+        })
+    }
+
+    /// Starts a round with `with` (a round going on: the one before it
+    /// ended), or else with a peer that fell behind or a random peer, but
+    /// never with one a round is under way with: one round at a time per
+    /// pair of members, or rounds pile up resending the same buckets.
+    pub(super) fn start_round(&mut self, now: Instant, with: Option<Arc<str>>) {
+        let target = match with {
+            Some(t) => Some(t),
+            None => {
+                let free: Vec<&Arc<str>> = self
+                    .peers
+                    .keys()
+                    .filter(|a| !self.in_round(now, a))
+                    .collect();
+                let behind = free
+                    .iter()
+                    .find(|a| self.peers[**a].needs_sync)
+                    .map(|a| Arc::clone(a));
+                behind.or_else(|| {
+                    if free.is_empty() {
+                        return None;
+                    }
+                    let i = self.rng.gen_range(0..free.len());
+                    Some(Arc::clone(free[i]))
+                })
+            }
+        };
         let Some(target) = target else {
             return;
         };
-        if let Some(peer) = self.peers.get_mut(&target) {
-            peer.needs_sync = false;
-        }
+        let Some(peer) = self.peers.get_mut(&target) else {
+            return;
+        };
+        peer.needs_sync = false;
+        peer.asking = Some(now);
         self.stats.anti_entropy_rounds += 1;
-        let digests = self.keys.digests().to_vec();
+        let digests: Vec<(u32, u64)> = self
+            .keys
+            .digests()
+            .iter()
+            .enumerate()
+            .filter(|(_, d)| **d != 0)
+            .map(|(b, d)| (b as u32, *d))
+            .collect();
         self.send(
             &target,
             Body::Digests {
@@ -49,23 +89,61 @@ impl Replicator {
         );
     }
 
+    /// The round with `address` this member started ended; `more`: start
+    /// the next at once.
+    fn round_ended(&mut self, now: Instant, address: &Arc<str>, more: bool) {
+        if let Some(peer) = self.peers.get_mut(address) {
+            peer.asking = None;
+            if !more {
+                peer.synced = true;
+            }
+        }
+        if more {
+            self.start_round(now, Some(Arc::clone(address)));
+        }
+    }
+
+    /// Whether anti-entropy with `address` leaves `key` to the deltas.
+    fn left_to_deltas(&self, now: Instant, address: &str, key: &str) -> bool {
+        self.peers.get(address).is_some_and(|p| p.synced)
+            && self
+                .hot
+                .get(key)
+                .is_some_and(|at| now.saturating_duration_since(*at) < self.hot_window())
+    }
+
     /// The peer's digests: answer with key hashes of differing buckets, or
     /// the states of buckets it has nothing in.
     pub(super) fn on_digests(
         &mut self,
+        now: Instant,
         from: &Arc<str>,
         buckets: u32,
-        theirs: &[u64],
+        theirs: &[(u32, u64)],
     ) -> Result<(), PacketError> {
         let ours = self.keys.bucket_count();
-        if buckets != ours || theirs.len() != ours as usize {
+        if buckets != ours || theirs.iter().any(|(b, _)| *b >= ours) {
             return Err(PacketError::Buckets {
                 theirs: buckets,
                 ours,
             });
         }
+        let mut their_digests = vec![0u64; ours as usize];
+        for &(b, d) in theirs {
+            their_digests[b as usize] = d;
+        }
+        let theirs = their_digests;
         let mine = self.keys.digests().to_vec();
-        let differing: Vec<usize> = (0..mine.len()).filter(|&b| mine[b] != theirs[b]).collect();
+        let mut differing: Vec<usize> = (0..mine.len()).filter(|&b| mine[b] != theirs[b]).collect();
+        if !differing.is_empty() {
+            // Start at a random differing bucket, so two rounds that do
+            // overlap (after a timeout) carry different buckets.
+            let offset = self.rng.gen_range(0..differing.len());
+            differing.rotate_left(offset);
+        }
+        if let Some(peer) = self.peers.get_mut(from) {
+            peer.answering = (!differing.is_empty()).then_some(now);
+        }
         let mut more = differing.len() > self.config.max_buckets_per_round;
         let mut keys = Vec::new();
         let mut pushed = Vec::new();
@@ -138,7 +216,7 @@ impl Replicator {
             }
             let their_keys: HashMap<String, u64> = their_keys.into_iter().collect();
             for (name, hash) in self.keys.bucket_hashes(bucket as usize) {
-                if their_keys.get(&*name) == Some(&hash) {
+                if their_keys.get(&*name) == Some(&hash) || self.left_to_deltas(now, from, &name) {
                     continue;
                 }
                 if bytes >= self.config.max_round_bytes {
@@ -157,9 +235,7 @@ impl Replicator {
             }
         }
         if entries.is_empty() && want.is_empty() {
-            if more {
-                self.start_round(now, Some(Arc::clone(from)));
-            }
+            self.round_ended(now, from, more);
             return Ok(());
         }
         self.send(
@@ -214,6 +290,9 @@ impl Replicator {
                 answer.push(e);
             }
         }
+        if let Some(peer) = self.peers.get_mut(from) {
+            peer.answering = None;
+        }
         self.send(
             from,
             Body::Reply {
@@ -235,8 +314,6 @@ impl Replicator {
         for entry in entries {
             self.merge_logged(entry, from);
         }
-        if more {
-            self.start_round(now, Some(Arc::clone(from)));
-        }
+        self.round_ended(now, from, more);
     }
 }

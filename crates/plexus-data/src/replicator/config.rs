@@ -10,8 +10,8 @@ pub struct ReplicatorConfig {
     /// refused.
     pub cluster: String,
     /// How often deltas go out to peers that have not acknowledged them
-    /// (and how long a write's delta waits before it is sent again to the
-    /// peers that have not acknowledged it). Default 100 ms.
+    /// (and how long a write or a read waits before it is sent again to
+    /// the peers that have not answered it). Default 100 ms.
     pub delta_interval: Duration,
     /// How often a round of anti-entropy starts with a random peer, and
     /// pruning is looked at. Default 1 s.

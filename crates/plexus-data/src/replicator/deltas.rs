@@ -101,6 +101,7 @@ impl Replicator {
                 // It missed deltas the log no longer has.
                 peer.acked = first - 1;
                 peer.needs_sync = true;
+                peer.synced = false;
             }
             if peer.acked >= last {
                 continue;

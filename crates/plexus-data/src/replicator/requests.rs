@@ -208,16 +208,29 @@ impl Requests {
             .collect()
     }
 
-    /// Writes not yet answered by some peer: `(request, entry, answered)`.
-    fn unanswered_writes(&self) -> Vec<(RequestId, WireEntry, BTreeSet<ReplicaId>)> {
+    /// Writes and reads waiting for answers: `(request, what to send,
+    /// who answered)`.
+    fn unanswered(&self) -> Vec<(RequestId, Body, BTreeSet<ReplicaId>)> {
         let mut v: Vec<_> = self
             .pending
             .iter()
-            .filter_map(|(&id, p)| match &p.kind {
-                Kind::Update {
-                    write: Some(entry), ..
-                } => Some((id, entry.clone(), p.answered.clone())),
-                _ => None,
+            .filter_map(|(&request, p)| {
+                let body = match &p.kind {
+                    Kind::Update {
+                        write: Some(entry), ..
+                    } => Body::Write {
+                        request,
+                        entry: entry.clone(),
+                    },
+                    Kind::Update { write: None, .. } => return None,
+                    Kind::Get => Body::Read {
+                        request,
+                        key: p.key.to_string(),
+                    },
+                };
+                let mut answered = p.answered.clone();
+                answered.extend(p.refused.iter().copied());
+                Some((request, body, answered))
             })
             .collect();
         v.sort_by_key(|(id, _, _)| *id);
@@ -226,10 +239,10 @@ impl Requests {
 }
 
 impl Replicator {
-    /// Sends writes again to the peers that have not acknowledged them (a
-    /// write or its ack may have been lost).
-    pub(super) fn resend_writes(&mut self) {
-        for (request, entry, answered) in self.requests.unanswered_writes() {
+    /// Sends writes and reads again to the peers that have not answered
+    /// them (a request or its answer may have been lost).
+    pub(super) fn resend_requests(&mut self) {
+        for (_, body, answered) in self.requests.unanswered() {
             let to: Vec<Arc<str>> = self
                 .peers
                 .iter()
@@ -237,14 +250,7 @@ impl Replicator {
                 .map(|(a, _)| Arc::clone(a))
                 .collect();
             for address in to {
-                self.send(
-                    &address,
-                    Body::Write {
-                        request,
-                        entry: entry.clone(),
-                    },
-                    Traffic::Request,
-                );
+                self.send(&address, body.clone(), Traffic::Request);
             }
         }
     }

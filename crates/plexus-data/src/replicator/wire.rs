@@ -14,7 +14,7 @@
 //!
 //! Decoding is the checked path for untrusted bytes: postcard never
 //! allocates more than the input can fill, keys are bounded, trailing bytes
-//! are an error, and nothing panics (the `packet_decode` fuzz target).
+//! are an error, and nothing panics (the `packet` fuzz target).
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
@@ -107,12 +107,13 @@ pub enum Body {
         /// The state.
         entry: Option<WireEntry>,
     },
-    /// Anti-entropy, first step: the digest of each of `buckets` key ranges.
+    /// Anti-entropy, first step: the digests of the `buckets` key ranges
+    /// (those not empty: a range missing here is empty).
     Digests {
         /// How many buckets the keys are hashed into.
         buckets: u32,
-        /// One digest per bucket.
-        digests: Vec<u64>,
+        /// `(bucket, digest)` of every bucket holding keys.
+        digests: Vec<(u32, u64)>,
     },
     /// Anti-entropy, second step: for the buckets whose digests differed,
     /// the answerer's key hashes, and (for buckets the asker has nothing
