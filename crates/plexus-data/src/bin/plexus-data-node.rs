@@ -56,10 +56,9 @@
 //! the process exits. `RUST_LOG` turns on diagnostics on stderr.
 #![forbid(unsafe_code)]
 
-use std::io::Write as _;
+use plexus_remote::process::{self, terminated, tick, Lines};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -188,30 +187,7 @@ impl Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    if std::env::var_os("RUST_LOG").is_some() {
-        tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-            .with_writer(std::io::stderr)
-            .init();
-    }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("plexus-data-node: starting the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(run(args)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("plexus-data-node: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    process::main("plexus-data-node", 2, None, run(args))
 }
 
 async fn run(args: Args) -> Result<(), Fail> {
@@ -472,41 +448,18 @@ async fn latency(data: &Replication, out: &Out, n: usize, timeout: Duration) {
     out.line(format_args!("LATENCY-DONE"));
 }
 
-/// Resolves on SIGTERM (never where there is no such signal).
-async fn terminated() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        if let Ok(mut s) = signal(SignalKind::terminate()) {
-            s.recv().await;
-            return;
-        }
-    }
-    std::future::pending().await
-}
-
-async fn tick(interval: Option<&mut tokio::time::Interval>) {
-    match interval {
-        Some(i) => {
-            i.tick().await;
-        }
-        None => std::future::pending().await,
-    }
-}
-
 /// Writes the lines, each flushed at once (shared by the tasks).
 #[derive(Clone)]
 struct Out {
     started: Instant,
-    /// Stdout is gone.
-    closed: Arc<AtomicBool>,
+    lines: Lines,
 }
 
 impl Out {
     fn new() -> Self {
         Self {
             started: Instant::now(),
-            closed: Arc::new(AtomicBool::new(false)),
+            lines: Lines::default(),
         }
     }
 
@@ -515,17 +468,11 @@ impl Out {
     }
 
     fn closed(&self) -> bool {
-        self.closed.load(Ordering::Relaxed)
+        self.lines.closed()
     }
 
     fn line(&self, text: std::fmt::Arguments<'_>) {
-        let mut stdout = std::io::stdout().lock();
-        if writeln!(stdout, "{text}")
-            .and_then(|()| stdout.flush())
-            .is_err()
-        {
-            self.closed.store(true, Ordering::Relaxed);
-        }
+        self.lines.line(text);
     }
 
     fn result(&self, op: &str, level: &str, took: &mut [Duration], errors: usize) {
