@@ -20,9 +20,11 @@ impl Replicator {
         self.config.gossip_interval * 2
     }
 
-    /// How long a round may take before another may start with that peer.
+    /// How long a round may take before another may start with that peer
+    /// (its packets may have been lost; a round slower than this overlaps
+    /// the next, which the random bucket offset keeps from repeating it).
     fn round_timeout(&self) -> std::time::Duration {
-        self.config.reassembly_timeout
+        self.config.gossip_interval * 3
     }
 
     /// Whether a round with `address` (started by either side) is under way.

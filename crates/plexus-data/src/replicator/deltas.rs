@@ -114,7 +114,7 @@ impl Replicator {
                 continue;
             }
             if peer.in_flight.is_some() {
-                peer.backoff = (peer.backoff * 2).min(self.config.gossip_interval * 8);
+                peer.backoff = (peer.backoff * 2).min(self.config.gossip_interval * 2);
             }
             let acked = peer.acked;
             let max = self.config.max_delta_bytes;
