@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use plexus_core::remote::{CodecError, RemoteMessage};
+
 use plexus_core::{ActorRef, SystemRef};
 use plexus_remote::Node;
 use tokio::sync::{mpsc, oneshot};
@@ -42,20 +42,9 @@ use crate::ring::Ring;
 /// The name the cluster's actor is published under on every member node.
 pub const ACTOR_NAME: &str = "plexus.cluster";
 
-/// A membership packet as a remote message (its bytes travel as they are).
-#[derive(Debug, Clone)]
-pub struct ClusterPacket(pub Bytes);
-
-impl RemoteMessage for ClusterPacket {
-    const TYPE_NAME: &'static str = "plexus.cluster.Packet";
-
-    fn into_payload(self) -> Result<Bytes, CodecError> {
-        Ok(self.0)
-    }
-
-    fn from_payload(payload: Bytes) -> Result<Self, CodecError> {
-        Ok(Self(payload))
-    }
+plexus_core::bytes_message! {
+    /// A membership packet as a remote message (its bytes travel as they are).
+    pub struct ClusterPacket = "plexus.cluster.Packet";
 }
 
 /// What a subscriber receives: an event with the member list and ring as

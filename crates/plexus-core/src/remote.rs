@@ -68,8 +68,22 @@ pub trait RemoteMessage: Send + Sized + 'static {
     /// part of the encoding.
     fn encode_append(self, buf: &mut Vec<u8>) -> Result<(), CodecError> {
         let payload = self.into_payload()?;
-        buf.extend_from_slice(&payload);
+        append_in_pieces(buf, &payload);
         Ok(())
+    }
+}
+
+/// Appends `bytes` to `buf` in pieces of 1 KiB. From 2,112 bytes up
+/// (glibc's default `x86_rep_movsb_threshold`) memcpy uses `rep movsb`,
+/// which on AMD Zen runs some 30 times slower when the destination lies a
+/// few bytes past the source modulo 4 KiB (2.9 us instead of 0.1 us for
+/// 8 KiB, measured on the project's machine), and a payload appended
+/// behind a frame header lands just there: in W5 this one copy was a third
+/// of a device process's time.
+pub fn append_in_pieces(buf: &mut Vec<u8>, bytes: &[u8]) {
+    buf.reserve(bytes.len());
+    for piece in bytes.chunks(1024) {
+        buf.extend_from_slice(piece);
     }
 }
 
@@ -199,19 +213,45 @@ pub(crate) fn codec_de_error<E: serde::de::Error>(msg: &str) -> E {
     E::custom(msg)
 }
 
-/// Bulk data: its payload is the bytes themselves, sent and received
-/// without encoding or copying.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Bulk(pub Bytes);
+/// Declares a message whose payload is its bytes, sent and received
+/// without encoding or copying (like [`Bulk`], under a name of its own, so
+/// a protocol's packets reach only the actor published for them).
+///
+/// ```
+/// plexus_core::bytes_message! {
+///     /// A packet of my protocol.
+///     pub struct MyPacket = "my.Packet";
+/// }
+/// let p = MyPacket(bytes::Bytes::from_static(b"hi"));
+/// assert_eq!(p.0.as_ref(), b"hi");
+/// ```
+#[macro_export]
+macro_rules! bytes_message {
+    ($(#[$meta:meta])* $vis:vis struct $name:ident = $type_name:expr;) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, PartialEq, Eq)]
+        $vis struct $name(pub $crate::remote::Bytes);
 
-impl RemoteMessage for Bulk {
-    const TYPE_NAME: &'static str = "plexus.Bulk";
-    fn into_payload(self) -> Result<Bytes, CodecError> {
-        Ok(self.0)
-    }
-    fn from_payload(payload: Bytes) -> Result<Self, CodecError> {
-        Ok(Bulk(payload))
-    }
+        impl $crate::remote::RemoteMessage for $name {
+            const TYPE_NAME: &'static str = $type_name;
+            fn into_payload(
+                self,
+            ) -> ::std::result::Result<$crate::remote::Bytes, $crate::remote::CodecError> {
+                ::std::result::Result::Ok(self.0)
+            }
+            fn from_payload(
+                payload: $crate::remote::Bytes,
+            ) -> ::std::result::Result<Self, $crate::remote::CodecError> {
+                ::std::result::Result::Ok(Self(payload))
+            }
+        }
+    };
+}
+
+bytes_message! {
+    /// Bulk data: its payload is the bytes themselves, sent and received
+    /// without encoding or copying.
+    pub struct Bulk = "plexus.Bulk";
 }
 
 /// Where an actor lives, as carried on the wire.

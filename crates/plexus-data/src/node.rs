@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use plexus_cluster::{Cluster, ClusterUpdate, MemberState};
-use plexus_core::remote::{CodecError, RemoteMessage};
+
 use plexus_core::{ActorRef, SystemRef};
 use plexus_remote::Node;
 use tokio::sync::{mpsc, oneshot};
@@ -39,20 +39,9 @@ use crate::store::{DurableStore, StoreError};
 /// The name the replicator's actor is published under on every member.
 pub const ACTOR_NAME: &str = "plexus.data";
 
-/// A replicator packet as a remote message (its bytes travel as they are).
-#[derive(Debug, Clone)]
-pub struct DataPacket(pub Bytes);
-
-impl RemoteMessage for DataPacket {
-    const TYPE_NAME: &'static str = "plexus.data.Packet";
-
-    fn into_payload(self) -> Result<Bytes, CodecError> {
-        Ok(self.0)
-    }
-
-    fn from_payload(payload: Bytes) -> Result<Self, CodecError> {
-        Ok(Self(payload))
-    }
+plexus_core::bytes_message! {
+    /// A replicator packet as a remote message (its bytes travel as they are).
+    pub struct DataPacket = "plexus.data.Packet";
 }
 
 /// What a subscriber of a key receives: its state after a change (changes

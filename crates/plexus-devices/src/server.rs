@@ -18,7 +18,6 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::Bytes;
 use plexus_cluster::{Cluster, ClusterEvent, ClusterUpdate, MemberState};
-use plexus_core::remote::{CodecError, RemoteMessage};
 use plexus_core::{ActorRef, SystemRef};
 use plexus_remote::Node;
 use tokio::sync::mpsc;
@@ -28,35 +27,10 @@ use crate::directory::{DeviceDirectory, LocalDirectory};
 use crate::tracker::{Tracker, TrackerEvent, TrackerStats};
 use crate::{To, DEVICE_ACTOR, SERVER_ACTOR};
 
-/// A device protocol packet as a remote message (its bytes travel as they
-/// are, without a copy into a serde encoding).
-#[derive(Debug, Clone)]
-pub struct DevicePacket(pub Bytes);
-
-impl RemoteMessage for DevicePacket {
-    const TYPE_NAME: &'static str = "plexus.devices.Packet";
-
-    fn into_payload(self) -> Result<Bytes, CodecError> {
-        Ok(self.0)
-    }
-
-    fn from_payload(payload: Bytes) -> Result<Self, CodecError> {
-        Ok(Self(payload))
-    }
-
-    fn encode_append(self, buf: &mut Vec<u8>) -> Result<(), CodecError> {
-        // In pieces of 1 KiB: from 2,112 bytes up (glibc 2.36's default
-        // `x86_rep_movsb_threshold` on the W5 machine) memcpy uses `rep
-        // movsb`, which on AMD Zen runs some 30 times slower when the
-        // destination lies a few bytes past the source modulo 4 KiB
-        // (2.9 us instead of 0.1 us for 8 KiB, measured there). A W5
-        // report is 8 KiB and lands behind the frame header: this one copy
-        // was a third of a device process's time.
-        for piece in self.0.chunks(COPY_PIECE) {
-            buf.extend_from_slice(piece);
-        }
-        Ok(())
-    }
+plexus_core::bytes_message! {
+    /// A device protocol packet as a remote message (its bytes travel as
+    /// they are, without a copy into a serde encoding).
+    pub struct DevicePacket = "plexus.devices.Packet";
 }
 
 /// Why the device server could not start.
@@ -67,9 +41,6 @@ pub enum ServerStartError {
     #[error("start device server: publishing `{SERVER_ACTOR}`: {0}")]
     Publish(#[from] plexus_remote::PublishError),
 }
-
-/// Bytes copied at once when a packet is encoded (see `encode_append`).
-const COPY_PIECE: usize = 1024;
 
 /// Packets handled before the driver flushes (bounds one batch's delay).
 const BATCH: usize = 256;
