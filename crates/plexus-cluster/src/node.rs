@@ -21,14 +21,13 @@
 //! between the node and the state machine and sleeps until its next
 //! deadline.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 
 use plexus_core::{ActorRef, SystemRef};
-use plexus_remote::Node;
+use plexus_remote::{ForgedRefs, Node};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::config::{ClusterConfig, ConfigError};
@@ -188,7 +187,7 @@ impl Cluster {
         let driver = Driver {
             membership,
             node: node.clone(),
-            refs: HashMap::new(),
+            refs: ForgedRefs::default(),
             subscribers: Vec::new(),
             snapshot: Arc::clone(&snapshot),
             leaving: Vec::new(),
@@ -256,7 +255,7 @@ impl Cluster {
 struct Driver {
     membership: Membership,
     node: Node,
-    refs: HashMap<Arc<str>, ActorRef<ClusterPacket>>,
+    refs: ForgedRefs<ClusterPacket>,
     subscribers: Vec<ActorRef<ClusterUpdate>>,
     snapshot: Arc<Mutex<Snapshot>>,
     leaving: Vec<oneshot::Sender<()>>,
@@ -342,23 +341,15 @@ impl Driver {
 
     fn flush(&mut self) {
         while let Some(t) = self.membership.poll_transmit() {
-            let to = match self.refs.get(&t.to) {
-                // A ref stops when its node is gone (killed, say); a new
-                // process at the same address needs a new ref.
-                Some(r) if r.is_alive() => r.clone(),
-                _ => match self
-                    .node
-                    .forge::<ClusterPacket>(&format!("{}/{ACTOR_NAME}", t.to))
-                {
-                    Ok(r) => {
-                        self.refs.insert(Arc::clone(&t.to), r.clone());
-                        r
-                    }
-                    Err(e) => {
-                        tracing::warn!(target: "plexus::cluster", to = %t.to, error = %e, "cannot reach a member");
-                        continue;
-                    }
-                },
+            let to = match self
+                .refs
+                .get(&self.node, &t.to, || format!("{}/{ACTOR_NAME}", t.to))
+            {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::warn!(target: "plexus::cluster", to = %t.to, error = %e, "cannot reach a member");
+                    continue;
+                }
             };
             to.tell(ClusterPacket(t.packet));
         }

@@ -26,7 +26,7 @@ use bytes::Bytes;
 use plexus_cluster::{Cluster, ClusterUpdate, MemberState};
 
 use plexus_core::{ActorRef, SystemRef};
-use plexus_remote::Node;
+use plexus_remote::{ForgedRefs, Node};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::crdt::{Crdt, ReplicaId};
@@ -129,7 +129,7 @@ impl Replication {
         let driver = Driver {
             replicator,
             node: node.clone(),
-            refs: HashMap::new(),
+            refs: ForgedRefs::default(),
             updates_waiting: HashMap::new(),
             gets_waiting: HashMap::new(),
             subscribers: HashMap::new(),
@@ -329,7 +329,7 @@ impl Writer {
 struct Driver {
     replicator: Replicator,
     node: Node,
-    refs: HashMap<Arc<str>, ActorRef<DataPacket>>,
+    refs: ForgedRefs<DataPacket>,
     updates_waiting: HashMap<RequestId, oneshot::Sender<Result<(), UpdateError>>>,
     gets_waiting: HashMap<RequestId, GetDone>,
     subscribers: HashMap<Arc<str>, Vec<Notify>>,
@@ -449,21 +449,15 @@ impl Driver {
 
     fn flush(&mut self) {
         while let Some(t) = self.replicator.poll_transmit() {
-            let to = match self.refs.get(&t.to) {
-                Some(r) if r.is_alive() => r.clone(),
-                _ => match self
-                    .node
-                    .forge::<DataPacket>(&format!("{}/{ACTOR_NAME}", t.to))
-                {
-                    Ok(r) => {
-                        self.refs.insert(Arc::clone(&t.to), r.clone());
-                        r
-                    }
-                    Err(e) => {
-                        tracing::warn!(target: "plexus::data", to = %t.to, error = %e, "cannot reach a member");
-                        continue;
-                    }
-                },
+            let to = match self
+                .refs
+                .get(&self.node, &t.to, || format!("{}/{ACTOR_NAME}", t.to))
+            {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::warn!(target: "plexus::data", to = %t.to, error = %e, "cannot reach a member");
+                    continue;
+                }
             };
             to.tell(DataPacket(t.packet));
         }

@@ -27,14 +27,13 @@
 //! # Ok(()) }
 //! ```
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use plexus_core::{ActorRef, SystemRef};
-use plexus_remote::Node;
+use plexus_remote::{ForgedRefs, Node};
 use rustc_hash::FxHashMap;
 use tokio::sync::mpsc;
 
@@ -140,7 +139,7 @@ impl DeviceHost {
         let driver = HostDriver {
             node: node.clone(),
             sessions: FxHashMap::default(),
-            refs: HashMap::new(),
+            refs: ForgedRefs::default(),
             subscribers: Vec::new(),
             values: Vec::new(),
             next: None,
@@ -226,7 +225,7 @@ struct Device {
 struct HostDriver {
     node: Node,
     sessions: FxHashMap<DeviceId, Device>,
-    refs: HashMap<Arc<str>, ActorRef<DevicePacket>>,
+    refs: ForgedRefs<DevicePacket>,
     subscribers: Vec<mpsc::UnboundedSender<(DeviceId, DeviceEvent)>>,
     /// The reporters' buffer, reused.
     values: Vec<i64>,
@@ -365,21 +364,15 @@ impl HostDriver {
         }
         while let Some(t) = d.session.poll_transmit() {
             let (To::Server(server) | To::Device(server)) = &t.to;
-            let to = match self.refs.get(server) {
-                Some(r) if r.is_alive() => r,
-                _ => match self
-                    .node
-                    .forge::<DevicePacket>(&format!("{server}/{SERVER_ACTOR}"))
-                {
-                    Ok(r) => {
-                        self.refs.insert(Arc::clone(server), r);
-                        &self.refs[server]
-                    }
-                    Err(e) => {
-                        tracing::warn!(target: "plexus::devices", %server, error = %e, "cannot reach a server");
-                        continue;
-                    }
-                },
+            let to = match self
+                .refs
+                .get(&self.node, server, || format!("{server}/{SERVER_ACTOR}"))
+            {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::warn!(target: "plexus::devices", %server, error = %e, "cannot reach a server");
+                    continue;
+                }
             };
             to.tell(DevicePacket(t.packet));
         }

@@ -13,13 +13,13 @@
 //! in its channel are handled in one batch before it flushes, so a busy
 //! server sends what a batch produced in one go.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::Bytes;
 use plexus_cluster::{Cluster, ClusterEvent, ClusterUpdate, MemberState};
 use plexus_core::{ActorRef, SystemRef};
-use plexus_remote::Node;
+use plexus_remote::{ForgedRefs, Node};
 use tokio::sync::mpsc;
 
 use crate::config::TrackerConfig;
@@ -127,7 +127,7 @@ impl<D: DeviceDirectory + Clone> DeviceServer<D> {
         let driver = Driver {
             tracker,
             node: node.clone(),
-            refs: HashMap::new(),
+            refs: ForgedRefs::default(),
             shared: Arc::clone(&shared),
             unreachable: HashSet::new(),
             _inbox: inbox,
@@ -175,7 +175,7 @@ impl<D: DeviceDirectory + Clone> DeviceServer<D> {
 struct Driver<D: DeviceDirectory> {
     tracker: Tracker<D>,
     node: Node,
-    refs: HashMap<Arc<str>, ActorRef<DevicePacket>>,
+    refs: ForgedRefs<DevicePacket>,
     shared: Arc<Mutex<Shared>>,
     /// Members the cluster suspects or found unreachable.
     unreachable: HashSet<Arc<str>>,
@@ -261,28 +261,15 @@ impl<D: DeviceDirectory> Driver<D> {
                 To::Device(reply_to) => (reply_to, None),
                 To::Server(address) => (address, Some(SERVER_ACTOR)),
             };
-            let to = match self.refs.get(key) {
-                // A ref stops when its node is gone; a new process at the
-                // same address needs a new one.
-                Some(r) if r.is_alive() => r,
-                _ => {
-                    let full = match uri {
-                        Some(actor) => format!("{key}/{actor}"),
-                        None => key.to_string(),
-                    };
-                    match self.node.forge::<DevicePacket>(&full) {
-                        Ok(r) => {
-                            if self.refs.len() > 4096 {
-                                self.refs.retain(|_, r| r.is_alive());
-                            }
-                            self.refs.insert(Arc::clone(key), r);
-                            &self.refs[key]
-                        }
-                        Err(e) => {
-                            tracing::warn!(target: "plexus::devices", to = %full, error = %e, "cannot reach");
-                            continue;
-                        }
-                    }
+            let full = || match uri {
+                Some(actor) => format!("{key}/{actor}"),
+                None => key.to_string(),
+            };
+            let to = match self.refs.get(&self.node, key, full) {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::warn!(target: "plexus::devices", to = %key, error = %e, "cannot reach");
+                    continue;
                 }
             };
             to.tell(DevicePacket(t.packet));

@@ -30,6 +30,7 @@ mod context;
 #[cfg(feature = "tls")]
 pub mod dev_certs;
 mod error;
+mod forged;
 pub mod handshake;
 pub mod identity;
 mod node;
@@ -42,5 +43,6 @@ pub mod wire;
 
 pub use config::NodeConfig;
 pub use error::{LinkError, NodeError, PublishError, ResolveError};
+pub use forged::ForgedRefs;
 pub use node::{Node, PeerLinkStats};
 pub use uri::{Uri, UriError};
