@@ -24,7 +24,7 @@ use plexus_transport::{LinkConfig, TransportRegistry};
 /// | `tcp` | `tcp / framing` |
 /// | `udp` | `udp / heartbeat / slicing / delivery / ordering / batching` |
 /// | `tls` | `tls / framing` (needs [`tls`](Self::tls)) |
-/// | `quic` | `quic` (needs [`tls`](Self::tls); one stream per lane) |
+/// | `quic` | `quic` (needs [`tls`](Self::tls); one stream per strand) |
 /// | `uds` | `uds / framing` |
 /// | `mem` | `mem / ordering` |
 ///

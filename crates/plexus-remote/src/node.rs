@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use plexus_core::remote::{self, Control, Inbound, PendingReply, RemoteMessage, Watcher};
 use plexus_core::{ActorId, ActorRef, NodeId, SystemRef};
 use plexus_net::StackSpec;
-use plexus_transport::{AcceptError, Dialer, Lane, LinkStats, Transport};
+use plexus_transport::{AcceptError, Dialer, LinkStats, Strand, Transport};
 use rustc_hash::FxHashMap;
 use tokio::task::AbortHandle;
 
@@ -328,7 +328,7 @@ impl Node {
         let remote_node = peer.wait_up().await.map_err(link_err)?;
         let timeout = self.inner.config.request_timeout;
         let answer = peer
-            .resolve(Lane::ZERO, M::TYPE_ID, M::TYPE_NAME, &name)
+            .resolve(Strand::ZERO, M::TYPE_ID, M::TYPE_NAME, &name)
             .map_err(link_err)?;
         let resolution = match tokio::time::timeout(timeout, answer).await {
             Err(_) => {

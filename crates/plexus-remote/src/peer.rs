@@ -19,7 +19,7 @@ use bytes::{Bytes, BytesMut};
 use plexus_core::remote::{Control, ReceiptError, Signal, Watcher, WireContext};
 use plexus_core::{ActorId, DeadLetterReason, Down, Exit, ExitReason, NodeId};
 use plexus_net::LinkEvent;
-use plexus_transport::{Lane, Link, LinkSender, LinkStats, LinkTrySendError, Received};
+use plexus_transport::{Link, LinkSender, LinkStats, LinkTrySendError, Received, Strand};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
@@ -31,9 +31,9 @@ use crate::proxy::RemoteActor;
 use crate::wire::{Resolution, WireFrame};
 
 mod dispatch;
-mod lanes;
 mod session;
 mod state;
+mod strands;
 #[cfg(test)]
 mod tests;
 
@@ -41,9 +41,9 @@ pub(crate) use session::accept;
 use session::{established, handshake_on};
 
 use dispatch::{wait_drained, DriverDispatch, InboundCache};
-use lanes::down_token;
-pub(crate) use lanes::{lane_of, name_key};
 use state::{Abandoned, Backoff, PeerState, Phase};
+use strands::down_token;
+pub(crate) use strands::{name_key, strand_of};
 
 pub(crate) struct Peer {
     inner: Weak<NodeInner>,
@@ -70,7 +70,7 @@ pub(crate) struct Live;
 
 impl state::Handles for Live {
     type Sender = LinkSender;
-    type Held = (Lane, Bytes);
+    type Held = (Strand, Bytes);
     type Waiter = oneshot::Sender<Result<NodeId, LinkError>>;
     type Resolve = oneshot::Sender<Result<Resolution, LinkError>>;
     type Receipt = oneshot::Sender<Result<(), ReceiptError>>;
@@ -361,18 +361,18 @@ impl Peer {
         }
     }
 
-    /// Queues an encoded frame for the peer on `lane` (held while
-    /// connecting, up to the configured bound). See [`lane_of`] for which
-    /// lane a frame takes.
+    /// Queues an encoded frame for the peer on `strand` (held while
+    /// connecting, up to the configured bound). See [`strand_of`] for which
+    /// strand a frame takes.
     pub(crate) fn send_frame(
         self: &Arc<Self>,
-        lane: Lane,
+        strand: Strand,
         frame: Bytes,
     ) -> Result<(), Undelivered> {
         let p = self.canonical();
         let mut st = lock(&p.state);
         if let Some(sender) = st.sender() {
-            return match sender.try_send_on(lane, frame) {
+            return match sender.try_send_on(strand, frame) {
                 Ok(()) => Ok(()),
                 Err(LinkTrySendError::Full { .. }) => Err(Undelivered),
                 Err(LinkTrySendError::Send(plexus_transport::LinkSendError::Closed {
@@ -381,7 +381,7 @@ impl Peer {
                 })) => {
                     // The reader will mark the link down; hold the frame
                     // for the reconnect like any other.
-                    st.pending.push_back((lane, message));
+                    st.pending.push_back((strand, message));
                     Ok(())
                 }
                 Err(_) => Err(Undelivered),
@@ -391,7 +391,7 @@ impl Peer {
         if st.pending.len() >= bound {
             return Err(Undelivered);
         }
-        st.pending.push_back((lane, frame));
+        st.pending.push_back((strand, frame));
         drop(st);
         p.ensure_connected();
         Ok(())
@@ -401,39 +401,39 @@ impl Peer {
     /// copied once, into the link's outgoing bytes where the link allows.
     pub(crate) fn send_slice(
         self: &Arc<Self>,
-        lane: Lane,
+        strand: Strand,
         frame: &[u8],
     ) -> Result<(), Undelivered> {
         let p = self.canonical();
         let st = lock(&p.state);
         if let Some(sender) = st.sender() {
-            return match sender.try_send_copy_on(lane, frame) {
+            return match sender.try_send_copy_on(strand, frame) {
                 Ok(()) => Ok(()),
                 Err(LinkTrySendError::Send(plexus_transport::LinkSendError::Closed {
                     message,
                     ..
                 })) => {
                     drop(st);
-                    p.send_frame(lane, message)
+                    p.send_frame(strand, message)
                 }
                 Err(_) => Err(Undelivered),
             };
         }
         drop(st);
-        p.send_frame(lane, Bytes::copy_from_slice(frame))
+        p.send_frame(strand, Bytes::copy_from_slice(frame))
     }
 
     pub(crate) fn send(self: &Arc<Self>, frame: &WireFrame) -> Result<(), Undelivered> {
-        self.send_frame(lane_of(frame), frame.encode())
+        self.send_frame(strand_of(frame), frame.encode())
     }
 
-    /// Sends a `RESOLVE` on `lane`; the answer arrives on the returned
+    /// Sends a `RESOLVE` on `strand`; the answer arrives on the returned
     /// channel. The receiver answers a `RESOLVE` only after the frames sent
-    /// before it on the same lane, so a forged ref uses it on its name's
-    /// lane as a fence (see `proxy.rs`); others send it on lane 0.
+    /// before it on the same strand, so a forged ref uses it on its name's
+    /// strand as a fence (see `proxy.rs`); others send it on strand 0.
     pub(crate) fn resolve(
         self: &Arc<Self>,
-        lane: Lane,
+        strand: Strand,
         type_id: u64,
         type_name: &str,
         name: &str,
@@ -451,15 +451,15 @@ impl Peer {
             type_name: type_name.to_owned(),
             name: name.to_owned(),
         };
-        p.send_frame(lane, frame.encode())
+        p.send_frame(strand, frame.encode())
             .map_err(|_| LinkError::Closed("send buffer full".into()))?;
         Ok(rx)
     }
 
-    /// Sends a message frame that asks for a receipt, on `lane`.
+    /// Sends a message frame that asks for a receipt, on `strand`.
     pub(crate) fn send_with_receipt(
         self: &Arc<Self>,
-        lane: Lane,
+        strand: Strand,
         build: impl FnOnce(u64) -> Bytes,
     ) -> oneshot::Receiver<Result<(), ReceiptError>> {
         let p = self.canonical();
@@ -470,7 +470,7 @@ impl Peer {
         };
         let id = inner.next_id();
         lock(&p.state).expect_receipt(id, tx);
-        if p.send_frame(lane, build(id)).is_err() {
+        if p.send_frame(strand, build(id)).is_err() {
             if let Some(tx) = lock(&p.state).handle_receipt(id) {
                 let _ = tx.send(Err(ReceiptError::LinkClosed("send buffer full".into())));
             }
@@ -485,11 +485,11 @@ impl Peer {
             watcher.notify(node_down(target, "node dropped"));
             return None;
         };
-        let watcher_lane = match &watcher {
-            Watcher::Actor(w) => Lane::for_key(w.id().serial()),
-            _ => Lane::ZERO,
+        let watcher_strand = match &watcher {
+            Watcher::Actor(w) => Strand::for_key(w.id().serial()),
+            _ => Strand::ZERO,
         };
-        let token = down_token(inner.next_id(), watcher_lane);
+        let token = down_token(inner.next_id(), watcher_strand);
         let refused = lock(&p.state).watch(token, target, watcher);
         if let Err(watcher) = refused {
             watcher.notify(node_down(target, "no link to the node"));
@@ -600,9 +600,9 @@ impl Peer {
 
 /// Sends the frames held while no link was up; what no longer fits the
 /// link's send buffer is a dead letter.
-fn flush(inner: &NodeInner, sender: &LinkSender, pending: VecDeque<(Lane, Bytes)>, node: NodeId) {
-    for (lane, frame) in pending {
-        if sender.try_send_on(lane, frame).is_err() {
+fn flush(inner: &NodeInner, sender: &LinkSender, pending: VecDeque<(Strand, Bytes)>, node: NodeId) {
+    for (strand, frame) in pending {
+        if sender.try_send_on(strand, frame).is_err() {
             inner.system.dead_letters().record(
                 ActorId::new(node, 0),
                 "remote message (send buffer full when the link came up)",

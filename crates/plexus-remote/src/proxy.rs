@@ -5,7 +5,7 @@
 //! and links become their frames. A forged proxy (see
 //! [`Node::forge`](crate::Node::forge)) addresses its actor by name until a
 //! background resolve, started on first use, pins it to a serial; it moves
-//! from its name's lane to its actor's once that is safe (see
+//! from its name's strand to its actor's once that is safe (see
 //! [`NamedState`]).
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,7 +17,7 @@ use plexus_core::remote::{
     Watcher, WireContext,
 };
 use plexus_core::{ActorId, DeadLetterReason, Down, ExitReason};
-use plexus_transport::Lane;
+use plexus_transport::Strand;
 use tokio::sync::{oneshot, Semaphore};
 
 use crate::node::{lock, NodeInner};
@@ -42,37 +42,37 @@ struct Named {
     uri: String,
     type_id: u64,
     type_name: &'static str,
-    /// `lane(FNV-1a(name))`: the lane of the ref's frames until it has
+    /// `strand(FNV-1a(name))`: the strand of the ref's frames until it has
     /// settled on its target's (see [`NamedState`]).
-    lane: Lane,
+    strand: Strand,
     state: Mutex<NamedState>,
-    /// Told each time the ref settles on its target's lane.
+    /// Told each time the ref settles on its target's strand.
     #[cfg(test)]
     settled: tokio::sync::Notify,
 }
 
-/// A forged ref's resolution, and the lane its frames take (PROTOCOL.md,
-/// "Lanes").
+/// A forged ref's resolution, and the strand its frames take (PROTOCOL.md,
+/// "Strands").
 ///
 /// Before the resolve, the ref does not know its target's serial, so its
-/// frames (`NAMED`) take the name's lane. Once it knows the serial, its
-/// frames should take the serial's lane, like those of a ref made by id, so
+/// frames (`NAMED`) take the name's strand. Once it knows the serial, its
+/// frames should take the serial's strand, like those of a ref made by id, so
 /// that what is sent through either kind of ref to one actor stays in
-/// order. But a frame on the serial's lane may overtake frames still on
-/// their way on the name's lane, so the ref moves only once it knows that
-/// the receiver has taken every frame it sent on the name's lane.
+/// order. But a frame on the serial's strand may overtake frames still on
+/// their way on the name's strand, so the ref moves only once it knows that
+/// the receiver has taken every frame it sent on the name's strand.
 ///
-/// The proof is a *fence*: a `RESOLVE` of the name sent on the name's lane,
+/// The proof is a *fence*: a `RESOLVE` of the name sent on the name's strand,
 /// which the receiver answers only after dispatching the frames sent before
-/// it on that lane. The resolve itself is the first fence. If a frame went
-/// on the name's lane after the last fence, the ref is
+/// it on that strand. The resolve itself is the first fence. If a frame went
+/// on the name's strand after the last fence, the ref is
 /// [`Settling`](NamedState::Settling): its frames, now addressed by
-/// serial, keep the name's lane, and a new fence follows each answer until
+/// serial, keep the name's strand, and a new fence follows each answer until
 /// one comes back with no frame sent after it. Then the ref is
 /// [`Resolved`](NamedState::Resolved) and every later frame takes the
-/// serial's lane. A ref that sends without a pause of one round trip stays
-/// on the name's lane (one fence per round trip) and is still in order with
-/// itself, just not with refs made by id. Frames on the name's lane are
+/// serial's strand. A ref that sends without a pause of one round trip stays
+/// on the name's strand (one fence per round trip) and is still in order with
+/// itself, just not with refs made by id. Frames on the name's strand are
 /// queued with the state locked, so none slips between the check of
 /// `fenced` and the switch.
 enum NamedState {
@@ -81,19 +81,19 @@ enum NamedState {
         watchers: Vec<(u64, Watcher)>,
     },
     /// The resolve is under way. `fenced`: its `RESOLVE` has been sent and
-    /// no frame after it on the name's lane.
+    /// no frame after it on the name's strand.
     Resolving {
         watchers: Vec<(u64, Watcher)>,
         fenced: bool,
     },
-    /// Resolved to `id`, but frames sent on the name's lane may not have
-    /// been taken yet: frames keep that lane. `fenced`: a fence is on its
-    /// way with no frame after it on the name's lane.
+    /// Resolved to `id`, but frames sent on the name's strand may not have
+    /// been taken yet: frames keep that strand. `fenced`: a fence is on its
+    /// way with no frame after it on the name's strand.
     Settling {
         id: ActorId,
         fenced: bool,
     },
-    /// Resolved to `id`, and the name's lane drained: frames take the lane
+    /// Resolved to `id`, and the name's strand drained: frames take the strand
     /// of `id`'s serial.
     Resolved(ActorId),
     Failed(ExitReason),
@@ -104,22 +104,22 @@ enum NamedState {
 enum Route {
     /// Not used yet: start the resolve, then as `Name(None)`.
     Start,
-    /// On the name's lane (with the state locked meanwhile): as `NAMED`
+    /// On the name's strand (with the state locked meanwhile): as `NAMED`
     /// (`None`) or as `MESSAGE` to the serial.
     Name(Option<ActorId>),
-    /// On the serial's lane, like a ref made by id.
+    /// On the serial's strand, like a ref made by id.
     Serial(ActorId),
     /// The resolve failed: nothing is sent.
     Failed,
 }
 
 impl Route {
-    /// The lane of a frame sent this way: the serial's once settled, the
+    /// The strand of a frame sent this way: the serial's once settled, the
     /// name's before.
-    fn lane(self, name_lane: Lane) -> Lane {
+    fn strand(self, name_strand: Strand) -> Strand {
         match self {
-            Route::Serial(id) => Lane::for_key(id.serial()),
-            Route::Start | Route::Name(_) | Route::Failed => name_lane,
+            Route::Serial(id) => Strand::for_key(id.serial()),
+            Route::Start | Route::Name(_) | Route::Failed => name_strand,
         }
     }
 }
@@ -146,14 +146,14 @@ impl NamedState {
         }
     }
 
-    /// A frame went on the name's lane: no fence sent so far covers it.
-    fn on_sent_on_name_lane(&mut self) {
+    /// A frame went on the name's strand: no fence sent so far covers it.
+    fn on_sent_on_name_strand(&mut self) {
         if let Self::Resolving { fenced, .. } | Self::Settling { fenced, .. } = self {
             *fenced = false;
         }
     }
 
-    /// A fence went on the name's lane.
+    /// A fence went on the name's strand.
     fn on_fence_sent(&mut self) {
         if let Self::Resolving { fenced, .. } | Self::Settling { fenced, .. } = self {
             *fenced = true;
@@ -240,7 +240,7 @@ impl RemoteActor {
             runtime: inner.system_runtime(),
             dead: AtomicBool::new(false),
             named: Some(Named {
-                lane: Lane::for_key(crate::peer::name_key(&name)),
+                strand: Strand::for_key(crate::peer::name_key(&name)),
                 name,
                 uri,
                 type_id: M::TYPE_ID,
@@ -254,20 +254,20 @@ impl RemoteActor {
         })
     }
 
-    /// Sends a frame about the target: `send` gets the lane (see
+    /// Sends a frame about the target: `send` gets the strand (see
     /// [`NamedState`]) and the target (`None`: not resolved yet, address it
     /// by name) and queues the frame. `None` if the ref failed to resolve.
     /// A forged ref's first use starts its resolve.
-    fn route<R>(self: &Arc<Self>, send: impl FnOnce(Lane, Option<ActorId>) -> R) -> Option<R> {
+    fn route<R>(self: &Arc<Self>, send: impl FnOnce(Strand, Option<ActorId>) -> R) -> Option<R> {
         let Some(n) = &self.named else {
-            return Some(send(Lane::for_key(self.id.serial()), Some(self.id)));
+            return Some(send(Strand::for_key(self.id.serial()), Some(self.id)));
         };
         let mut st = lock(&n.state);
         let route = st.route();
         let to = match route {
             Route::Serial(id) => {
                 drop(st);
-                return Some(send(route.lane(n.lane), Some(id)));
+                return Some(send(route.strand(n.strand), Some(id)));
             }
             Route::Failed => return None,
             Route::Start => {
@@ -277,11 +277,11 @@ impl RemoteActor {
             Route::Name(to) => to,
         };
         // With the state locked: no fence is sent, and no switch made,
-        // between choosing the name's lane and queueing the frame on it.
-        // (Counted as sent on the name's lane even if `send` sent nothing:
+        // between choosing the name's strand and queueing the frame on it.
+        // (Counted as sent on the name's strand even if `send` sent nothing:
         // that only costs a fence.)
-        let r = send(route.lane(n.lane), to);
-        st.on_sent_on_name_lane();
+        let r = send(route.strand(n.strand), to);
+        st.on_sent_on_name_strand();
         Some(r)
     }
 
@@ -311,14 +311,16 @@ impl RemoteActor {
         self.runtime.spawn(async move { me.resolve_forged().await });
     }
 
-    /// Sends a fence (a `RESOLVE` of the name) on the name's lane. `st` is
-    /// `n.state`, locked: nothing else goes on that lane meanwhile.
+    /// Sends a fence (a `RESOLVE` of the name) on the name's strand. `st` is
+    /// `n.state`, locked: nothing else goes on that strand meanwhile.
     fn send_fence(
         &self,
         n: &Named,
         st: &mut NamedState,
     ) -> Result<ResolveAnswer, crate::error::LinkError> {
-        let answer = self.peer.resolve(n.lane, n.type_id, n.type_name, &n.name)?;
+        let answer = self
+            .peer
+            .resolve(n.strand, n.type_id, n.type_name, &n.name)?;
         st.on_fence_sent();
         Ok(answer)
     }
@@ -357,8 +359,8 @@ impl RemoteActor {
                     self.peer.watch(id, w);
                 }
                 // Fence until one comes back with nothing sent after it on
-                // the name's lane. If the link fails a fence, the ref stays
-                // on the name's lane: still in order with itself.
+                // the name's strand. If the link fails a fence, the ref stays
+                // on the name's strand: still in order with itself.
                 loop {
                     let Some(answer) = fence else {
                         #[cfg(test)]
@@ -467,7 +469,7 @@ impl RemoteEndpoint for RemoteActor {
         type_name: &'static str,
         encode: &mut dyn FnMut(&mut Vec<u8>) -> Result<(), CodecError>,
     ) -> Result<bool, CodecError> {
-        // Forged proxies not yet settled on their target's lane take the
+        // Forged proxies not yet settled on their target's strand take the
         // general path.
         let target = match &self.named {
             None => self.id,
@@ -479,14 +481,14 @@ impl RemoteEndpoint for RemoteActor {
         with_scratch(|frame| {
             crate::wire::put_message_header(frame, target.serial(), type_id, 0);
             encode(frame)?;
-            let lane = Lane::for_key(target.serial());
+            let strand = Strand::for_key(target.serial());
             let sent = if frame.len() >= HAND_OVER {
                 // The buffer leaves with the frame; the scratch gets a new
                 // one of the same capacity.
                 let full = std::mem::replace(frame, Vec::with_capacity(frame.capacity()));
-                self.peer.send_frame(lane, Bytes::from(full))
+                self.peer.send_frame(strand, Bytes::from(full))
             } else {
-                self.peer.send_slice(lane, frame)
+                self.peer.send_slice(strand, frame)
             };
             if sent.is_err() {
                 self.dead_letter_here(type_name, DeadLetterReason::MailboxFull);
@@ -501,9 +503,9 @@ impl RemoteEndpoint for RemoteActor {
             self.dead_letter_here(type_name, DeadLetterReason::Undeliverable);
             return;
         };
-        let sent = me.route(|lane, to| {
+        let sent = me.route(|strand, to| {
             let frame = me.message_to(to, type_id, 0, &payload);
-            self.peer.send_frame(lane, frame).is_ok()
+            self.peer.send_frame(strand, frame).is_ok()
         });
         match sent {
             Some(true) => {}
@@ -523,9 +525,9 @@ impl RemoteEndpoint for RemoteActor {
             let _ = tx.send(Err(ReceiptError::Stopped));
             return rx;
         };
-        let sent = me.route(|lane, to| {
+        let sent = me.route(|strand, to| {
             self.peer
-                .send_with_receipt(lane, |id| me.message_to(to, type_id, id, &payload))
+                .send_with_receipt(strand, |id| me.message_to(to, type_id, id, &payload))
         });
         sent.unwrap_or_else(|| {
             self.dead_letter_here(type_name, DeadLetterReason::Stopped);
@@ -588,7 +590,7 @@ impl Control for RemoteActor {
             return false;
         }
         let Some(me) = self.arc() else { return false };
-        me.route(|lane, target| {
+        me.route(|strand, target| {
             // Not resolved yet: a signal needs the serial.
             let Some(target) = target else { return false };
             let frame = match signal {
@@ -608,7 +610,7 @@ impl Control for RemoteActor {
                 },
                 Signal::Down(_) => return false,
             };
-            self.peer.send_frame(lane, frame.encode()).is_ok()
+            self.peer.send_frame(strand, frame.encode()).is_ok()
         })
         .unwrap_or(false)
     }

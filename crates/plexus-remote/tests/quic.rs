@@ -1,6 +1,6 @@
 //! Nodes in one process over `quic://` (mutual TLS with a dev CA made
 //! in-process): resolve, tell, ask, refs inside messages, per-actor order
-//! while messages to several actors travel on several lanes; a node
+//! while messages to several actors travel on several strands; a node
 //! without TLS material cannot listen on `quic://`; a node whose
 //! certificate is from another CA is refused.
 #![cfg(feature = "quic")]
@@ -88,7 +88,7 @@ async fn nodes_resolve_tell_ask_and_pass_refs_over_quic() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn messages_to_many_actors_keep_per_actor_order_across_lanes() {
+async fn messages_to_many_actors_keep_per_actor_order_across_strands() {
     let ca = DevCa::generate().expect("CA");
     let (_a, na) = certified_node(config(&ca, "a"));
     let (b, nb) = certified_node(config(&ca, "b"));
@@ -106,7 +106,7 @@ async fn messages_to_many_actors_keep_per_actor_order_across_lanes() {
     const N: u64 = 2_000;
     for i in 0..N {
         for (k, r) in remotes.iter().enumerate() {
-            // Actor 0 gets a large message now and then: its lane is busy
+            // Actor 0 gets a large message now and then: its strand is busy
             // while the others go on.
             let pad = if k == 0 && i % 500 == 0 { 1 << 20 } else { 0 };
             r.tell(Seq::Next(i, vec![0; pad]));

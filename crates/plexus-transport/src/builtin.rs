@@ -522,7 +522,7 @@ impl Transport for TlsTransport {
     }
 }
 
-/// `quic`: one QUIC endpoint per node for every peer, each lane on its own
+/// `quic`: one QUIC endpoint per node for every peer, each strand on its own
 /// stream; see [`crate::quic`]. The link buffers given to `listen`
 /// and `dialer` replace those of the [`QuicConfig`].
 #[cfg(feature = "quic")]

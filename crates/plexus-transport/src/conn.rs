@@ -36,8 +36,8 @@ pub(crate) enum SendState {
 pub(crate) struct Conn {
     pub(crate) stack: Stack,
     pub(crate) shared: Arc<Shared>,
-    /// A batch taken from the application's queue in one lock. The lane is
-    /// dropped here: a stack carries every lane in queue order.
+    /// A batch taken from the application's queue in one lock. The strand is
+    /// dropped here: a stack carries every strand in queue order.
     outq: OutQueue,
     /// A message the stack refused with `WouldBlock`; retried first.
     held: Option<Frame>,
@@ -265,7 +265,7 @@ mod tests {
     use bytes::Bytes;
 
     use super::*;
-    use crate::{Lane, LinkConfig};
+    use crate::{LinkConfig, Strand};
 
     #[test]
     fn unsent_counts_taken_messages_and_the_held_one() {
@@ -278,7 +278,7 @@ mod tests {
         let mut c = Conn::new(Stack::new(None, Vec::new()), shared);
         for m in ["a", "bb", "ccc"] {
             c.outq.push_back((
-                Lane::ZERO,
+                Strand::ZERO,
                 Frame::from_payload(Bytes::from_static(m.as_bytes())),
             ));
         }

@@ -198,7 +198,7 @@ pub enum CloseReason {
     /// was shut down.
     #[error("endpoint shut down")]
     EndpointClosed,
-    /// The QUIC connection failed or the peer broke the lane protocol (see
+    /// The QUIC connection failed or the peer broke the strand protocol (see
     /// [`QuicError`](crate::quic::QuicError)).
     #[error("{0}")]
     #[cfg(feature = "quic")]

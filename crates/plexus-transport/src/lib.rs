@@ -2,7 +2,7 @@
 //! `plexus-net`, on tokio.
 //!
 //! ```text
-//!  remote (node, wire protocol, lanes)  ── Link::send(Bytes) / Link::recv() ──
+//!  remote (node, wire protocol, strands)  ── Link::send(Bytes) / Link::recv() ──
 //!  ───────────────────────────────────────────────────│────────────▲──────────
 //!  this crate      Link handles ⇄ bounded queues ⇄ one driver per link (TCP,
 //!                  UDS, mem, QUIC) or per socket (UDP: one socket, many peers)
@@ -29,9 +29,9 @@
 //! | `quic` | [`quic`] | [`quic::QuicEndpoint::bind`] + `accept` | [`quic::QuicEndpoint::connect`] |
 //!
 //! `quic` has no `plexus-net` stack: QUIC itself delimits, orders and
-//! retransmits. It carries each [`Lane`] on its own stream; every other
-//! transport carries all lanes of a link on its one ordered stream or stack,
-//! in queue order (a lane never reorders there).
+//! retransmits. It carries each [`Strand`] on its own stream; every other
+//! transport carries all strands of a link on its one ordered stream or stack,
+//! in queue order (a strand never reorders there).
 //!
 //! Every connection is a [`Link`]: send whole messages ([`bytes::Bytes`]),
 //! receive whole messages and [`LinkEvent`](plexus_net::LinkEvent)s
@@ -68,13 +68,13 @@ mod alarm;
 pub mod builtin;
 mod conn;
 pub mod error;
-mod lane;
 mod link;
 pub mod mem;
 #[cfg(feature = "quic")]
 pub mod quic;
 pub mod registry;
 mod stats;
+mod strand;
 mod stream;
 pub mod tcp;
 #[cfg(feature = "tls")]
@@ -87,7 +87,7 @@ pub use error::{
     UnreliableError,
 };
 pub use link::{
-    DriverReceive, Lane, Link, LinkConfig, LinkReceiver, LinkSender, PeerIdentity, Received,
+    DriverReceive, Link, LinkConfig, LinkReceiver, LinkSender, PeerIdentity, Received, Strand,
 };
 pub use registry::{BoxFuture, Dialer, Listener, RegisterError, Transport, TransportRegistry};
 pub use stats::LinkStats;
@@ -112,7 +112,7 @@ mod tests {
         assert_send_sync::<udp::UdpEndpoint>();
         #[cfg(feature = "quic")]
         assert_send_sync::<quic::QuicEndpoint>();
-        assert_send_sync::<Lane>();
+        assert_send_sync::<Strand>();
         assert_send_sync::<mem::MemHub>();
         assert_send_sync::<mem::MemListener>();
         assert_send_sync::<LinkClosed>();

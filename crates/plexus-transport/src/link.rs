@@ -21,16 +21,16 @@
 //! flow control (UDP: datagrams are dropped before the stack sees them, and
 //! `delivery` retransmits them).
 //!
-//! # Lanes
+//! # Strands
 //!
-//! Every message is sent on a [`Lane`] ([`LinkSender::send_on`]; plain
-//! [`send`](LinkSender::send) is [`Lane::ZERO`]). The guarantee is FIFO per
-//! lane and no order across lanes. Transports with one ordered byte stream
+//! Every message is sent on a [`Strand`] ([`LinkSender::send_on`]; plain
+//! [`send`](LinkSender::send) is [`Strand::ZERO`]). The guarantee is FIFO per
+//! strand and no order across strands. Transports with one ordered byte stream
 //! or one ordered stack (`tcp`, `tls`, `uds`, `udp / ... / ordering`, `mem`)
-//! carry every lane on it, in the order the messages were queued: there a
-//! lane never reorders anything. The [`quic`](crate::quic) transport gives
-//! each lane its own QUIC stream, so a large message on one lane does not
-//! hold up small ones on another. The lane travels in the outbound queue
+//! carry every strand on it, in the order the messages were queued: there a
+//! strand never reorders anything. The [`quic`](crate::quic) transport gives
+//! each strand its own QUIC stream, so a large message on one strand does not
+//! hold up small ones on another. The strand travels in the outbound queue
 //! next to the message (one byte in the queue's slot, no allocation).
 
 use std::collections::VecDeque;
@@ -43,8 +43,8 @@ use rustls_pki_types::CertificateDer;
 use tokio::sync::{Notify, Semaphore};
 
 use crate::error::{CloseReason, LinkClosed, LinkSendError, LinkTrySendError, UnreliableError};
-pub use crate::lane::Lane;
 use crate::stats::LinkStats;
+pub use crate::strand::Strand;
 
 mod receiver;
 mod sender;
@@ -55,7 +55,7 @@ pub use receiver::{DriverReceive, LinkReceiver};
 pub use sender::LinkSender;
 
 /// Bookkeeping bytes charged per queued message on top of its length, so a
-/// flood of empty messages is bounded too (a queue entry is a lane and a
+/// flood of empty messages is bounded too (a queue entry is a strand and a
 /// [`Frame`], about this much).
 pub(crate) const MESSAGE_OVERHEAD: usize = 128;
 
@@ -122,48 +122,48 @@ pub(crate) type DriverWaker = Box<dyn Fn() + Send + Sync>;
 /// the frames take the same path through the stack either way.
 pub(crate) type SenderTurn = Box<dyn Fn() -> bool + Send + Sync>;
 
-/// Messages with their lanes, in order. Kept as two queues rather than one
-/// of `(Lane, Frame)`: a 128-byte frame moves with two inline 64-byte
+/// Messages with their strands, in order. Kept as two queues rather than one
+/// of `(Strand, Frame)`: a 128-byte frame moves with two inline 64-byte
 /// stores, a 136-byte pair through a `memmove` call, on every push and pop
 /// of every message.
 #[derive(Default)]
 pub(crate) struct OutQueue {
     frames: VecDeque<Frame>,
-    lanes: VecDeque<Lane>,
+    strands: VecDeque<Strand>,
 }
 
 impl OutQueue {
     pub(crate) fn with_capacity(n: usize) -> Self {
         Self {
             frames: VecDeque::with_capacity(n),
-            lanes: VecDeque::with_capacity(n),
+            strands: VecDeque::with_capacity(n),
         }
     }
 
-    pub(crate) fn push_back(&mut self, (lane, frame): (Lane, Frame)) {
+    pub(crate) fn push_back(&mut self, (strand, frame): (Strand, Frame)) {
         self.frames.push_back(frame);
-        self.lanes.push_back(lane);
+        self.strands.push_back(strand);
     }
 
-    /// The next message with its lane (quic carries each lane apart).
+    /// The next message with its strand (quic carries each strand apart).
     #[cfg(feature = "quic")]
-    pub(crate) fn pop_front(&mut self) -> Option<(Lane, Frame)> {
+    pub(crate) fn pop_front(&mut self) -> Option<(Strand, Frame)> {
         let frame = self.frames.pop_front()?;
-        let lane = self.lanes.pop_front().unwrap_or(Lane::ZERO);
-        Some((lane, frame))
+        let strand = self.strands.pop_front().unwrap_or(Strand::ZERO);
+        Some((strand, frame))
     }
 
-    /// The next frame, its lane dropped (links whose stack carries every
-    /// lane in queue order).
+    /// The next frame, its strand dropped (links whose stack carries every
+    /// strand in queue order).
     pub(crate) fn pop_frame(&mut self) -> Option<Frame> {
-        self.lanes.pop_front();
+        self.strands.pop_front();
         self.frames.pop_front()
     }
 
-    /// The lanes of the queued messages, in order.
+    /// The strands of the queued messages, in order.
     #[cfg(feature = "quic")]
-    pub(crate) fn lanes(&self) -> impl Iterator<Item = Lane> + '_ {
-        self.lanes.iter().copied()
+    pub(crate) fn strands(&self) -> impl Iterator<Item = Strand> + '_ {
+        self.strands.iter().copied()
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -176,12 +176,12 @@ impl OutQueue {
 
     pub(crate) fn clear(&mut self) {
         self.frames.clear();
-        self.lanes.clear();
+        self.strands.clear();
     }
 }
 
 pub(crate) struct OutState {
-    /// Messages with their lane, waiting for whoever drives the stack next
+    /// Messages with their strand, waiting for whoever drives the stack next
     /// (the driver, or a sender taking its turn); each already a [`Frame`]
     /// (a small copied one in the frame itself, without a buffer of its own).
     pub(crate) queue: OutQueue,
@@ -622,8 +622,8 @@ impl Link {
     /// # Errors
     ///
     /// As [`LinkSender::send_on`].
-    pub async fn send_on(&self, lane: Lane, message: Bytes) -> Result<(), LinkSendError> {
-        self.sender.send_on(lane, message).await
+    pub async fn send_on(&self, strand: Strand, message: Bytes) -> Result<(), LinkSendError> {
+        self.sender.send_on(strand, message).await
     }
 
     /// See [`LinkSender::try_send_on`].
@@ -631,8 +631,8 @@ impl Link {
     /// # Errors
     ///
     /// As [`LinkSender::try_send_on`].
-    pub fn try_send_on(&self, lane: Lane, message: Bytes) -> Result<(), LinkTrySendError> {
-        self.sender.try_send_on(lane, message)
+    pub fn try_send_on(&self, strand: Strand, message: Bytes) -> Result<(), LinkTrySendError> {
+        self.sender.try_send_on(strand, message)
     }
 
     /// See [`LinkSender::send_unreliable`].

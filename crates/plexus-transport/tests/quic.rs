@@ -1,5 +1,5 @@
-//! The `quic` transport over loopback: order on one lane and per lane, a
-//! 16 MiB message that does not hold up a small one on another lane,
+//! The `quic` transport over loopback: order on one strand and per strand, a
+//! 16 MiB message that does not hold up a small one on another strand,
 //! unreliable datagrams, a peer that opens too many streams, and refusal of
 //! peers without a certificate, with one from another CA or an expired one.
 #![cfg(feature = "quic")]
@@ -18,7 +18,7 @@ use plexus_net::StackSpec;
 use plexus_transport::quic::{QuicConfig, QuicEndpoint, ALPN};
 use plexus_transport::tls::TlsConfig;
 use plexus_transport::{
-    AcceptError, BindError, CloseReason, Lane, Link, LinkConfig, UnreliableError,
+    AcceptError, BindError, CloseReason, Link, LinkConfig, Strand, UnreliableError,
 };
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
@@ -94,7 +94,7 @@ fn handshake_error(r: Result<Link, AcceptError>) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn quic_lane_carries_10k_mixed_messages_in_order_both_ways() {
+async fn quic_strand_carries_10k_mixed_messages_in_order_both_ways() {
     let (a, b, _s, _c) = pair().await;
     assert!(
         b.peer_certificate().is_some(),
@@ -124,60 +124,65 @@ fn expect_next_in_order(m: &[u8], next: &mut [u32]) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn each_lane_keeps_its_order_when_lanes_interleave() {
+async fn each_strand_keeps_its_order_when_strands_interleave() {
     let (a, mut b, _s, _c) = pair().await;
-    const LANES: u8 = 16;
-    const PER_LANE: u32 = 2_000;
+    const STRANDS: u8 = 16;
+    const PER_STRAND: u32 = 2_000;
     let sender = tokio::spawn(async move {
-        for seq in 0..PER_LANE {
-            for l in 0..LANES {
-                let lane = Lane::new(l).expect("lane in range");
+        for seq in 0..PER_STRAND {
+            for l in 0..STRANDS {
+                let strand = Strand::new(l).expect("strand in range");
                 // Every 97th message is large, so streams progress unevenly.
                 let len = if (seq + u32::from(l)) % 97 == 0 {
                     40_000
                 } else {
                     8
                 };
-                a.send_on(lane, sequenced(l, seq, len)).await.expect("send");
+                a.send_on(strand, sequenced(l, seq, len))
+                    .await
+                    .expect("send");
             }
         }
         a
     });
-    let mut next = [0u32; LANES as usize];
-    for _ in 0..u32::from(LANES) * PER_LANE {
+    let mut next = [0u32; STRANDS as usize];
+    for _ in 0..u32::from(STRANDS) * PER_STRAND {
         let m = tokio::time::timeout(T, b.recv_message())
             .await
             .expect("message in time")
             .expect("link open");
         expect_next_in_order(&m, &mut next);
     }
-    assert!(next.iter().all(|&n| n == PER_LANE));
+    assert!(next.iter().all(|&n| n == PER_STRAND));
     let _a = sender.await.expect("sender");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_16_mib_message_does_not_hold_up_a_small_one_on_another_lane() {
+async fn a_16_mib_message_does_not_hold_up_a_small_one_on_another_strand() {
     let (a, mut b, _s, _c) = pair().await;
     // Warm up the connection (congestion window, streams).
-    a.send_on(Lane::new(1).expect("lane"), Bytes::from_static(b"warm"))
+    a.send_on(Strand::new(1).expect("strand"), Bytes::from_static(b"warm"))
         .await
         .expect("send");
-    a.send_on(Lane::new(2).expect("lane"), Bytes::from_static(b"warm"))
+    a.send_on(Strand::new(2).expect("strand"), Bytes::from_static(b"warm"))
         .await
         .expect("send");
     for _ in 0..2 {
         b.recv_message().await.expect("warm-up");
     }
     let big = Bytes::from(vec![7u8; 16 << 20]);
-    a.send_on(Lane::new(1).expect("lane"), big)
+    a.send_on(Strand::new(1).expect("strand"), big)
         .await
         .expect("send big");
     // Queued right behind the big one: on a stream shared with it, the
     // small message would arrive after all 16 MiB.
     let sent = Instant::now();
-    a.send_on(Lane::new(2).expect("lane"), Bytes::from_static(b"small"))
-        .await
-        .expect("send small");
+    a.send_on(
+        Strand::new(2).expect("strand"),
+        Bytes::from_static(b"small"),
+    )
+    .await
+    .expect("send small");
     let first = tokio::time::timeout(T, b.recv_message())
         .await
         .expect("in time")
@@ -192,7 +197,7 @@ async fn a_16_mib_message_does_not_hold_up_a_small_one_on_another_lane() {
     assert_eq!(second.len(), 16 << 20);
     // The order above is the guarantee; the times are for a person reading
     // the output (a wall-clock bound would fail on a loaded machine).
-    println!("small message on lane 2 arrived {delay:?} after sending, while 16 MiB on lane 1 took until {big_done:?}");
+    println!("small message on strand 2 arrived {delay:?} after sending, while 16 MiB on strand 1 took until {big_done:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -228,11 +233,11 @@ async fn unreliable_datagrams_arrive_on_loopback_as_messages() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn closing_delivers_every_lane_then_ends_the_link() {
+async fn closing_delivers_every_strand_then_ends_the_link() {
     let (a, mut b, _s, _c) = pair().await;
     for i in 0..1_000u32 {
-        let lane = Lane::new((i % 8) as u8).expect("lane");
-        a.send_on(lane, Bytes::from(i.to_be_bytes().to_vec()))
+        let strand = Strand::new((i % 8) as u8).expect("strand");
+        a.send_on(strand, Bytes::from(i.to_be_bytes().to_vec()))
             .await
             .expect("send");
     }
@@ -291,17 +296,17 @@ async fn a_peer_opening_thousands_of_streams_is_throttled_then_closed_and_others
     let silent = raw_client(&ca, s.local_addr()).await;
     let _silent_link = s.accept().await.expect("accept silent");
     let mut held = Vec::new();
-    for _ in 0..Lane::COUNT + 1 {
+    for _ in 0..Strand::COUNT + 1 {
         held.push(silent.open_uni().await.expect("within the limit"));
     }
     let extra = tokio::time::timeout(Duration::from_millis(300), silent.open_uni()).await;
     assert!(
         extra.is_err(),
         "stream {} must wait for credit",
-        Lane::COUNT + 2
+        Strand::COUNT + 2
     );
 
-    // 2. Thousands of streams, each claiming a lane: closed with a typed
+    // 2. Thousands of streams, each claiming a strand: closed with a typed
     //    error naming the violation.
     let hostile = raw_client(&ca, s.local_addr()).await;
     let mut hostile_link = s.accept().await.expect("accept hostile");
@@ -313,9 +318,9 @@ async fn a_peer_opening_thousands_of_streams_is_throttled_then_closed_and_others
             else {
                 break;
             };
-            // Lanes 1..=63 again and again (lane 0 would mean "done").
-            let lane = (i % 63) as u8 + 1;
-            if st.write_all(&[lane, 0, 0, 0, 1, 9]).await.is_err() {
+            // Strands 1..=63 again and again (strand 0 would mean "done").
+            let strand = (i % 63) as u8 + 1;
+            if st.write_all(&[strand, 0, 0, 0, 1, 9]).await.is_err() {
                 break;
             }
             let _ = st.finish();
@@ -334,7 +339,7 @@ async fn a_peer_opening_thousands_of_streams_is_throttled_then_closed_and_others
     good.send(Bytes::from_static(b"ping")).await.expect("send");
     assert_eq!(good_server.recv_message().await.expect("recv"), "ping");
     good_server
-        .send_on(Lane::new(3).expect("lane"), Bytes::from_static(b"pong"))
+        .send_on(Strand::new(3).expect("strand"), Bytes::from_static(b"pong"))
         .await
         .expect("send");
     assert_eq!(good.recv_message().await.expect("recv"), "pong");
@@ -352,10 +357,10 @@ async fn a_peer_opening_thousands_of_streams_is_throttled_then_closed_and_others
     println!("hostile peer: {why}");
     assert!(matches!(closed.reason, CloseReason::Quic(_)), "{why}");
     // Which limit it hits first depends on timing: a second stream for a
-    // lane already claimed, or more streams than lanes. Either is typed
+    // strand already claimed, or more streams than strands. Either is typed
     // and names the violation.
     let named = |why: &str| {
-        why.contains("second stream for lane") || why.contains("at most 65 (one per lane)")
+        why.contains("second stream for strand") || why.contains("at most 65 (one per strand)")
     };
     assert!(named(&why), "{why}");
     let (opened, reason) = opener.await.expect("opener");
@@ -486,7 +491,7 @@ async fn quic_spec_is_required() {
 async fn dropping_every_handle_closes_the_connection_after_the_peer_read_all() {
     let (a, mut b, _s, _c) = pair().await;
     a.send_on(
-        Lane::new(5).expect("lane"),
+        Strand::new(5).expect("strand"),
         Bytes::from_static(b"last words"),
     )
     .await
@@ -513,16 +518,16 @@ async fn dropping_every_handle_closes_the_connection_after_the_peer_read_all() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_peer_starting_large_messages_on_many_lanes_is_closed_within_the_budget() {
+async fn a_peer_starting_large_messages_on_many_strands_is_closed_within_the_budget() {
     let ca = new_ca("test CA");
     let s = server(&tls("n1", &ca, &ca, false));
     let hostile = raw_client(&ca, s.local_addr()).await;
     let mut link = s.accept().await.expect("accept");
     // Each stream announces a 16 MiB message and sends 1 KiB of it.
     let mut streams = Vec::new();
-    for lane in 1..=8u8 {
+    for strand in 1..=8u8 {
         let mut st = hostile.open_uni().await.expect("open");
-        let mut head = vec![lane];
+        let mut head = vec![strand];
         head.extend_from_slice(&(16u32 << 20).to_be_bytes());
         head.extend_from_slice(&[0u8; 1024]);
         if st.write_all(&head).await.is_err() {
@@ -540,20 +545,23 @@ async fn a_peer_starting_large_messages_on_many_lanes_is_closed_within_the_budge
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn large_messages_on_many_lanes_at_once_stay_within_the_peers_budget() {
+async fn large_messages_on_many_strands_at_once_stay_within_the_peers_budget() {
     let (a, mut b, _s, _c) = pair().await;
     // Our writers send one large message at a time, so the receiver never
     // holds more than two partly received ones.
     let sender = tokio::spawn(async move {
-        for lane in 1..=4u8 {
-            let m = Bytes::from(vec![lane; 16 << 20]);
-            a.send_on(Lane::new(lane).expect("lane"), m)
+        for strand in 1..=4u8 {
+            let m = Bytes::from(vec![strand; 16 << 20]);
+            a.send_on(Strand::new(strand).expect("strand"), m)
                 .await
                 .expect("send");
         }
-        a.send_on(Lane::new(9).expect("lane"), Bytes::from_static(b"after"))
-            .await
-            .expect("send");
+        a.send_on(
+            Strand::new(9).expect("strand"),
+            Bytes::from_static(b"after"),
+        )
+        .await
+        .expect("send");
         a
     });
     let mut got = Vec::new();
@@ -569,12 +577,12 @@ async fn large_messages_on_many_lanes_at_once_stay_within_the_peers_budget() {
     let _a = sender.await.expect("sender");
 }
 
-/// Messages are encoded per lane (by the driver, or by a sender handing
-/// its message to the lane's writer): copied small ones, queued large ones
-/// and ones larger than the whole send buffer, on two lanes in turn, must
-/// each keep their lane's order, and every permit must come back.
+/// Messages are encoded per strand (by the driver, or by a sender handing
+/// its message to the strand's writer): copied small ones, queued large ones
+/// and ones larger than the whole send buffer, on two strands in turn, must
+/// each keep their strand's order, and every permit must come back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn lane_encoding_keeps_order_and_returns_every_permit() {
+async fn strand_encoding_keeps_order_and_returns_every_permit() {
     let small = QuicConfig {
         link: LinkConfig {
             send_buffer: 4 << 10,
@@ -584,7 +592,7 @@ async fn lane_encoding_keeps_order_and_returns_every_permit() {
     };
     let (client, mut server, _s, _c) = pair_with(small).await;
     let message = |i: usize| -> Vec<u8> {
-        // The first byte names the lane, so every message has one.
+        // The first byte names the strand, so every message has one.
         let len = [10, 2000, 9000, 1, 300][i % 5];
         let mut m: Vec<u8> = (0..len).map(|j| (i * 31 + j) as u8).collect();
         if let Some(first) = m.first_mut() {
@@ -597,18 +605,18 @@ async fn lane_encoding_keeps_order_and_returns_every_permit() {
         let (client, _rx) = client.split();
         for i in 0..N {
             let m = message(i);
-            let lane = Lane::new((i % 2) as u8).expect("lane");
+            let strand = Strand::new((i % 2) as u8).expect("strand");
             if i % 3 == 0 {
-                while client.try_send_copy_on(lane, &m).is_err() {
+                while client.try_send_copy_on(strand, &m).is_err() {
                     tokio::task::yield_now().await;
                 }
             } else {
-                client.send_on(lane, Bytes::from(m)).await.expect("send");
+                client.send_on(strand, Bytes::from(m)).await.expect("send");
             }
         }
         (client, _rx)
     });
-    // Per lane, in order; lanes interleave freely.
+    // Per strand, in order; strands interleave freely.
     let mut next = [0usize, 1];
     let mut got = 0;
     while got < N {
@@ -616,8 +624,8 @@ async fn lane_encoding_keeps_order_and_returns_every_permit() {
             .await
             .expect("in time")
             .expect("message");
-        let lane = if m.is_empty() {
-            // Empty messages are i % 5 == 3: their lane is i % 2.
+        let strand = if m.is_empty() {
+            // Empty messages are i % 5 == 3: their strand is i % 2.
             let i = (0..2)
                 .map(|l| next[l])
                 .find(|&i| i % 5 == 3)
@@ -626,8 +634,8 @@ async fn lane_encoding_keeps_order_and_returns_every_permit() {
         } else {
             usize::from(m[0])
         };
-        assert_eq!(m, message(next[lane]), "lane {lane}");
-        next[lane] += 2;
+        assert_eq!(m, message(next[strand]), "strand {strand}");
+        next[strand] += 2;
         got += 1;
     }
     let (client, _rx) = sender.await.expect("sender");
@@ -640,10 +648,10 @@ async fn lane_encoding_keeps_order_and_returns_every_permit() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn replies_handed_to_lane_writers_stay_in_order_and_the_link_still_closes() {
-    // Each request opens the window for the reply to go to its lane's
+async fn replies_handed_to_strand_writers_stay_in_order_and_the_link_still_closes() {
+    // Each request opens the window for the reply to go to its strand's
     // writer without the driver; the burst behind it is staged for the
-    // driver. Each lane must keep its order across that seam, and the
+    // driver. Each strand must keep its order across that seam, and the
     // writers' queues the senders could reach must close with the link.
     // A send buffer a tenth of what the replies add up to: a permit not
     // returned on the direct path would stall the replies.
@@ -658,7 +666,7 @@ async fn replies_handed_to_lane_writers_stay_in_order_and_the_link_still_closes(
     const ROUNDS: u32 = 50;
     const BURST: u32 = 40;
     let (server_tx, mut server_rx) = server.split();
-    let lanes = [Lane::ZERO, Lane::new(3).expect("lane")];
+    let strands = [Strand::ZERO, Strand::new(3).expect("strand")];
     let checker = tokio::spawn(async move {
         let mut next = [0u32; 2];
         for round in 0..ROUNDS {
@@ -688,13 +696,13 @@ async fn replies_handed_to_lane_writers_stay_in_order_and_the_link_still_closes(
             .expect("request in time")
             .expect("link open");
         for _ in 0..BURST {
-            for (i, lane) in lanes.iter().enumerate() {
+            for (i, strand) in strands.iter().enumerate() {
                 let seq = seqs[i];
                 seqs[i] += 1;
                 // Some replies large enough to travel as chunks of their own.
                 let len = if seq % 13 == 0 { 20_000 } else { 9 };
                 client
-                    .send_on(*lane, sequenced(i as u8, seq, len))
+                    .send_on(*strand, sequenced(i as u8, seq, len))
                     .await
                     .expect("reply");
             }

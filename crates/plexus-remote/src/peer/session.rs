@@ -256,9 +256,9 @@ impl Peer {
                         tracing::warn!(target: "plexus::remote", peer = %remote, "closing the link: {cause}");
                         self.close_link(epoch);
                         if matches!(cause, CloseCause::Goodbye(_)) {
-                            // On a link with several lanes (quic), frames
+                            // On a link with several strands (quic), frames
                             // sent before the GOODBYE may still be on their
-                            // way on other lanes: take them until the peer
+                            // way on other strands: take them until the peer
                             // closes.
                             let drain = async {
                                 loop {

@@ -1,24 +1,24 @@
-//! The lane a forged ref's frames take (the state machine alone), and the
+//! The strand a forged ref's frames take (the state machine alone), and the
 //! order of messages sent to one actor through a forged ref and a ref by
-//! id over `quic`, where lanes are separate streams.
+//! id over `quic`, where strands are separate streams.
 
 use plexus_core::NodeId;
 
 use super::*;
-use crate::peer::{lane_of, name_key};
+use crate::peer::{name_key, strand_of};
 
-/// A name and a serial whose lanes differ, and the target on node 7.
-fn target() -> (Lane, ActorId) {
-    let name_lane = Lane::for_key(name_key("pong"));
+/// A name and a serial whose strands differ, and the target on node 7.
+fn target() -> (Strand, ActorId) {
+    let name_strand = Strand::for_key(name_key("pong"));
     let serial = (1..)
-        .find(|s| Lane::for_key(*s) != name_lane)
-        .expect("some serial has another lane"); // 63 lanes
-    (name_lane, ActorId::new(NodeId::from_u64(7), serial))
+        .find(|s| Strand::for_key(*s) != name_strand)
+        .expect("some serial has another strand"); // 63 strands
+    (name_strand, ActorId::new(NodeId::from_u64(7), serial))
 }
 
-/// The lane a ref made by id sends the target's frames on.
-fn lane_by_id(id: ActorId) -> Lane {
-    lane_of(&WireFrame::Stop {
+/// The strand a ref made by id sends the target's frames on.
+fn strand_by_id(id: ActorId) -> Strand {
+    strand_of(&WireFrame::Stop {
         target: id.serial(),
         kill: false,
     })
@@ -31,45 +31,45 @@ fn unresolved() -> NamedState {
 }
 
 #[test]
-fn forged_ref_takes_its_targets_lane_once_the_resolve_fenced_the_name_lane() {
-    let (name_lane, id) = target();
+fn forged_ref_takes_its_targets_strand_once_the_resolve_fenced_the_name_strand() {
+    let (name_strand, id) = target();
     let mut st = unresolved();
     assert_eq!(st.route(), Route::Start);
     st.on_start();
     // A message sent before the resolve's RESOLVE, by name.
     assert_eq!(st.route(), Route::Name(None));
-    assert_eq!(st.route().lane(name_lane), name_lane);
-    st.on_sent_on_name_lane();
+    assert_eq!(st.route().strand(name_strand), name_strand);
+    st.on_sent_on_name_strand();
     st.on_fence_sent();
     let (_, more) = st.on_resolved(id);
-    assert!(!more, "nothing went on the name's lane after the RESOLVE");
+    assert!(!more, "nothing went on the name's strand after the RESOLVE");
     assert_eq!(st.route(), Route::Serial(id));
-    // The same lane as the frames of a ref made by id.
-    assert_eq!(st.route().lane(name_lane), lane_by_id(id));
+    // The same strand as the frames of a ref made by id.
+    assert_eq!(st.route().strand(name_strand), strand_by_id(id));
 }
 
 #[test]
-fn forged_ref_keeps_the_name_lane_until_a_fence_covers_every_frame_on_it() {
-    let (name_lane, id) = target();
+fn forged_ref_keeps_the_name_strand_until_a_fence_covers_every_frame_on_it() {
+    let (name_strand, id) = target();
     let mut st = unresolved();
     st.on_start();
     st.on_fence_sent();
     // A message after the RESOLVE: the answer does not cover it.
-    st.on_sent_on_name_lane();
+    st.on_sent_on_name_strand();
     let (_, more) = st.on_resolved(id);
     assert!(more);
     assert_eq!(st.route(), Route::Name(Some(id)));
-    assert_eq!(st.route().lane(name_lane), name_lane);
+    assert_eq!(st.route().strand(name_strand), name_strand);
     // Fence, then another message: the fence's answer is not enough.
     st.on_fence_sent();
-    st.on_sent_on_name_lane();
+    st.on_sent_on_name_strand();
     assert!(!st.on_fence_answered());
     assert_eq!(st.route(), Route::Name(Some(id)));
     // A fence with nothing after it settles the ref.
     st.on_fence_sent();
     assert!(st.on_fence_answered());
     assert_eq!(st.route(), Route::Serial(id));
-    assert_eq!(st.route().lane(name_lane), lane_by_id(id));
+    assert_eq!(st.route().strand(name_strand), strand_by_id(id));
 }
 
 #[test]
@@ -82,7 +82,7 @@ fn failed_forged_ref_sends_nothing() {
     assert_eq!(st.route(), Route::Failed);
 }
 
-/// Over QUIC, where each lane is its own stream.
+/// Over QUIC, where each strand is its own stream.
 #[cfg(feature = "quic")]
 mod over_quic {
     use std::time::Duration;
@@ -161,19 +161,19 @@ mod over_quic {
         let (b, nb) = quic_node(&ca, "b");
         let uri_b = nb.listen("quic://127.0.0.1:0").await.expect("listen");
         let seq = b.spawn(SeqActor::default());
-        // A name whose lane is not the actor's.
+        // A name whose strand is not the actor's.
         let name = (0..)
             .map(|k| format!("seq{k}"))
-            .find(|n| Lane::for_key(name_key(n)) != Lane::for_key(seq.id().serial()))
-            .expect("some name has another lane"); // 63 lanes
+            .find(|n| Strand::for_key(name_key(n)) != Strand::for_key(seq.id().serial()))
+            .expect("some name has another strand"); // 63 strands
         nb.publish(&seq, &name).expect("publish");
         let uri = format!("{uri_b}/{name}");
         let by_id: ActorRef<Seq> = na.resolve(&uri).await.expect("resolve");
         let (proxy, forged) = forge(&na, &uri);
 
         // The first messages go by name, then (once resolved) by serial on
-        // the name's lane, while the resolve races them; then the ref settles
-        // on the actor's lane.
+        // the name's strand, while the resolve races them; then the ref settles
+        // on the actor's strand.
         const FIRST: u64 = 100;
         for i in 0..FIRST {
             forged.tell(Seq::Next(i, Vec::new()));
@@ -185,7 +185,7 @@ mod over_quic {
 
         // Both refs in turn; the forged one sends a large message now and then,
         // which would let the next ones through the other ref overtake it if
-        // the two took different lanes.
+        // the two took different strands.
         const N: u64 = 2_000;
         for i in FIRST..N {
             if i % 2 == 1 {

@@ -1,5 +1,5 @@
 //! [`LinkSender`]: the sending half of a link. A message is queued, with
-//! its lane, for whoever drives the link's stack next: the driver, or the
+//! its strand, for whoever drives the link's stack next: the driver, or the
 //! sender itself when the driver waits for it and the transport lets a
 //! sender take its turn ([`SenderTurn`](super::SenderTurn)). Either way it
 //! goes through the stack's `handle_send` and `poll_transmit`.
@@ -10,7 +10,7 @@ use bytes::Bytes;
 use plexus_net::Frame;
 use tokio::sync::TryAcquireError;
 
-use super::{lock, Lane, Shared};
+use super::{lock, Shared, Strand};
 use crate::error::{LinkSendError, LinkTrySendError, UnreliableError};
 use crate::stats::LinkStats;
 
@@ -52,11 +52,11 @@ impl LinkSender {
         }
     }
 
-    /// Queues a message on `lane` (its permits were taken).
-    fn push(&self, lane: Lane, message: Bytes) {
+    /// Queues a message on `strand` (its permits were taken).
+    fn push(&self, strand: Strand, message: Bytes) {
         let wake = {
             let mut out = lock(&self.shared.out);
-            out.queue.push_back((lane, Frame::from_payload(message)));
+            out.queue.push_back((strand, Frame::from_payload(message)));
             std::mem::take(&mut out.driver_waiting)
         };
         if wake {
@@ -64,16 +64,16 @@ impl LinkSender {
         }
     }
 
-    /// [`try_send_copy_on`](LinkSender::try_send_copy_on) [`Lane::ZERO`].
+    /// [`try_send_copy_on`](LinkSender::try_send_copy_on) [`Strand::ZERO`].
     ///
     /// # Errors
     ///
     /// As [`try_send`](LinkSender::try_send), handing back a copy.
     pub fn try_send_copy(&self, message: &[u8]) -> Result<(), LinkTrySendError> {
-        self.try_send_copy_on(Lane::ZERO, message)
+        self.try_send_copy_on(Strand::ZERO, message)
     }
 
-    /// Queues a copy of `message` on `lane` if the send buffer has room,
+    /// Queues a copy of `message` on `strand` if the send buffer has room,
     /// without waiting: for callers that encode into a reused scratch
     /// buffer. A small message is copied into its [`Frame`]'s own space
     /// ([`Frame::copy_from_slice`]): no allocation.
@@ -81,7 +81,7 @@ impl LinkSender {
     /// # Errors
     ///
     /// As [`try_send`](LinkSender::try_send), handing back a copy.
-    pub fn try_send_copy_on(&self, lane: Lane, message: &[u8]) -> Result<(), LinkTrySendError> {
+    pub fn try_send_copy_on(&self, strand: Strand, message: &[u8]) -> Result<(), LinkTrySendError> {
         if let Some(max) = self.shared.max_message_len {
             if message.len() > max {
                 return Err(LinkSendError::TooLarge {
@@ -98,7 +98,7 @@ impl LinkSender {
         let frame = Frame::copy_from_slice(message);
         let wake = {
             let mut out = lock(&self.shared.out);
-            out.queue.push_back((lane, frame));
+            out.queue.push_back((strand, frame));
             std::mem::take(&mut out.driver_waiting)
         };
         if wake {
@@ -131,7 +131,7 @@ impl LinkSender {
         }
     }
 
-    /// Queues `message` for the peer on [`Lane::ZERO`], waiting while the
+    /// Queues `message` for the peer on [`Strand::ZERO`], waiting while the
     /// send buffer is full. As [`send_on`](LinkSender::send_on).
     ///
     /// # Errors
@@ -143,11 +143,11 @@ impl LinkSender {
     /// Cancel safe: if the future is dropped before completing, the message
     /// was not queued.
     pub async fn send(&self, message: Bytes) -> Result<(), LinkSendError> {
-        self.send_on(Lane::ZERO, message).await
+        self.send_on(Strand::ZERO, message).await
     }
 
-    /// Queues `message` for the peer on `lane`, waiting while the send
-    /// buffer is full. Messages on one lane arrive in order; see [`Lane`].
+    /// Queues `message` for the peer on `strand`, waiting while the send
+    /// buffer is full. Messages on one strand arrive in order; see [`Strand`].
     ///
     /// # Errors
     ///
@@ -165,23 +165,23 @@ impl LinkSender {
     ///
     /// Cancel safe: if the future is dropped before completing, the message
     /// was not queued.
-    pub async fn send_on(&self, lane: Lane, message: Bytes) -> Result<(), LinkSendError> {
+    pub async fn send_on(&self, strand: Strand, message: Bytes) -> Result<(), LinkSendError> {
         let message = self.check_len(message)?;
         let cost = self.shared.cost(message.len());
         // Fast path without the future machinery: room is usually there.
         if let Ok(permit) = self.shared.out_space.try_acquire_many(cost as u32) {
             permit.forget();
-            self.push(lane, message);
+            self.push(strand, message);
             return Ok(());
         }
         // Boxed: the semaphore's future is large, and the caller moves this
         // future on every send; only a send that waits pays for the box.
-        Box::pin(self.send_waiting(lane, message, cost)).await
+        Box::pin(self.send_waiting(strand, message, cost)).await
     }
 
     async fn send_waiting(
         &self,
-        lane: Lane,
+        strand: Strand,
         message: Bytes,
         cost: usize,
     ) -> Result<(), LinkSendError> {
@@ -194,33 +194,33 @@ impl LinkSender {
                 })
             }
         }
-        self.push(lane, message);
+        self.push(strand, message);
         Ok(())
     }
 
-    /// Queues `message` on [`Lane::ZERO`] if the send buffer has room,
+    /// Queues `message` on [`Strand::ZERO`] if the send buffer has room,
     /// without waiting.
     ///
     /// # Errors
     ///
     /// As [`try_send_on`](LinkSender::try_send_on).
     pub fn try_send(&self, message: Bytes) -> Result<(), LinkTrySendError> {
-        self.try_send_on(Lane::ZERO, message)
+        self.try_send_on(Strand::ZERO, message)
     }
 
-    /// Queues `message` on `lane` if the send buffer has room, without
+    /// Queues `message` on `strand` if the send buffer has room, without
     /// waiting.
     ///
     /// # Errors
     ///
     /// [`LinkTrySendError::Full`] when the buffer is full, otherwise as
     /// [`send`](LinkSender::send); the message is handed back.
-    pub fn try_send_on(&self, lane: Lane, message: Bytes) -> Result<(), LinkTrySendError> {
+    pub fn try_send_on(&self, strand: Strand, message: Bytes) -> Result<(), LinkTrySendError> {
         let message = self.check_len(message)?;
         let cost = self.shared.cost(message.len());
         // The closure runs only on failure: the clone is a refcount bump.
         self.take_permits(cost, || message.clone())?;
-        self.push(lane, message);
+        self.push(strand, message);
         Ok(())
     }
 

@@ -1,5 +1,5 @@
 //! The driver of one QUIC link: a task that hands queued messages to one
-//! writer task per lane, accepts the peer's lane streams (one reader task
+//! writer task per strand, accepts the peer's strand streams (one reader task
 //! each), reads datagrams, and runs the graceful close (see the
 //! [module docs](super)).
 
@@ -14,29 +14,29 @@ use rustls_pki_types::CertificateDer;
 use tokio::sync::{mpsc, Notify};
 use tokio::task::JoinSet;
 
-use super::{code, lane_wire, QuicConfig, QuicError};
+use super::{code, strand_wire, QuicConfig, QuicError};
 use crate::error::{CloseReason, UnreliableError};
 use crate::link::{
-    lock, Extras, Lane, Link, OutQueue, PeerIdentity, Received, Shared, UnreliableSink,
+    lock, Extras, Link, OutQueue, PeerIdentity, Received, Shared, Strand, UnreliableSink,
 };
 
 /// Messages up to this length are copied next to their header (one chunk
 /// per batch); longer ones are handed to quinn as their own chunk.
 const COPY_MAX: usize = 1024;
 /// A batch holding a message at least this long is sent at a lower
-/// priority than other lanes: small messages on other lanes go first
+/// priority than other strands: small messages on other strands go first
 /// instead of sharing the connection round-robin with it.
 const BULK: usize = 256 << 10;
 /// Bytes asked of quinn per read.
 const READ_CHUNK: usize = 64 << 10;
-/// Lane byte of a reader that has not read it yet (for errors).
-const NO_LANE: u8 = u8::MAX;
+/// Strand byte of a reader that has not read it yet (for errors).
+const NO_STRAND: u8 = u8::MAX;
 /// First byte of the stream that says "I have read everything you sent":
 /// it carries nothing else.
 pub(super) const READ_ALL: u8 = 0x80;
-/// Streams a peer may open in a connection's life: one per lane and the
+/// Streams a peer may open in a connection's life: one per strand and the
 /// read-all one.
-pub(super) const MAX_STREAMS: usize = Lane::COUNT + 1;
+pub(super) const MAX_STREAMS: usize = Strand::COUNT + 1;
 
 /// Starts the driver of an established connection and returns its link;
 /// the peer's `identity` comes from [`peer_identity`].
@@ -68,11 +68,11 @@ pub(crate) fn spawn(
     // Set once, right here: the link's handles cannot send before.
     let _ = handoff.shared.set(Arc::downgrade(&shared));
     let link = Link::new(shared.clone()).with_identity(identity);
-    let lanes = Arc::new(Lanes {
+    let strands = Arc::new(Strands {
         shared: shared.clone(),
         room,
         max_message_len: config.max_message_len,
-        seen: Mutex::new(LanesSeen::default()),
+        seen: Mutex::new(StrandsSeen::default()),
         partial: AtomicUsize::new(0),
         partial_max: reassembly_budget(config.max_message_len),
         bulk: tokio::sync::Mutex::new(()),
@@ -81,10 +81,10 @@ pub(crate) fn spawn(
     let driver = Driver {
         conn,
         shared,
-        lanes,
+        strands,
         handoff,
         writers: std::array::from_fn(|_| None),
-        staged: std::array::from_fn(|_| LaneWire::default()),
+        staged: std::array::from_fn(|_| StrandWire::default()),
         encoding: std::array::from_fn(|_| BytesMut::new()),
         writer_tasks: JoinSet::new(),
         readers: JoinSet::new(),
@@ -146,31 +146,31 @@ impl UnreliableSink for Datagrams {
 enum Sending {
     /// Messages are taken from the queue.
     Open,
-    /// The application is done: lanes other than 0 are finishing.
+    /// The application is done: strands other than 0 are finishing.
     Finishing,
-    /// Lanes other than 0 are acknowledged; lane 0 is finishing.
-    FinishingLaneZero,
+    /// Strands other than 0 are acknowledged; strand 0 is finishing.
+    FinishingStrandZero,
     /// Every stream is finished and acknowledged.
     Done,
 }
 
-/// Bytes of partly received messages one connection may hold, all lanes
+/// Bytes of partly received messages one connection may hold, all strands
 /// together: two messages of the maximum length (one finishing while the
 /// next starts: our writers send one bulk message at a time) and a small
-/// one on every lane. A peer that needs more is closed
+/// one on every strand. A peer that needs more is closed
 /// ([`QuicError::TooMuchPartial`]).
 pub(super) fn reassembly_budget(max_message_len: usize) -> usize {
-    2 * (max_message_len + lane_wire::LEN) + Lane::COUNT * (BULK + READ_CHUNK)
+    2 * (max_message_len + strand_wire::LEN) + Strand::COUNT * (BULK + READ_CHUNK)
 }
 
-/// What the lane readers and writers of one connection share.
-struct Lanes {
+/// What the strand readers and writers of one connection share.
+struct Strands {
     shared: Arc<Shared>,
     /// Woken when the receiver makes room in the inbound queue.
     room: Arc<Notify>,
     max_message_len: usize,
     /// Streams the peer opened.
-    seen: Mutex<LanesSeen>,
+    seen: Mutex<StrandsSeen>,
     /// Bytes of partly received messages, all readers together (counted
     /// at their announced length once the header is in).
     partial: AtomicUsize,
@@ -178,31 +178,31 @@ struct Lanes {
     /// Held by the writer sending a bulk message: one at a time, so the
     /// peer never needs to hold many partial large messages.
     bulk: tokio::sync::Mutex<()>,
-    /// The senders' way to the lane writers.
+    /// The senders' way to the strand writers.
     handoff: Arc<Handoff>,
 }
 
 struct Driver {
     conn: Connection,
     shared: Arc<Shared>,
-    lanes: Arc<Lanes>,
+    strands: Arc<Strands>,
     handoff: Arc<Handoff>,
-    /// The queue of each lane's writer task (opened on first use).
-    /// Each lane's writer task, fed whole batches (one channel send per
-    /// lane per pump round, not per message).
-    writers: [Option<mpsc::UnboundedSender<LaneWire>>; Lane::COUNT],
-    /// This pump round's wire bytes per lane, before they go to the writers.
-    staged: [LaneWire; Lane::COUNT],
-    /// Per lane, where this pump round's small messages are encoded.
-    encoding: [BytesMut; Lane::COUNT],
-    /// Writer tasks: `Ok(lane)` once their stream is finished and
+    /// The queue of each strand's writer task (opened on first use).
+    /// Each strand's writer task, fed whole batches (one channel send per
+    /// strand per pump round, not per message).
+    writers: [Option<mpsc::UnboundedSender<StrandWire>>; Strand::COUNT],
+    /// This pump round's wire bytes per strand, before they go to the writers.
+    staged: [StrandWire; Strand::COUNT],
+    /// Per strand, where this pump round's small messages are encoded.
+    encoding: [BytesMut; Strand::COUNT],
+    /// Writer tasks: `Ok(strand)` once their stream is finished and
     /// acknowledged.
     writer_tasks: JoinSet<Result<u8, QuicError>>,
-    /// Reader tasks: `Ok(lane)` at the end of their stream.
+    /// Reader tasks: `Ok(strand)` at the end of their stream.
     readers: JoinSet<Result<u8, QuicError>>,
     accepted: usize,
     sending: Sending,
-    /// The peer finished lane 0: no more lane streams will come.
+    /// The peer finished strand 0: no more strand streams will come.
     peer_done: bool,
     /// Every stream of the peer was read to its end.
     inbound_ended: bool,
@@ -212,8 +212,8 @@ struct Driver {
 
 /// The streams a peer opened so far.
 #[derive(Default)]
-struct LanesSeen {
-    lanes: u64,
+struct StrandsSeen {
+    strands: u64,
     read_all: bool,
 }
 
@@ -227,7 +227,7 @@ impl Driver {
         };
         if let CloseReason::Quic(error) = &reason {
             if error.is_protocol() {
-                tracing::warn!(target: "plexus::transport", peer = %self.shared.peer, %error, "quic peer broke the lane protocol; connection closed");
+                tracing::warn!(target: "plexus::transport", peer = %self.shared.peer, %error, "quic peer broke the strand protocol; connection closed");
             }
         }
         // Readers stop before the close is reported: nothing is queued
@@ -279,8 +279,8 @@ impl Driver {
                     Err(e) => return connection_reason(e),
                 },
                 Some(r) = self.readers.join_next() => match r {
-                    Ok(Ok(lane)) => {
-                        match lane {
+                    Ok(Ok(strand)) => {
+                        match strand {
                             0 => self.peer_done = true,
                             READ_ALL => self.peer_read_all = true,
                             _ => {}
@@ -302,7 +302,7 @@ impl Driver {
         }
     }
 
-    /// Hands queued messages to their lanes' writers; starts the close once
+    /// Hands queued messages to their strands' writers; starts the close once
     /// the application is done sending.
     fn pump(&mut self, batch: &mut OutQueue, notify: &Notify) {
         let mut rounds = 0;
@@ -312,12 +312,12 @@ impl Driver {
                 std::mem::swap(&mut out.queue, batch);
                 if batch.is_empty() {
                     // The next push wakes us, or its sender hands its
-                    // message to the lane writer itself meanwhile.
+                    // message to the strand writer itself meanwhile.
                     out.driver_waiting = true;
                     let done = out.senders == 0 || out.close_requested;
                     let mut handoff = lock(&self.handoff.state);
                     if done {
-                        // The writers' queues must close for the lanes to
+                        // The writers' queues must close for the strands to
                         // finish: no sender may reach them any more.
                         handoff.writers = None;
                     }
@@ -328,12 +328,12 @@ impl Driver {
                 }
             }
             let mut touched = 0u64;
-            while let Some((lane, message)) = batch.pop_front() {
-                let i = usize::from(lane.index());
+            while let Some((strand, message)) = batch.pop_front() {
+                let i = usize::from(strand.index());
                 touched |= 1 << i;
                 let wire = &mut self.staged[i];
                 wire.permits += self.shared.cost(message.len());
-                lane_wire::encode(message, COPY_MAX, &mut self.encoding[i], &mut wire.chunks);
+                strand_wire::encode(message, COPY_MAX, &mut self.encoding[i], &mut wire.chunks);
             }
             while touched != 0 {
                 let i = touched.trailing_zeros() as usize;
@@ -346,14 +346,14 @@ impl Driver {
                     self.encoding[i].reserve(16 << 10);
                 }
                 if self.writers[i].is_none() {
-                    // A lane index from the loop above.
-                    let lane = Lane::new(i as u8).expect("a lane index");
-                    let writer = self.open_lane(lane);
+                    // A strand index from the loop above.
+                    let strand = Strand::new(i as u8).expect("a strand index");
+                    let writer = self.open_strand(strand);
                     if !lock(&self.shared.out).close_requested {
                         lock(&self.handoff.state)
                             .writers
                             .get_or_insert_with(|| {
-                                Box::new(LaneWriters(std::array::from_fn(|_| None)))
+                                Box::new(StrandWriters(std::array::from_fn(|_| None)))
                             })
                             .0[i] = Some(writer.clone());
                     }
@@ -377,7 +377,7 @@ impl Driver {
         };
         if done {
             self.sending = Sending::Finishing;
-            // Lane 0 goes last: its end tells the peer everything is in.
+            // Strand 0 goes last: its end tells the peer everything is in.
             for w in self.writers.iter_mut().skip(1) {
                 *w = None;
             }
@@ -385,10 +385,14 @@ impl Driver {
         }
     }
 
-    fn open_lane(&mut self, lane: Lane) -> mpsc::UnboundedSender<LaneWire> {
+    fn open_strand(&mut self, strand: Strand) -> mpsc::UnboundedSender<StrandWire> {
         let (tx, rx) = mpsc::unbounded_channel();
-        self.writer_tasks
-            .spawn(write_lane(self.conn.clone(), lane, rx, self.lanes.clone()));
+        self.writer_tasks.spawn(write_strand(
+            self.conn.clone(),
+            strand,
+            rx,
+            self.strands.clone(),
+        ));
         tx
     }
 
@@ -397,16 +401,16 @@ impl Driver {
         let others_running = self.writer_tasks.len() > usize::from(self.writers[0].is_some());
         match self.sending {
             Sending::Finishing if !others_running => {
-                self.sending = Sending::FinishingLaneZero;
+                self.sending = Sending::FinishingStrandZero;
                 if self.writers[0].is_none() {
-                    self.writers[0] = Some(self.open_lane(Lane::ZERO));
+                    self.writers[0] = Some(self.open_strand(Strand::ZERO));
                 }
                 self.writers[0] = None;
                 if self.writer_tasks.is_empty() {
                     self.sending = Sending::Done;
                 }
             }
-            Sending::FinishingLaneZero if self.writer_tasks.is_empty() => {
+            Sending::FinishingStrandZero if self.writer_tasks.is_empty() => {
                 self.sending = Sending::Done;
             }
             _ => {}
@@ -421,12 +425,13 @@ impl Driver {
                 max: MAX_STREAMS,
             }));
         }
-        self.readers.spawn(read_lane(stream, self.lanes.clone()));
+        self.readers
+            .spawn(read_strand(stream, self.strands.clone()));
         Ok(())
     }
 
     fn on_datagram(&mut self, datagram: Bytes) {
-        if datagram.len() > self.lanes.max_message_len {
+        if datagram.len() > self.strands.max_message_len {
             return;
         }
         if inbox_full(&self.shared) {
@@ -434,12 +439,12 @@ impl Driver {
             return;
         }
         push(
-            &self.lanes,
+            &self.strands,
             &mut VecDeque::from([Received::Message(datagram)]),
         );
     }
 
-    /// After the peer finished lane 0: once the streams it opened before
+    /// After the peer finished strand 0: once the streams it opened before
     /// (all acknowledged, so all here) are read to their end, the inbound
     /// direction is over.
     fn check_inbound_end(&mut self) -> Result<(), CloseReason> {
@@ -497,13 +502,13 @@ fn connection_reason(e: ConnectionError) -> CloseReason {
     }
 }
 
-/// The senders' way to the lane writers: once the driver, with nothing
+/// The senders' way to the strand writers: once the driver, with nothing
 /// left to take, opens the window, the next sender whose message the
-/// driver waits for hands it to its lane's writer itself
+/// driver waits for hands it to its strand's writer itself
 /// ([`sender_turn`](Handoff::sender_turn)), instead of waking the driver
 /// to do that: one task wake-up less per message of a request–response
 /// exchange. Everything queued before is with the writers already, so the
-/// lane keeps its order. One turn per window: the messages after it wait
+/// strand keeps its order. One turn per window: the messages after it wait
 /// for the driver and go to the writers together.
 #[derive(Default)]
 pub(crate) struct Handoff {
@@ -514,9 +519,9 @@ pub(crate) struct Handoff {
 
 #[derive(Default)]
 struct HandoffState {
-    /// The lane writers' queues; `None` once sending ends, so the queues
+    /// The strand writers' queues; `None` once sending ends, so the queues
     /// close.
-    writers: Option<Box<LaneWriters>>,
+    writers: Option<Box<StrandWriters>>,
     /// Open: the next sender may take the driver's turn.
     window: bool,
 }
@@ -538,23 +543,27 @@ impl Handoff {
         let Some(writers) = &state.writers else {
             return false;
         };
-        if out.close_requested || !out.queue.lanes().all(|lane| writers.has(lane)) {
-            // A lane to open, or the close to run: the driver's work.
+        if out.close_requested || !out.queue.strands().all(|strand| writers.has(strand)) {
+            // A strand to open, or the close to run: the driver's work.
             return false;
         }
-        while let Some((lane, message)) = out.queue.pop_front() {
+        while let Some((strand, message)) = out.queue.pop_front() {
             let permits = shared.cost(message.len());
-            let mut encoded = BytesMut::with_capacity(lane_wire::LEN + message.len().min(COPY_MAX));
+            let mut encoded =
+                BytesMut::with_capacity(strand_wire::LEN + message.len().min(COPY_MAX));
             let mut chunks = Vec::with_capacity(2);
-            lane_wire::encode(message, COPY_MAX, &mut encoded, &mut chunks);
+            strand_wire::encode(message, COPY_MAX, &mut encoded, &mut chunks);
             if !encoded.is_empty() {
                 chunks.push(encoded.freeze());
             }
-            if writers.send(lane, LaneWire { chunks, permits }).is_err() {
+            if writers
+                .send(strand, StrandWire { chunks, permits })
+                .is_err()
+            {
                 // Its writer ended: the connection failed. The driver
                 // finds out and closes the link, counting what is still
                 // queued as unsent; this one is lost with the connection.
-                tracing::debug!(peer = %shared.peer, "quic lane writer gone; message dropped");
+                tracing::debug!(peer = %shared.peer, "quic strand writer gone; message dropped");
                 return false;
             }
         }
@@ -579,46 +588,46 @@ impl Handoff {
     }
 }
 
-/// The lane writers' queues, one per lane that has been opened.
-pub(crate) struct LaneWriters([Option<mpsc::UnboundedSender<LaneWire>>; Lane::COUNT]);
+/// The strand writers' queues, one per strand that has been opened.
+pub(crate) struct StrandWriters([Option<mpsc::UnboundedSender<StrandWire>>; Strand::COUNT]);
 
-impl LaneWriters {
-    /// Hands `wire` to `lane`'s writer; gives it back if the lane has
+impl StrandWriters {
+    /// Hands `wire` to `strand`'s writer; gives it back if the strand has
     /// none (not opened yet, or its writer ended).
-    fn send(&self, lane: Lane, wire: LaneWire) -> Result<(), LaneWire> {
-        match &self.0[usize::from(lane.index())] {
+    fn send(&self, strand: Strand, wire: StrandWire) -> Result<(), StrandWire> {
+        match &self.0[usize::from(strand.index())] {
             Some(writer) => writer.send(wire).map_err(|e| e.0),
             None => Err(wire),
         }
     }
 
-    /// Whether `lane` has a writer.
-    fn has(&self, lane: Lane) -> bool {
-        self.0[usize::from(lane.index())].is_some()
+    /// Whether `strand` has a writer.
+    fn has(&self, strand: Strand) -> bool {
+        self.0[usize::from(strand.index())].is_some()
     }
 }
 
-/// Messages of one lane in the lane stream's format (`lane_wire`), and
+/// Messages of one strand in the strand stream's format (`strand_wire`), and
 /// the permits to return once they are written.
 #[derive(Default)]
-pub(crate) struct LaneWire {
+pub(crate) struct StrandWire {
     chunks: Vec<Bytes>,
     permits: usize,
 }
 
-/// One lane's writer: opens the stream, writes the lane byte, then the
+/// One strand's writer: opens the stream, writes the strand byte, then the
 /// queued wire bytes in batches; returns permits to the link's send buffer
 /// as quinn takes the bytes. Once the queue is closed and drained,
 /// finishes the stream and waits until the peer acknowledged it.
-async fn write_lane(
+async fn write_strand(
     conn: Connection,
-    lane: Lane,
-    mut rx: mpsc::UnboundedReceiver<LaneWire>,
-    lanes: Arc<Lanes>,
+    strand: Strand,
+    mut rx: mpsc::UnboundedReceiver<StrandWire>,
+    strands: Arc<Strands>,
 ) -> Result<u8, QuicError> {
-    let shared = &lanes.shared;
-    let l = lane.index();
-    let write_err = |source| QuicError::Write { lane: l, source };
+    let shared = &strands.shared;
+    let l = strand.index();
+    let write_err = |source| QuicError::Write { strand: l, source };
     let mut stream = conn.open_uni().await.map_err(QuicError::Connection)?;
     let mut staging = BytesMut::with_capacity(16 << 10);
     staging.put_u8(l);
@@ -654,7 +663,7 @@ async fn write_lane(
         // Errors only for a stream already reset, which the write reports.
         let _ = stream.set_priority(if bulk { -1 } else { 0 });
         let turn = if bulk {
-            Some(lanes.bulk.lock().await)
+            Some(strands.bulk.lock().await)
         } else {
             None
         };
@@ -665,7 +674,7 @@ async fn write_lane(
         written.map_err(write_err)?;
     }
     if !staging.is_empty() {
-        // Only the lane byte: a lane opened just to be finished (lane 0 at
+        // Only the strand byte: a strand opened just to be finished (strand 0 at
         // close).
         stream
             .write_all_chunks(&mut [staging.split().freeze()])
@@ -684,55 +693,55 @@ async fn write_lane(
     }
 }
 
-/// One stream's reader: the lane byte, then messages until the stream
+/// One stream's reader: the strand byte, then messages until the stream
 /// ends. Stops reading while the link's receive buffer is full.
-async fn read_lane(mut stream: RecvStream, lanes: Arc<Lanes>) -> Result<u8, QuicError> {
+async fn read_strand(mut stream: RecvStream, strands: Arc<Strands>) -> Result<u8, QuicError> {
     let mut buf = BytesMut::new();
-    let mut lane = NO_LANE;
+    let mut strand = NO_STRAND;
     let mut staged = VecDeque::new();
-    // This reader's share of `lanes.partial`, returned when it ends.
+    // This reader's share of `strands.partial`, returned when it ends.
     let mut held = Held {
-        lanes: &lanes,
+        strands: &strands,
         bytes: 0,
     };
     loop {
-        wait_room(&lanes.shared, &lanes.room).await;
+        wait_room(&strands.shared, &strands.room).await;
         let chunk = stream
             .read_chunk(READ_CHUNK, true)
             .await
-            .map_err(|source| QuicError::Read { lane, source })?;
+            .map_err(|source| QuicError::Read { strand, source })?;
         let Some(chunk) = chunk else {
-            if lane == NO_LANE || !buf.is_empty() {
-                return Err(QuicError::Truncated { lane });
+            if strand == NO_STRAND || !buf.is_empty() {
+                return Err(QuicError::Truncated { strand });
             }
-            return Ok(lane);
+            return Ok(strand);
         };
         let mut data = chunk.bytes;
-        if lane == NO_LANE && !data.is_empty() {
-            // `buf` is empty until the lane byte is read.
-            lane = data[0];
+        if strand == NO_STRAND && !data.is_empty() {
+            // `buf` is empty until the strand byte is read.
+            strand = data[0];
             bytes::Buf::advance(&mut data, 1);
-            claim_lane(&lanes.seen, lane)?;
+            claim_strand(&strands.seen, strand)?;
         }
-        if lane == READ_ALL && !(buf.is_empty() && data.is_empty()) {
-            return Err(QuicError::BadLane {
-                lane,
-                max: Lane::COUNT,
+        if strand == READ_ALL && !(buf.is_empty() && data.is_empty()) {
+            return Err(QuicError::BadStrand {
+                strand,
+                max: Strand::COUNT,
             });
         }
-        let framing_err = |source| QuicError::Framing { lane, source };
+        let framing_err = |source| QuicError::Framing { strand, source };
         // First the message the previous chunk cut: only its missing bytes
         // are copied behind it.
         while !buf.is_empty() && !data.is_empty() {
             let missing =
-                match lane_wire::parse(&buf, lanes.max_message_len).map_err(framing_err)? {
-                    Some(len) => lane_wire::LEN + len - buf.len(),
-                    None => lane_wire::LEN - buf.len(),
+                match strand_wire::parse(&buf, strands.max_message_len).map_err(framing_err)? {
+                    Some(len) => strand_wire::LEN + len - buf.len(),
+                    None => strand_wire::LEN - buf.len(),
                 };
             let take = missing.min(data.len());
             buf.extend_from_slice(&data.split_to(take));
             if let Some(message) =
-                lane_wire::decode(&mut buf, lanes.max_message_len).map_err(framing_err)?
+                strand_wire::decode(&mut buf, strands.max_message_len).map_err(framing_err)?
             {
                 staged.push_back(Received::Message(message));
             }
@@ -741,56 +750,57 @@ async fn read_lane(mut stream: RecvStream, lanes: Arc<Lanes>) -> Result<u8, Quic
             // Whole messages are sliced off the chunk itself, uncopied;
             // only a message cut by the chunk's end is copied to `buf`.
             while let Some(len) =
-                lane_wire::parse(&data, lanes.max_message_len).map_err(framing_err)?
+                strand_wire::parse(&data, strands.max_message_len).map_err(framing_err)?
             {
-                let total = lane_wire::LEN + len;
+                let total = strand_wire::LEN + len;
                 if data.len() < total {
                     break;
                 }
                 let mut message = data.split_to(total);
-                bytes::Buf::advance(&mut message, lane_wire::LEN);
+                bytes::Buf::advance(&mut message, strand_wire::LEN);
                 staged.push_back(Received::Message(message));
             }
             buf.extend_from_slice(&data);
         }
         if !staged.is_empty() {
-            push(&lanes, &mut staged);
+            push(&strands, &mut staged);
         }
         // What the partial message left in `buf` will take once whole.
-        let partial = match lane_wire::parse(&buf, lanes.max_message_len).map_err(framing_err)? {
-            Some(len) => lane_wire::LEN + len,
-            None => buf.len(),
-        };
-        held.set(partial, lane)?;
+        let partial =
+            match strand_wire::parse(&buf, strands.max_message_len).map_err(framing_err)? {
+                Some(len) => strand_wire::LEN + len,
+                None => buf.len(),
+            };
+        held.set(partial, strand)?;
     }
 }
 
 /// A reader's share of the connection's partial-message bytes.
 struct Held<'a> {
-    lanes: &'a Lanes,
+    strands: &'a Strands,
     bytes: usize,
 }
 
 impl Held<'_> {
     /// Sets the share to `bytes`; fails if the connection's total goes over
     /// its budget.
-    fn set(&mut self, bytes: usize, lane: u8) -> Result<(), QuicError> {
+    fn set(&mut self, bytes: usize, strand: u8) -> Result<(), QuicError> {
         if bytes >= self.bytes {
             let total = self
-                .lanes
+                .strands
                 .partial
                 .fetch_add(bytes - self.bytes, Ordering::Relaxed)
                 + (bytes - self.bytes);
             self.bytes = bytes;
-            if total > self.lanes.partial_max {
+            if total > self.strands.partial_max {
                 return Err(QuicError::TooMuchPartial {
-                    lane,
+                    strand,
                     bytes: total,
-                    max: self.lanes.partial_max,
+                    max: self.strands.partial_max,
                 });
             }
         } else {
-            self.lanes
+            self.strands
                 .partial
                 .fetch_sub(self.bytes - bytes, Ordering::Relaxed);
             self.bytes = bytes;
@@ -801,30 +811,32 @@ impl Held<'_> {
 
 impl Drop for Held<'_> {
     fn drop(&mut self) {
-        self.lanes.partial.fetch_sub(self.bytes, Ordering::Relaxed);
+        self.strands
+            .partial
+            .fetch_sub(self.bytes, Ordering::Relaxed);
     }
 }
 
-/// Records that the peer opened `lane`.
-fn claim_lane(lanes_seen: &Mutex<LanesSeen>, lane: u8) -> Result<(), QuicError> {
-    let mut seen = lock(lanes_seen);
-    if lane == READ_ALL {
+/// Records that the peer opened `strand`.
+fn claim_strand(strands_seen: &Mutex<StrandsSeen>, strand: u8) -> Result<(), QuicError> {
+    let mut seen = lock(strands_seen);
+    if strand == READ_ALL {
         if std::mem::replace(&mut seen.read_all, true) {
-            return Err(QuicError::DuplicateLane { lane });
+            return Err(QuicError::DuplicateStrand { strand });
         }
         return Ok(());
     }
-    if usize::from(lane) >= Lane::COUNT {
-        return Err(QuicError::BadLane {
-            lane,
-            max: Lane::COUNT,
+    if usize::from(strand) >= Strand::COUNT {
+        return Err(QuicError::BadStrand {
+            strand,
+            max: Strand::COUNT,
         });
     }
-    let bit = 1u64 << lane;
-    if seen.lanes & bit != 0 {
-        return Err(QuicError::DuplicateLane { lane });
+    let bit = 1u64 << strand;
+    if seen.strands & bit != 0 {
+        return Err(QuicError::DuplicateStrand { strand });
     }
-    seen.lanes |= bit;
+    seen.strands |= bit;
     Ok(())
 }
 
@@ -854,10 +866,10 @@ async fn wait_room(shared: &Shared, room: &Notify) {
 }
 
 /// Hands `staged` to the receiver ([`Shared::hand_over`]), opening the
-/// senders' window first ([`Handoff::on_received`]). Lane readers wait for
+/// senders' window first ([`Handoff::on_received`]). Strand readers wait for
 /// room themselves, before they read ([`wait_room`]), so a full queue is
 /// not marked here.
-fn push(lanes: &Lanes, staged: &mut VecDeque<Received>) {
-    lanes.handoff.on_received(&lanes.shared);
-    lanes.shared.hand_over(staged, false);
+fn push(strands: &Strands, staged: &mut VecDeque<Received>) {
+    strands.handoff.on_received(&strands.shared);
+    strands.shared.hand_over(staged, false);
 }

@@ -1,8 +1,8 @@
 //! QUIC (quinn, rustls `ring` provider): one connection per peer, one
-//! unidirectional stream per [`Lane`], unreliable datagrams on the side.
+//! unidirectional stream per [`Strand`], unreliable datagrams on the side.
 //!
 //! ```text
-//!  Link::send_on(lane, msg) ─▶ lane writer ─▶ uni stream of the lane ─┐
+//!  Link::send_on(strand, msg) ─▶ strand writer ─▶ uni stream of the strand ─┐
 //!  Link::send_unreliable(msg) ─────────────▶ QUIC datagram ───────────┤ one QUIC
 //!  Link::recv() ◀─ inbound queue ◀─ stream readers, datagrams ◀────────┘ connection
 //! ```
@@ -17,15 +17,15 @@
 //! kept on the link with the node id it certifies
 //! ([`Link::peer_identity`]).
 //!
-//! **Lanes.** Each lane is its own unidirectional QUIC stream, opened on
+//! **Strands.** Each strand is its own unidirectional QUIC stream, opened on
 //! first use and kept for the connection's life. A stream starts with one
-//! byte, the lane number, followed by messages in the `framing` format
+//! byte, the strand number, followed by messages in the `framing` format
 //! (`len: u32 big-endian | payload`; decoded by
-//! [`plexus_net::layers::framing::decode`]). Messages on one lane arrive in
-//! order; lanes do not wait for each other, so a 16 MiB message on one lane
-//! does not hold up a small one on another: a lane writing a message of
+//! [`plexus_net::layers::framing::decode`]). Messages on one strand arrive in
+//! order; strands do not wait for each other, so a 16 MiB message on one strand
+//! does not hold up a small one on another: a strand writing a message of
 //! 256 KiB or more lowers its stream's priority while it does, so other
-//! lanes' data goes first (a lane that never pauses can so delay bulk
+//! strands' data goes first (a strand that never pauses can so delay bulk
 //! transfers, never the reverse); streams of equal priority share the
 //! connection round-robin, and each stream's flow-control window is a
 //! fraction of the connection's. Bidirectional streams are not used (the
@@ -37,9 +37,9 @@
 //! may overtake or be overtaken by any other message.
 //!
 //! **Graceful close.** When the application is done sending
-//! ([`Link::close`], or every sender dropped), the link finishes its lane
-//! streams, waits until the peer acknowledged them, and finishes lane 0
-//! last (opening it if it was never used): a peer that sees lane 0 end
+//! ([`Link::close`], or every sender dropped), the link finishes its strand
+//! streams, waits until the peer acknowledged them, and finishes strand 0
+//! last (opening it if it was never used): a peer that sees strand 0 end
 //! knows every other stream is complete, and its receiver gets
 //! [`CloseReason::PeerClosed`](crate::CloseReason::PeerClosed) after the
 //! last message. Once a side has read everything, it opens one more stream
@@ -51,12 +51,12 @@
 //! what arrives is discarded.
 //!
 //! **Hostile peers, bounded memory.** A peer may have at most
-//! [`Lane::COUNT`] + 1 streams open (QUIC flow control throttles the rest:
+//! [`Strand::COUNT`] + 1 streams open (QUIC flow control throttles the rest:
 //! its next `open` waits), and may open at most that many in the
-//! connection's life; a second stream for a lane, a lane number out of
+//! connection's life; a second stream for a strand, a strand number out of
 //! range, a message over [`QuicConfig::max_message_len`], a stream ending
-//! inside a message, or partly sent messages on many lanes at once (more
-//! than two of the maximum length and 320 KiB per lane: our writers send
+//! inside a message, or partly sent messages on many strands at once (more
+//! than two of the maximum length and 320 KiB per strand: our writers send
 //! one large message at a time) close that connection with a logged
 //! [`QuicError`]. Per
 //! stream and per connection receive windows bound what the peer can send
@@ -69,23 +69,23 @@
 //! use plexus_net::StackSpec;
 //! use plexus_transport::quic::{QuicConfig, QuicEndpoint};
 //! use plexus_transport::tls::TlsConfig;
-//! use plexus_transport::Lane;
+//! use plexus_transport::Strand;
 //!
 //! let tls = TlsConfig::from_pem_files("n1.pem", "n1.key", "ca.pem")?;
 //! let spec: StackSpec = "quic".parse()?;
 //! let server = QuicEndpoint::bind(&spec, "127.0.0.1:0".parse()?, &tls, QuicConfig::default())?;
 //! let client = QuicEndpoint::client(&spec, "127.0.0.1:0".parse()?, &tls, QuicConfig::default())?;
 //! let link = client.connect(server.local_addr(), "localhost").await?;
-//! link.send_on(Lane::for_key(7), bytes::Bytes::from_static(b"hi")).await?;
+//! link.send_on(Strand::for_key(7), bytes::Bytes::from_static(b"hi")).await?;
 //! let mut accepted = server.accept().await?;
 //! # Ok(()) }
 //! ```
 
 pub(crate) mod driver;
-mod lane_wire;
 mod socket;
+mod strand_wire;
 
-pub use lane_wire::LaneWireError;
+pub use strand_wire::StrandWireError;
 
 use std::io;
 use std::net::SocketAddr;
@@ -104,7 +104,7 @@ use crate::tls::TlsConfig;
 use socket::QuicSocket;
 
 #[cfg(doc)]
-use crate::link::Lane;
+use crate::link::Strand;
 
 /// A quinn endpoint on a socket bound by [`bind_socket`] (registered as
 /// [`QuicSocket`]), accepting connections if `server` is given.
@@ -161,7 +161,7 @@ const MAX_INCOMING: usize = 256;
 pub(crate) mod code {
     /// Both sides are done.
     pub(crate) const DONE: u32 = 0;
-    /// The peer broke the lane protocol (the reason says how).
+    /// The peer broke the strand protocol (the reason says how).
     pub(crate) const PROTOCOL: u32 = 1;
     /// The local side gave up (endpoint closed, link dropped).
     pub(crate) const LOCAL: u32 = 2;
@@ -182,18 +182,18 @@ fn url(addr: SocketAddr) -> String {
 pub struct QuicConfig {
     /// Buffers of every link ([`LinkConfig`]). Default as `LinkConfig`.
     pub link: LinkConfig,
-    /// Largest message on a lane, in bytes; enforced when sending
+    /// Largest message on a strand, in bytes; enforced when sending
     /// ([`LinkSendError::TooLarge`](crate::LinkSendError::TooLarge)) and when
     /// receiving (the connection is closed). Default 16 MiB.
     pub max_message_len: usize,
-    /// Bytes a peer may send ahead on one stream (lane) before we read
-    /// them. Default 4 MiB. Memory: at most this per open lane, and
-    /// `receive_window` for all lanes of a connection together.
+    /// Bytes a peer may send ahead on one stream (strand) before we read
+    /// them. Default 4 MiB. Memory: at most this per open strand, and
+    /// `receive_window` for all strands of a connection together.
     pub stream_receive_window: u32,
     /// Bytes a peer may send ahead on the whole connection. Default 8 MiB;
     /// bounds the memory one peer holds in quinn's buffers.
     pub receive_window: u32,
-    /// Bytes we keep unacknowledged in flight, all lanes together. Default
+    /// Bytes we keep unacknowledged in flight, all strands together. Default
     /// 8 MiB.
     pub send_window: u64,
     /// Bytes of received datagrams waiting to be read (older ones are
@@ -252,72 +252,72 @@ pub enum QuicError {
     /// the peer's own error).
     #[error("QUIC connection: {0}")]
     Connection(#[from] quinn::ConnectionError),
-    /// The peer opened more streams than there are lanes.
-    #[error("peer opened {opened} streams; at most {max} (one per lane) are allowed")]
+    /// The peer opened more streams than there are strands.
+    #[error("peer opened {opened} streams; at most {max} (one per strand) are allowed")]
     TooManyStreams {
         /// Streams the peer opened.
         opened: usize,
-        /// The bound ([`Lane::COUNT`]).
+        /// The bound ([`Strand::COUNT`]).
         max: usize,
     },
-    /// The peer opened a second stream for a lane.
-    #[error("peer opened a second stream for lane {lane}")]
-    DuplicateLane {
-        /// The lane.
-        lane: u8,
+    /// The peer opened a second stream for a strand.
+    #[error("peer opened a second stream for strand {strand}")]
+    DuplicateStrand {
+        /// The strand.
+        strand: u8,
     },
-    /// A stream named a lane that does not exist.
-    #[error("peer opened a stream for lane {lane}; lanes are 0..{max}")]
-    BadLane {
-        /// The lane number sent.
-        lane: u8,
-        /// [`Lane::COUNT`].
+    /// A stream named a strand that does not exist.
+    #[error("peer opened a stream for strand {strand}; strands are 0..{max}")]
+    BadStrand {
+        /// The strand number sent.
+        strand: u8,
+        /// [`Strand::COUNT`].
         max: usize,
     },
-    /// A message on a lane was refused (longer than the configured maximum).
-    #[error("lane {lane}: {source}")]
+    /// A message on a strand was refused (longer than the configured maximum).
+    #[error("strand {strand}: {source}")]
     Framing {
-        /// The lane.
-        lane: u8,
+        /// The strand.
+        strand: u8,
         /// What was wrong with it.
         #[source]
-        source: LaneWireError,
+        source: StrandWireError,
     },
     /// A stream ended in the middle of a message.
-    #[error("lane {lane}: stream ended inside a message")]
+    #[error("strand {strand}: stream ended inside a message")]
     Truncated {
-        /// The lane.
-        lane: u8,
+        /// The strand.
+        strand: u8,
     },
     /// Reading a stream failed (reset by the peer, connection lost).
-    #[error("reading lane {lane}: {source}")]
+    #[error("reading strand {strand}: {source}")]
     Read {
-        /// The lane (255 while its first byte was not read).
-        lane: u8,
+        /// The strand (255 while its first byte was not read).
+        strand: u8,
         /// quinn's error.
         #[source]
         source: quinn::ReadError,
     },
-    /// The peer's partly sent messages, all lanes together, would take more
+    /// The peer's partly sent messages, all strands together, would take more
     /// memory than a well-behaved peer ever needs (see
     /// [`QuicConfig::max_message_len`]: about twice it, plus 320 KiB per
-    /// lane).
+    /// strand).
     #[error(
-        "lane {lane}: partly received messages would hold {bytes} bytes; at most {max} are allowed"
+        "strand {strand}: partly received messages would hold {bytes} bytes; at most {max} are allowed"
     )]
     TooMuchPartial {
-        /// The lane whose message went over.
-        lane: u8,
+        /// The strand whose message went over.
+        strand: u8,
         /// The bytes it would take.
         bytes: usize,
         /// The budget.
         max: usize,
     },
     /// Writing a stream failed (stopped by the peer, connection lost).
-    #[error("writing lane {lane}: {source}")]
+    #[error("writing strand {strand}: {source}")]
     Write {
-        /// The lane.
-        lane: u8,
+        /// The strand.
+        strand: u8,
         /// quinn's error.
         #[source]
         source: quinn::WriteError,
@@ -325,7 +325,7 @@ pub enum QuicError {
 }
 
 impl QuicError {
-    /// Whether the peer broke the lane protocol (as opposed to the
+    /// Whether the peer broke the strand protocol (as opposed to the
     /// connection failing).
     fn is_protocol(&self) -> bool {
         !matches!(

@@ -1,4 +1,4 @@
-//! How messages are delimited on a QUIC lane stream: each message is
+//! How messages are delimited on a QUIC strand stream: each message is
 //! `len: u32 big-endian | payload`. QUIC streams are ordered and reliable
 //! but carry bytes, not messages; this prefix is the quic transport's own
 //! wire format (no `plexus-net` layer runs on QUIC).
@@ -12,10 +12,10 @@ use plexus_net::Frame;
 /// Bytes of the length prefix.
 pub(super) const LEN: usize = 4;
 
-/// A lane stream announced a message longer than the link allows.
+/// A strand stream announced a message longer than the link allows.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
-pub enum LaneWireError {
+pub enum StrandWireError {
     /// The announced length exceeds the link's largest message.
     #[error("message of {len} bytes announced, at most {max} allowed")]
     MessageTooLarge {
@@ -28,14 +28,14 @@ pub enum LaneWireError {
 
 /// The announced length of the message at the front of `buf`, checked
 /// against `max`; `Ok(None)` while fewer than [`LEN`] bytes are there.
-pub(super) fn parse(buf: &[u8], max: usize) -> Result<Option<usize>, LaneWireError> {
+pub(super) fn parse(buf: &[u8], max: usize) -> Result<Option<usize>, StrandWireError> {
     let Some(prefix) = buf.get(..LEN) else {
         return Ok(None);
     };
     let mut prefix = prefix;
     let len = prefix.get_u32();
     if len as usize > max {
-        return Err(LaneWireError::MessageTooLarge {
+        return Err(StrandWireError::MessageTooLarge {
             len: len.into(),
             max,
         });
@@ -46,7 +46,7 @@ pub(super) fn parse(buf: &[u8], max: usize) -> Result<Option<usize>, LaneWireErr
 /// Decodes one message from the front of `src`: `Ok(Some(payload))`
 /// consumed a whole message, `Ok(None)` needs more bytes (nothing
 /// consumed), `Err` means the stream is corrupt.
-pub(super) fn decode(src: &mut BytesMut, max: usize) -> Result<Option<Bytes>, LaneWireError> {
+pub(super) fn decode(src: &mut BytesMut, max: usize) -> Result<Option<Bytes>, StrandWireError> {
     let Some(len) = parse(src, max)? else {
         return Ok(None);
     };
@@ -59,7 +59,7 @@ pub(super) fn decode(src: &mut BytesMut, max: usize) -> Result<Option<Bytes>, La
     Ok(Some(message.freeze()))
 }
 
-/// Appends `message`, prefixed, to a lane's outgoing `chunks`: a message
+/// Appends `message`, prefixed, to a strand's outgoing `chunks`: a message
 /// up to `copy_max` bytes is copied into `buf` (which collects a run of
 /// small ones into one chunk); a longer one goes as a chunk of its own,
 /// uncopied where it is one buffer, after `buf`'s bytes and its prefix.
@@ -104,7 +104,7 @@ mod tests {
         let mut wire = BytesMut::from(&[0, 0, 1, 0, 9][..]);
         assert_eq!(
             decode(&mut wire, 255),
-            Err(LaneWireError::MessageTooLarge { len: 256, max: 255 })
+            Err(StrandWireError::MessageTooLarge { len: 256, max: 255 })
         );
     }
 
