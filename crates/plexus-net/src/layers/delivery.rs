@@ -26,10 +26,15 @@
 //!   `dup_thresh` duplicate acks arrive (RFC 5681 sec. 3.2) or when
 //!   `dup_thresh` messages sent after it are SACKed (RFC 6675 sec. 4,
 //!   IsLost).
-//! * Congestion control (NewReno-style AIMD in bytes, `cwnd` module):
-//!   at most `cwnd` bytes in flight, starting at `initial_window`, doubling
-//!   per round trip in slow start, halved on a fast retransmit, one segment
-//!   after a retransmission timeout; one message may always be in flight.
+//! * Congestion control, pluggable (`cc` option, [`CongestionControl`]):
+//!   at most the controller's window of bytes in the network (sent, not
+//!   acked, not SACKed, RFC 6675's "pipe"), starting at `initial_window`;
+//!   one message may always be in flight. `cc=newreno` (the default,
+//!   `cwnd` module): AIMD, doubling per round trip in slow start, halved
+//!   on a fast retransmit, one segment after a retransmission timeout.
+//!   `cc=bbr` (`bbr` module): a model of the path's bandwidth and minimum
+//!   RTT that random loss does not shrink, with pacing; for lossy paths.
+//!   A pacing controller's rate is honoured through the layer's timer.
 //! * Bounded send window: at most `send_window` messages in flight; beyond,
 //!   messages queue up to `send_queue` messages / `send_buffer` bytes, and
 //!   then [`Layer::can_send`] is false, so the stack refuses sends with
@@ -45,7 +50,8 @@
 //! **Spec options.** `delivery(send_window=1024, send_queue=1024,
 //! send_buffer=8MiB, recv_window=1024, initial_window=16KiB,
 //! initial_rto=200ms, min_rto=20ms, max_rto=5s, max_retries=10,
-//! ack_delay=10ms, ack_every=2, dup_thresh=3)`.
+//! ack_delay=10ms, ack_every=2, dup_thresh=3, cc=newreno)` with
+//! `cc=newreno|bbr`.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -56,10 +62,14 @@ use crate::layer::{earliest, Interface, Layer, LinkContext, LinkEvent, Output};
 use crate::options::{LayerOptions, OptionError};
 use crate::registry::LayerConfig;
 
+mod bbr;
+mod cc;
 mod cwnd;
 mod rtt;
 mod wire;
 
+pub use bbr::Bbr;
+pub use cc::{AckEvent, CcKind, CongestionControl, LossEvent, LossKind, Pacing};
 pub use cwnd::{CongestionWindow, MESSAGE_CHARGE, MIN_WINDOW, SEGMENT};
 pub use rtt::RttEstimator;
 pub use wire::{Ack, DeliveryHeader, SackRange, MAX_HEADER_LEN, MAX_SACK_RANGES};
@@ -105,6 +115,9 @@ pub struct DeliveryConfig {
     /// Duplicate acks (or later SACKed messages) that trigger a fast
     /// retransmit. Option `dup_thresh`; default 3.
     pub dup_thresh: u32,
+    /// Congestion controller. Option `cc`: `newreno` (default) or `bbr`
+    /// (for paths that drop at random). One per link, a few hundred bytes.
+    pub cc: CcKind,
 }
 
 impl Default for DeliveryConfig {
@@ -122,6 +135,7 @@ impl Default for DeliveryConfig {
             ack_delay: Duration::from_millis(10),
             ack_every: 2,
             dup_thresh: 3,
+            cc: CcKind::NewReno,
         }
     }
 }
@@ -146,6 +160,7 @@ impl LayerConfig for DeliveryConfig {
                 "ack_delay" => c.ack_delay = o.duration()?,
                 "ack_every" => c.ack_every = o.count_u32()?.max(1),
                 "dup_thresh" => c.dup_thresh = o.count_u32()?.max(1),
+                "cc" => c.cc = CcKind::from_option(&o)?,
                 _ => return Err(o.unknown()),
             }
         }
@@ -155,6 +170,15 @@ impl LayerConfig for DeliveryConfig {
 
     fn build(&self, link: &LinkContext) -> Box<dyn Layer> {
         Box::new(Delivery::new(self.clone(), link.now))
+    }
+
+    fn guarantees(&self) -> crate::GuaranteeEffect {
+        // Retransmits until acknowledged and drops duplicates; order is
+        // `ordering`'s job.
+        crate::GuaranteeEffect::adds(crate::Guarantees {
+            reliable: true,
+            ordered: false,
+        })
     }
 }
 
@@ -210,6 +234,9 @@ struct InFlight {
     len: usize,
     sent_at: Instant,
     transmissions: u32,
+    /// The layer's transmission count at its last transmission: what was
+    /// sent after it, for detecting a lost retransmission.
+    xmit: u64,
     sacked: bool,
     fast_retransmitted: bool,
     /// Given up for lost by a retransmission timeout and not resent yet: no
@@ -222,7 +249,17 @@ struct InFlight {
 pub struct Delivery {
     config: DeliveryConfig,
     rtt: RttEstimator,
-    cwnd: CongestionWindow,
+    cc: Box<dyn CongestionControl>,
+    /// `cc.window()`, read after each event that may change it: the send
+    /// path checks it per message without a virtual call.
+    window: usize,
+    /// `cc.pacing()`, kept as `window` is.
+    pacing: Option<Pacing>,
+    /// When pacing: the instant the next transmission may leave (a token
+    /// bucket kept as a theoretical arrival time, GCRA).
+    pace_next: Instant,
+    /// A message waits for `pace_next`: the layer's timer is due then.
+    pace_wait: Option<Instant>,
     // Sender.
     next_seq: u64,
     inflight: VecDeque<InFlight>,
@@ -241,6 +278,10 @@ pub struct Delivery {
     queued: VecDeque<Frame>,
     buffered: usize,
     rto_deadline: Option<Instant>,
+    /// Transmissions so far, new and repeated.
+    xmits: u64,
+    /// The latest transmission (by `xmit`) the peer acked or SACKed.
+    max_delivered_xmit: u64,
     last_cum: u64,
     dup_acks: u32,
     failed: bool,
@@ -258,10 +299,16 @@ pub struct Delivery {
 impl Delivery {
     /// A delivery layer with `config`, created at `now`.
     pub fn new(config: DeliveryConfig, now: Instant) -> Self {
-        let _ = now;
+        let cc = config
+            .cc
+            .build(now, config.initial_window, config.send_buffer);
         Self {
             rtt: RttEstimator::new(config.initial_rto, config.min_rto, config.max_rto),
-            cwnd: CongestionWindow::new(config.initial_window, config.send_buffer),
+            window: cc.window(),
+            pacing: cc.pacing(),
+            cc,
+            pace_next: now,
+            pace_wait: None,
             next_seq: 0,
             // Grows on demand up to `send_window`: a link that never fills
             // a large window does not pay for it.
@@ -274,6 +321,8 @@ impl Delivery {
             queued: VecDeque::with_capacity(config.send_queue.min(1024)),
             buffered: 0,
             rto_deadline: None,
+            xmits: 0,
+            max_delivered_xmit: 0,
             last_cum: 0,
             dup_acks: 0,
             failed: false,
@@ -308,9 +357,39 @@ impl Delivery {
         &self.rtt
     }
 
-    /// The congestion window.
-    pub fn congestion_window(&self) -> &CongestionWindow {
-        &self.cwnd
+    /// The congestion controller.
+    pub fn congestion_control(&self) -> &dyn CongestionControl {
+        &*self.cc
+    }
+
+    /// Reads what the controller decided after an event.
+    fn refresh_cc(&mut self) {
+        self.window = self.cc.window();
+        self.pacing = self.cc.pacing();
+    }
+
+    /// Bytes in the network: in flight and not SACKed (RFC 6675's pipe).
+    #[inline]
+    fn pipe(&self) -> usize {
+        self.flight - self.sacked_bytes
+    }
+
+    /// Whether pacing lets a transmission leave at `now`.
+    #[inline]
+    fn pace_allows(&self, now: Instant) -> bool {
+        self.pacing.is_none() || self.pace_next <= now
+    }
+
+    /// Takes `bytes` from the pacing bucket.
+    #[inline]
+    fn paced(&mut self, now: Instant, bytes: usize) {
+        if let Some(p) = self.pacing {
+            let rate = p.rate.max(1) as u128;
+            let nanos = |b: usize| Duration::from_nanos((b as u128 * 1_000_000_000 / rate) as u64);
+            // Credit for an idle spell is capped at one burst.
+            let floor = now.checked_sub(nanos(p.burst)).unwrap_or(now);
+            self.pace_next = self.pace_next.max(floor) + nanos(bytes);
+        }
     }
 
     fn slot(&self, seq: u64) -> usize {
@@ -370,14 +449,19 @@ impl Delivery {
     /// queued messages into the window the same way (always at least one
     /// message when nothing is in flight).
     fn flush(&mut self, now: Instant, out: &mut Output) {
+        self.pace_wait = None;
         let mut i = 0;
         while self.lost > 0 && i < self.inflight.len() {
             let entry = &self.inflight[i];
             if entry.lost {
                 let len = entry.len + MESSAGE_CHARGE;
                 // What is still in the network: SACKed messages left it.
-                let pipe = self.flight - self.sacked_bytes;
-                if pipe > 0 && pipe + len > self.cwnd.window() {
+                let pipe = self.pipe();
+                if pipe > 0 && pipe + len > self.window {
+                    return;
+                }
+                if !self.pace_allows(now) {
+                    self.pace_wait = Some(self.pace_next);
                     return;
                 }
                 self.inflight[i].lost = false;
@@ -391,6 +475,10 @@ impl Delivery {
             if !self.window_has_room(next.len()) {
                 break;
             }
+            if !self.pace_allows(now) {
+                self.pace_wait = Some(self.pace_next);
+                break;
+            }
             let Some(frame) = self.queued.pop_front() else {
                 break;
             };
@@ -401,25 +489,32 @@ impl Delivery {
     /// Whether a new message of `len` bytes may enter the window: the
     /// message count and the congestion window allow it, or nothing is in
     /// flight (a message larger than the window must not stall the link).
+    /// The congestion window bounds what is in the network: SACKed
+    /// messages left it, whatever hole below them keeps them in `inflight`
+    /// (RFC 6675 sec. 5).
     #[inline]
     fn window_has_room(&self, len: usize) -> bool {
         self.inflight.len() < self.config.send_window
-            && (self.inflight.is_empty()
-                || self.flight + len + MESSAGE_CHARGE <= self.cwnd.window())
+            && (self.inflight.is_empty() || self.pipe() + len + MESSAGE_CHARGE <= self.window)
     }
 
     /// Gives `frame` the next sequence number and sends it.
     #[inline]
     fn transmit_new(&mut self, now: Instant, frame: Frame, out: &mut Output) {
-        self.flight += frame.len() + MESSAGE_CHARGE;
+        let bytes = frame.len() + MESSAGE_CHARGE;
+        self.flight += bytes;
         let seq = self.next_seq;
         self.next_seq += 1;
+        self.xmits += 1;
+        self.paced(now, bytes);
+        self.cc.on_sent(now, seq, bytes, self.pipe());
         self.emit(Some(seq), frame.clone(), out);
         self.inflight.push_back(InFlight {
             seq,
             len: frame.len(),
             sent_at: now,
             transmissions: 1,
+            xmit: self.xmits,
             sacked: false,
             fast_retransmitted: false,
             lost: false,
@@ -434,7 +529,12 @@ impl Delivery {
         let entry = &mut self.inflight[index];
         entry.transmissions += 1;
         entry.sent_at = now;
+        self.xmits += 1;
+        entry.xmit = self.xmits;
         let seq = entry.seq;
+        let bytes = entry.len + MESSAGE_CHARGE;
+        self.paced(now, bytes);
+        self.cc.on_sent(now, seq, bytes, self.pipe());
         self.emit(Some(seq), self.frames[index].clone(), out);
     }
 
@@ -445,6 +545,10 @@ impl Delivery {
         // Bytes the cumulative ack took out of flight (lost messages were
         // out already).
         let mut acked = 0;
+        // Bytes delivered by this ack and not before, and the highest
+        // sequence number among them: the controller's delivery rate.
+        let mut delivered = 0;
+        let mut largest_delivered = None;
         while let Some(front) = self.inflight.front() {
             if front.seq >= ack.cumulative {
                 break;
@@ -462,6 +566,10 @@ impl Delivery {
             self.sacked -= usize::from(done.sacked);
             if done.sacked {
                 self.sacked_bytes -= done.len + MESSAGE_CHARGE;
+            } else {
+                delivered += done.len + MESSAGE_CHARGE;
+                largest_delivered = Some(done.seq);
+                self.max_delivered_xmit = self.max_delivered_xmit.max(done.xmit);
             }
             if done.transmissions == 1 && !done.sacked {
                 sample = Some(now.saturating_duration_since(done.sent_at));
@@ -484,6 +592,9 @@ impl Delivery {
                     entry.sacked = true;
                     self.sacked += 1;
                     self.sacked_bytes += entry.len + MESSAGE_CHARGE;
+                    delivered += entry.len + MESSAGE_CHARGE;
+                    largest_delivered = largest_delivered.max(Some(entry.seq));
+                    self.max_delivered_xmit = self.max_delivered_xmit.max(entry.xmit);
                     if entry.lost {
                         // It arrived after all: nothing to resend, and it
                         // counts in flight again until the cumulative ack.
@@ -501,8 +612,22 @@ impl Delivery {
         if let Some(r) = sample {
             self.rtt.on_sample(r);
         }
-        if advanced {
-            self.cwnd.on_ack(acked, ack.cumulative, flight_before);
+        if advanced || delivered > 0 {
+            self.cc.on_ack(
+                now,
+                &AckEvent {
+                    delivered,
+                    cum_acked: acked,
+                    advanced,
+                    cumulative: ack.cumulative,
+                    largest_delivered,
+                    rtt: sample,
+                    flight_before,
+                    pipe: self.pipe(),
+                    app_limited: self.queued.is_empty() && self.lost == 0,
+                },
+            );
+            self.refresh_cc();
         }
         if advanced || ack.cumulative > self.last_cum {
             self.last_cum = self.last_cum.max(ack.cumulative);
@@ -515,14 +640,41 @@ impl Delivery {
         self.fast_retransmit(now, out);
     }
 
+    /// Tells the controller of a loss and reads its new window.
+    fn on_loss(&mut self, now: Instant, kind: LossKind) {
+        self.cc.on_loss(
+            now,
+            &LossEvent {
+                kind,
+                flight: self.flight,
+                next_seq: self.next_seq,
+            },
+        );
+        self.refresh_cc();
+    }
+
+    /// Whether the fast retransmission of `entry` was lost too: the peer
+    /// acked a transmission sent `dup_thresh` transmissions after it (as
+    /// RACK, RFC 8985 sec. 6.2, orders by transmission, not by sequence
+    /// number). Without this, a lost retransmission waits for the RTO,
+    /// which on a path losing a few percent at random happens often.
+    #[inline]
+    fn retransmission_lost(&self, entry: &InFlight) -> bool {
+        entry.fast_retransmitted
+            && self.max_delivered_xmit >= entry.xmit + u64::from(self.config.dup_thresh)
+    }
+
     /// RFC 5681 sec. 3.2 (dup acks) and RFC 6675 sec. 4 (SACK evidence).
     fn fast_retransmit(&mut self, now: Instant, out: &mut Output) {
         let thresh = self.config.dup_thresh;
         if self.dup_acks >= thresh {
             if let Some(front) = self.inflight.front() {
-                if !front.sacked && !front.fast_retransmitted && !front.lost {
+                if !front.sacked
+                    && !front.lost
+                    && (!front.fast_retransmitted || self.retransmission_lost(front))
+                {
                     self.inflight[0].fast_retransmitted = true;
-                    self.cwnd.on_loss(self.flight, self.next_seq);
+                    self.on_loss(now, LossKind::FastRetransmit);
                     self.retransmit(0, now, out);
                 }
             }
@@ -537,9 +689,12 @@ impl Delivery {
             let entry = &self.inflight[i];
             if entry.sacked {
                 sacked_above += 1;
-            } else if sacked_above >= thresh && !entry.fast_retransmitted && !entry.lost {
+            } else if !entry.lost
+                && ((sacked_above >= thresh && !entry.fast_retransmitted)
+                    || self.retransmission_lost(entry))
+            {
                 self.inflight[i].fast_retransmitted = true;
-                self.cwnd.on_loss(self.flight, self.next_seq);
+                self.on_loss(now, LossKind::FastRetransmit);
                 self.retransmit(i, now, out);
             }
         }
@@ -606,6 +761,7 @@ impl Delivery {
         self.sacked_bytes = 0;
         self.rto_deadline = None;
         self.ack_deadline = None;
+        self.pace_wait = None;
     }
 
     fn send_ack_if_due(&mut self, out: &mut Output) {
@@ -622,6 +778,10 @@ impl Layer for Delivery {
 
     fn max_frame_len(&self, below: Option<usize>) -> Option<usize> {
         below.map(|b| b.saturating_sub(MAX_HEADER_LEN))
+    }
+
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
     }
 
     fn can_send(&self) -> bool {
@@ -647,7 +807,7 @@ impl Layer for Delivery {
             return Err(StackSendError::WouldBlock(frame));
         }
         self.buffered += frame.len();
-        if self.queued.is_empty() && self.window_has_room(frame.len()) {
+        if self.queued.is_empty() && self.window_has_room(frame.len()) && self.pace_allows(now) {
             // Straight into the window, without a round trip through the
             // queue.
             self.transmit_new(now, frame, out);
@@ -711,7 +871,7 @@ impl Layer for Delivery {
                 return;
             }
             self.rtt.on_timeout();
-            self.cwnd.on_timeout(self.flight, self.next_seq);
+            self.on_loss(now, LossKind::Timeout);
             // RFC 6298 sec. 5.4: retransmit the earliest message the peer
             // has not acknowledged. The others are given up for lost (out of
             // the flight count) and resent by `flush` as acks open the
@@ -742,13 +902,22 @@ impl Layer for Delivery {
             // RFC 6298 sec. 5.5-5.6: the backed-off timer restarts.
             self.rto_deadline = (!self.inflight.is_empty()).then(|| now + self.rtt.rto());
         }
+        if self.pace_wait.is_some_and(|t| t <= now) {
+            self.flush(now, out);
+        }
         self.send_ack_if_due(out);
     }
 
     fn poll_timeout(&self) -> Option<Instant> {
-        earliest(self.rto_deadline, self.ack_deadline)
+        earliest(
+            earliest(self.rto_deadline, self.ack_deadline),
+            self.pace_wait,
+        )
     }
 }
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod cc_tests;

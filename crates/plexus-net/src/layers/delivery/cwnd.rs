@@ -11,6 +11,15 @@
 //! to one segment (RFC 5681 sec. 3.1, "loss window"). It never falls below
 //! [`MIN_WINDOW`], and one message may always be in flight whatever its
 //! size, so a window smaller than a message never stalls the link.
+//!
+//! This is the `cc=newreno` controller, the default: it reads every loss
+//! as congestion, which is right on a path whose only losses are queue
+//! overflows and costly on one that drops at random (the window settles
+//! near `sqrt(1.5 / p)` segments, RFC 3649's response function).
+
+use std::time::Instant;
+
+use super::cc::{AckEvent, CongestionControl, LossEvent, LossKind};
 
 /// The segment size the window grows by: a datagram of the default slicing
 /// MTU. Delivery does not know the MTU below; the window is in bytes, so
@@ -119,6 +128,38 @@ impl CongestionWindow {
         self.cwnd = MIN_WINDOW.min(self.ssthresh);
         self.recover = Some(next_seq);
         self.after_timeout = true;
+    }
+}
+
+impl CongestionControl for CongestionWindow {
+    fn name(&self) -> &'static str {
+        "newreno"
+    }
+
+    fn on_sent(&mut self, _now: Instant, _seq: u64, _bytes: usize, _pipe: usize) {}
+
+    fn on_ack(&mut self, _now: Instant, ack: &AckEvent) {
+        // Only a cumulative ack grows the window: NewReno counts acked
+        // bytes (RFC 3465), and SACKed ones are counted when the hole
+        // below them is filled.
+        if ack.advanced {
+            CongestionWindow::on_ack(self, ack.cum_acked, ack.cumulative, ack.flight_before);
+        }
+    }
+
+    fn on_loss(&mut self, _now: Instant, loss: &LossEvent) {
+        match loss.kind {
+            LossKind::FastRetransmit => CongestionWindow::on_loss(self, loss.flight, loss.next_seq),
+            LossKind::Timeout => self.on_timeout(loss.flight, loss.next_seq),
+        }
+    }
+
+    fn window(&self) -> usize {
+        self.cwnd
+    }
+
+    fn in_recovery(&self) -> bool {
+        self.recover.is_some()
     }
 }
 
