@@ -438,3 +438,31 @@ fn capacity_learner_beats_td_lambda_on_every_scenario() {
         }
     }
 }
+
+#[test]
+fn stats_show_goodput_delay_and_share_and_poll_ratio_reports_each_change_once() {
+    let t0 = Instant::now();
+    let mut sel = AdaptiveSelector::new(t0, 2, CapacityConfig::default()).expect("valid");
+    assert_eq!(sel.poll_ratio(), None);
+    let t = t0 + Duration::from_millis(100);
+    let sample = |bytes, ms| Sample {
+        bytes_delivered: bytes,
+        delay: Duration::from_millis(ms),
+        backlogged: true,
+    };
+    sel.on_sample(t, 0, sample(3_000_000, 5));
+    sel.on_sample(t, 1, sample(1_000_000, 40));
+    assert_eq!(
+        sel.poll_ratio().map(<[f64]>::to_vec),
+        Some(vec![0.75, 0.25])
+    );
+    assert_eq!(sel.poll_ratio(), None);
+    let stats = sel.stats();
+    assert_eq!(stats[1].delay, Duration::from_millis(40));
+    assert!((stats[0].share - 0.75).abs() < 1e-12);
+    // Smoothed over 0.5 s: 100 ms of 30 MB/s from zero is 18 % of it.
+    let expect = 30e6 * (1.0 - (-0.2f64).exp());
+    assert!((stats[0].goodput_bytes_per_s - expect).abs() < 1.0);
+    let picks: Vec<usize> = (0..4).map(|_| sel.pick()).collect();
+    assert_eq!(picks.iter().filter(|&&p| p == 0).count(), 3);
+}
