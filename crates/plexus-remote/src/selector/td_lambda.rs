@@ -13,7 +13,11 @@
 //!   learned;
 //! - **value function approximation** (IV-C5): a state not visited yet is
 //!   valued by a least-squares quadratic through the visited ones (the
-//!   paper's assumption of one quadratic maximum), as soon as two are.
+//!   paper's assumption of one quadratic maximum), as soon as two are;
+//!   a state's value starts from that estimate when it is first visited
+//!   (the paper leaves the initial value "arbitrary"; starting from zero
+//!   halves a new state's first value at α = 0.5 and keeps the learner on
+//!   states it knows, which made this baseline weaker still).
 //!
 //! An episode lasts `episode` (the paper's 1 s); its reward is the lane's
 //! total goodput over the episode, in units of the first non-zero
