@@ -26,6 +26,7 @@ use serde::{de::DeserializeOwned, Deserialize, Serialize};
 use tokio::sync::{oneshot, Semaphore};
 
 use crate::dead_letters::DeadLetterReason;
+use crate::lane::{Lane, MessageProperties, RouteError};
 use crate::mailbox::{Control, Mailbox, Refusal, Signal, Watcher};
 use crate::remote::{ActorPath, CodecError, ReceiptError, RemoteReply, ReplyPath};
 use crate::{ActorId, AskError, Down, ExitReason, SendError, TrySendError};
@@ -50,6 +51,29 @@ pub trait Sink<M>: Control {
     /// Like [`push`](Self::push), and reports whether the message reached
     /// the actor's mailbox.
     fn push_with_receipt(&self, msg: M) -> ReceiptFuture;
+    /// [`push`](Self::push) on `lane` (a local mailbox has no lanes).
+    fn push_via(&self, msg: M, lane: Lane) {
+        let _ = lane;
+        self.push(msg);
+    }
+    /// [`push_with_receipt`](Self::push_with_receipt) on `lane`.
+    fn push_with_receipt_via(&self, msg: M, lane: Lane) -> ReceiptFuture {
+        let _ = lane;
+        self.push_with_receipt(msg)
+    }
+    /// The lane `properties` pick, if its stack honours them (a local
+    /// mailbox honours everything).
+    ///
+    /// # Errors
+    ///
+    /// [`RouteError`] naming the lane, its stack and what it lacks.
+    fn route(&self, properties: &MessageProperties) -> Result<Lane, RouteError> {
+        Ok(properties.lane())
+    }
+    /// The lane messages take unless a send names one.
+    fn default_lane(&self) -> Lane {
+        Lane::Default
+    }
     /// The path of a remote actor (`None` for local ones).
     fn remote_path(&self) -> Option<ActorPath> {
         None
@@ -71,11 +95,22 @@ impl<M: Send + 'static> Sink<M> for Mailbox<M> {
 
     fn push_with_receipt(&self, msg: M) -> ReceiptFuture {
         ReceiptFuture::ready(if Mailbox::push(self, msg) {
-            Ok(())
+            Ok(Receipt::Delivered)
         } else {
             Err(ReceiptError::Stopped)
         })
     }
+}
+
+/// What a delivery receipt confirms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Receipt {
+    /// The message is in the actor's mailbox (confirmed by its node).
+    Delivered,
+    /// The message left on a lane whose stack may lose it
+    /// ([`Lane::Unreliable`] over a lossy stack): it was sent, nothing more
+    /// is known.
+    Sent,
 }
 
 /// Completes when a delivery receipt arrives; see
@@ -88,19 +123,19 @@ pub struct ReceiptFuture {
 
 #[derive(Debug)]
 enum ReceiptState {
-    Ready(Option<Result<(), ReceiptError>>),
+    Ready(Option<Result<Receipt, ReceiptError>>),
     Pending(oneshot::Receiver<Result<(), ReceiptError>>),
 }
 
 impl ReceiptFuture {
     /// A receipt known at once.
-    pub fn ready(result: Result<(), ReceiptError>) -> Self {
+    pub fn ready(result: Result<Receipt, ReceiptError>) -> Self {
         Self {
             state: ReceiptState::Ready(Some(result)),
         }
     }
 
-    /// A receipt that another party will send.
+    /// A delivery receipt that the receiving node will send.
     pub fn pending(rx: oneshot::Receiver<Result<(), ReceiptError>>) -> Self {
         Self {
             state: ReceiptState::Pending(rx),
@@ -109,20 +144,58 @@ impl ReceiptFuture {
 }
 
 impl Future for ReceiptFuture {
-    type Output = Result<(), ReceiptError>;
+    type Output = Result<Receipt, ReceiptError>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
         match &mut self.state {
             ReceiptState::Ready(r) => Poll::Ready(r.take().unwrap_or(Err(
                 ReceiptError::LinkClosed("receipt already taken".into()),
             ))),
-            ReceiptState::Pending(rx) => Pin::new(rx).poll(cx).map(|r| {
-                r.unwrap_or_else(|_| {
-                    Err(ReceiptError::LinkClosed(
-                        "the node dropped the message before confirming it".into(),
-                    ))
-                })
+            ReceiptState::Pending(rx) => Pin::new(rx).poll(cx).map(|r| match r {
+                Ok(Ok(())) => Ok(Receipt::Delivered),
+                Ok(Err(e)) => Err(e),
+                Err(_) => Err(ReceiptError::LinkClosed(
+                    "the node dropped the message before confirming it".into(),
+                )),
             }),
+        }
+    }
+}
+
+/// A send on a chosen lane: see [`ActorRef::via`] and
+/// [`ActorRef::with_properties`].
+#[must_use = "a Via sends nothing until told to"]
+pub struct Via<'a, M> {
+    actor: &'a ActorRef<M>,
+    lane: Lane,
+}
+
+impl<M: Send + 'static> Via<'_, M> {
+    /// The lane the messages take.
+    pub fn lane(&self) -> Lane {
+        self.lane
+    }
+
+    /// [`ActorRef::tell`] on this lane.
+    pub fn tell(&self, msg: M) {
+        match self.actor.sink.try_acquire() {
+            Ok(()) => self.actor.sink.push_via(msg, self.lane),
+            Err(Refusal::Full) => self.actor.sink.reject(msg, DeadLetterReason::MailboxFull),
+            Err(Refusal::Stopped) => self.actor.sink.reject(msg, DeadLetterReason::Stopped),
+        }
+    }
+
+    /// [`ActorRef::tell_with_receipt`] on this lane: on a lane whose stack
+    /// may lose the message, the receipt is [`Receipt::Sent`].
+    ///
+    /// # Errors
+    ///
+    /// [`ReceiptError`] saying why the message did not reach the mailbox.
+    pub async fn tell_with_receipt(&self, msg: M) -> Result<Receipt, ReceiptError> {
+        match self.actor.sink.try_acquire() {
+            Ok(()) => self.actor.sink.push_with_receipt_via(msg, self.lane).await,
+            Err(Refusal::Full) => Err(ReceiptError::MailboxFull),
+            Err(Refusal::Stopped) => Err(ReceiptError::Stopped),
         }
     }
 }
@@ -265,12 +338,33 @@ impl<M: Send + 'static> ActorRef<M> {
     /// # Errors
     ///
     /// [`ReceiptError`] saying why the message did not reach the mailbox.
-    pub async fn tell_with_receipt(&self, msg: M) -> Result<(), ReceiptError> {
+    pub async fn tell_with_receipt(&self, msg: M) -> Result<Receipt, ReceiptError> {
         match self.sink.try_acquire() {
             Ok(()) => self.sink.push_with_receipt(msg).await,
             Err(Refusal::Full) => Err(ReceiptError::MailboxFull),
             Err(Refusal::Stopped) => Err(ReceiptError::Stopped),
         }
+    }
+
+    /// Sends on `lane` instead of the message type's own
+    /// ([`RemoteMessage::LANE`](crate::remote::RemoteMessage::LANE)):
+    /// `pong.via(Lane::Bulk).tell(chunk)`. A lane the node has not mapped
+    /// rides the default lane's link; a local actor has no lanes.
+    pub fn via(&self, lane: Lane) -> Via<'_, M> {
+        Via { actor: self, lane }
+    }
+
+    /// Sends with TAPS-style [`MessageProperties`]: they pick the lane
+    /// ([`MessageProperties::lane`]), and the send is refused if that
+    /// lane's stack cannot honour them, rather than carried with less.
+    ///
+    /// # Errors
+    ///
+    /// [`RouteError`] naming the lane, the stack that carries it and what
+    /// it lacks (e.g. `reliable` for a bulk lane mapped to `udp / slicing`).
+    pub fn with_properties(&self, properties: MessageProperties) -> Result<Via<'_, M>, RouteError> {
+        let lane = self.sink.route(&properties)?;
+        Ok(Via { actor: self, lane })
     }
 
     /// Sends a message, waiting for room in a bounded mailbox.
@@ -492,6 +586,22 @@ where
 
     fn push_with_receipt(&self, msg: S) -> ReceiptFuture {
         self.inner.sink.push_with_receipt(msg.into())
+    }
+
+    fn push_via(&self, msg: S, lane: Lane) {
+        self.inner.sink.push_via(msg.into(), lane);
+    }
+
+    fn push_with_receipt_via(&self, msg: S, lane: Lane) -> ReceiptFuture {
+        self.inner.sink.push_with_receipt_via(msg.into(), lane)
+    }
+
+    fn route(&self, properties: &MessageProperties) -> Result<Lane, RouteError> {
+        self.inner.sink.route(properties)
+    }
+
+    fn default_lane(&self) -> Lane {
+        self.inner.sink.default_lane()
     }
 
     fn remote_path(&self) -> Option<ActorPath> {

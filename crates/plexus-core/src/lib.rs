@@ -33,6 +33,7 @@ mod context;
 mod dead_letters;
 mod error;
 mod id;
+pub mod lane;
 mod mailbox;
 mod reason;
 mod registry;
@@ -42,13 +43,14 @@ mod supervision;
 mod system;
 
 pub use actor::{Actor, FnActor};
-pub use actor_ref::{ActorRef, Monitor, ReplyTo};
+pub use actor_ref::{ActorRef, Monitor, Receipt, ReceiptFuture, ReplyTo, Via};
 pub use context::{Context, MonitorRef, TimerRef};
 pub use dead_letters::{DeadLetter, DeadLetterOffice, DeadLetterReason};
 pub use error::{
     AskError, LookupError, RegistryError, SendError, SpawnError, SystemError, TrySendError,
 };
 pub use id::{ActorId, NodeId};
+pub use lane::{CapacityProfile, Lane, MessageProperties, Requirements, RouteError, UnknownLane};
 pub use reason::{Down, Exit, ExitReason};
 pub use supervision::{Backoff, RestartPolicy, Supervision};
 pub use system::{ActorSystem, DeadLetters, SpawnBuilder, SystemBuilder, SystemRef};

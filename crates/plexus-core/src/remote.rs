@@ -23,10 +23,11 @@ use std::sync::Arc;
 /// Payloads are `bytes::Bytes` (re-exported for the macro).
 pub use bytes::Bytes;
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
-use tokio::sync::{oneshot, Semaphore};
+use tokio::sync::Semaphore;
 
 pub use crate::actor_ref::{ReceiptFuture, Sink};
 use crate::dead_letters::DeadLetterReason;
+use crate::lane::{Lane, MessageProperties, RouteError};
 pub use crate::mailbox::{Control, Refusal, Signal, Watcher};
 use crate::{ActorId, ActorRef, ExitReason};
 
@@ -42,6 +43,11 @@ pub trait RemoteMessage: Send + Sized + 'static {
     const TYPE_NAME: &'static str;
     /// The 64-bit id carried in each message (FNV-1a of the name).
     const TYPE_ID: u64 = type_id_of(Self::TYPE_NAME);
+    /// The lane messages of this type take to other nodes unless a send
+    /// names another ([`ActorRef::via`](crate::ActorRef::via)). Default
+    /// [`Lane::Default`]; set it with `remote_message!(T = "name", lane =
+    /// Bulk)`.
+    const LANE: Lane = Lane::Default;
 
     /// Encodes the message.
     ///
@@ -108,12 +114,21 @@ pub const fn type_id_of(name: &str) -> u64 {
 /// #[derive(Serialize, Deserialize)]
 /// struct Ping(u64);
 /// plexus_core::remote_message!(Ping = "bench.Ping");
+///
+/// // A type whose messages take the bulk lane unless a send says otherwise.
+/// #[derive(Serialize, Deserialize)]
+/// struct Chunk(Vec<u8>);
+/// plexus_core::remote_message!(Chunk = "bench.Chunk", lane = Bulk);
 /// ```
 #[macro_export]
 macro_rules! remote_message {
     ($ty:ty = $name:expr) => {
+        $crate::remote_message!($ty = $name, lane = Default);
+    };
+    ($ty:ty = $name:expr, lane = $lane:ident) => {
         impl $crate::remote::RemoteMessage for $ty {
             const TYPE_NAME: &'static str = $name;
+            const LANE: $crate::Lane = $crate::Lane::$lane;
             fn into_payload(
                 self,
             ) -> ::std::result::Result<$crate::remote::Bytes, $crate::remote::CodecError> {
@@ -228,12 +243,19 @@ pub(crate) fn codec_de_error<E: serde::de::Error>(msg: &str) -> E {
 #[macro_export]
 macro_rules! bytes_message {
     ($(#[$meta:meta])* $vis:vis struct $name:ident = $type_name:expr;) => {
+        $crate::bytes_message! {
+            $(#[$meta])*
+            $vis struct $name = $type_name, lane = Default;
+        }
+    };
+    ($(#[$meta:meta])* $vis:vis struct $name:ident = $type_name:expr, lane = $lane:ident;) => {
         $(#[$meta])*
         #[derive(Debug, Clone, PartialEq, Eq)]
         $vis struct $name(pub $crate::remote::Bytes);
 
         impl $crate::remote::RemoteMessage for $name {
             const TYPE_NAME: &'static str = $type_name;
+            const LANE: $crate::Lane = $crate::Lane::$lane;
             fn into_payload(
                 self,
             ) -> ::std::result::Result<$crate::remote::Bytes, $crate::remote::CodecError> {
@@ -250,8 +272,8 @@ macro_rules! bytes_message {
 
 bytes_message! {
     /// Bulk data: its payload is the bytes themselves, sent and received
-    /// without encoding or copying.
-    pub struct Bulk = "plexus.Bulk";
+    /// without encoding or copying, on the bulk lane.
+    pub struct Bulk = "plexus.Bulk", lane = Bulk;
 }
 
 /// Where an actor lives, as carried on the wire.
@@ -283,11 +305,11 @@ pub trait RemoteEndpoint: Control {
     /// The context for encoding messages to this actor (refs inside them are
     /// exported relative to its node).
     fn wire_context(&self) -> &Arc<dyn WireContext>;
-    /// Sends an encoded message, for which room was taken with
+    /// Sends an encoded message on `lane`, for which room was taken with
     /// [`Control::try_acquire`].
-    fn send(&self, type_id: u64, type_name: &'static str, payload: Bytes);
-    /// Sends a message that `encode` appends to the endpoint's frame
-    /// buffer (after the frame header), saving the payload's own
+    fn send(&self, lane: Lane, type_id: u64, type_name: &'static str, payload: Bytes);
+    /// Sends a message on `lane` that `encode` appends to the endpoint's
+    /// frame buffer (after the frame header), saving the payload's own
     /// allocation and copy. Returns `Ok(false)` without calling `encode`
     /// when this path is not available now (the caller then encodes and
     /// uses [`send`](Self::send)). An undeliverable message is the
@@ -298,21 +320,33 @@ pub trait RemoteEndpoint: Control {
     /// The [`CodecError`] of `encode`; nothing was sent.
     fn send_encoded(
         &self,
+        lane: Lane,
         type_id: u64,
         type_name: &'static str,
         encode: &mut dyn FnMut(&mut Vec<u8>) -> Result<(), CodecError>,
     ) -> Result<bool, CodecError> {
-        let _ = (type_id, type_name, encode);
+        let _ = (lane, type_id, type_name, encode);
         Ok(false)
     }
     /// Like [`send`](Self::send), but asks the receiving node to confirm
-    /// that the message is in the actor's mailbox.
+    /// that the message is in the actor's mailbox; on a lane whose stack
+    /// may lose it, the receipt says only that it was sent.
     fn send_with_receipt(
         &self,
+        lane: Lane,
         type_id: u64,
         type_name: &'static str,
         payload: Bytes,
-    ) -> oneshot::Receiver<Result<(), ReceiptError>>;
+    ) -> ReceiptFuture;
+    /// The lane `properties` pick, if its stack towards this actor's node
+    /// honours them.
+    ///
+    /// # Errors
+    ///
+    /// [`RouteError`] naming the lane, its stack and what it lacks.
+    fn route(&self, properties: &MessageProperties) -> Result<Lane, RouteError> {
+        Ok(properties.lane())
+    }
     /// Records a message that could not be sent as a dead letter.
     fn dead_letter(&self, type_name: &'static str, reason: DeadLetterReason);
 }
@@ -566,16 +600,24 @@ impl<M: RemoteMessage> RemoteSink<M> {
 
 impl<M: RemoteMessage> Sink<M> for RemoteSink<M> {
     fn push(&self, msg: M) {
+        self.push_via(msg, M::LANE);
+    }
+
+    fn push_via(&self, msg: M, lane: Lane) {
         let mut msg = Some(msg);
         let sent = with_context(self.endpoint.wire_context(), || {
-            self.endpoint
-                .send_encoded(M::TYPE_ID, M::TYPE_NAME, &mut |buf| match msg.take() {
+            self.endpoint.send_encoded(
+                lane,
+                M::TYPE_ID,
+                M::TYPE_NAME,
+                &mut |buf| match msg.take() {
                     Some(m) => m.encode_append(buf),
                     None => Err(CodecError {
                         context: format!("encode {}", M::TYPE_NAME),
                         detail: "the endpoint asked for the message twice".into(),
                     }),
-                })
+                },
+            )
         });
         match sent {
             Ok(true) => return,
@@ -589,7 +631,7 @@ impl<M: RemoteMessage> Sink<M> for RemoteSink<M> {
         }
         let Some(msg) = msg else { return };
         if let Some(payload) = self.encode(msg) {
-            self.endpoint.send(M::TYPE_ID, M::TYPE_NAME, payload);
+            self.endpoint.send(lane, M::TYPE_ID, M::TYPE_NAME, payload);
         }
     }
 
@@ -598,17 +640,28 @@ impl<M: RemoteMessage> Sink<M> for RemoteSink<M> {
     }
 
     fn push_with_receipt(&self, msg: M) -> ReceiptFuture {
+        self.push_with_receipt_via(msg, M::LANE)
+    }
+
+    fn push_with_receipt_via(&self, msg: M, lane: Lane) -> ReceiptFuture {
         match self.encode(msg) {
-            Some(payload) => ReceiptFuture::pending(self.endpoint.send_with_receipt(
-                M::TYPE_ID,
-                M::TYPE_NAME,
-                payload,
-            )),
+            Some(payload) => {
+                self.endpoint
+                    .send_with_receipt(lane, M::TYPE_ID, M::TYPE_NAME, payload)
+            }
             None => ReceiptFuture::ready(Err(ReceiptError::Decode(CodecError {
                 context: format!("encode {}", M::TYPE_NAME),
                 detail: "see the log".into(),
             }))),
         }
+    }
+
+    fn route(&self, properties: &MessageProperties) -> Result<Lane, RouteError> {
+        self.endpoint.route(properties)
+    }
+
+    fn default_lane(&self) -> Lane {
+        M::LANE
     }
 
     fn remote_path(&self) -> Option<ActorPath> {

@@ -36,6 +36,7 @@
 
 pub mod error;
 pub mod frame;
+pub mod guarantees;
 pub mod layer;
 pub mod layers;
 pub mod options;
@@ -48,6 +49,7 @@ mod wire;
 
 pub use error::{LinkError, ReceiveError, StackSendError};
 pub use frame::Frame;
+pub use guarantees::{GuaranteeEffect, Guarantees};
 pub use layer::{DataUnit, Interface, Layer, LinkContext, LinkEvent, Output};
 pub use options::{LayerOption, LayerOptions, OptionError};
 pub use registry::{ConfigConstructor, LayerConfig, LayerConstructor, LayerFactory, LayerRegistry};

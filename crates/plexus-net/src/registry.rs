@@ -53,6 +53,7 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
+use crate::guarantees::GuaranteeEffect;
 use crate::layer::{Interface, Layer, LinkContext};
 use crate::layers::{
     batching::BatchingConfig, compression::CompressionConfig, delivery::DeliveryConfig,
@@ -76,6 +77,15 @@ pub trait LayerConstructor: Send + Sync + 'static {
     ///
     /// An unknown or malformed option.
     fn configure(&self, options: &LayerOptions) -> Result<LayerFactory, OptionError>;
+
+    /// How the layer, configured with `options`, changes the guarantees
+    /// of the layers below (see [`guarantees`](crate::guarantees)).
+    /// Default: it keeps them. Called only with options
+    /// [`configure`](Self::configure) accepted.
+    fn guarantees(&self, options: &LayerOptions) -> GuaranteeEffect {
+        let _ = options;
+        GuaranteeEffect::KEEP
+    }
 }
 
 /// A layer's configuration, parsed from spec options, that builds instances.
@@ -95,6 +105,12 @@ pub trait LayerConfig: Clone + Send + Sync + 'static {
 
     /// Builds one instance for one link.
     fn build(&self, link: &LinkContext) -> Box<dyn Layer>;
+
+    /// How the layer changes the guarantees of the layers below (see
+    /// [`guarantees`](crate::guarantees)). Default: it keeps them.
+    fn guarantees(&self) -> GuaranteeEffect {
+        GuaranteeEffect::KEEP
+    }
 }
 
 /// The [`LayerConstructor`] of a [`LayerConfig`].
@@ -114,6 +130,10 @@ impl<C: LayerConfig> LayerConstructor for ConfigConstructor<C> {
     fn configure(&self, options: &LayerOptions) -> Result<LayerFactory, OptionError> {
         let config = C::from_options(options)?;
         Ok(Arc::new(move |link| config.build(link)))
+    }
+
+    fn guarantees(&self, options: &LayerOptions) -> GuaranteeEffect {
+        C::from_options(options).map_or(GuaranteeEffect::KEEP, |c| c.guarantees())
     }
 }
 

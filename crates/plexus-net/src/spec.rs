@@ -25,6 +25,7 @@ use std::str::FromStr;
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
+use crate::guarantees::{GuaranteeEffect, Guarantees};
 use crate::layer::{DataUnit, Interface, LinkContext};
 use crate::options::{LayerOptions, OptionError};
 use crate::registry::{LayerFactory, LayerRegistry};
@@ -41,6 +42,10 @@ pub struct TransportProfile {
     pub unit: DataUnit,
     /// The largest datagram the transport carries, if bounded.
     pub max_datagram: Option<usize>,
+    /// What the transport guarantees the first layer: a byte stream is
+    /// reliable and ordered, datagrams are neither unless the transport
+    /// says so ([`with_guarantees`](Self::with_guarantees)).
+    pub guarantees: Guarantees,
 }
 
 impl TransportProfile {
@@ -49,6 +54,7 @@ impl TransportProfile {
         Self {
             unit: DataUnit::ByteStream,
             max_datagram: None,
+            guarantees: Guarantees::RELIABLE_ORDERED,
         }
     }
 
@@ -57,7 +63,15 @@ impl TransportProfile {
         Self {
             unit: DataUnit::Message,
             max_datagram: max,
+            guarantees: Guarantees::NONE,
         }
+    }
+
+    /// This profile with `guarantees` (a message transport that is
+    /// reliable and ordered itself, such as QUIC's streams).
+    pub const fn with_guarantees(mut self, guarantees: Guarantees) -> Self {
+        self.guarantees = guarantees;
+        self
     }
 }
 
@@ -136,6 +150,8 @@ pub(crate) struct LayerSpec {
     /// What the layer needs below.
     pub(crate) needs: DataUnit,
     pub(crate) factory: LayerFactory,
+    /// How the layer changes the guarantees below it.
+    pub(crate) effect: GuaranteeEffect,
 }
 
 impl fmt::Debug for LayerSpec {
@@ -208,11 +224,13 @@ impl StackSpec {
                     layer: name.to_owned(),
                     source,
                 })?;
+            let effect = constructor.guarantees(&options);
             layers.push(LayerSpec {
                 name: name.to_owned(),
                 options,
                 needs,
                 factory,
+                effect,
             });
             below = Some((name.to_owned(), offers));
         }
@@ -279,6 +297,18 @@ impl StackSpec {
     /// The profile the spec was [`fit`](Self::fit) to, if any.
     pub fn profile(&self) -> Option<TransportProfile> {
         self.profile
+    }
+
+    /// What stacks of this spec guarantee their messages: the transport's
+    /// guarantees changed by each layer, bottom to top. `None` before the
+    /// spec is [`fit`](Self::fit) to a transport.
+    pub fn guarantees(&self) -> Option<Guarantees> {
+        let profile = self.profile?;
+        Some(
+            self.layers
+                .iter()
+                .fold(profile.guarantees, |below, layer| layer.effect.apply(below)),
+        )
     }
 
     /// Layer names, bottom to top.

@@ -36,6 +36,9 @@ pub struct NodeConfig {
     pub(crate) cookie: String,
     /// Schemes configured with [`scheme`](Self::scheme).
     pub(crate) schemes: HashMap<String, String>,
+    /// Lanes mapped with [`lane`](Self::lane): (lane name, candidate
+    /// schemes separated by `|`), checked when the node starts.
+    pub(crate) lanes: Vec<(String, String)>,
     /// The layers scheme specs may name.
     pub(crate) layers: LayerRegistry,
     /// The transports scheme specs may name (besides `tls` and `quic`,
@@ -63,6 +66,7 @@ impl Default for NodeConfig {
         Self {
             cookie: "plexus".into(),
             schemes: HashMap::new(),
+            lanes: Vec::new(),
             layers: LayerRegistry::default(),
             transports: TransportRegistry::default(),
             connect_timeout: Duration::from_secs(5),
@@ -98,6 +102,40 @@ impl NodeConfig {
     /// Maps `scheme` to a stack spec (validated when the node starts).
     pub fn scheme(mut self, scheme: impl Into<String>, spec: impl Into<String>) -> Self {
         self.schemes.insert(scheme.into(), spec.into());
+        self
+    }
+
+    /// Maps `lane` to the scheme that carries it, e.g. `lane(Lane::Bulk,
+    /// "quic")`, or to several candidate schemes separated by `|`
+    /// (`"tcp | bulk-udp"`): an adaptive lane, whose messages are split
+    /// between them by a ratio learned from each one's goodput and delay
+    /// (and put back in order at the receiver).
+    ///
+    /// A mapped lane gets a connection of its own to every peer this node
+    /// dials (also when its scheme is that of the peer's URI: a control
+    /// lane on its own TCP connection is not queued behind bulk data), if
+    /// the peer listens on the scheme; an unmapped lane, or one whose
+    /// scheme the peer does not listen on, rides the link of the URI's
+    /// scheme. Checked when the node starts
+    /// ([`NodeError::Lane`](crate::NodeError::Lane)): the schemes must
+    /// exist, the control lane's stack must be reliable and ordered, and
+    /// an adaptive lane's candidates reliable.
+    ///
+    /// Messages take their type's lane
+    /// ([`RemoteMessage::LANE`](plexus_core::remote::RemoteMessage::LANE))
+    /// or the one a send names ([`ActorRef::via`](plexus_core::ActorRef::via)).
+    /// Within a lane, messages of one sender to one actor stay in order;
+    /// across lanes there is no order.
+    pub fn lane(self, lane: plexus_core::Lane, schemes: impl Into<String>) -> Self {
+        self.lane_named(lane.name(), schemes)
+    }
+
+    /// [`lane`](Self::lane) by the lane's name (`control`, `default`,
+    /// `bulk`, `unreliable`), as a configuration file gives it; an unknown
+    /// name fails the node's start with
+    /// [`LaneConfigError::UnknownLane`](crate::LaneConfigError::UnknownLane).
+    pub fn lane_named(mut self, lane: impl Into<String>, schemes: impl Into<String>) -> Self {
+        self.lanes.push((lane.into(), schemes.into()));
         self
     }
 

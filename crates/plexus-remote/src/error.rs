@@ -59,6 +59,79 @@ pub enum NodeError {
     /// Systems run on a tokio runtime; none was running.
     #[error("start node: no tokio runtime is running on this thread")]
     NoRuntime,
+    /// A lane's configuration is invalid.
+    #[error("start node: {0}")]
+    Lane(#[from] LaneConfigError),
+}
+
+/// Why a lane mapping ([`NodeConfig::lane`](crate::NodeConfig::lane)) was
+/// refused when the node started.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LaneConfigError {
+    /// No such lane.
+    #[error(transparent)]
+    UnknownLane(#[from] plexus_core::UnknownLane),
+    /// The lane names a scheme the node does not have.
+    #[error("lane {lane}: unknown scheme {scheme:?}; configure it with NodeConfig::scheme")]
+    UnknownScheme {
+        /// The lane.
+        lane: plexus_core::Lane,
+        /// The scheme it names.
+        scheme: String,
+    },
+    /// The lane's stack lacks a guarantee the lane needs (a control lane on
+    /// a lossy stack), or an adaptive lane's candidate is not reliable (its
+    /// receiver could wait for a lost frame forever).
+    #[error(
+        "lane {lane}: scheme {scheme:?} (`{stack}`) is not {missing}, which the {lane} lane          needs{why}"
+    )]
+    MissingGuarantee {
+        /// The lane.
+        lane: plexus_core::Lane,
+        /// The scheme mapped to it.
+        scheme: String,
+        /// The scheme's stack.
+        stack: String,
+        /// What the stack lacks.
+        missing: plexus_net::Guarantees,
+        /// Why the lane needs it, if not the lane's own need.
+        why: &'static str,
+    },
+    /// The lane is mapped to no scheme (an empty list).
+    #[error("lane {lane}: no scheme given")]
+    NoCandidates {
+        /// The lane.
+        lane: plexus_core::Lane,
+    },
+    /// More candidate stacks than an adaptive lane takes.
+    #[error("lane {lane}: {given} candidate schemes, at most {max}")]
+    TooManyCandidates {
+        /// The lane.
+        lane: plexus_core::Lane,
+        /// How many were given.
+        given: usize,
+        /// The most allowed.
+        max: usize,
+    },
+    /// Two lanes (or two candidates of one) name the same scheme: each
+    /// lane connection needs a scheme of its own (a datagram socket
+    /// carries one link per peer address).
+    #[error("lanes {first} and {second} both name scheme {scheme:?}; give each its own scheme")]
+    SharedScheme {
+        /// The lane that named it first.
+        first: plexus_core::Lane,
+        /// The lane that named it again.
+        second: plexus_core::Lane,
+        /// The scheme.
+        scheme: String,
+    },
+    /// The lane is mapped twice.
+    #[error("lane {lane}: mapped twice")]
+    Duplicate {
+        /// The lane.
+        lane: plexus_core::Lane,
+    },
 }
 
 /// Why connecting to a node failed.
@@ -87,6 +160,17 @@ pub enum LinkError {
     /// The node is shutting down.
     #[error("node is shutting down")]
     ShuttingDown,
+    /// A lane connection of the session could not be set up (the session
+    /// does not come up without it).
+    #[error("lane {lane} over {scheme}: {source}")]
+    Lane {
+        /// The lane.
+        lane: plexus_core::Lane,
+        /// The scheme that carries it.
+        scheme: String,
+        /// Why.
+        source: Box<LinkError>,
+    },
 }
 
 impl From<ConnectError> for LinkError {

@@ -31,6 +31,10 @@ pub struct Verified {
     pub capabilities: u64,
     /// URIs the peer listens on.
     pub listen: Vec<String>,
+    /// The session both sides name in `BIND` to attach lane connections to
+    /// this link: a hash of both fresh nonces, the same on both sides and
+    /// new with every handshake.
+    pub session: u64,
 }
 
 /// Why a handshake failed. Both sides of a failed handshake report it: the
@@ -219,12 +223,14 @@ impl Handshake {
                     return Err(HandshakeError::CookieMismatch);
                 }
                 self.state = State::Done;
+                let session = session_of(&self.hello.nonce, &peer.nonce);
                 Ok((
                     None,
                     Some(Verified {
                         node: peer.node,
                         capabilities: peer.capabilities & self.hello.capabilities,
                         listen: peer.listen,
+                        session,
                     }),
                 ))
             }
@@ -251,6 +257,18 @@ impl Handshake {
     }
 }
 
+/// The session of a handshake with nonces `a` and `b` (in either order).
+fn session_of(a: &[u8; 16], b: &[u8; 16]) -> u64 {
+    let (lo, hi) = if a <= b { (a, b) } else { (b, a) };
+    let mut h = blake3::Hasher::new();
+    h.update(b"plexus session");
+    h.update(lo);
+    h.update(hi);
+    let mut out = [0u8; 8];
+    out.copy_from_slice(&h.finalize().as_bytes()[..8]);
+    u64::from_le_bytes(out)
+}
+
 fn frame_name(f: &WireFrame) -> &'static str {
     match f {
         WireFrame::Hello(_) => "HELLO",
@@ -270,6 +288,9 @@ fn frame_name(f: &WireFrame) -> &'static str {
         WireFrame::Exit { .. } => "EXIT",
         WireFrame::Stop { .. } => "STOP",
         WireFrame::Goodbye { .. } => "GOODBYE",
+        WireFrame::Bind { .. } => "BIND",
+        WireFrame::Lanes { .. } => "LANES",
+        WireFrame::Sequenced { .. } => "SEQUENCED",
     }
 }
 
@@ -343,8 +364,10 @@ mod tests {
     fn same_cookie_connects_and_learns_the_peer() {
         let (mut a, mut b) = pair("secret", "secret");
         let (ra, rb) = run(&mut a, &mut b);
-        assert_eq!(ra.unwrap().node, NodeId::from_u64(2));
+        let pa = ra.unwrap();
+        assert_eq!(pa.node, NodeId::from_u64(2));
         let pb = rb.unwrap();
+        assert_eq!(pa.session, pb.session, "both sides name one session");
         assert_eq!(pb.node, NodeId::from_u64(1));
         assert_eq!(pb.listen, vec!["tcp://a".to_string()]);
     }
@@ -372,7 +395,7 @@ mod tests {
         assert_eq!(
             e,
             HandshakeError::VersionMismatch {
-                ours: 1,
+                ours: PROTOCOL_VERSION,
                 theirs: 99
             }
         );

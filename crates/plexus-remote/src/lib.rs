@@ -33,16 +33,19 @@ mod error;
 mod forged;
 pub mod handshake;
 pub mod identity;
+mod lanes;
 mod node;
 mod peer;
 #[cfg(feature = "process")]
 pub mod process;
 mod proxy;
+pub mod selector;
 pub mod uri;
 pub mod wire;
 
 pub use config::NodeConfig;
-pub use error::{LinkError, NodeError, PublishError, ResolveError};
+pub use error::{LaneConfigError, LinkError, NodeError, PublishError, ResolveError};
 pub use forged::ForgedRefs;
-pub use node::{Node, PeerLinkStats};
+pub use node::{LaneStats, Node, PeerLinkStats};
+pub use peer::LaneCandidate;
 pub use uri::{Uri, UriError};

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use plexus_core::remote::{self, Control, Inbound, PendingReply, RemoteMessage, Watcher};
-use plexus_core::{ActorId, ActorRef, NodeId, SystemRef};
+use plexus_core::{ActorId, ActorRef, Lane, NodeId, SystemRef};
 use plexus_net::StackSpec;
 use plexus_transport::{AcceptError, Dialer, LinkStats, Strand, Transport};
 use rustc_hash::FxHashMap;
@@ -14,7 +14,8 @@ use tokio::task::AbortHandle;
 
 use crate::config::NodeConfig;
 use crate::error::{LinkError, NodeError, PublishError, ResolveError};
-use crate::peer::{self, Peer};
+use crate::lanes::LanePlan;
+use crate::peer::{self, LaneCandidate, Peer};
 use crate::proxy::RemoteActor;
 use crate::uri::Uri;
 use crate::wire::{Resolution, MAX_NAME};
@@ -53,12 +54,36 @@ pub struct PeerLinkStats {
     pub stats: LinkStats,
 }
 
+/// What one lane of one peer link carries; see [`Node::lane_stats`].
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct LaneStats {
+    /// The node at the other end.
+    pub node: NodeId,
+    /// The scheme of the session's primary link (the URI's).
+    pub scheme: String,
+    /// The lane.
+    pub lane: Lane,
+    /// Frames sent on the lane in this session.
+    pub frames: u64,
+    /// The links that carry it: the primary link for a lane without links
+    /// of its own, its link, or an adaptive lane's candidates.
+    pub carriers: Vec<LaneCandidate>,
+}
+
 pub(crate) struct NodeInner {
     pub(crate) system: SystemRef,
     pub(crate) id: NodeId,
     pub(crate) config: NodeConfig,
     /// Every scheme's spec, fit to its transport.
     schemes: HashMap<String, Scheme>,
+    /// Which schemes carry which lane.
+    pub(crate) lanes: LanePlan,
+    /// Sessions whose lane connections are being bound (accepted primary
+    /// links waiting for `LANES`), by session.
+    pub(crate) binding: Mutex<HashMap<u64, Binding>>,
+    /// Woken when a session starts binding.
+    pub(crate) binding_started: tokio::sync::Notify,
     listeners: Mutex<Vec<AbortHandle>>,
     listen_uris: RwLock<Vec<String>>,
     /// Dialers by scheme: a listener's (UDP and QUIC share one socket
@@ -74,6 +99,14 @@ pub(crate) struct NodeInner {
     /// The runtime the node was started on: tasks it spawns (connects,
     /// forged resolves) run there, whichever thread asks.
     runtime: tokio::runtime::Handle,
+}
+
+/// An accepted session waiting for its lane connections.
+pub(crate) struct Binding {
+    /// The node the session is with.
+    pub(crate) node: NodeId,
+    /// The lane connections bound so far.
+    pub(crate) links: Vec<crate::peer::BoundLink>,
 }
 
 /// A scheme: its stack spec and the transport that carries it.
@@ -156,12 +189,16 @@ impl Node {
             let (transport, spec) = transports.fit(&spec).map_err(spec_error)?;
             schemes.insert(scheme.to_owned(), Scheme { spec, transport });
         }
+        let lanes = LanePlan::new(&config.lanes, &schemes)?;
         Ok(Node {
             inner: Arc::new(NodeInner {
                 id: system.node_id(),
                 system: system.clone(),
                 config,
                 schemes,
+                lanes,
+                binding: Mutex::default(),
+                binding_started: tokio::sync::Notify::new(),
                 listeners: Mutex::default(),
                 listen_uris: RwLock::default(),
                 dialers: Mutex::default(),
@@ -328,7 +365,13 @@ impl Node {
         let remote_node = peer.wait_up().await.map_err(link_err)?;
         let timeout = self.inner.config.request_timeout;
         let answer = peer
-            .resolve(Strand::ZERO, M::TYPE_ID, M::TYPE_NAME, &name)
+            .resolve(
+                peer::Carrier::Lane(Lane::Control),
+                Strand::ZERO,
+                M::TYPE_ID,
+                M::TYPE_NAME,
+                &name,
+            )
             .map_err(link_err)?;
         let resolution = match tokio::time::timeout(timeout, answer).await {
             Err(_) => {
@@ -441,6 +484,31 @@ impl Node {
         v
     }
 
+    /// What every lane of every working session carries: its links, their
+    /// queues, and on an adaptive lane the current split with each
+    /// candidate's goodput and delay as the learner estimates them.
+    pub fn lane_stats(&self) -> Vec<LaneStats> {
+        let peers = lock(&self.inner.peers);
+        let mut v: Vec<LaneStats> = peers
+            .by_node
+            .iter()
+            .filter_map(|((node, scheme), p)| Some((*node, scheme.clone(), p.lane_stats()?)))
+            .flat_map(|(node, scheme, lanes)| {
+                lanes
+                    .into_iter()
+                    .map(move |(lane, frames, carriers)| LaneStats {
+                        node,
+                        scheme: scheme.clone(),
+                        lane,
+                        frames,
+                        carriers,
+                    })
+            })
+            .collect();
+        v.sort_by(|a, b| (a.node, &a.scheme, a.lane).cmp(&(b.node, &b.scheme, b.lane)));
+        v
+    }
+
     /// Says goodbye to every peer, closes every link and listener. Remote
     /// monitors of this node's actors see `NodeDown`.
     pub async fn shutdown(&self) {
@@ -472,6 +540,31 @@ impl std::fmt::Debug for Node {
 }
 
 impl NodeInner {
+    /// What the stack of `scheme` guarantees.
+    pub(crate) fn scheme_guarantees(&self, scheme: &str) -> plexus_net::Guarantees {
+        self.schemes
+            .get(scheme)
+            .and_then(|s| s.spec.guarantees())
+            .unwrap_or(plexus_net::Guarantees::NONE)
+    }
+
+    /// What the stack of `lane` guarantees towards a peer whose primary
+    /// link is of `primary` scheme.
+    pub(crate) fn lane_guarantees(&self, lane: Lane, primary: &str) -> plexus_net::Guarantees {
+        self.lanes.guarantees(lane, primary, &self.schemes)
+    }
+
+    /// The lane `properties` pick for `actor`, reached over a `primary`
+    /// link, if its stack honours them.
+    pub(crate) fn route(
+        &self,
+        actor: ActorId,
+        properties: &plexus_core::MessageProperties,
+        primary: &str,
+    ) -> Result<Lane, plexus_core::RouteError> {
+        self.lanes.route(actor, properties, primary, &self.schemes)
+    }
+
     pub(crate) fn next_id(&self) -> u64 {
         self.next_id.fetch_add(1, Ordering::Relaxed)
     }

@@ -16,10 +16,11 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use plexus_core::remote::{Control, ReceiptError, Signal, Watcher, WireContext};
-use plexus_core::{ActorId, DeadLetterReason, Down, Exit, ExitReason, NodeId};
+use plexus_core::remote::{Control, ReceiptError, ReceiptFuture, Signal, Watcher, WireContext};
+use plexus_core::Lane;
+use plexus_core::{ActorId, DeadLetterReason, Down, Exit, ExitReason, NodeId, Receipt};
 use plexus_net::LinkEvent;
-use plexus_transport::{Link, LinkSender, LinkStats, LinkTrySendError, Received, Strand};
+use plexus_transport::{Link, LinkStats, LinkTrySendError, Received, Strand};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
@@ -28,9 +29,13 @@ use crate::error::LinkError;
 use crate::handshake::{self, Handshake};
 use crate::node::{lock, NodeInner};
 use crate::proxy::RemoteActor;
+use crate::selector::{Resequencer, ResequencerConfig};
 use crate::wire::{Resolution, WireFrame};
 
+mod adaptive;
+mod bind;
 mod dispatch;
+mod links;
 mod session;
 mod state;
 mod strands;
@@ -41,6 +46,9 @@ pub(crate) use session::accept;
 use session::{established, handshake_on};
 
 use dispatch::{wait_drained, DriverDispatch, InboundCache};
+pub use links::LaneCandidate;
+use links::SessionLinks;
+pub(crate) use links::{BoundLink, Carrier};
 use state::{Abandoned, Backoff, PeerState, Phase};
 use strands::down_token;
 pub(crate) use strands::{name_key, strand_of};
@@ -63,14 +71,22 @@ pub(crate) struct Peer {
     /// copy its address) for one reply, then drop it. It holds this peer,
     /// so it is let go when the link goes down.
     recent_import: Mutex<Option<Arc<RemoteActor>>>,
+    /// Per lane: the order of the current session's frames on it, if it is
+    /// an adaptive lane of the peer (its frames come over several links).
+    resequencers: Mutex<[Resequencer<Bytes>; Lane::COUNT]>,
+}
+
+/// Fresh resequencers: every session numbers its lanes' frames from 0.
+fn fresh_resequencers() -> [Resequencer<Bytes>; Lane::COUNT] {
+    std::array::from_fn(|_| Resequencer::new(ResequencerConfig::default()))
 }
 
 /// The real handles a peer's [`PeerState`] holds.
 pub(crate) struct Live;
 
 impl state::Handles for Live {
-    type Sender = LinkSender;
-    type Held = (Strand, Bytes);
+    type Sender = SessionLinks;
+    type Held = (Carrier, Strand, Bytes);
     type Waiter = oneshot::Sender<Result<NodeId, LinkError>>;
     type Resolve = oneshot::Sender<Result<Resolution, LinkError>>;
     type Receipt = oneshot::Sender<Result<(), ReceiptError>>;
@@ -141,6 +157,7 @@ impl Peer {
             down: AtomicBool::new(false),
             remote_node: AtomicU64::new(0),
             recent_import: Mutex::new(None),
+            resequencers: Mutex::new(fresh_resequencers()),
         })
     }
 
@@ -218,6 +235,12 @@ impl Peer {
     pub(crate) fn link_stats(&self) -> Option<(String, LinkStats)> {
         let st = lock(&self.state);
         st.sender().map(|s| (s.peer().to_owned(), s.stats()))
+    }
+
+    /// What each lane of the session carries, while it is up.
+    pub(crate) fn lane_stats(&self) -> Option<Vec<(Lane, u64, Vec<LaneCandidate>)>> {
+        let st = lock(&self.state);
+        st.sender().map(|links| links.lane_stats(&self.scheme))
     }
 
     /// Whether actors of `node` may be reached through this peer: it is up
@@ -311,10 +334,18 @@ impl Peer {
             let addr = lock(&self.dial).clone().unwrap_or_default();
             let mut link = dialer.connect(&addr).await?;
             let hs = handshake_on(&inner, &mut link).await?;
-            Ok::<_, LinkError>((link, hs))
+            let lanes = bind::dial_lanes(&inner, &hs).await?;
+            let bound = lanes
+                .iter()
+                .map(|l| (l.lane.index() as u8, l.candidate))
+                .collect();
+            link.send(WireFrame::Lanes { bound }.encode())
+                .await
+                .map_err(|e| LinkError::Closed(e.to_string()))?;
+            Ok::<_, LinkError>((link, lanes, hs))
         };
         match tokio::time::timeout(timeout, attempt).await {
-            Ok(Ok((link, hs))) => established(&inner, Some(self), link, hs, inner.id),
+            Ok(Ok((link, lanes, hs))) => established(&inner, Some(self), link, lanes, hs, inner.id),
             Ok(Err(e)) => self.failed(&inner, e),
             Err(_) => self.failed(&inner, LinkError::Timeout(timeout)),
         }
@@ -361,18 +392,19 @@ impl Peer {
         }
     }
 
-    /// Queues an encoded frame for the peer on `strand` (held while
-    /// connecting, up to the configured bound). See [`strand_of`] for which
-    /// strand a frame takes.
+    /// Queues an encoded frame for the peer on `carrier` and `strand`
+    /// (held while connecting, up to the configured bound). See
+    /// [`strand_of`] for which strand a frame takes.
     pub(crate) fn send_frame(
         self: &Arc<Self>,
+        carrier: Carrier,
         strand: Strand,
         frame: Bytes,
     ) -> Result<(), Undelivered> {
         let p = self.canonical();
         let mut st = lock(&p.state);
-        if let Some(sender) = st.sender() {
-            return match sender.try_send_on(strand, frame) {
+        if let Some(links) = st.sender() {
+            return match links.try_send_on(carrier, strand, frame) {
                 Ok(()) => Ok(()),
                 Err(LinkTrySendError::Full { .. }) => Err(Undelivered),
                 Err(LinkTrySendError::Send(plexus_transport::LinkSendError::Closed {
@@ -381,7 +413,7 @@ impl Peer {
                 })) => {
                     // The reader will mark the link down; hold the frame
                     // for the reconnect like any other.
-                    st.pending.push_back((strand, message));
+                    st.pending.push_back((carrier, strand, message));
                     Ok(())
                 }
                 Err(_) => Err(Undelivered),
@@ -391,7 +423,7 @@ impl Peer {
         if st.pending.len() >= bound {
             return Err(Undelivered);
         }
-        st.pending.push_back((strand, frame));
+        st.pending.push_back((carrier, strand, frame));
         drop(st);
         p.ensure_connected();
         Ok(())
@@ -401,38 +433,46 @@ impl Peer {
     /// copied once, into the link's outgoing bytes where the link allows.
     pub(crate) fn send_slice(
         self: &Arc<Self>,
+        carrier: Carrier,
         strand: Strand,
         frame: &[u8],
     ) -> Result<(), Undelivered> {
         let p = self.canonical();
         let st = lock(&p.state);
-        if let Some(sender) = st.sender() {
-            return match sender.try_send_copy_on(strand, frame) {
+        if let Some(links) = st.sender() {
+            return match links.try_send_copy_on(carrier, strand, frame) {
                 Ok(()) => Ok(()),
                 Err(LinkTrySendError::Send(plexus_transport::LinkSendError::Closed {
                     message,
                     ..
                 })) => {
                     drop(st);
-                    p.send_frame(strand, message)
+                    p.send_frame(carrier, strand, message)
                 }
                 Err(_) => Err(Undelivered),
             };
         }
         drop(st);
-        p.send_frame(strand, Bytes::copy_from_slice(frame))
+        p.send_frame(carrier, strand, Bytes::copy_from_slice(frame))
     }
 
+    /// Sends a system frame: on the control lane, on its strand.
     pub(crate) fn send(self: &Arc<Self>, frame: &WireFrame) -> Result<(), Undelivered> {
-        self.send_frame(strand_of(frame), frame.encode())
+        self.send_frame(
+            Carrier::Lane(Lane::Control),
+            strand_of(frame),
+            frame.encode(),
+        )
     }
 
-    /// Sends a `RESOLVE` on `strand`; the answer arrives on the returned
-    /// channel. The receiver answers a `RESOLVE` only after the frames sent
-    /// before it on the same strand, so a forged ref uses it on its name's
-    /// strand as a fence (see `proxy.rs`); others send it on strand 0.
+    /// Sends a `RESOLVE` on `carrier` and `strand`; the answer arrives on
+    /// the returned channel. The receiver answers a `RESOLVE` only after
+    /// the frames sent before it on the same link and strand, so a forged
+    /// ref uses it on the primary link and its name's strand as a fence
+    /// (see `proxy.rs`); others send it on the control lane.
     pub(crate) fn resolve(
         self: &Arc<Self>,
+        carrier: Carrier,
         strand: Strand,
         type_id: u64,
         type_name: &str,
@@ -451,31 +491,46 @@ impl Peer {
             type_name: type_name.to_owned(),
             name: name.to_owned(),
         };
-        p.send_frame(strand, frame.encode())
+        p.send_frame(carrier, strand, frame.encode())
             .map_err(|_| LinkError::Closed("send buffer full".into()))?;
         Ok(rx)
     }
 
-    /// Sends a message frame that asks for a receipt, on `strand`.
+    /// Sends a message frame that asks for a receipt, on `lane`. On a lane
+    /// whose stack may lose it (the receipt could be lost as well), the
+    /// frame asks for none and the receipt says [`Receipt::Sent`] once it
+    /// is queued.
+    ///
+    /// [`Receipt::Sent`]: plexus_core::Receipt::Sent
     pub(crate) fn send_with_receipt(
         self: &Arc<Self>,
+        lane: Lane,
         strand: Strand,
         build: impl FnOnce(u64) -> Bytes,
-    ) -> oneshot::Receiver<Result<(), ReceiptError>> {
+    ) -> ReceiptFuture {
         let p = self.canonical();
-        let (tx, rx) = oneshot::channel();
         let Some(inner) = p.inner.upgrade() else {
-            let _ = tx.send(Err(ReceiptError::LinkClosed("node dropped".into())));
-            return rx;
+            return ReceiptFuture::ready(Err(ReceiptError::LinkClosed("node dropped".into())));
         };
+        if !inner.lane_guarantees(lane, &p.scheme).reliable {
+            return ReceiptFuture::ready(
+                match p.send_frame(Carrier::Lane(lane), strand, build(0)) {
+                    Ok(()) => Ok(Receipt::Sent),
+                    Err(Undelivered) => Err(ReceiptError::LinkClosed("send buffer full".into())),
+                },
+            );
+        }
+        let (tx, rx) = oneshot::channel();
         let id = inner.next_id();
         lock(&p.state).expect_receipt(id, tx);
-        if p.send_frame(strand, build(id)).is_err() {
+        if p.send_frame(Carrier::Lane(lane), strand, build(id))
+            .is_err()
+        {
             if let Some(tx) = lock(&p.state).handle_receipt(id) {
                 let _ = tx.send(Err(ReceiptError::LinkClosed("send buffer full".into())));
             }
         }
-        rx
+        ReceiptFuture::pending(rx)
     }
 
     /// Registers a local watcher of a remote actor and sends `MONITOR`.
@@ -600,9 +655,14 @@ impl Peer {
 
 /// Sends the frames held while no link was up; what no longer fits the
 /// link's send buffer is a dead letter.
-fn flush(inner: &NodeInner, sender: &LinkSender, pending: VecDeque<(Strand, Bytes)>, node: NodeId) {
-    for (strand, frame) in pending {
-        if sender.try_send_on(strand, frame).is_err() {
+fn flush(
+    inner: &NodeInner,
+    links: &SessionLinks,
+    pending: VecDeque<(Carrier, Strand, Bytes)>,
+    node: NodeId,
+) {
+    for (carrier, strand, frame) in pending {
+        if links.try_send_on(carrier, strand, frame).is_err() {
             inner.system.dead_letters().record(
                 ActorId::new(node, 0),
                 "remote message (send buffer full when the link came up)",

@@ -13,15 +13,17 @@ use std::sync::{Arc, Mutex, Weak};
 
 use bytes::{BufMut, Bytes, BytesMut};
 use plexus_core::remote::{
-    ActorPath, CodecError, Control, ReceiptError, Refusal, RemoteEndpoint, RemoteMessage, Signal,
-    Watcher, WireContext,
+    ActorPath, CodecError, Control, ReceiptError, ReceiptFuture, Refusal, RemoteEndpoint,
+    RemoteMessage, Signal, Watcher, WireContext,
 };
-use plexus_core::{ActorId, DeadLetterReason, Down, ExitReason};
+use plexus_core::{
+    ActorId, DeadLetterReason, Down, ExitReason, Lane, MessageProperties, RouteError,
+};
 use plexus_transport::Strand;
 use tokio::sync::{oneshot, Semaphore};
 
 use crate::node::{lock, NodeInner};
-use crate::peer::{message_frame, Peer};
+use crate::peer::{message_frame, Carrier, Peer};
 use crate::wire::{Resolution, WireFrame};
 
 pub(crate) struct RemoteActor {
@@ -318,9 +320,9 @@ impl RemoteActor {
         n: &Named,
         st: &mut NamedState,
     ) -> Result<ResolveAnswer, crate::error::LinkError> {
-        let answer = self
-            .peer
-            .resolve(n.strand, n.type_id, n.type_name, &n.name)?;
+        let answer =
+            self.peer
+                .resolve(Carrier::Primary, n.strand, n.type_id, n.type_name, &n.name)?;
         st.on_fence_sent();
         Ok(answer)
     }
@@ -465,6 +467,7 @@ impl RemoteEndpoint for RemoteActor {
 
     fn send_encoded(
         &self,
+        lane: Lane,
         type_id: u64,
         type_name: &'static str,
         encode: &mut dyn FnMut(&mut Vec<u8>) -> Result<(), CodecError>,
@@ -486,9 +489,10 @@ impl RemoteEndpoint for RemoteActor {
                 // The buffer leaves with the frame; the scratch gets a new
                 // one of the same capacity.
                 let full = std::mem::replace(frame, Vec::with_capacity(frame.capacity()));
-                self.peer.send_frame(strand, Bytes::from(full))
+                self.peer
+                    .send_frame(Carrier::Lane(lane), strand, Bytes::from(full))
             } else {
-                self.peer.send_slice(strand, frame)
+                self.peer.send_slice(Carrier::Lane(lane), strand, frame)
             };
             if sent.is_err() {
                 self.dead_letter_here(type_name, DeadLetterReason::MailboxFull);
@@ -497,7 +501,7 @@ impl RemoteEndpoint for RemoteActor {
         })
     }
 
-    fn send(&self, type_id: u64, type_name: &'static str, payload: Bytes) {
+    fn send(&self, lane: Lane, type_id: u64, type_name: &'static str, payload: Bytes) {
         // Called through an Arc, so the upgrade succeeds; never drop silently.
         let Some(me) = self.arc() else {
             self.dead_letter_here(type_name, DeadLetterReason::Undeliverable);
@@ -505,7 +509,9 @@ impl RemoteEndpoint for RemoteActor {
         };
         let sent = me.route(|strand, to| {
             let frame = me.message_to(to, type_id, 0, &payload);
-            self.peer.send_frame(strand, frame).is_ok()
+            self.peer
+                .send_frame(Carrier::Lane(lane), strand, frame)
+                .is_ok()
         });
         match sent {
             Some(true) => {}
@@ -516,25 +522,30 @@ impl RemoteEndpoint for RemoteActor {
 
     fn send_with_receipt(
         &self,
+        lane: Lane,
         type_id: u64,
         type_name: &'static str,
         payload: Bytes,
-    ) -> oneshot::Receiver<Result<(), ReceiptError>> {
+    ) -> ReceiptFuture {
         let Some(me) = self.arc() else {
-            let (tx, rx) = oneshot::channel();
-            let _ = tx.send(Err(ReceiptError::Stopped));
-            return rx;
+            return ReceiptFuture::ready(Err(ReceiptError::Stopped));
         };
         let sent = me.route(|strand, to| {
             self.peer
-                .send_with_receipt(strand, |id| me.message_to(to, type_id, id, &payload))
+                .send_with_receipt(lane, strand, |id| me.message_to(to, type_id, id, &payload))
         });
         sent.unwrap_or_else(|| {
             self.dead_letter_here(type_name, DeadLetterReason::Stopped);
-            let (tx, rx) = oneshot::channel();
-            let _ = tx.send(Err(ReceiptError::Stopped));
-            rx
+            ReceiptFuture::ready(Err(ReceiptError::Stopped))
         })
+    }
+
+    fn route(&self, properties: &MessageProperties) -> Result<Lane, RouteError> {
+        let Some(inner) = self.inner.upgrade() else {
+            return Ok(properties.lane());
+        };
+        let peer = self.peer.canonical();
+        inner.route(self.id, properties, &peer.scheme)
     }
 
     fn dead_letter(&self, type_name: &'static str, reason: DeadLetterReason) {
@@ -610,7 +621,9 @@ impl Control for RemoteActor {
                 },
                 Signal::Down(_) => return false,
             };
-            self.peer.send_frame(strand, frame.encode()).is_ok()
+            self.peer
+                .send_frame(Carrier::Lane(Lane::Control), strand, frame.encode())
+                .is_ok()
         })
         .unwrap_or(false)
     }

@@ -15,7 +15,7 @@ use plexus_core::{ActorId, ExitReason, NodeId};
 
 /// Protocol version spoken by this build. Peers must speak the same major
 /// version (see `docs/PROTOCOL.md`, Versioning).
-pub const PROTOCOL_VERSION: u16 = 1;
+pub const PROTOCOL_VERSION: u16 = 2;
 /// First four bytes of a `HELLO`.
 pub const MAGIC: [u8; 4] = *b"PLXS";
 /// Longest actor name, type name or address accepted.
@@ -117,6 +117,9 @@ pub enum RejectCode {
     /// The node id claimed in `HELLO` is not the one the peer's
     /// certificate certifies.
     Identity = 6,
+    /// A lane connection named a session that does not exist, or belongs
+    /// to another node.
+    Session = 7,
 }
 
 impl RejectCode {
@@ -128,6 +131,7 @@ impl RejectCode {
             4 => Self::SameNode,
             5 => Self::ShuttingDown,
             6 => Self::Identity,
+            7 => Self::Session,
             v => {
                 return Err(WireError::Invalid {
                     field: "reject code",
@@ -313,7 +317,42 @@ pub enum WireFrame {
         /// Why.
         reason: String,
     },
+    /// The first frame after the handshake on a lane connection: binds it
+    /// to the session of the node pair's primary link. The receiver echoes
+    /// it once bound, or refuses with `REJECT` (code `Session`).
+    Bind {
+        /// The session (see `handshake::Verified::session`).
+        session: u64,
+        /// The lane the connection carries (`plexus_core::Lane::index`).
+        lane: u8,
+        /// Which of the lane's candidate stacks it is (0 for a lane with
+        /// one).
+        candidate: u8,
+    },
+    /// The first frame after the handshake on a primary link: the lane
+    /// connections the dialler bound to this session, all acknowledged.
+    /// The session is up from here, on both sides.
+    Lanes {
+        /// `(lane, candidate)` of every bound lane connection.
+        bound: Vec<(u8, u8)>,
+    },
+    /// A frame on a lane with several candidate stacks, numbered so the
+    /// receiver restores the sender's order.
+    Sequenced {
+        /// The lane (`plexus_core::Lane::index`).
+        lane: u8,
+        /// The lane's sequence number of this frame, from 0.
+        seq: u64,
+        /// The frame itself (any frame but `SEQUENCED`).
+        frame: Bytes,
+    },
 }
+
+/// Most lane connections one session may bind: four lanes of at most
+/// [`MAX_CANDIDATES`] candidates.
+pub const MAX_BOUND: usize = 16;
+/// Most candidate stacks of one lane.
+pub const MAX_CANDIDATES: usize = 4;
 
 mod kind {
     pub const HELLO: u8 = 0x01;
@@ -333,6 +372,9 @@ mod kind {
     pub const EXIT: u8 = 0x42;
     pub const STOP: u8 = 0x43;
     pub const GOODBYE: u8 = 0x50;
+    pub const BIND: u8 = 0x60;
+    pub const LANES: u8 = 0x61;
+    pub const SEQUENCED: u8 = 0x62;
 }
 
 /// The header of a `MESSAGE` frame, read in place: the receive path's fast
@@ -541,6 +583,28 @@ impl WireFrame {
                 b.put_u8(kind::GOODBYE);
                 put_str(b, reason);
             }
+            Self::Bind {
+                session,
+                lane,
+                candidate,
+            } => {
+                b.put_u8(kind::BIND);
+                b.put_u64_le(*session);
+                b.put_u8(*lane);
+                b.put_u8(*candidate);
+            }
+            Self::Lanes { bound } => {
+                b.put_u8(kind::LANES);
+                put_varint(b, bound.len() as u64);
+                for (lane, candidate) in bound {
+                    b.put_u8(*lane);
+                    b.put_u8(*candidate);
+                }
+            }
+            Self::Sequenced { lane, seq, frame } => {
+                put_sequenced_header(b, *lane, *seq);
+                b.put_slice(frame);
+            }
         }
     }
 
@@ -688,6 +752,31 @@ impl WireFrame {
             kind::GOODBYE => WireFrame::Goodbye {
                 reason: r.string("goodbye reason", MAX_DETAIL)?,
             },
+            kind::BIND => WireFrame::Bind {
+                session: r.u64("session")?,
+                lane: r.u8("lane")?,
+                candidate: r.u8("candidate")?,
+            },
+            kind::LANES => {
+                let n = r.len("bound lanes", MAX_BOUND)?;
+                let mut bound = Vec::with_capacity(n);
+                for _ in 0..n {
+                    bound.push((r.u8("lane")?, r.u8("candidate")?));
+                }
+                WireFrame::Lanes { bound }
+            }
+            kind::SEQUENCED => {
+                let lane = r.u8("lane")?;
+                let seq = r.varint("sequence number")?;
+                let frame = r.rest();
+                if frame.first() == Some(&kind::SEQUENCED) {
+                    return Err(WireError::Invalid {
+                        field: "sequenced frame kind",
+                        value: kind::SEQUENCED.into(),
+                    });
+                }
+                return Ok(WireFrame::Sequenced { lane, seq, frame });
+            }
             k => return Err(WireError::UnknownKind(k)),
         };
         if r.b.has_remaining() {
@@ -695,6 +784,14 @@ impl WireFrame {
         }
         Ok(frame)
     }
+}
+
+/// Appends the header of a `SEQUENCED` frame; the numbered frame follows
+/// it.
+pub fn put_sequenced_header(b: &mut impl BufMut, lane: u8, seq: u64) {
+    b.put_u8(kind::SEQUENCED);
+    b.put_u8(lane);
+    put_varint(b, seq);
 }
 
 /// Appends the header of a `MESSAGE` frame; the payload follows it. Lets the

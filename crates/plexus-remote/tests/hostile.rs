@@ -19,13 +19,24 @@ use plexus_transport::Link;
 
 const T: Duration = Duration::from_secs(5);
 
-/// Dials `addr` and completes the handshake by hand.
+/// Dials `addr` and completes the handshake by hand, and says it bound no
+/// lane connections: the session is up.
 async fn raw_peer(addr: &str, cookie: &str) -> Link {
+    let (link, _) = raw_handshake(addr, cookie, 0x0bad).await;
+    link.send(WireFrame::Lanes { bound: vec![] }.encode())
+        .await
+        .unwrap();
+    link
+}
+
+/// Dials `addr` as node `node` and completes the handshake by hand; returns
+/// the link and the session it set up.
+async fn raw_handshake(addr: &str, cookie: &str, node: u64) -> (Link, u64) {
     let spec: StackSpec = "tcp / framing".parse().unwrap();
     let mut link = plexus_transport::tcp::connect(&spec, addr.parse().unwrap())
         .await
         .unwrap();
-    let mut hs = Handshake::new(NodeId::from_u64(0x0bad), cookie, [5; 16], vec![]);
+    let mut hs = Handshake::new(NodeId::from_u64(node), cookie, [node as u8; 16], vec![]);
     link.send(hs.hello().encode()).await.unwrap();
     loop {
         let f = WireFrame::decode(link.recv_message().await.unwrap()).unwrap();
@@ -33,8 +44,8 @@ async fn raw_peer(addr: &str, cookie: &str) -> Link {
         if let Some(r) = reply {
             link.send(r.encode()).await.unwrap();
         }
-        if done.is_some() {
-            return link;
+        if let Some(verified) = done {
+            return (link, verified.session);
         }
     }
 }
@@ -224,4 +235,73 @@ async fn a_peer_without_the_cookie_never_reaches_an_actor() {
         }
     }
     assert!(saw_reject, "the node answers with REJECT and closes");
+}
+
+/// Waits until the node closes `link` (reading what it still sends).
+async fn closed_by_node(link: &mut Link) -> bool {
+    tokio::time::timeout(T, async { while link.recv_message().await.is_ok() {} })
+        .await
+        .is_ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lane_connections_without_their_session_are_refused_and_overfilled_lanes_closed() {
+    let system = ActorSystem::new();
+    // A lane connection waits this long for its session to appear.
+    let config = NodeConfig::default()
+        .cookie("c")
+        .connect_timeout(Duration::from_millis(300));
+    let node = Node::start(&system, config).unwrap();
+    let uri = node.listen("tcp://127.0.0.1:0").await.unwrap();
+    let addr = uri.strip_prefix("tcp://").unwrap().to_owned();
+
+    // A session nobody set up.
+    let (mut stray, _) = raw_handshake(&addr, "c", 0x0b01).await;
+    let bind = |session| {
+        WireFrame::Bind {
+            session,
+            lane: 2,
+            candidate: 0,
+        }
+        .encode()
+    };
+    stray.send(bind(0x1234_5678)).await.unwrap();
+    match next_frame(&mut stray).await {
+        WireFrame::Reject { code, detail } => {
+            assert_eq!(code, plexus_remote::wire::RejectCode::Session);
+            assert!(detail.contains("no session"), "{detail}");
+        }
+        other => panic!("expected REJECT, got {other:?}"),
+    }
+    assert!(closed_by_node(&mut stray).await);
+
+    // Node 0x0b02 sets up a session (its LANES not sent yet); node 0x0b03
+    // claims it.
+    let (_owner, session) = raw_handshake(&addr, "c", 0x0b02).await;
+    let (mut thief, _) = raw_handshake(&addr, "c", 0x0b03).await;
+    thief.send(bind(session)).await.unwrap();
+    match next_frame(&mut thief).await {
+        WireFrame::Reject { code, detail } => {
+            assert_eq!(code, plexus_remote::wire::RejectCode::Session);
+            assert!(detail.contains("is with node"), "{detail}");
+        }
+        other => panic!("expected REJECT, got {other:?}"),
+    }
+    assert!(closed_by_node(&mut thief).await);
+
+    // An established peer that numbers an adaptive lane's frames far
+    // beyond what the resequencing buffer takes: its link is closed.
+    let mut flooder = raw_peer(&addr, "c").await;
+    let frame = WireFrame::Sequenced {
+        lane: 2,
+        seq: 1 << 40,
+        frame: WireFrame::Goodbye { reason: "x".into() }.encode(),
+    };
+    flooder.send(frame.encode()).await.unwrap();
+    assert!(
+        closed_by_node(&mut flooder).await,
+        "a frame beyond the resequencing window closes the link"
+    );
+    // The node goes on accepting well-behaved peers.
+    let _ok = raw_peer(&addr, "c").await;
 }

@@ -84,7 +84,10 @@ async fn nodes_resolve_tell_ask_and_pass_refs_over_quic() {
         tokio::time::timeout(T, rx.recv()).await.expect("in time"),
         Some(Total(500_500))
     );
-    assert_eq!(remote.tell_with_receipt(Counter::Add(1)).await, Ok(()));
+    assert_eq!(
+        remote.tell_with_receipt(Counter::Add(1)).await,
+        Ok(plexus_core::Receipt::Delivered)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -88,7 +88,10 @@ async fn basic_exchange(scheme_listen: &str) {
     assert_eq!(rx.recv().await, Some(Total(5050)));
 
     // Receipts.
-    assert_eq!(remote.tell_with_receipt(Counter::Add(1)).await, Ok(()));
+    assert_eq!(
+        remote.tell_with_receipt(Counter::Add(1)).await,
+        Ok(plexus_core::Receipt::Delivered)
+    );
 
     // Monitor across nodes, Down when the actor stops.
     let down = remote.monitor();

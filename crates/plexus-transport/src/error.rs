@@ -258,6 +258,17 @@ impl LinkSendError {
             }
         }
     }
+
+    /// The same error handing back `message` instead: for a sender that
+    /// wrapped its message before this link refused it.
+    pub fn with_message(self, message: Bytes) -> Self {
+        match self {
+            LinkSendError::TooLarge { peer, max, .. } => {
+                LinkSendError::TooLarge { peer, message, max }
+            }
+            LinkSendError::Closed { closed, .. } => LinkSendError::Closed { message, closed },
+        }
+    }
 }
 
 /// A refused [`try_send`](crate::LinkSender::try_send). The message is handed
@@ -286,6 +297,15 @@ impl LinkTrySendError {
         match self {
             LinkTrySendError::Full { message, .. } => message,
             LinkTrySendError::Send(e) => e.into_message(),
+        }
+    }
+
+    /// The same error handing back `message` instead: for a sender that
+    /// wrapped its message before this link refused it.
+    pub fn with_message(self, message: Bytes) -> Self {
+        match self {
+            LinkTrySendError::Full { peer, .. } => LinkTrySendError::Full { peer, message },
+            LinkTrySendError::Send(e) => LinkTrySendError::Send(e.with_message(message)),
         }
     }
 }

@@ -42,7 +42,8 @@ const ACCEPT_BACKLOG: usize = 64;
 pub const NAME: &str = "mem";
 
 /// What the transport carries.
-pub const PROFILE: TransportProfile = TransportProfile::datagrams(None);
+pub const PROFILE: TransportProfile =
+    TransportProfile::datagrams(None).with_guarantees(plexus_net::Guarantees::RELIABLE_ORDERED);
 
 fn url(name: &str) -> String {
     format!("mem://{name}")

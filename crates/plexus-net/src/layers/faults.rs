@@ -106,6 +106,13 @@ impl LayerConfig for FaultsConfig {
     fn build(&self, link: &LinkContext) -> Box<dyn Layer> {
         Box::new(Faults::new(self.clone(), link.link_id))
     }
+
+    fn guarantees(&self) -> crate::GuaranteeEffect {
+        crate::GuaranteeEffect::removes(crate::Guarantees {
+            reliable: self.drop > 0.0 || self.duplicate > 0.0,
+            ordered: self.reorder > 0.0 || self.delay > 0.0,
+        })
+    }
 }
 
 #[derive(Debug)]

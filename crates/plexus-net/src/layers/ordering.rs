@@ -120,6 +120,13 @@ impl LayerConfig for OrderingConfig {
     fn build(&self, _link: &LinkContext) -> Box<dyn Layer> {
         Box::new(Ordering::new(self.clone()))
     }
+
+    fn guarantees(&self) -> crate::GuaranteeEffect {
+        crate::GuaranteeEffect::adds(crate::Guarantees {
+            reliable: false,
+            ordered: true,
+        })
+    }
 }
 
 /// Input rejected by the ordering layer.

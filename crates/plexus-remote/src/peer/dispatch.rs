@@ -405,10 +405,17 @@ impl Peer {
                 }
             }
             WireFrame::Goodbye { reason } => return Err(CloseCause::Goodbye(reason)),
-            WireFrame::Hello(_) | WireFrame::Auth { .. } | WireFrame::Reject { .. } => {
+            WireFrame::Hello(_)
+            | WireFrame::Auth { .. }
+            | WireFrame::Reject { .. }
+            | WireFrame::Bind { .. }
+            | WireFrame::Lanes { .. } => {
                 return Err(CloseCause::Protocol(
                     "handshake frame on an established link".into(),
                 ))
+            }
+            WireFrame::Sequenced { lane, seq, frame } => {
+                return self.resequenced(inner, remote, lane, seq, frame, cache)
             }
         }
         Ok(())
@@ -499,4 +506,41 @@ fn failed_delivery(inner: &NodeInner, target: ActorId, e: &ReceiptError) -> Rece
         .dead_letters()
         .record(target, "remote message", reason);
     status
+}
+
+impl Peer {
+    /// Takes frame `seq` of adaptive lane `lane` (which arrives over any of
+    /// the lane's candidates) and dispatches every frame that is now in
+    /// order, under the lane's lock: frames of one lane are dispatched in
+    /// the sender's order whichever reader took them.
+    fn resequenced(
+        self: &Arc<Self>,
+        inner: &Arc<NodeInner>,
+        remote: NodeId,
+        lane: u8,
+        seq: u64,
+        frame: Bytes,
+        cache: &mut InboundCache,
+    ) -> Result<(), CloseCause> {
+        let Some(lane) = plexus_core::Lane::from_index(lane.into()) else {
+            return Err(CloseCause::Protocol(format!(
+                "SEQUENCED frame on lane {lane}, which does not exist"
+            )));
+        };
+        let mut lanes = lock(&self.resequencers);
+        let resequencer = &mut lanes[lane.index()];
+        let size = frame.len();
+        match resequencer.push(seq, frame, size) {
+            Ok(_) => {}
+            Err(e) => {
+                return Err(CloseCause::Protocol(format!(
+                    "the {lane} lane's resequencing buffer: {e}"
+                )))
+            }
+        }
+        while let Some(frame) = resequencer.pop() {
+            self.dispatch(inner, remote, frame, cache)?;
+        }
+        Ok(())
+    }
 }

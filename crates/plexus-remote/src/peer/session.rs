@@ -2,6 +2,8 @@
 //! to the node's peer for that node and scheme (settling duplicate links),
 //! and the reader that dispatches its frames until it goes down.
 
+use super::adaptive::AdaptiveLane;
+use super::links::{BoundLink, LaneLink, LaneRoute};
 use super::state::Attached;
 use super::*;
 
@@ -75,6 +77,62 @@ pub(crate) async fn accept(inner: Arc<NodeInner>, scheme: String, mut link: Link
             return;
         }
     };
+    // The dialler's first frame says what the link is: a session's
+    // primary link (`LANES`, once its lane connections are bound) or a
+    // lane connection (`BIND`).
+    bind::start_binding(&inner, &hs);
+    let first = tokio::time::timeout(timeout, link.recv_message()).await;
+    let mut lanes = bind::take_bound(&inner, hs.session);
+    let refuse = |lanes: Vec<BoundLink>, link: &Link, why: &str| {
+        tracing::warn!(target: "plexus::remote", peer = %link.peer(), node = %hs.node, "refused a connection: {why}");
+        link.close();
+        for l in lanes {
+            l.link.close();
+        }
+    };
+    match first.map(|r| r.map(WireFrame::decode)) {
+        Ok(Ok(Ok(WireFrame::Lanes { bound }))) => {
+            // Exactly the connections the dialler says it bound.
+            let expected = |l: &BoundLink| bound.contains(&(l.lane.index() as u8, l.candidate));
+            let (kept, extra): (Vec<_>, Vec<_>) = lanes.drain(..).partition(expected);
+            for l in extra {
+                l.link.close();
+            }
+            if kept.len() != bound.len() {
+                return refuse(
+                    kept,
+                    &link,
+                    "LANES names lane connections that were not bound",
+                );
+            }
+            lanes = kept;
+        }
+        Ok(Ok(Ok(WireFrame::Bind {
+            session,
+            lane,
+            candidate,
+        }))) => {
+            refuse_all(lanes);
+            bind::accept_lane(inner, scheme, link, hs, (session, lane, candidate)).await;
+            return;
+        }
+        Ok(Ok(Ok(other))) => {
+            return refuse(
+                lanes,
+                &link,
+                &format!("expected LANES or BIND, got {other:?}"),
+            )
+        }
+        Ok(Ok(Err(e))) => return refuse(lanes, &link, &format!("protocol error: {e}")),
+        Ok(Err(closed)) => return refuse(lanes, &link, &closed.to_string()),
+        Err(_) => {
+            return refuse(
+                lanes,
+                &link,
+                &format!("no LANES or BIND within {timeout:?}"),
+            )
+        }
+    }
     let dial = hs
         .listen
         .iter()
@@ -91,7 +149,77 @@ pub(crate) async fn accept(inner: Arc<NodeInner>, scheme: String, mut link: Link
         *lock(&peer.dial) = dial;
     }
     let dialer = hs.node;
-    established(&inner, Some(peer), link, hs, dialer);
+    established(&inner, Some(peer), link, lanes, hs, dialer);
+}
+
+/// The session's links: the primary one and each lane's (one, or several
+/// candidates of an adaptive lane, in candidate order).
+fn session_links(
+    inner: &NodeInner,
+    primary: plexus_transport::LinkSender,
+    mut lanes: Vec<BoundLink>,
+) -> (SessionLinks, Vec<plexus_transport::LinkReceiver>) {
+    let mut links = SessionLinks::new(primary);
+    let mut receivers = Vec::with_capacity(lanes.len());
+    let mut by_lane: [Vec<LaneLink>; Lane::COUNT] = Default::default();
+    lanes.sort_by_key(|l| (l.lane, l.candidate));
+    for bound in lanes {
+        let (tx, rx) = bound.link.split();
+        let guarantees = inner.scheme_guarantees(&bound.scheme);
+        by_lane[bound.lane.index()].push(LaneLink {
+            scheme: bound.scheme,
+            sender: tx,
+            guarantees,
+        });
+        receivers.push(rx);
+    }
+    for (lane, mut candidates) in Lane::ALL.into_iter().zip(by_lane) {
+        let route = match candidates.len() {
+            0 => continue,
+            1 => LaneRoute::Own(candidates.remove(0)),
+            _ => LaneRoute::Adaptive(AdaptiveLane::new(
+                lane,
+                candidates,
+                std::time::Instant::now(),
+            )),
+        };
+        links = links.with_lane(lane, route);
+    }
+    (links, receivers)
+}
+
+/// Feeds the session's adaptive lanes' selectors every
+/// [`SAMPLE_EVERY`](super::adaptive::SAMPLE_EVERY) until the session's
+/// primary link closes.
+fn spawn_sampler(links: &SessionLinks) {
+    let adaptive: Vec<_> = links.adaptive().cloned().collect();
+    if adaptive.is_empty() {
+        return;
+    }
+    let primary = links.primary().clone();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(super::adaptive::SAMPLE_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = primary.closed() => return,
+                _ = tick.tick() => {
+                    let now = std::time::Instant::now();
+                    for lane in &adaptive {
+                        lane.sample(now);
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// Closes lane connections bound to a link that turned out not to be a
+/// session's primary one (none are, in a well-behaved peer).
+fn refuse_all(lanes: Vec<BoundLink>) {
+    for l in lanes {
+        l.link.close();
+    }
 }
 
 /// A handshake completed on `link` (dialled by `dialed_by`): attach it to
@@ -100,6 +228,7 @@ pub(super) fn established(
     inner: &Arc<NodeInner>,
     via: Option<Arc<Peer>>,
     link: Link,
+    lanes: Vec<BoundLink>,
     hs: handshake::Verified,
     dialed_by: NodeId,
 ) {
@@ -132,7 +261,7 @@ pub(super) fn established(
             *lock(&canonical.dial) = lock(&via.dial).clone();
         }
     }
-    canonical.attach(inner, link, hs, dialed_by);
+    canonical.attach(inner, link, lanes, hs, dialed_by);
 }
 
 impl Peer {
@@ -140,10 +269,12 @@ impl Peer {
         self: &Arc<Self>,
         inner: &Arc<NodeInner>,
         link: Link,
+        lanes: Vec<BoundLink>,
         hs: handshake::Verified,
         dialed_by: NodeId,
     ) {
-        let (sender, receiver) = link.split();
+        let (primary, receiver) = link.split();
+        let (sender, lane_receivers) = session_links(inner, primary, lanes);
         let mut st = lock(&self.state);
         let attached = st.attach(sender.clone(), hs.node, dialed_by);
         self.mirror(&st);
@@ -172,12 +303,14 @@ impl Peer {
                     }
                     .encode(),
                 );
-                drop((refused, sender));
+                drop(refused);
+                self.spawn_lane_readers(inner, lane_receivers, &sender, draining_epoch, hs.node);
                 let peer = self.clone();
                 let inner = inner.clone();
-                tokio::spawn(
-                    async move { peer.read(inner, receiver, draining_epoch, hs.node).await },
-                );
+                tokio::spawn(async move {
+                    peer.read(inner, receiver, sender, draining_epoch, hs.node)
+                        .await
+                });
                 return;
             }
             Attached::Up {
@@ -215,23 +348,91 @@ impl Peer {
             let _ = w.send(Ok(hs.node));
         }
         tracing::debug!(target: "plexus::remote", node = %inner.id, peer = %hs.node, scheme = %self.scheme, "link up");
+        spawn_sampler(&sender);
         let mut receiver = receiver;
-        receiver.receive_on_driver(Box::new(DriverDispatch {
-            peer: self.clone(),
-            inner: inner.clone(),
-            remote: hs.node,
-            cache: InboundCache::default(),
-            flooded: None,
-        }));
+        receiver.receive_on_driver(Box::new(self.driver_dispatch(inner, hs.node)));
+        self.spawn_lane_readers(inner, lane_receivers, &sender, epoch, hs.node);
         let peer = self.clone();
         let inner = inner.clone();
-        tokio::spawn(async move { peer.read(inner, receiver, epoch, hs.node).await });
+        tokio::spawn(async move { peer.read(inner, receiver, sender, epoch, hs.node).await });
+    }
+
+    fn driver_dispatch(self: &Arc<Self>, inner: &Arc<NodeInner>, remote: NodeId) -> DriverDispatch {
+        DriverDispatch {
+            peer: self.clone(),
+            inner: inner.clone(),
+            remote,
+            cache: InboundCache::default(),
+            flooded: None,
+        }
+    }
+
+    /// Starts reading the lane connections of a session: their frames are
+    /// dispatched like the primary link's; when one ends, the session ends
+    /// (its links are closed, and the primary link's reader reports why).
+    fn spawn_lane_readers(
+        self: &Arc<Self>,
+        inner: &Arc<NodeInner>,
+        receivers: Vec<plexus_transport::LinkReceiver>,
+        links: &SessionLinks,
+        epoch: u64,
+        remote: NodeId,
+    ) {
+        for mut rx in receivers {
+            rx.receive_on_driver(Box::new(self.driver_dispatch(inner, remote)));
+            let peer = self.clone();
+            let inner = inner.clone();
+            let links = links.clone();
+            tokio::spawn(async move {
+                let cause = peer.read_lane(&inner, rx, remote).await;
+                tracing::info!(target: "plexus::remote", peer = %remote, epoch, "a lane connection ended ({cause}); closing the session");
+                links.close();
+            });
+        }
+    }
+
+    /// Reads a lane connection until it ends; returns why.
+    async fn read_lane(
+        self: &Arc<Self>,
+        inner: &Arc<NodeInner>,
+        mut rx: plexus_transport::LinkReceiver,
+        remote: NodeId,
+    ) -> CloseCause {
+        let mut cache = InboundCache::default();
+        let mut batch = VecDeque::with_capacity(256);
+        loop {
+            if batch.is_empty() {
+                if let Err(closed) = rx.recv_batch(&mut batch).await {
+                    return CloseCause::Transport(closed.reason.to_string());
+                }
+            }
+            let Some(item) = batch.pop_front() else {
+                continue;
+            };
+            match item {
+                Received::Message(bytes) => {
+                    match self.dispatch_run(inner, remote, bytes, &mut batch, &mut cache) {
+                        Ok(taken) => {
+                            if let Some(target) = cache.flooded_after(taken) {
+                                wait_drained(&target).await;
+                            }
+                        }
+                        Err(cause) => return cause,
+                    }
+                }
+                Received::Event(LinkEvent::Unreachable { phi }) => {
+                    return CloseCause::Unreachable { phi }
+                }
+                Received::Event(_) => {}
+            }
+        }
     }
 
     async fn read(
         self: Arc<Self>,
         inner: Arc<NodeInner>,
         mut rx: plexus_transport::LinkReceiver,
+        links: SessionLinks,
         epoch: u64,
         remote: NodeId,
     ) {
@@ -291,8 +492,10 @@ impl Peer {
             }
         };
         // With the receiver goes its driver-side handler: nothing of this link
-        // reaches an actor after it is declared down.
+        // reaches an actor after it is declared down. The session's lane
+        // connections end with it.
         drop(rx);
+        links.close();
         if cause.is_duplicate() {
             self.superseded(&inner, epoch);
         } else {

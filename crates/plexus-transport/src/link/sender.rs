@@ -36,6 +36,17 @@ impl LinkSender {
         self.shared.max_message_len
     }
 
+    /// Bytes queued on the link that its stack has not taken yet (each
+    /// message charged a few bytes more for its overhead): what a new
+    /// message waits behind. An adaptive lane reads it to estimate each
+    /// candidate's delay and goodput; it costs the send path nothing.
+    pub fn queued_bytes(&self) -> usize {
+        self.shared
+            .config
+            .send_buffer
+            .saturating_sub(self.shared.out_space.available_permits())
+    }
+
     /// What the link's stack dropped so far (see [`LinkStats`]).
     pub fn stats(&self) -> LinkStats {
         *lock(&self.shared.stats)

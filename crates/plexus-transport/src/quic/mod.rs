@@ -171,7 +171,8 @@ pub(crate) mod code {
 pub const NAME: &str = "quic";
 
 /// What the transport carries.
-pub const PROFILE: TransportProfile = TransportProfile::datagrams(None);
+pub const PROFILE: TransportProfile =
+    TransportProfile::datagrams(None).with_guarantees(plexus_net::Guarantees::RELIABLE_ORDERED);
 
 fn url(addr: SocketAddr) -> String {
     format!("quic://{addr}")

@@ -1,0 +1,157 @@
+//! The sending side of an adaptive lane: its frames are numbered and split
+//! between the lane's candidate links by the ratio an
+//! [`AdaptiveSelector`] learns from each candidate's goodput; the receiver
+//! puts them back in order (`Peer::resequenced`).
+//!
+//! A frame goes to the candidate the selector's interleaving pattern
+//! picks, unless that candidate's queue already holds more than
+//! [`SOFT_QUEUE`] bytes and another's does not: the lane never waits for a
+//! slow candidate while a faster one has room. Every 100 ms a sampler task
+//! tells the selector what each candidate carried (bytes queued minus the
+//! growth of its queue) and whether its queue stayed non-empty (then that
+//! is its capacity).
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use plexus_core::Lane;
+use plexus_transport::{LinkTrySendError, Strand};
+
+use super::links::LaneLink;
+use crate::node::lock;
+use crate::selector::{AdaptiveSelector, CandidateStats, CapacityConfig, Sample};
+use crate::wire::put_sequenced_header;
+
+/// Above this many queued bytes a candidate is skipped while another has
+/// fewer (a frame still goes out if every candidate is above it).
+pub(crate) const SOFT_QUEUE: usize = 4 << 20;
+/// How often the sampler feeds the selector.
+pub(crate) const SAMPLE_EVERY: Duration = Duration::from_millis(100);
+
+/// An adaptive lane's candidates and the state of its split.
+pub(crate) struct AdaptiveLane {
+    pub(crate) lane: Lane,
+    pub(crate) candidates: Vec<LaneLink>,
+    state: Mutex<SplitState>,
+}
+
+struct SplitState {
+    selector: AdaptiveSelector,
+    next_seq: u64,
+    /// Per candidate: bytes queued on it since the last sample, and its
+    /// queue length then.
+    sent: Vec<u64>,
+    queued_then: Vec<usize>,
+    /// Per candidate: whether its queue was seen empty since the last
+    /// sample (a send found it empty, or the sampler did).
+    ran_dry: Vec<bool>,
+    /// Per candidate: frames sent.
+    frames: Vec<u64>,
+}
+
+impl AdaptiveLane {
+    pub(crate) fn new(lane: Lane, candidates: Vec<LaneLink>, now: Instant) -> Arc<Self> {
+        let n = candidates.len();
+        // Two to `MAX_CANDIDATES` candidates (the configuration and the
+        // wire's bounds), within what the learner takes.
+        let selector = AdaptiveSelector::new(now, n, CapacityConfig::default())
+            .expect("2..=4 candidates with the default configuration");
+        Arc::new(Self {
+            lane,
+            candidates,
+            state: Mutex::new(SplitState {
+                selector,
+                next_seq: 0,
+                sent: vec![0; n],
+                queued_then: vec![0; n],
+                ran_dry: vec![true; n],
+                frames: vec![0; n],
+            }),
+        })
+    }
+
+    /// Numbers `frame` and queues it on a candidate, without waiting.
+    pub(crate) fn try_send(&self, frame: &[u8]) -> Result<(), LinkTrySendError> {
+        let mut st = lock(&self.state);
+        let queued: Vec<usize> = self
+            .candidates
+            .iter()
+            .map(|c| c.sender.queued_bytes())
+            .collect();
+        let first = st
+            .selector
+            .pick_where(|c| queued[c] < SOFT_QUEUE)
+            .unwrap_or_else(|| st.selector.pick());
+        let seq = st.next_seq;
+        let mut wrapped = Vec::with_capacity(frame.len() + 11);
+        put_sequenced_header(&mut wrapped, self.lane.index() as u8, seq);
+        plexus_core::remote::append_in_pieces(&mut wrapped, frame);
+        let wrapped = Bytes::from(wrapped);
+        // The picked candidate, then the others: a number is used only
+        // once a link took its frame, so the receiver never waits for one
+        // that was not sent.
+        let n = self.candidates.len();
+        let mut last = None;
+        for c in (0..n).map(|i| (first + i) % n) {
+            match self.candidates[c]
+                .sender
+                .try_send_on(Strand::ZERO, wrapped.clone())
+            {
+                Ok(()) => {
+                    st.next_seq += 1;
+                    st.sent[c] += wrapped.len() as u64;
+                    st.frames[c] += 1;
+                    if queued[c] == 0 {
+                        st.ran_dry[c] = true;
+                    }
+                    return Ok(());
+                }
+                Err(e @ LinkTrySendError::Full { .. }) => last = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last.expect("at least two candidates"))
+    }
+
+    /// Feeds the selector one sample per candidate (the sampler task's
+    /// tick).
+    pub(crate) fn sample(&self, now: Instant) {
+        let mut st = lock(&self.state);
+        for (c, candidate) in self.candidates.iter().enumerate() {
+            let queued = candidate.sender.queued_bytes();
+            let grew = queued as i64 - st.queued_then[c] as i64;
+            let delivered = (st.sent[c] as i64 - grew).max(0) as u64;
+            let backlogged = !st.ran_dry[c] && queued > 0;
+            let rate = delivered as f64 / SAMPLE_EVERY.as_secs_f64();
+            let delay = if rate > 0.0 {
+                Duration::from_secs_f64(queued as f64 / rate)
+            } else {
+                Duration::ZERO
+            };
+            st.selector.on_sample(
+                now,
+                c,
+                Sample {
+                    bytes_delivered: delivered,
+                    delay,
+                    backlogged,
+                },
+            );
+            st.sent[c] = 0;
+            st.queued_then[c] = queued;
+            st.ran_dry[c] = queued == 0;
+        }
+    }
+
+    /// The selector's view of each candidate, with its frame count.
+    pub(crate) fn stats(&self) -> Vec<(CandidateStats, u64)> {
+        let st = lock(&self.state);
+        st.selector
+            .stats()
+            .iter()
+            .copied()
+            .zip(st.frames.iter().copied())
+            .collect()
+    }
+}

@@ -1,0 +1,238 @@
+//! Binding lane connections to a session (see `docs/PROTOCOL.md`,
+//! "Lanes").
+//!
+//! The node that dials a peer runs the handshake on the primary link (the
+//! URI's scheme), then, for every lane its configuration maps, dials the
+//! peer's listener of that scheme, runs the handshake there too (the
+//! cookie proof and, on TLS, the certificate's identity, for each
+//! connection) and sends `BIND(session, lane, candidate)`, where the
+//! session is the one both sides derived from the primary handshake's
+//! nonces. The peer echoes `BIND` once it has attached the connection to
+//! that session, or refuses it with `REJECT(Session)`: a session that does
+//! not exist (or is no longer being set up), or one with another node. When
+//! every lane is bound, the dialler sends `LANES` on the primary link, and
+//! both sides bring the session up with all its links at once, so no lane's
+//! frames ever change links mid-stream.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use plexus_core::Lane;
+use plexus_transport::Link;
+use tokio::time::Instant;
+
+use super::links::BoundLink;
+use super::session::handshake_on;
+use crate::error::LinkError;
+use crate::handshake::{HandshakeError, Verified};
+use crate::node::{lock, Binding, NodeInner};
+use crate::wire::{RejectCode, WireFrame, MAX_BOUND, MAX_CANDIDATES};
+
+/// Dials and binds the lane connections this node's configuration maps,
+/// to the peer `hs` verified on the primary link. A lane whose scheme the
+/// peer does not listen on rides the primary link.
+pub(super) async fn dial_lanes(
+    inner: &Arc<NodeInner>,
+    hs: &Verified,
+) -> Result<Vec<BoundLink>, LinkError> {
+    let mut bound = Vec::new();
+    for lane in Lane::ALL {
+        for (candidate, scheme) in inner.lanes.candidates(lane).iter().enumerate() {
+            let prefix = format!("{scheme}://");
+            let Some(addr) = hs.listen.iter().find_map(|u| u.strip_prefix(&prefix)) else {
+                tracing::debug!(target: "plexus::remote", peer = %hs.node, %lane, %scheme, "the peer does not listen on the lane's scheme; the lane rides the primary link");
+                continue;
+            };
+            let link = bind_one(inner, hs, lane, candidate as u8, scheme, addr).await?;
+            bound.push(BoundLink {
+                lane,
+                candidate: candidate as u8,
+                scheme: scheme.clone(),
+                link,
+            });
+        }
+    }
+    Ok(bound)
+}
+
+async fn bind_one(
+    inner: &Arc<NodeInner>,
+    hs: &Verified,
+    lane: Lane,
+    candidate: u8,
+    scheme: &str,
+    addr: &str,
+) -> Result<Link, LinkError> {
+    let lane_error = |e: LinkError| LinkError::Lane {
+        lane,
+        scheme: scheme.to_owned(),
+        source: Box::new(e),
+    };
+    let dialer = inner.dialer(scheme).await.map_err(lane_error)?;
+    let mut link = dialer
+        .connect(addr)
+        .await
+        .map_err(|e| lane_error(e.into()))?;
+    let lhs = handshake_on(inner, &mut link).await.map_err(lane_error)?;
+    if lhs.node != hs.node {
+        link.close();
+        return Err(lane_error(LinkError::Handshake(HandshakeError::Protocol(
+            format!(
+                "the lane's listener {scheme}://{addr} is node {}, not {}",
+                lhs.node, hs.node
+            ),
+        ))));
+    }
+    let bind = WireFrame::Bind {
+        session: hs.session,
+        lane: lane.index() as u8,
+        candidate,
+    };
+    let closed = |e: plexus_transport::LinkClosed| lane_error(LinkError::Closed(e.to_string()));
+    link.send(bind.encode())
+        .await
+        .map_err(|e| lane_error(LinkError::Closed(e.to_string())))?;
+    let answer = link.recv_message().await.map_err(closed)?;
+    match WireFrame::decode(answer) {
+        Ok(echo) if echo == bind => Ok(link),
+        Ok(WireFrame::Reject { code, detail }) => {
+            Err(lane_error(LinkError::Handshake(HandshakeError::Rejected {
+                code,
+                detail,
+            })))
+        }
+        Ok(other) => Err(lane_error(LinkError::Handshake(HandshakeError::Protocol(
+            format!("expected the BIND echo, got {other:?}"),
+        )))),
+        Err(e) => Err(lane_error(LinkError::Handshake(HandshakeError::Protocol(
+            e.to_string(),
+        )))),
+    }
+}
+
+/// Registers the session of a link accepted and verified as `hs`, so its
+/// lane connections can bind to it until [`take_bound`].
+pub(super) fn start_binding(inner: &NodeInner, hs: &Verified) {
+    lock(&inner.binding).insert(
+        hs.session,
+        Binding {
+            node: hs.node,
+            links: Vec::new(),
+        },
+    );
+    inner.binding_started.notify_waiters();
+}
+
+/// Ends the binding of session `session` (its `LANES` came, or its link
+/// failed): the lane connections bound to it.
+pub(super) fn take_bound(inner: &NodeInner, session: u64) -> Vec<BoundLink> {
+    lock(&inner.binding)
+        .remove(&session)
+        .map(|b| b.links)
+        .unwrap_or_default()
+}
+
+/// Why an accepted lane connection was refused.
+#[derive(Debug, thiserror::Error)]
+enum BindRefused {
+    #[error("no session {0:016x} is being set up")]
+    NoSession(u64),
+    #[error("session {session:016x} is with node {owner}, not {claimed}")]
+    OtherNode {
+        session: u64,
+        owner: plexus_core::NodeId,
+        claimed: plexus_core::NodeId,
+    },
+    #[error("lane {lane} candidate {candidate} is not a lane connection this session may bind")]
+    BadLane { lane: u8, candidate: u8 },
+}
+
+/// Serves a connection accepted on `scheme` whose first frame after the
+/// handshake (`hs`) was `BIND`: attaches it to its session, or refuses it.
+pub(super) async fn accept_lane(
+    inner: Arc<NodeInner>,
+    scheme: String,
+    link: Link,
+    hs: Verified,
+    (session, lane, candidate): (u64, u8, u8),
+) {
+    let deadline = Instant::now() + inner.config.connect_timeout;
+    let outcome = wait_for_session(&inner, session, hs.node, deadline).await;
+    let outcome = outcome.and_then(|()| match Lane::from_index(lane.into()) {
+        Some(l) if usize::from(candidate) < MAX_CANDIDATES => Ok(l),
+        _ => Err(BindRefused::BadLane { lane, candidate }),
+    });
+    let lane_of = match outcome {
+        Ok(l) => l,
+        Err(why) => {
+            tracing::warn!(target: "plexus::remote", peer = %link.peer(), node = %hs.node, "refused a lane connection: {why}");
+            let reject = WireFrame::Reject {
+                code: RejectCode::Session,
+                detail: why.to_string(),
+            };
+            let _ = link.send(reject.encode()).await;
+            link.close();
+            let _ = tokio::time::timeout(Duration::from_secs(1), link.closed()).await;
+            return;
+        }
+    };
+    let echo = WireFrame::Bind {
+        session,
+        lane,
+        candidate,
+    };
+    if link.send(echo.encode()).await.is_err() {
+        return;
+    }
+    let mut binding = lock(&inner.binding);
+    let refused = match binding.get_mut(&session) {
+        Some(b)
+            if b.links.len() < MAX_BOUND
+                && !b
+                    .links
+                    .iter()
+                    .any(|l| (l.lane, l.candidate) == (lane_of, candidate)) =>
+        {
+            b.links.push(BoundLink {
+                lane: lane_of,
+                candidate,
+                scheme,
+                link,
+            });
+            return;
+        }
+        _ => link,
+    };
+    drop(binding);
+    tracing::warn!(target: "plexus::remote", peer = %refused.peer(), node = %hs.node, "refused a lane connection: its session ended, or it bound the same lane twice");
+    refused.close();
+}
+
+/// Waits until session `session` is being set up (its primary link's
+/// handshake may finish after the lane's), and checks it is `node`'s.
+async fn wait_for_session(
+    inner: &NodeInner,
+    session: u64,
+    node: plexus_core::NodeId,
+    deadline: Instant,
+) -> Result<(), BindRefused> {
+    loop {
+        let started = inner.binding_started.notified();
+        tokio::pin!(started);
+        started.as_mut().enable();
+        if let Some(b) = lock(&inner.binding).get(&session) {
+            return if b.node == node {
+                Ok(())
+            } else {
+                Err(BindRefused::OtherNode {
+                    session,
+                    owner: b.node,
+                    claimed: node,
+                })
+            };
+        }
+        if tokio::time::timeout_at(deadline, started).await.is_err() {
+            return Err(BindRefused::NoSession(session));
+        }
+    }
+}
