@@ -18,6 +18,9 @@ use plexus::prelude::*;
 use plexus::{Backoff, DeadLetterReason};
 use serde::{Deserialize, Serialize};
 
+#[path = "demo/lanes.rs"]
+mod lanes;
+
 const TIMEOUT: Duration = Duration::from_secs(1);
 
 /// A bank account; it fails (panics) on an overdraft, and its supervisor
@@ -193,7 +196,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("  live actors after: {}", system.live_actors());
 
     remote_tour().await?;
-    devices_tour().await
+    devices_tour().await?;
+    lanes::tour().await
 }
 
 // ------------------------------------------------------------------ remote

@@ -35,8 +35,16 @@
 
 pub use plexus_core::*;
 pub use plexus_remote::{
-    LinkError, Node, NodeConfig, NodeError, PublishError, ResolveError, Uri, UriError,
+    LaneCandidate, LaneConfigError, LaneStats, LinkError, Node, NodeConfig, NodeError,
+    PeerLinkStats, PublishError, ResolveError, Uri, UriError,
 };
+
+/// The adaptive lane's sans-IO parts: the learner that splits a lane
+/// between candidate stacks, its interleaving pattern, the receiver's
+/// resequencer, and the KompicsMessaging TD(λ) baseline.
+pub mod selector {
+    pub use plexus_remote::selector::*;
+}
 
 /// Node identities certified by TLS certificates.
 pub use plexus_remote::identity;
@@ -90,7 +98,7 @@ pub mod prelude {
     pub use plexus_core::remote::RemoteMessage;
     pub use plexus_core::{
         remote_message, Actor, ActorRef, ActorSystem, AskError, Backoff, Context, Down, Exit,
-        ExitReason, ReplyTo, Supervision, SystemRef,
+        ExitReason, Lane, MessageProperties, ReplyTo, Supervision, SystemRef,
     };
     pub use plexus_remote::{Node, NodeConfig};
 }
