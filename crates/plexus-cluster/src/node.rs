@@ -42,8 +42,10 @@ use crate::ring::Ring;
 pub const ACTOR_NAME: &str = "plexus.cluster";
 
 plexus_core::bytes_message! {
-    /// A membership packet as a remote message (its bytes travel as they are).
-    pub struct ClusterPacket = "plexus.cluster.Packet";
+    /// A membership packet as a remote message (its bytes travel as they
+    /// are). On the control lane: probes and acks measure the peer, not a
+    /// bulk transfer queued ahead of them.
+    pub struct ClusterPacket = "plexus.cluster.Packet", lane = Control;
 }
 
 /// What a subscriber receives: an event with the member list and ring as
