@@ -305,3 +305,65 @@ async fn lane_connections_without_their_session_are_refused_and_overfilled_lanes
     // The node goes on accepting well-behaved peers.
     let _ok = raw_peer(&addr, "c").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_ends_when_one_of_its_lane_connections_closes() {
+    let system = ActorSystem::new();
+    let node = Node::start(&system, NodeConfig::default().cookie("c")).unwrap();
+    let uri = node.listen("tcp://127.0.0.1:0").await.unwrap();
+    let addr = uri.strip_prefix("tcp://").unwrap().to_owned();
+
+    // Node 0x0b04 binds a bulk lane connection to its session, then says
+    // the session is complete.
+    let (mut primary, session) = raw_handshake(&addr, "c", 0x0b04).await;
+    let (mut lane, _) = raw_handshake(&addr, "c", 0x0b04).await;
+    let bind = WireFrame::Bind {
+        session,
+        lane: 2,
+        candidate: 0,
+    };
+    lane.send(bind.encode()).await.unwrap();
+    assert_eq!(
+        next_frame(&mut lane).await,
+        bind,
+        "the node echoes the BIND"
+    );
+    primary
+        .send(
+            WireFrame::Lanes {
+                bound: vec![(2, 0)],
+            }
+            .encode(),
+        )
+        .await
+        .unwrap();
+    // The session is up: a resolve on the primary link is answered.
+    primary
+        .send(
+            WireFrame::Resolve {
+                request: 1,
+                type_id: Counter::TYPE_ID,
+                type_name: Counter::TYPE_NAME.into(),
+                name: "nobody".into(),
+            }
+            .encode(),
+        )
+        .await
+        .unwrap();
+    assert!(matches!(
+        next_frame(&mut primary).await,
+        WireFrame::Resolved {
+            resolution: Resolution::NoSuchName,
+            ..
+        }
+    ));
+    assert_eq!(node.connected_nodes(), vec![NodeId::from_u64(0x0b04)]);
+
+    // The lane connection goes: the node ends the session, primary link
+    // included.
+    lane.close();
+    assert!(
+        closed_by_node(&mut primary).await,
+        "losing a lane connection ends the session"
+    );
+}
