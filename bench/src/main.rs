@@ -21,6 +21,7 @@ mod cluster_sim;
 mod count_layer;
 mod data_procs;
 mod data_sim;
+mod lossy_stream;
 mod nodes;
 mod report;
 mod runner;
@@ -74,6 +75,9 @@ enum Workload {
     /// built first): latency per consistency level, a joiner's catch-up,
     /// durable keys across a whole-cluster SIGKILL.
     DataProcs(data_procs::Args),
+    /// Issue 17's lossy stream: small messages between two nodes over UDP
+    /// through `faults`, per congestion controller.
+    LossyStream(lossy_stream::Args),
     /// Runs a set of workloads as child processes and writes the tables
     /// (docs/report.md, between its report markers) and plots
     /// (docs/img/).
@@ -146,6 +150,7 @@ fn main() {
         Workload::ClusterProcs(args) => cluster_procs::run(&args),
         Workload::DataSim(args) => data_sim::run(&args),
         Workload::DataProcs(args) => data_procs::run(&args),
+        Workload::LossyStream(args) => lossy_stream::run(&args),
         Workload::Report(args) => runner::run(&args),
         Workload::W1Pong { transport } => role(Box::pin(w1::pong_node(transport))),
         Workload::W1PongBaseline => role(Box::pin(w1::pong_baseline())),

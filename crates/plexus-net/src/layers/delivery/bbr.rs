@@ -24,7 +24,9 @@
 //!   Linux `tcp_bbr.c`, `bbr_update_ack_aggregation`).
 //! * **Pacing** at `pacing_gain * btlbw`, a token bucket of about
 //!   [`BURST_TIME`] of data (at least [`MIN_BURST`] bytes), honoured by the
-//!   layer through its timer.
+//!   layer through its timer; only on paths whose `min_rtt` is at least
+//!   [`PACING_MIN_RTT`], since a timer ticking in milliseconds cannot pace
+//!   a shorter round trip (there the window alone bounds the flight).
 //! * **States** (draft sec. 4.3): Startup (gains 2/ln 2, doubling the
 //!   rate per round until three rounds bring less than 25 % more
 //!   bandwidth), Drain (pacing gain ln 2 / 2 until the queue Startup built
@@ -74,6 +76,11 @@ pub const MIN_WINDOW: usize = 4 * SEGMENT;
 /// Depth of the pacing bucket in time at the pacing rate: a driver's timer
 /// may fire this late without the rate falling below the pacing rate.
 pub const BURST_TIME: Duration = Duration::from_millis(2);
+
+/// Paths with a shorter minimum RTT are not paced (see
+/// [`CongestionControl::pacing`] on [`Bbr`]): a driver's timer ticks in
+/// milliseconds.
+pub const PACING_MIN_RTT: Duration = Duration::from_millis(2);
 
 /// Smallest depth of the pacing bucket in bytes.
 pub const MIN_BURST: usize = 10 * SEGMENT;
@@ -482,7 +489,12 @@ impl CongestionControl for Bbr {
     }
 
     fn pacing(&self) -> Option<Pacing> {
-        if self.pacing_rate == 0 {
+        // A round trip shorter than the driver's timer granularity cannot
+        // be paced by that timer: each wait for the next send time would
+        // last a whole tick, the delivery rate would fall to what the
+        // timer allows and the model with it. The window alone bounds
+        // such a path (loopback, a LAN).
+        if self.pacing_rate == 0 || self.min_rtt.is_none_or(|r| r < PACING_MIN_RTT) {
             return None;
         }
         let burst = (self.pacing_rate as f64 * BURST_TIME.as_secs_f64()) as usize;
