@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use plexus_core::Lane;
+use plexus_net::Frame;
 use plexus_transport::{LinkTrySendError, Strand};
 
 use super::links::LaneLink;
@@ -71,8 +72,10 @@ impl AdaptiveLane {
         })
     }
 
-    /// Numbers `frame` and queues it on a candidate, without waiting.
-    pub(crate) fn try_send(&self, frame: &[u8]) -> Result<(), LinkTrySendError> {
+    /// Numbers `frame` and queues it on a candidate, without waiting. The
+    /// number goes before the frame as a header of its own: the frame is
+    /// not copied.
+    pub(crate) fn try_send(&self, frame: &Bytes) -> Result<(), LinkTrySendError> {
         let mut st = lock(&self.state);
         let queued: Vec<usize> = self
             .candidates
@@ -84,23 +87,28 @@ impl AdaptiveLane {
             .pick_where(|c| queued[c] < SOFT_QUEUE)
             .unwrap_or_else(|| st.selector.pick());
         let seq = st.next_seq;
-        let mut wrapped = Vec::with_capacity(frame.len() + 11);
-        put_sequenced_header(&mut wrapped, self.lane.index() as u8, seq);
-        plexus_core::remote::append_in_pieces(&mut wrapped, frame);
-        let wrapped = Bytes::from(wrapped);
+        let mut header = [0u8; 12];
+        let header_len = {
+            let mut b = &mut header[..];
+            put_sequenced_header(&mut b, self.lane.index() as u8, seq);
+            12 - b.len()
+        };
+        let mut wrapped = Frame::from_payload(frame.clone());
+        wrapped.push_header(&header[..header_len]);
         // The picked candidate, then the others: a number is used only
         // once a link took its frame, so the receiver never waits for one
         // that was not sent.
         let n = self.candidates.len();
         let mut last = None;
         for c in (0..n).map(|i| (first + i) % n) {
+            let len = wrapped.len() as u64;
             match self.candidates[c]
                 .sender
-                .try_send_on(Strand::ZERO, wrapped.clone())
+                .try_send_frame_on(Strand::ZERO, wrapped.clone())
             {
                 Ok(()) => {
                     st.next_seq += 1;
-                    st.sent[c] += wrapped.len() as u64;
+                    st.sent[c] += len;
                     st.frames[c] += 1;
                     if queued[c] == 0 {
                         st.ran_dry[c] = true;

@@ -141,9 +141,10 @@ impl SessionLinks {
     ) -> Result<(), LinkTrySendError> {
         match self.route(carrier, strand) {
             Ok((sender, strand)) => sender.try_send_copy_on(strand, frame),
-            Err(adaptive) => adaptive
-                .try_send(frame)
-                .map_err(|e| e.with_message(Bytes::copy_from_slice(frame))),
+            Err(adaptive) => {
+                let frame = Bytes::copy_from_slice(frame);
+                adaptive.try_send(&frame).map_err(|e| e.with_message(frame))
+            }
         }
     }
 

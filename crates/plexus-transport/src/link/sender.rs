@@ -65,9 +65,14 @@ impl LinkSender {
 
     /// Queues a message on `strand` (its permits were taken).
     fn push(&self, strand: Strand, message: Bytes) {
+        self.push_frame(strand, Frame::from_payload(message));
+    }
+
+    /// Queues a frame on `strand` (its permits were taken).
+    fn push_frame(&self, strand: Strand, frame: Frame) {
         let wake = {
             let mut out = lock(&self.shared.out);
-            out.queue.push_back((strand, Frame::from_payload(message)));
+            out.queue.push_back((strand, frame));
             std::mem::take(&mut out.driver_waiting)
         };
         if wake {
@@ -232,6 +237,33 @@ impl LinkSender {
         // The closure runs only on failure: the clone is a refcount bump.
         self.take_permits(cost, || message.clone())?;
         self.push(strand, message);
+        Ok(())
+    }
+
+    /// Queues `frame` on `strand` if the send buffer has room, without
+    /// waiting: a message as a chain of buffers, for a sender that puts a
+    /// header of its own before a payload without copying the payload
+    /// ([`Frame::push_header`] on [`Frame::from_payload`]), as an adaptive
+    /// lane numbers its frames. The stack sees it as one message.
+    ///
+    /// # Errors
+    ///
+    /// As [`try_send_on`](LinkSender::try_send_on); the message is handed
+    /// back as one buffer (copied, on this error path only).
+    pub fn try_send_frame_on(&self, strand: Strand, frame: Frame) -> Result<(), LinkTrySendError> {
+        if let Some(max) = self.shared.max_message_len {
+            if frame.len() > max {
+                return Err(LinkSendError::TooLarge {
+                    peer: self.shared.peer.clone(),
+                    message: frame.to_bytes(),
+                    max,
+                }
+                .into());
+            }
+        }
+        let cost = self.shared.cost(frame.len());
+        self.take_permits(cost, || frame.to_bytes())?;
+        self.push_frame(strand, frame);
         Ok(())
     }
 
