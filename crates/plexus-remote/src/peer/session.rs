@@ -214,6 +214,21 @@ fn spawn_sampler(links: &SessionLinks) {
     });
 }
 
+/// The next item `rx` received: from `batch`, refilled when empty.
+async fn next_received(
+    rx: &mut plexus_transport::LinkReceiver,
+    batch: &mut VecDeque<Received>,
+) -> Result<Received, CloseCause> {
+    loop {
+        if let Some(item) = batch.pop_front() {
+            return Ok(item);
+        }
+        rx.recv_batch(batch)
+            .await
+            .map_err(|closed| CloseCause::Transport(closed.reason.to_string()))?;
+    }
+}
+
 /// Closes lane connections bound to a link that turned out not to be a
 /// session's primary one (none are, in a well-behaved peer).
 fn refuse_all(lanes: Vec<BoundLink>) {
@@ -401,13 +416,9 @@ impl Peer {
         let mut cache = InboundCache::default();
         let mut batch = VecDeque::with_capacity(256);
         loop {
-            if batch.is_empty() {
-                if let Err(closed) = rx.recv_batch(&mut batch).await {
-                    return CloseCause::Transport(closed.reason.to_string());
-                }
-            }
-            let Some(item) = batch.pop_front() else {
-                continue;
+            let item = match next_received(&mut rx, &mut batch).await {
+                Ok(item) => item,
+                Err(cause) => return cause,
             };
             match item {
                 Received::Message(bytes) => {
@@ -442,13 +453,9 @@ impl Peer {
         // to one actor are delivered together (`dispatch_run`).
         let mut batch = VecDeque::with_capacity(256);
         let cause = 'read: loop {
-            if batch.is_empty() {
-                if let Err(closed) = rx.recv_batch(&mut batch).await {
-                    break CloseCause::Transport(closed.reason.to_string());
-                }
-            }
-            let Some(item) = batch.pop_front() else {
-                continue;
+            let item = match next_received(&mut rx, &mut batch).await {
+                Ok(item) => item,
+                Err(cause) => break cause,
             };
             match item {
                 Received::Message(bytes) => {
