@@ -237,6 +237,17 @@ impl Peer {
         st.sender().map(|s| (s.peer().to_owned(), s.stats()))
     }
 
+    /// What the stack carrying `lane` guarantees: the session's link for it
+    /// while the session is up (a peer may have bound lanes this node's
+    /// configuration does not map), else what the configuration says.
+    fn lane_guarantees(&self, inner: &NodeInner, lane: Lane) -> plexus_net::Guarantees {
+        let st = lock(&self.state);
+        match st.sender() {
+            Some(links) => links.guarantees(lane, inner.scheme_guarantees(&self.scheme)),
+            None => inner.lane_guarantees(lane, &self.scheme),
+        }
+    }
+
     /// What each lane of the session carries, while it is up.
     pub(crate) fn lane_stats(&self) -> Option<Vec<(Lane, u64, Vec<LaneCandidate>)>> {
         let st = lock(&self.state);
@@ -512,7 +523,7 @@ impl Peer {
         let Some(inner) = p.inner.upgrade() else {
             return ReceiptFuture::ready(Err(ReceiptError::LinkClosed("node dropped".into())));
         };
-        if !inner.lane_guarantees(lane, &p.scheme).reliable {
+        if !p.lane_guarantees(&inner, lane).reliable {
             return ReceiptFuture::ready(
                 match p.send_frame(Carrier::Lane(lane), strand, build(0)) {
                     Ok(()) => Ok(Receipt::Sent),

@@ -85,6 +85,17 @@ impl SessionLinks {
         &self.primary
     }
 
+    /// What the link(s) carrying `lane` guarantee, given what the primary
+    /// link's stack does. An adaptive lane is reliable and ordered (its
+    /// candidates are reliable; the receiver resequences).
+    pub(crate) fn guarantees(&self, lane: Lane, primary: Guarantees) -> Guarantees {
+        match &self.lanes[lane.index()] {
+            LaneRoute::Primary => primary,
+            LaneRoute::Own(l) => l.guarantees,
+            LaneRoute::Adaptive(_) => Guarantees::RELIABLE_ORDERED,
+        }
+    }
+
     /// Frames sent on `lane` so far in this session.
     pub(crate) fn frames(&self, lane: Lane) -> u64 {
         self.frames[lane.index()].load(Ordering::Relaxed)
