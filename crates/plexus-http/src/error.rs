@@ -1,0 +1,64 @@
+//! Why a request was refused, with the status code to answer.
+
+/// A request the decoder refuses. Answer with [`status`](Self::status)
+/// and close the connection: what follows it cannot be framed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RequestError {
+    /// The request line or a header field is malformed.
+    #[error("malformed request head: {0}")]
+    MalformedHead(&'static str),
+    /// The head is longer than the limit, or has more fields.
+    #[error("request head over the limit of {limit} bytes or {fields} fields")]
+    HeadTooLarge {
+        /// The byte limit.
+        limit: usize,
+        /// The field limit.
+        fields: usize,
+    },
+    /// The body (declared, or chunks so far) is over the limit.
+    #[error("request body over the limit of {limit} bytes")]
+    BodyTooLarge {
+        /// The limit.
+        limit: usize,
+    },
+    /// `Content-Length` is not plain digits, or given twice with different
+    /// values.
+    #[error("invalid Content-Length: {0}")]
+    BadContentLength(&'static str),
+    /// Both `Content-Length` and `Transfer-Encoding`: a proxy and this
+    /// server could frame the body differently (request smuggling).
+    #[error("both Content-Length and Transfer-Encoding: refused (request smuggling)")]
+    LengthAndEncoding,
+    /// A transfer coding this server does not decode, or `chunked` not
+    /// last.
+    #[error("unsupported Transfer-Encoding: {0}")]
+    UnsupportedEncoding(String),
+    /// A chunk-size line is malformed or too long, a chunk lacks its CRLF,
+    /// or the trailer section is malformed.
+    #[error("malformed chunked body: {0}")]
+    BadChunk(&'static str),
+    /// A version other than HTTP/1.0 and HTTP/1.1.
+    #[error("unsupported HTTP version")]
+    Version,
+    /// An `Expect` other than `100-continue`.
+    #[error("unsupported Expect: {0}")]
+    Expectation(String),
+}
+
+impl RequestError {
+    /// The status code that answers this error.
+    pub fn status(&self) -> u16 {
+        match self {
+            RequestError::MalformedHead(_)
+            | RequestError::BadContentLength(_)
+            | RequestError::LengthAndEncoding
+            | RequestError::BadChunk(_) => 400,
+            RequestError::HeadTooLarge { .. } => 431,
+            RequestError::BodyTooLarge { .. } => 413,
+            RequestError::UnsupportedEncoding(_) => 501,
+            RequestError::Version => 505,
+            RequestError::Expectation(_) => 417,
+        }
+    }
+}
