@@ -40,11 +40,14 @@
 mod chunked;
 mod decoder;
 mod error;
+mod layer;
 mod message;
 mod response;
+pub mod wire;
 
 pub use decoder::{Decoded, Limits, RequestDecoder};
 pub use error::RequestError;
+pub use layer::{HttpConfig, HttpLayer, HttpStats};
 pub use message::{Method, Request, Version};
 pub use response::{
     encode_chunk, encode_chunked_head, encode_last_chunk, encode_response, reason_phrase, Response,

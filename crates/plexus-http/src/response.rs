@@ -128,9 +128,27 @@ pub fn encode_response(
     keep_alive: bool,
     head_only: bool,
 ) -> Result<(), ResponseError> {
+    if encode_head(out, response, keep_alive)? && !head_only {
+        out.put_slice(&response.body);
+    }
+    Ok(())
+}
+
+/// Appends the head of `response` (with its `Content-Length`) to `out`,
+/// not its body; returns whether a body follows (not for 1xx, 204, 304),
+/// for a writer that sends the body as a buffer of its own.
+///
+/// # Errors
+///
+/// As [`encode_response`].
+pub fn encode_head(
+    out: &mut BytesMut,
+    response: &Response,
+    keep_alive: bool,
+) -> Result<bool, ResponseError> {
     check_head(response.status, &response.headers)?;
     let bodiless = matches!(response.status, 100..=199 | 204 | 304);
-    out.reserve(64 + response.body.len());
+    out.reserve(64);
     put_head(out, response.status, &response.headers, keep_alive);
     if !bodiless {
         out.put_slice(b"content-length: ");
@@ -138,10 +156,7 @@ pub fn encode_response(
         out.put_slice(b"\r\n");
     }
     out.put_slice(b"\r\n");
-    if !bodiless && !head_only {
-        out.put_slice(&response.body);
-    }
-    Ok(())
+    Ok(!bodiless)
 }
 
 /// Appends the head of a chunked response (`Transfer-Encoding: chunked`)
@@ -169,9 +184,15 @@ pub fn encode_chunk(out: &mut BytesMut, data: &[u8]) {
     if data.is_empty() {
         return;
     }
-    out.put_slice(format!("{:x}\r\n", data.len()).as_bytes());
+    encode_chunk_size(out, data.len());
     out.put_slice(data);
     out.put_slice(b"\r\n");
+}
+
+/// Appends the size line of a chunk of `len` bytes (its data and a CRLF
+/// follow), for a writer that sends the data as a buffer of its own.
+pub fn encode_chunk_size(out: &mut BytesMut, len: usize) {
+    out.put_slice(format!("{len:x}\r\n").as_bytes());
 }
 
 /// Appends the last chunk (and no trailers) to `out`.

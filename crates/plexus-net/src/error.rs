@@ -148,4 +148,14 @@ pub enum LinkError {
         /// How long it waited, in milliseconds.
         waited_ms: u64,
     },
+    /// A layer ended the link for a reason of its own protocol (an HTTP
+    /// layer after a `Connection: close` response, a timeout, a refused
+    /// request); a layer of one's own may use it too.
+    #[error("{layer}: {reason}")]
+    Layer {
+        /// The layer's name.
+        layer: &'static str,
+        /// Why.
+        reason: String,
+    },
 }

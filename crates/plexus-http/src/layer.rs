@@ -1,0 +1,469 @@
+//! `http`: the server side of HTTP/1.1 as a layer of the composable stack
+//! (`tcp / http`, `tls / http`): bytes below, requests up, responses down.
+//!
+//! **Guarantee.** Every request the peer sends whole within the bounds goes
+//! up once, in order, as a [`RequestMessage`] numbered on the connection;
+//! the responses the application hands down ([`ResponseMessage`], in any
+//! order) leave in request order (pipelining), each with its length or
+//! chunked. A request the decoder refuses, and a request not received whole
+//! within `request_timeout` (a slowloris client), gets its status (400,
+//! 408, 413, 417, 431, 501, 505) after the responses owed before it, and
+//! the connection closes; so does a connection idle for `idle_timeout`,
+//! and one whose request or response said `Connection: close` once that
+//! response is out. Memory per connection is bounded: the received bytes
+//! not yet decoded by a head and a body (reading pauses while `pipeline`
+//! requests await their responses), held response parts by `max_held`.
+//! `Expect: 100-continue` is answered with `100 Continue` when the body has
+//! not come.
+//!
+//! **Spec options.** `http(max_head=16KiB, max_headers=64, max_body=1MiB,
+//! request_timeout=10s, idle_timeout=60s, pipeline=16, max_held=16MiB)`.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use plexus_net::{
+    DataUnit, Frame, Interface, Layer, LayerConfig, LayerOptions, LinkContext, LinkError,
+    OptionError, Output, ReceiveError, StackSendError,
+};
+
+use crate::decoder::{Decoded, Limits, RequestDecoder};
+use crate::response::{
+    encode_chunk_size, encode_chunked_head, encode_head, encode_last_chunk, Response,
+};
+use crate::wire::{RequestMessage, ResponseMessage};
+use crate::Method;
+
+/// Configuration of the `http` layer (see the [module docs](self)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpConfig {
+    /// The request decoder's bounds (`max_head`, `max_headers`, `max_body`).
+    pub limits: Limits,
+    /// A request must arrive whole within this long of its first byte.
+    /// Default 10 s.
+    pub request_timeout: Duration,
+    /// A connection with no request in progress and none unanswered closes
+    /// after this long. Default 60 s.
+    pub idle_timeout: Duration,
+    /// Requests handed up and not answered yet, at most; reading pauses
+    /// beyond. Default 16.
+    pub pipeline: usize,
+    /// Bytes of response parts held for requests whose turn has not come.
+    /// Default 16 MiB.
+    pub max_held: usize,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        Self {
+            limits: Limits::default(),
+            request_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+            pipeline: 16,
+            max_held: 16 << 20,
+        }
+    }
+}
+
+impl LayerConfig for HttpConfig {
+    const NAME: &'static str = "http";
+    const INTERFACE: Interface = Interface {
+        needs: DataUnit::ByteStream,
+        offers: DataUnit::Message,
+    };
+
+    fn from_options(options: &LayerOptions) -> Result<Self, OptionError> {
+        let mut c = Self::default();
+        for o in options.iter() {
+            match o.key() {
+                "max_head" => c.limits.max_head = o.size()?,
+                "max_headers" => c.limits.max_headers = o.count_usize()?.max(1),
+                "max_body" => c.limits.max_body = o.size()?,
+                "request_timeout" => c.request_timeout = o.duration()?,
+                "idle_timeout" => c.idle_timeout = o.duration()?,
+                "pipeline" => c.pipeline = o.count_usize()?.max(1),
+                "max_held" => c.max_held = o.size()?,
+                _ => return Err(o.unknown()),
+            }
+        }
+        Ok(c)
+    }
+
+    fn build(&self, link: &LinkContext) -> Box<dyn Layer> {
+        Box::new(HttpLayer::new(self.clone(), link.now))
+    }
+}
+
+/// The counters of one connection's `http` layer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HttpStats {
+    /// Requests handed up.
+    pub requests: u64,
+    /// Responses written whole.
+    pub responses: u64,
+    /// Requests refused by the decoder (malformed, too large, smuggling).
+    pub refused: u64,
+    /// Requests not received whole within `request_timeout`.
+    pub timeouts: u64,
+}
+
+/// A request handed up and not fully answered.
+#[derive(Debug, Clone, Copy)]
+struct Open {
+    id: u64,
+    keep_alive: bool,
+    head_only: bool,
+    /// Its chunked response has begun.
+    streaming: bool,
+}
+
+/// The `http` layer of one connection. See the [module docs](self).
+#[derive(Debug)]
+pub struct HttpLayer {
+    config: HttpConfig,
+    decoder: RequestDecoder,
+    received: BytesMut,
+    open: VecDeque<Open>,
+    next_id: u64,
+    held: BTreeMap<u64, VecDeque<ResponseMessage>>,
+    held_bytes: usize,
+    /// No more requests are read: one said `Connection: close`, or one was
+    /// refused (its answer is `last_word`).
+    reading_done: bool,
+    /// The status (and why) owed after the open requests' responses, then
+    /// the connection closes.
+    last_word: Option<(u16, String)>,
+    request_started: Option<Instant>,
+    idle_since: Option<Instant>,
+    stats: HttpStats,
+}
+
+impl HttpLayer {
+    /// A layer for a connection accepted at `now`.
+    pub fn new(config: HttpConfig, now: Instant) -> Self {
+        Self {
+            decoder: RequestDecoder::new(config.limits),
+            config,
+            received: BytesMut::new(),
+            open: VecDeque::new(),
+            next_id: 0,
+            held: BTreeMap::new(),
+            held_bytes: 0,
+            reading_done: false,
+            last_word: None,
+            request_started: None,
+            idle_since: Some(now),
+            stats: HttpStats::default(),
+        }
+    }
+
+    /// The connection's counters.
+    pub fn stats(&self) -> HttpStats {
+        self.stats
+    }
+
+    /// Decodes what was received, as far as the pipeline allows.
+    fn read(&mut self, now: Instant, out: &mut Output) {
+        while !self.reading_done && self.open.len() < self.config.pipeline {
+            match self.decoder.decode(&mut self.received) {
+                Ok(None) => break,
+                Ok(Some(Decoded::Continue)) => {
+                    out.push_down(Frame::from_payload(Bytes::from_static(
+                        b"HTTP/1.1 100 Continue\r\n\r\n",
+                    )));
+                }
+                Ok(Some(Decoded::Request(request))) => {
+                    let id = self.next_id;
+                    self.next_id += 1;
+                    self.stats.requests += 1;
+                    self.open.push_back(Open {
+                        id,
+                        keep_alive: request.keep_alive,
+                        head_only: request.method == Method::Head,
+                        streaming: false,
+                    });
+                    if !request.keep_alive {
+                        self.reading_done = true;
+                    }
+                    self.request_started = None;
+                    self.idle_since = None;
+                    out.push_up(RequestMessage { id, request }.encode());
+                }
+                Err(e) => {
+                    self.stats.refused += 1;
+                    self.reading_done = true;
+                    self.last_word = Some((e.status(), e.to_string()));
+                }
+            }
+        }
+        if !self.reading_done && !self.received.is_empty() && self.request_started.is_none() {
+            self.request_started = Some(now);
+            self.idle_since = None;
+        }
+        self.write_ready(now, out);
+    }
+
+    /// Writes what is due: held parts of the request whose turn it is,
+    /// then the last word once nothing is owed before it.
+    fn write_ready(&mut self, now: Instant, out: &mut Output) {
+        while let Some(front) = self.open.front().copied() {
+            let Some(parts) = self.held.get_mut(&front.id) else {
+                break;
+            };
+            let Some(part) = parts.pop_front() else {
+                self.held.remove(&front.id);
+                break;
+            };
+            self.held_bytes = self.held_bytes.saturating_sub(part_len(&part));
+            if parts.is_empty() {
+                self.held.remove(&front.id);
+            }
+            self.write(now, part, out);
+        }
+        if self.open.is_empty() {
+            if let Some((status, why)) = self.last_word.take() {
+                let response = Response::new(status, format!("{why}\n"))
+                    .header("content-type", "text/plain; charset=utf-8");
+                let mut head = BytesMut::new();
+                // A status and fields of our own: they encode.
+                let _ = encode_head(&mut head, &response, false);
+                let mut frame = Frame::from_payload(head.freeze());
+                frame.push_payload(response.body);
+                out.push_down(frame);
+                out.close(LinkError::Layer {
+                    layer: "http",
+                    reason: format!("refused a request with {status}: {why}"),
+                });
+            } else if self.reading_done {
+                out.close(LinkError::Layer {
+                    layer: "http",
+                    reason: "connection: close".into(),
+                });
+            } else if self.received.is_empty() && self.idle_since.is_none() {
+                self.idle_since = Some(now);
+            }
+        }
+    }
+
+    /// Writes a part of the response of the front request.
+    fn write(&mut self, now: Instant, part: ResponseMessage, out: &mut Output) {
+        // The connection closes after this response if the request said so,
+        // or if it is the last before a close (reading ended, no refusal's
+        // answer follows it).
+        let last = self.open.len() == 1 && self.reading_done && self.last_word.is_none();
+        let Some(front) = self.open.front_mut() else {
+            return;
+        };
+        let keep_alive = front.keep_alive && !last;
+        let finished = match part {
+            ResponseMessage::Whole { response, .. } => {
+                let mut head = BytesMut::new();
+                match encode_head(&mut head, &response, keep_alive) {
+                    Ok(body) => {
+                        let mut frame = Frame::from_payload(head.freeze());
+                        if body && !front.head_only && !response.body.is_empty() {
+                            frame.push_payload(response.body);
+                        }
+                        out.push_down(frame);
+                    }
+                    Err(e) => {
+                        // The application's response cannot be written:
+                        // answer 500 in its place.
+                        let fallback = Response::new(500, format!("{e}\n"));
+                        let mut head = BytesMut::new();
+                        let _ = encode_head(&mut head, &fallback, keep_alive);
+                        let mut frame = Frame::from_payload(head.freeze());
+                        frame.push_payload(fallback.body);
+                        out.push_down(frame);
+                    }
+                }
+                self.stats.responses += 1;
+                true
+            }
+            ResponseMessage::ChunkedHead {
+                status, headers, ..
+            } => {
+                let mut head = BytesMut::new();
+                if encode_chunked_head(&mut head, status, &headers, keep_alive).is_err() {
+                    let _ = encode_chunked_head(&mut head, 500, &[], keep_alive);
+                }
+                front.streaming = true;
+                out.push_down(Frame::from_payload(head.freeze()));
+                false
+            }
+            ResponseMessage::Chunk { data, .. } => {
+                if front.streaming && !front.head_only && !data.is_empty() {
+                    let mut size = BytesMut::new();
+                    encode_chunk_size(&mut size, data.len());
+                    let mut frame = Frame::from_payload(size.freeze());
+                    frame.push_payload(data);
+                    frame.push_payload(Bytes::from_static(b"\r\n"));
+                    out.push_down(frame);
+                }
+                false
+            }
+            ResponseMessage::End { .. } => {
+                if front.streaming && !front.head_only {
+                    let mut last = BytesMut::new();
+                    encode_last_chunk(&mut last);
+                    out.push_down(Frame::from_payload(last.freeze()));
+                }
+                self.stats.responses += 1;
+                true
+            }
+        };
+        if finished {
+            let done = self.open.pop_front();
+            if done.is_some_and(|o| !o.keep_alive) {
+                self.reading_done = true;
+            }
+            // The pipeline has room again.
+            if !self.reading_done {
+                self.read(now, out);
+            }
+        }
+    }
+}
+
+fn part_len(part: &ResponseMessage) -> usize {
+    match part {
+        ResponseMessage::Whole { response, .. } => 64 + response.body.len(),
+        ResponseMessage::Chunk { data, .. } => 16 + data.len(),
+        _ => 64,
+    }
+}
+
+impl Layer for HttpLayer {
+    fn name(&self) -> &'static str {
+        "http"
+    }
+
+    fn limits_sends(&self) -> bool {
+        false
+    }
+
+    fn flushes(&self) -> bool {
+        false
+    }
+
+    fn handle_send(
+        &mut self,
+        now: Instant,
+        frame: Frame,
+        out: &mut Output,
+    ) -> Result<(), StackSendError> {
+        let refuse = |reason, frame| StackSendError::Layer {
+            layer: "http",
+            reason,
+            frame,
+        };
+        let part = match ResponseMessage::decode(frame.to_bytes()) {
+            Ok(p) => p,
+            Err(e) => return Err(refuse(e.0, frame)),
+        };
+        let id = part.id();
+        let Some(front) = self.open.front() else {
+            return Err(refuse("no request awaits a response", frame));
+        };
+        if id < front.id || id >= self.next_id {
+            return Err(refuse("no open request has this number", frame));
+        }
+        if id == front.id && !self.held.contains_key(&id) {
+            self.write(now, part, out);
+            self.write_ready(now, out);
+            return Ok(());
+        }
+        let len = part_len(&part);
+        if self.held_bytes + len > self.config.max_held {
+            return Err(refuse(
+                "too many response bytes held for later requests",
+                frame,
+            ));
+        }
+        self.held_bytes += len;
+        self.held.entry(id).or_default().push_back(part);
+        self.write_ready(now, out);
+        Ok(())
+    }
+
+    fn handle_receive(
+        &mut self,
+        now: Instant,
+        frame: Frame,
+        out: &mut Output,
+    ) -> Result<(), ReceiveError> {
+        if self.reading_done {
+            // Nothing after a close or a refusal is read.
+            return Ok(());
+        }
+        for chunk in frame.chunks() {
+            self.received.extend_from_slice(chunk);
+        }
+        let bound = self.config.limits.max_head + self.config.limits.max_body + (64 << 10);
+        if self.received.len() > bound {
+            // A client pipelining far ahead of its answers.
+            self.stats.refused += 1;
+            self.reading_done = true;
+            self.last_word = Some((
+                503,
+                "too many pipelined requests waiting for their responses".into(),
+            ));
+            self.write_ready(now, out);
+            return Ok(());
+        }
+        self.read(now, out);
+        Ok(())
+    }
+
+    fn handle_timeout(&mut self, now: Instant, out: &mut Output) {
+        if let Some(started) = self.request_started {
+            if now >= started + self.config.request_timeout && !self.reading_done {
+                self.stats.timeouts += 1;
+                self.reading_done = true;
+                self.request_started = None;
+                self.last_word = Some((
+                    408,
+                    format!(
+                        "the request did not arrive whole within {:?}",
+                        self.config.request_timeout
+                    ),
+                ));
+                self.write_ready(now, out);
+                return;
+            }
+        }
+        if let Some(idle) = self.idle_since {
+            if now >= idle + self.config.idle_timeout && self.open.is_empty() {
+                self.reading_done = true;
+                self.idle_since = None;
+                out.close(LinkError::Layer {
+                    layer: "http",
+                    reason: format!("idle for {:?}", self.config.idle_timeout),
+                });
+            }
+        }
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        let request = self
+            .request_started
+            .filter(|_| !self.reading_done)
+            .map(|t| t + self.config.request_timeout);
+        let idle = self
+            .idle_since
+            .filter(|_| self.open.is_empty() && !self.reading_done)
+            .map(|t| t + self.config.idle_timeout);
+        match (request, idle) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
+    }
+}
+
+#[cfg(test)]
+mod tests;
