@@ -28,6 +28,8 @@ mod runner;
 mod w1;
 mod w2;
 mod w3;
+mod w4;
+mod w4_report;
 mod w5;
 mod w5_plot;
 mod w7;
@@ -55,6 +57,13 @@ enum Workload {
     /// W3 lossy: 2 node processes bounce one message over an emulated lossy,
     /// slow link (needs root and /dev/net/tun).
     W3(w3::Args),
+    /// W4 bulk: bulk data and control pings between 2 node processes over
+    /// an emulated link, one policy, RTT and loss (needs root and
+    /// /dev/net/tun; `--loopback` runs without the link).
+    W4(w4::Args),
+    /// The W4 matrix: runs `w4` cells as child processes, writes the table
+    /// into docs/benchmarks.md and the plots into docs/img/.
+    W4Report(w4_report::Args),
     /// W5 devices: device processes reporting to a cluster of server
     /// processes (`plexus-device`, `plexus-device-server`, built first).
     W5(w5::Args),
@@ -117,6 +126,17 @@ enum Workload {
         #[arg(long)]
         count: u64,
     },
+    /// (role) W4 side b: serves `hello`, `sink` and `ctl`.
+    #[command(hide = true)]
+    W4SideB {
+        #[arg(long, value_enum)]
+        policy: w4::Policy,
+        #[arg(long)]
+        host: String,
+    },
+    /// (role) W4 side a: sends the bulk payload and the control pings.
+    #[command(hide = true)]
+    W4SideA(w4::SideAArgs),
     /// (role) a W2 baseline source process.
     #[command(hide = true)]
     W2SourceBaseline {
@@ -143,6 +163,8 @@ fn main() {
         Workload::W1(args) => w1::run(&args),
         Workload::W2(args) => w2::run(&args),
         Workload::W3(args) => w3::run(&args),
+        Workload::W4(args) => w4::run(&args),
+        Workload::W4Report(args) => w4_report::run(&args),
         Workload::W5(args) => w5::run(&args),
         Workload::W5Plot(args) => w5_plot::run(&args),
         Workload::W7(args) => w7::run(&args),
@@ -165,6 +187,8 @@ fn main() {
             peer,
             count,
         } => role(Box::pin(w3::side_a(transport, peer, count))),
+        Workload::W4SideB { policy, host } => role(Box::pin(w4::side_b(policy, host))),
+        Workload::W4SideA(args) => role(Box::pin(w4::side_a(args))),
         Workload::W2SourceBaseline { sink, index } => {
             role(Box::pin(w2::source_baseline(sink, index)))
         }
