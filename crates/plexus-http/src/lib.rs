@@ -43,6 +43,8 @@ mod error;
 mod layer;
 mod message;
 mod response;
+#[cfg(feature = "server")]
+pub mod server;
 pub mod wire;
 
 pub use decoder::{Decoded, Limits, RequestDecoder};

@@ -240,6 +240,44 @@ impl LinkSender {
         Ok(())
     }
 
+    /// Queues `frame` (a message as a chain of buffers, see
+    /// [`try_send_frame_on`](LinkSender::try_send_frame_on)) on `strand`,
+    /// waiting while the send buffer is full, as
+    /// [`send_on`](LinkSender::send_on) does.
+    ///
+    /// # Errors
+    ///
+    /// As [`send_on`](LinkSender::send_on); the message is handed back as
+    /// one buffer (copied, on this error path only).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: if the future is dropped before completing, the message
+    /// was not queued.
+    pub async fn send_frame_on(&self, strand: Strand, frame: Frame) -> Result<(), LinkSendError> {
+        if let Some(max) = self.shared.max_message_len {
+            if frame.len() > max {
+                return Err(LinkSendError::TooLarge {
+                    peer: self.shared.peer.clone(),
+                    message: frame.to_bytes(),
+                    max,
+                });
+            }
+        }
+        let cost = self.shared.cost(frame.len());
+        match self.shared.out_space.acquire_many(cost as u32).await {
+            Ok(permit) => permit.forget(),
+            Err(_) => {
+                return Err(LinkSendError::Closed {
+                    message: frame.to_bytes(),
+                    closed: self.shared.closed(),
+                })
+            }
+        }
+        self.push_frame(strand, frame);
+        Ok(())
+    }
+
     /// Queues `frame` on `strand` if the send buffer has room, without
     /// waiting: a message as a chain of buffers, for a sender that puts a
     /// header of its own before a payload without copying the payload

@@ -1,0 +1,338 @@
+//! An actor web server: routes to actors that receive a typed
+//! [`HttpRequest`] and reply with a [`Response`], and static files, over a
+//! stack with the [`http`](crate::HttpLayer) layer (`tcp / http`).
+//!
+//! ```no_run
+//! # use plexus_core::ActorSystem;
+//! # use plexus_http::server::{HttpRequest, WebServer};
+//! # use plexus_http::{Method, Response};
+//! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let system = ActorSystem::new();
+//! let hello = system.spawn_fn(|req: HttpRequest, _ctx| {
+//!     let name = req.param("name").unwrap_or("world").to_owned();
+//!     req.reply.send(Response::new(200, format!("hello, {name}\n")));
+//! });
+//! let server = WebServer::new()
+//!     .route(Method::Get, "/hello/:name", hello)?
+//!     .static_dir("/static", "./public", 64 << 20)?;
+//! let bound = server.listen("127.0.0.1:8080").await?;
+//! println!("serving on http://{bound}");
+//! # Ok(()) }
+//! ```
+//!
+//! Each connection is a link of the stack `tcp / http(...)`: the layer
+//! parses, bounds and times requests, and writes responses in request
+//! order; this driver routes each request and hands its response back.
+//! Requests to actors are asked concurrently (a pipelined request does not
+//! wait for the one before it); static files are answered at once from
+//! memory. [`HttpRequest`] is a remote message: a route's actor may be on
+//! another node.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use plexus_core::{ActorRef, AskError, ReplyTo};
+use plexus_net::{LayerRegistry, StackSpec};
+use plexus_transport::tcp::TcpListener;
+use plexus_transport::{LinkSender, Strand};
+use serde::{Deserialize, Serialize};
+
+use crate::layer::HttpConfig;
+use crate::message::{Method, Request};
+use crate::response::Response;
+use crate::wire::{RequestMessage, ResponseMessage};
+
+mod files;
+mod router;
+
+pub use files::{FilesError, StaticFiles};
+pub use router::PatternError;
+use router::{decode_path, Pattern};
+
+/// A request routed to an actor: the request, the route's parameters, and
+/// where the response goes.
+#[derive(Serialize, Deserialize)]
+pub struct HttpRequest {
+    /// The request.
+    pub request: Request,
+    /// The route's `:name` and `*name` segments, with what they matched.
+    pub params: Vec<(String, String)>,
+    /// Send the response here.
+    pub reply: ReplyTo<Response>,
+}
+plexus_core::remote_message!(HttpRequest = "plexus.http.Request");
+
+impl HttpRequest {
+    /// The value of route parameter `name`.
+    pub fn param(&self, name: &str) -> Option<&str> {
+        self.params
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// What serves a route.
+#[derive(Clone)]
+enum Target {
+    Actor(ActorRef<HttpRequest>),
+    Files(Arc<StaticFiles>),
+}
+
+#[derive(Clone)]
+struct Route {
+    method: Option<Method>,
+    pattern: Pattern,
+    target: Target,
+}
+
+/// Why a server could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServeError {
+    /// The address does not parse.
+    #[error("listen {addr:?}: not a socket address")]
+    BadAddress {
+        /// The text given.
+        addr: String,
+    },
+    /// The stack spec (with the server's `http` options) is invalid.
+    #[error("listen {addr}: {source}")]
+    Spec {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: plexus_net::SpecError,
+    },
+    /// Binding failed.
+    #[error("listen {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The OS error.
+        source: plexus_transport::BindError,
+    },
+}
+
+/// The web server's routes and settings; [`listen`](Self::listen) serves
+/// them. See the [module docs](self).
+#[derive(Clone)]
+pub struct WebServer {
+    routes: Vec<Route>,
+    http: HttpConfig,
+    ask_timeout: Duration,
+}
+
+impl Default for WebServer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl WebServer {
+    /// A server with no routes, the `http` layer's defaults and a 10 s
+    /// limit on each actor's reply.
+    pub fn new() -> Self {
+        Self {
+            routes: Vec::new(),
+            http: HttpConfig::default(),
+            ask_timeout: Duration::from_secs(10),
+        }
+    }
+
+    /// Routes `method` requests whose path matches `pattern` (`/users/:id`,
+    /// `/files/*path`) to `actor`.
+    ///
+    /// # Errors
+    ///
+    /// [`PatternError`] for a malformed pattern.
+    pub fn route(
+        mut self,
+        method: Method,
+        pattern: &str,
+        actor: ActorRef<HttpRequest>,
+    ) -> Result<Self, PatternError> {
+        self.routes.push(Route {
+            method: Some(method),
+            pattern: Pattern::parse(pattern)?,
+            target: Target::Actor(actor),
+        });
+        Ok(self)
+    }
+
+    /// Serves the files below `dir` under `prefix` (`/static` serves
+    /// `dir/app.js` as `/static/app.js`, and `dir/index.html` as
+    /// `/static/`), loaded now, up to `max_total` bytes.
+    ///
+    /// # Errors
+    ///
+    /// [`StaticDirError`] if the prefix is malformed or the directory cannot
+    /// be loaded.
+    pub fn static_dir(
+        mut self,
+        prefix: &str,
+        dir: impl AsRef<std::path::Path>,
+        max_total: usize,
+    ) -> Result<Self, StaticDirError> {
+        let prefix = prefix.trim_end_matches('/');
+        let pattern = Pattern::parse(&format!("{prefix}/*file"))?;
+        let files = StaticFiles::load(dir, max_total)?;
+        self.routes.push(Route {
+            method: None,
+            pattern,
+            target: Target::Files(Arc::new(files)),
+        });
+        Ok(self)
+    }
+
+    /// The `http` layer's settings (limits, timeouts, pipeline depth).
+    pub fn http(mut self, config: HttpConfig) -> Self {
+        self.http = config;
+        self
+    }
+
+    /// How long a route's actor may take to reply (then 504).
+    pub fn ask_timeout(mut self, timeout: Duration) -> Self {
+        self.ask_timeout = timeout;
+        self
+    }
+
+    /// Listens on `addr` (`127.0.0.1:8080`; port 0 picks one) and serves
+    /// until the runtime stops. Returns the address bound.
+    ///
+    /// # Errors
+    ///
+    /// [`ServeError`] naming the address and the cause.
+    pub async fn listen(self, addr: &str) -> Result<SocketAddr, ServeError> {
+        let socket: SocketAddr = addr.parse().map_err(|_| ServeError::BadAddress {
+            addr: addr.to_owned(),
+        })?;
+        let mut registry = LayerRegistry::default();
+        registry.register_config::<HttpConfig>();
+        let limits = &self.http.limits;
+        let text = format!(
+            "tcp / http(max_head={}, max_headers={}, max_body={}, request_timeout={}ms, idle_timeout={}ms, pipeline={}, max_held={})",
+            limits.max_head,
+            limits.max_headers,
+            limits.max_body,
+            self.http.request_timeout.as_millis(),
+            self.http.idle_timeout.as_millis(),
+            self.http.pipeline,
+            self.http.max_held,
+        );
+        let spec = StackSpec::parse(&text, &registry).map_err(|source| ServeError::Spec {
+            addr: socket,
+            source,
+        })?;
+        let listener =
+            TcpListener::bind(&spec, socket)
+                .await
+                .map_err(|source| ServeError::Bind {
+                    addr: socket,
+                    source,
+                })?;
+        let bound = listener.local_addr();
+        let server = Arc::new(self);
+        tokio::spawn(async move {
+            loop {
+                match listener.accept().await {
+                    Ok(link) => {
+                        let server = server.clone();
+                        tokio::spawn(async move { server.serve(link).await });
+                    }
+                    Err(e) => {
+                        tracing::warn!(target: "plexus::http", "accept failed: {e}");
+                    }
+                }
+            }
+        });
+        Ok(bound)
+    }
+
+    /// Serves one connection until it closes.
+    async fn serve(self: Arc<Self>, link: plexus_transport::Link) {
+        let (tx, mut rx) = link.split();
+        while let Ok(bytes) = rx.recv_message().await {
+            let Ok(RequestMessage { id, request }) = RequestMessage::decode(bytes) else {
+                // The layer only hands up what it encoded.
+                break;
+            };
+            match self.dispatch(&request) {
+                Routed::Now(response) => respond(&tx, id, response).await,
+                Routed::Ask(actor, params) => {
+                    let tx = tx.clone();
+                    let timeout = self.ask_timeout;
+                    tokio::spawn(async move {
+                        let asked = actor
+                            .ask(
+                                |reply| HttpRequest {
+                                    request,
+                                    params,
+                                    reply,
+                                },
+                                timeout,
+                            )
+                            .await;
+                        let response = match asked {
+                            Ok(r) => r,
+                            Err(AskError::Timeout { .. }) => {
+                                Response::new(504, "the handler did not answer in time\n")
+                            }
+                            Err(e) => Response::new(503, format!("{e}\n")),
+                        };
+                        respond(&tx, id, response).await;
+                    });
+                }
+            }
+        }
+    }
+
+    fn dispatch(&self, request: &Request) -> Routed {
+        let Some(path) = decode_path(request.path()) else {
+            return Routed::Now(Response::new(400, "malformed path\n"));
+        };
+        let mut allowed = false;
+        for route in &self.routes {
+            let Some(params) = route.pattern.matches(&path) else {
+                continue;
+            };
+            match (&route.method, &route.target) {
+                (Some(m), _) if *m != request.method => allowed = true,
+                (_, Target::Actor(actor)) => return Routed::Ask(actor.clone(), params),
+                (_, Target::Files(files)) => {
+                    let name = params.first().map_or("", |(_, v)| v.as_str());
+                    return Routed::Now(files.serve(request, name));
+                }
+            }
+        }
+        Routed::Now(if allowed {
+            Response::new(405, "method not allowed\n")
+        } else {
+            Response::new(404, "not found\n")
+        })
+    }
+}
+
+enum Routed {
+    Now(Response),
+    Ask(ActorRef<HttpRequest>, Vec<(String, String)>),
+}
+
+/// Why a static directory could not be served.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StaticDirError {
+    /// The prefix is not a path.
+    #[error(transparent)]
+    Prefix(#[from] PatternError),
+    /// The directory could not be loaded.
+    #[error(transparent)]
+    Files(#[from] FilesError),
+}
+
+async fn respond(tx: &LinkSender, id: u64, response: Response) {
+    let frame = ResponseMessage::Whole { id, response }.encode();
+    // A closed connection has nobody to answer.
+    let _ = tx.send_frame_on(Strand::ZERO, frame).await;
+}

@@ -1,0 +1,232 @@
+//! The actor web server over real TCP: routes to actors, static files with
+//! ETag and Range, pipelined requests answered in order, and hostile
+//! clients (smuggling, slowloris) refused while others are served.
+
+use std::time::Duration;
+
+use plexus_core::ActorSystem;
+use plexus_http::server::{HttpRequest, WebServer};
+use plexus_http::{HttpConfig, Method, Response};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// A response as the test reads it.
+#[derive(Debug)]
+struct Got {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Got {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Reads one response (with a Content-Length) from `stream`, buffering
+/// what follows in `buf`. `None` once the server closed the connection.
+async fn read_response(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Option<Got> {
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8(buf[..end].to_vec()).unwrap();
+            let mut lines = head.split("\r\n");
+            let status: u16 = lines.next().unwrap()[9..12].parse().unwrap();
+            let headers: Vec<(String, String)> = lines
+                .map(|l| {
+                    let (n, v) = l.split_once(':').unwrap();
+                    (n.to_owned(), v.trim().to_owned())
+                })
+                .collect();
+            let len: usize = headers
+                .iter()
+                .find(|(n, _)| n.eq_ignore_ascii_case("content-length"))
+                .map_or(0, |(_, v)| v.parse().unwrap());
+            while buf.len() < end + 4 + len {
+                let mut chunk = [0u8; 4096];
+                let n = stream.read(&mut chunk).await.unwrap();
+                assert!(n > 0, "closed inside a body");
+                buf.extend_from_slice(&chunk[..n]);
+            }
+            let body = buf[end + 4..end + 4 + len].to_vec();
+            buf.drain(..end + 4 + len);
+            return Some(Got {
+                status,
+                headers,
+                body,
+            });
+        }
+        let mut chunk = [0u8; 4096];
+        let n = stream.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+async fn ask(addr: std::net::SocketAddr, request: &[u8]) -> Got {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(request).await.unwrap();
+    read_response(&mut s, &mut Vec::new()).await.unwrap()
+}
+
+async fn server(config: HttpConfig) -> (ActorSystem, std::net::SocketAddr) {
+    let system = ActorSystem::new();
+    let hello = system.spawn_fn(|req: HttpRequest, _ctx| {
+        let name = req.param("name").unwrap_or("?").to_owned();
+        req.reply.send(
+            Response::new(200, format!("hello, {name}")).header("content-type", "text/plain"),
+        );
+    });
+    // Holds the reply of /held/:key until /release/:key comes: pipelined
+    // requests to it finish out of order.
+    // (The two requests are asked concurrently, so either may reach it
+    // first.)
+    let mut held: std::collections::HashMap<String, plexus_core::ReplyTo<Response>> =
+        std::collections::HashMap::new();
+    let mut released = std::collections::HashSet::new();
+    let latch = system.spawn_fn(move |req: HttpRequest, _ctx| {
+        let key = req.param("key").unwrap_or("").to_owned();
+        if req.request.path().starts_with("/held/") {
+            if released.remove(&key) {
+                req.reply.send(Response::new(200, format!("held {key}")));
+            } else {
+                held.insert(key, req.reply);
+            }
+        } else {
+            match held.remove(&key) {
+                Some(reply) => reply.send(Response::new(200, format!("held {key}"))),
+                None => {
+                    released.insert(key.clone());
+                }
+            }
+            req.reply
+                .send(Response::new(200, format!("released {key}")));
+        }
+    });
+    let dir = std::env::temp_dir().join(format!("plexus-http-test-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("css")).unwrap();
+    std::fs::write(dir.join("index.html"), "<h1>plexus</h1>").unwrap();
+    std::fs::write(dir.join("css/site.css"), "body { margin: 0 }").unwrap();
+    let addr = WebServer::new()
+        .http(config)
+        .route(Method::Get, "/hello/:name", hello)
+        .unwrap()
+        .route(Method::Get, "/held/:key", latch.clone())
+        .unwrap()
+        .route(Method::Get, "/release/:key", latch)
+        .unwrap()
+        .static_dir("/static", &dir, 1 << 20)
+        .unwrap()
+        .listen("127.0.0.1:0")
+        .await
+        .unwrap();
+    (system, addr)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn routes_static_files_and_errors() {
+    let (_system, addr) = server(HttpConfig::default()).await;
+    let r = ask(addr, b"GET /hello/ada HTTP/1.1\r\nHost: x\r\n\r\n").await;
+    assert_eq!((r.status, &r.body[..]), (200, &b"hello, ada"[..]));
+    assert_eq!(r.header("content-type"), Some("text/plain"));
+
+    let r = ask(addr, b"GET /static/ HTTP/1.1\r\n\r\n").await;
+    assert_eq!((r.status, &r.body[..]), (200, &b"<h1>plexus</h1>"[..]));
+    assert_eq!(r.header("content-type"), Some("text/html; charset=utf-8"));
+    let etag = r.header("etag").unwrap().to_owned();
+    let again = format!("GET /static/index.html HTTP/1.1\r\nIf-None-Match: {etag}\r\n\r\n");
+    assert_eq!(ask(addr, again.as_bytes()).await.status, 304);
+    let r = ask(
+        addr,
+        b"GET /static/css/site.css HTTP/1.1\r\nRange: bytes=0-3\r\n\r\n",
+    )
+    .await;
+    assert_eq!((r.status, &r.body[..]), (206, &b"body"[..]));
+    assert_eq!(r.header("content-range"), Some("bytes 0-3/18"));
+
+    assert_eq!(ask(addr, b"GET /nope HTTP/1.1\r\n\r\n").await.status, 404);
+    assert_eq!(
+        ask(addr, b"POST /hello/x HTTP/1.1\r\n\r\n").await.status,
+        405
+    );
+    assert_eq!(
+        ask(addr, b"GET /static/%2e%2e/secret HTTP/1.1\r\n\r\n")
+            .await
+            .status,
+        400
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelined_requests_are_answered_in_request_order() {
+    let (_system, addr) = server(HttpConfig::default()).await;
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    // The first answer is ready last: after the other two.
+    s.write_all(
+        b"GET /held/a HTTP/1.1\r\n\r\nGET /hello/x HTTP/1.1\r\n\r\nGET /release/a HTTP/1.1\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let mut buf = Vec::new();
+    let mut bodies = Vec::new();
+    for _ in 0..3 {
+        bodies.push(read_response(&mut s, &mut buf).await.unwrap().body);
+    }
+    assert_eq!(
+        bodies,
+        [&b"held a"[..], &b"hello, x"[..], &b"released a"[..]]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_clients_get_their_status_and_others_are_served() {
+    let config = HttpConfig {
+        request_timeout: Duration::from_millis(300),
+        ..HttpConfig::default()
+    };
+    let (_system, addr) = server(config).await;
+
+    // A slowloris client: a head that never ends.
+    let mut slow = TcpStream::connect(addr).await.unwrap();
+    slow.write_all(b"GET /hello/slow HTTP/1.1\r\nX-Slow: a")
+        .await
+        .unwrap();
+
+    // Smuggling: both framings.
+    let mut smuggler = TcpStream::connect(addr).await.unwrap();
+    smuggler
+        .write_all(b"POST /hello/x HTTP/1.1\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /hello/smuggled HTTP/1.1\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = Vec::new();
+    let r = read_response(&mut smuggler, &mut buf).await.unwrap();
+    assert_eq!(r.status, 400);
+    assert_eq!(r.header("connection"), Some("close"));
+    assert!(
+        read_response(&mut smuggler, &mut buf).await.is_none(),
+        "nothing after the refusal: the smuggled request is never served"
+    );
+
+    // A well-behaved client meanwhile.
+    for i in 0..20 {
+        let r = ask(addr, format!("GET /hello/{i} HTTP/1.1\r\n\r\n").as_bytes()).await;
+        assert_eq!(r.status, 200);
+    }
+
+    // The slowloris client gets 408 when its time is up, and is closed.
+    let mut buf = Vec::new();
+    let r = read_response(&mut slow, &mut buf).await.unwrap();
+    assert_eq!(r.status, 408);
+    assert!(read_response(&mut slow, &mut buf).await.is_none());
+
+    // Oversized head: 431.
+    let mut big = b"GET / HTTP/1.1\r\nX: ".to_vec();
+    big.extend(std::iter::repeat_n(b'a', 20_000));
+    big.extend_from_slice(b"\r\n\r\n");
+    assert_eq!(ask(addr, &big).await.status, 431);
+}
