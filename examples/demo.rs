@@ -20,6 +20,8 @@ use serde::{Deserialize, Serialize};
 
 #[path = "demo/lanes.rs"]
 mod lanes;
+#[path = "demo/web.rs"]
+mod web;
 
 const TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -197,7 +199,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     remote_tour().await?;
     devices_tour().await?;
-    lanes::tour().await
+    lanes::tour().await?;
+    web::tour().await
 }
 
 // ------------------------------------------------------------------ remote

@@ -10,6 +10,9 @@
 //!           └► encode_chunked_head / encode_chunk / encode_last_chunk
 //! ```
 //!
+//! On top: the [`HttpLayer`] (`http` in stack specs, `tcp / http`) and,
+//! with the `server` feature, the actor web server ([`server`]).
+//!
 //! Request heads are parsed by `httparse`; everything around it (bodies by
 //! `Content-Length` or chunked, trailers, keep-alive, pipelined requests,
 //! `Expect: 100-continue`) is this crate's.

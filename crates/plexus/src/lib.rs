@@ -17,6 +17,8 @@
 //!  │                       hash ring, split brain
 //!  ├── plexus-data         delta-state CRDTs, the           (as `plexus::data`)
 //!  │                       replicator, durable keys (redb)
+//!  ├── plexus-http         HTTP/1.1 codec and layer, the    (as `plexus::http`)
+//!  │                       actor web server
 //!  └── plexus-sim          the test kit's simulator of      (as `plexus::sim`)
 //!                          many sans-IO processes
 //! ```
@@ -77,6 +79,13 @@ pub mod cluster {
 /// ([`data::node::Replication`]), durable keys ([`data::store`]).
 pub mod data {
     pub use plexus_data::*;
+}
+
+/// HTTP/1.1: the sans-IO request decoder and response encoder, the `http`
+/// layer of the stack (`tcp / http`), and the actor web server
+/// ([`http::server::WebServer`]).
+pub mod http {
+    pub use plexus_http::*;
 }
 
 /// The test kit's simulator: many sans-IO processes (cluster members, a
