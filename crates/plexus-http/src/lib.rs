@@ -44,8 +44,11 @@ mod chunked;
 mod decoder;
 mod error;
 mod layer;
+#[cfg(feature = "loadgen")]
+pub mod loadgen;
 mod message;
 mod response;
+mod response_decoder;
 #[cfg(feature = "server")]
 pub mod server;
 pub mod wire;
@@ -58,3 +61,4 @@ pub use response::{
     encode_chunk, encode_chunked_head, encode_last_chunk, encode_response, reason_phrase, Response,
     ResponseError,
 };
+pub use response_decoder::{ResponseDecodeError, ResponseDecoder, ResponseSummary};
