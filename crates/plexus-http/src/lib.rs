@@ -51,6 +51,7 @@ mod response;
 mod response_decoder;
 #[cfg(feature = "server")]
 pub mod server;
+pub mod websocket;
 pub mod wire;
 
 pub use decoder::{Decoded, Limits, RequestDecoder};

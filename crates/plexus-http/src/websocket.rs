@@ -1,0 +1,446 @@
+//! WebSocket (RFC 6455), sans-IO: the opening handshake ([`handshake`]) and
+//! a connection's frames ([`WebSocket`]): masking, fragmentation, ping and
+//! pong, the closing handshake and close codes.
+//!
+//! **Guarantees.** Every message the peer sends within the bounds comes
+//! out whole, in order, text checked as UTF-8 (failing fast: an invalid
+//! sequence closes the connection as soon as it is seen, not at the
+//! message's end). A protocol violation is answered with its close code and
+//! the connection ends: an unmasked client frame, a masked server frame,
+//! reserved bits, an unknown opcode, a fragmented or oversized control
+//! frame, a continuation without a start (1002); invalid UTF-8 in a text
+//! message or close reason (1007); a frame or message over the bounds
+//! (1009); pings faster than `max_pings_per_second` (1008). Pings are
+//! answered with a pong carrying their payload; of several pings before a
+//! pong goes out only the last is answered (RFC 6455, 5.5.3), so a ping
+//! flood costs at most one pending pong. Memory is bounded by one frame
+//! (`max_frame`) plus one message (`max_message`).
+
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+
+mod frame;
+pub mod handshake;
+
+pub use frame::Opcode;
+use frame::{apply_mask, parse_header, put_frame, FrameError};
+
+/// A close code (RFC 6455, 7.4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct CloseCode(pub u16);
+
+impl CloseCode {
+    /// 1000: normal closure.
+    pub const NORMAL: CloseCode = CloseCode(1000);
+    /// 1001: going away.
+    pub const GOING_AWAY: CloseCode = CloseCode(1001);
+    /// 1002: protocol error.
+    pub const PROTOCOL_ERROR: CloseCode = CloseCode(1002);
+    /// 1003: a data type the endpoint does not take.
+    pub const UNSUPPORTED: CloseCode = CloseCode(1003);
+    /// 1007: a payload inconsistent with its type (invalid UTF-8).
+    pub const INVALID_PAYLOAD: CloseCode = CloseCode(1007);
+    /// 1008: a policy violation (a ping flood).
+    pub const POLICY: CloseCode = CloseCode(1008);
+    /// 1009: a frame or message too big.
+    pub const MESSAGE_TOO_BIG: CloseCode = CloseCode(1009);
+    /// 1011: the endpoint failed.
+    pub const INTERNAL: CloseCode = CloseCode(1011);
+
+    /// Whether a peer may send this code in a close frame: 1000-1003,
+    /// 1007-1014 and 3000-4999 (1004-1006 and 1015 are never sent; the rest
+    /// is reserved).
+    pub fn is_sendable(self) -> bool {
+        matches!(self.0, 1000..=1003 | 1007..=1014 | 3000..=4999)
+    }
+}
+
+/// Which end of the connection this is: clients mask their frames,
+/// servers must not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// The end that accepted the connection.
+    Server,
+    /// The end that opened it.
+    Client,
+}
+
+/// The bounds of a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WsConfig {
+    /// Largest frame payload accepted. Default 16 MiB.
+    pub max_frame: usize,
+    /// Largest message accepted (all its fragments). Default 16 MiB.
+    pub max_message: usize,
+    /// Pings per second accepted before the connection is closed with
+    /// 1008. Default 1,000.
+    pub max_pings_per_second: u32,
+}
+
+impl Default for WsConfig {
+    fn default() -> Self {
+        Self {
+            max_frame: 16 << 20,
+            max_message: 16 << 20,
+            max_pings_per_second: 1000,
+        }
+    }
+}
+
+/// A message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WsMessage {
+    /// A text message (valid UTF-8).
+    Text(String),
+    /// A binary message.
+    Binary(Bytes),
+}
+
+/// What the peer did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WsEvent {
+    /// A whole message.
+    Message(WsMessage),
+    /// The connection is closing: the peer sent a close frame (its code and
+    /// reason), or broke the protocol (our code; the close frame saying so
+    /// is queued). Send what [`WebSocket::poll_transmit`] gives, then end
+    /// the connection.
+    Closed {
+        /// The code, if any.
+        code: Option<CloseCode>,
+        /// The reason.
+        reason: String,
+        /// Whether this end found the violation.
+        by_us: bool,
+    },
+}
+
+/// The counters of a connection.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WsStats {
+    /// Messages received.
+    pub messages: u64,
+    /// Pings received.
+    pub pings: u64,
+    /// Pongs sent.
+    pub pongs: u64,
+}
+
+/// A send after the close handshake began.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the WebSocket connection is closing: nothing more can be sent")]
+pub struct WsClosed;
+
+/// One WebSocket connection after its handshake. See the [module
+/// docs](self).
+#[derive(Debug)]
+pub struct WebSocket {
+    role: Role,
+    config: WsConfig,
+    /// State of the client's masking keys (xorshift).
+    mask_state: u64,
+    fragment: Option<(Opcode, BytesMut)>,
+    /// Bytes of the fragmented text message already checked as UTF-8.
+    checked: usize,
+    out: BytesMut,
+    pending_pong: Option<Bytes>,
+    close_sent: bool,
+    close_received: bool,
+    /// Input is ignored from here (a violation, or the peer's close).
+    done: bool,
+    ping_window: (Option<Instant>, u32),
+    stats: WsStats,
+}
+
+impl WebSocket {
+    /// A connection for `role`; a client's masking keys come from `seed`
+    /// (give it fresh randomness: a predictable key lets a page poison
+    /// caches of proxies in between, RFC 6455, 10.3).
+    pub fn new(role: Role, config: WsConfig, seed: u64) -> Self {
+        Self {
+            role,
+            config,
+            mask_state: seed | 1,
+            fragment: None,
+            checked: 0,
+            out: BytesMut::new(),
+            pending_pong: None,
+            close_sent: false,
+            close_received: false,
+            done: false,
+            ping_window: (None, 0),
+            stats: WsStats::default(),
+        }
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> WsStats {
+        self.stats
+    }
+
+    /// Whether both close frames went (or a violation ended it): the
+    /// transport may close once [`poll_transmit`](Self::poll_transmit) is
+    /// drained.
+    pub fn is_closed(&self) -> bool {
+        self.close_sent && (self.close_received || self.done)
+    }
+
+    /// Takes frames off the front of `buf` (bytes the peer sent) and returns
+    /// the next event, or `None` when more bytes are needed.
+    pub fn handle_receive(&mut self, now: Instant, buf: &mut BytesMut) -> Option<WsEvent> {
+        if self.done {
+            // Nothing after a close or a violation is read: drop it.
+            buf.clear();
+            return None;
+        }
+        loop {
+            let header = match parse_header(buf, self.role == Role::Server, self.config.max_frame) {
+                Ok(Some(h)) => h,
+                Ok(None) => return None,
+                Err(e) => return Some(self.fail(e)),
+            };
+            if buf.len() < header.len + header.payload {
+                return None;
+            }
+            let _ = buf.split_to(header.len);
+            let mut payload = buf.split_to(header.payload);
+            if let Some(mask) = header.mask {
+                apply_mask(&mut payload, mask, 0);
+            }
+            if let Some(event) = self.frame(now, header.fin, header.opcode, payload) {
+                return Some(event);
+            }
+        }
+    }
+
+    fn frame(
+        &mut self,
+        now: Instant,
+        fin: bool,
+        opcode: Opcode,
+        payload: BytesMut,
+    ) -> Option<WsEvent> {
+        match opcode {
+            Opcode::Text | Opcode::Binary => {
+                if self.fragment.is_some() {
+                    return Some(self.fail(protocol("a new message inside a fragmented one")));
+                }
+                if payload.len() > self.config.max_message {
+                    return Some(self.fail(FrameError {
+                        code: CloseCode::MESSAGE_TOO_BIG,
+                        why: "a message over the size limit",
+                    }));
+                }
+                self.checked = 0;
+                self.fragment = Some((opcode, payload));
+                self.continued(fin)
+            }
+            Opcode::Continuation => {
+                let Some((_, message)) = &mut self.fragment else {
+                    return Some(self.fail(protocol("a continuation without a message")));
+                };
+                if message.len() + payload.len() > self.config.max_message {
+                    return Some(self.fail(FrameError {
+                        code: CloseCode::MESSAGE_TOO_BIG,
+                        why: "a message over the size limit",
+                    }));
+                }
+                message.extend_from_slice(&payload);
+                self.continued(fin)
+            }
+            Opcode::Ping => {
+                self.stats.pings += 1;
+                let (start, count) = &mut self.ping_window;
+                match start {
+                    Some(s) if now < *s + Duration::from_secs(1) => *count += 1,
+                    _ => {
+                        *start = Some(now);
+                        *count = 1;
+                    }
+                }
+                if *count > self.config.max_pings_per_second {
+                    return Some(self.fail(FrameError {
+                        code: CloseCode::POLICY,
+                        why: "pings faster than allowed",
+                    }));
+                }
+                if !self.close_sent {
+                    self.pending_pong = Some(payload.freeze());
+                }
+                None
+            }
+            Opcode::Pong => None,
+            Opcode::Close => Some(self.close_frame(&payload)),
+        }
+    }
+
+    /// After a data frame: checks the text so far, and delivers the
+    /// message if `fin`.
+    fn continued(&mut self, fin: bool) -> Option<WsEvent> {
+        let Some((opcode, message)) = &self.fragment else {
+            return None;
+        };
+        if *opcode == Opcode::Text {
+            match std::str::from_utf8(&message[self.checked..]) {
+                Ok(_) => self.checked = message.len(),
+                Err(e) if e.error_len().is_some() || fin => {
+                    return Some(self.fail(FrameError {
+                        code: CloseCode::INVALID_PAYLOAD,
+                        why: "a text message that is not UTF-8",
+                    }))
+                }
+                // An incomplete sequence at the end: the next fragment
+                // may complete it.
+                Err(e) => self.checked += e.valid_up_to(),
+            }
+        }
+        if !fin {
+            return None;
+        }
+        let (opcode, message) = self.fragment.take()?;
+        self.stats.messages += 1;
+        Some(WsEvent::Message(match opcode {
+            Opcode::Text => {
+                WsMessage::Text(String::from_utf8(message.to_vec()).unwrap_or_default())
+            }
+            _ => WsMessage::Binary(message.freeze()),
+        }))
+    }
+
+    fn close_frame(&mut self, payload: &[u8]) -> WsEvent {
+        let (code, reason) = match payload.len() {
+            0 => (None, String::new()),
+            1 => return self.fail(protocol("a close frame of one byte")),
+            _ => {
+                let code = CloseCode(u16::from_be_bytes([payload[0], payload[1]]));
+                if !code.is_sendable() {
+                    return self.fail(protocol("a close code that may not be sent"));
+                }
+                let Ok(reason) = std::str::from_utf8(&payload[2..]) else {
+                    return self.fail(FrameError {
+                        code: CloseCode::INVALID_PAYLOAD,
+                        why: "a close reason that is not UTF-8",
+                    });
+                };
+                (Some(code), reason.to_owned())
+            }
+        };
+        self.close_received = true;
+        self.done = true;
+        if !self.close_sent {
+            self.queue_close(code.unwrap_or(CloseCode::NORMAL), "");
+        }
+        WsEvent::Closed {
+            code,
+            reason,
+            by_us: false,
+        }
+    }
+
+    fn fail(&mut self, e: FrameError) -> WsEvent {
+        self.done = true;
+        self.fragment = None;
+        if !self.close_sent {
+            self.queue_close(e.code, e.why);
+        }
+        WsEvent::Closed {
+            code: Some(e.code),
+            reason: e.why.to_owned(),
+            by_us: true,
+        }
+    }
+
+    fn next_mask(&mut self) -> Option<[u8; 4]> {
+        (self.role == Role::Client).then(|| {
+            let mut x = self.mask_state;
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            self.mask_state = x;
+            (x as u32).to_le_bytes()
+        })
+    }
+
+    fn queue_close(&mut self, code: CloseCode, reason: &str) {
+        let mut payload = code.0.to_be_bytes().to_vec();
+        // A control frame carries 125 bytes at most.
+        let mut end = reason.len().min(123);
+        while !reason.is_char_boundary(end) {
+            end -= 1;
+        }
+        payload.extend_from_slice(&reason.as_bytes()[..end]);
+        let mask = self.next_mask();
+        put_frame(&mut self.out, true, Opcode::Close, mask, &payload);
+        self.close_sent = true;
+        self.pending_pong = None;
+    }
+
+    /// Queues `message` as one frame.
+    ///
+    /// # Errors
+    ///
+    /// [`WsClosed`] once the close handshake began.
+    pub fn send(&mut self, message: &WsMessage) -> Result<(), WsClosed> {
+        if self.close_sent {
+            return Err(WsClosed);
+        }
+        let (opcode, data): (Opcode, &[u8]) = match message {
+            WsMessage::Text(t) => (Opcode::Text, t.as_bytes()),
+            WsMessage::Binary(b) => (Opcode::Binary, b),
+        };
+        let mask = self.next_mask();
+        put_frame(&mut self.out, true, opcode, mask, data);
+        Ok(())
+    }
+
+    /// Queues a ping with `payload` (at most 125 bytes; longer is cut).
+    ///
+    /// # Errors
+    ///
+    /// [`WsClosed`] once the close handshake began.
+    pub fn ping(&mut self, payload: &[u8]) -> Result<(), WsClosed> {
+        if self.close_sent {
+            return Err(WsClosed);
+        }
+        let mask = self.next_mask();
+        put_frame(
+            &mut self.out,
+            true,
+            Opcode::Ping,
+            mask,
+            &payload[..payload.len().min(125)],
+        );
+        Ok(())
+    }
+
+    /// Begins the closing handshake with `code` and `reason`.
+    pub fn close(&mut self, code: CloseCode, reason: &str) {
+        if !self.close_sent {
+            self.queue_close(code, reason);
+        }
+    }
+
+    /// The bytes to send now, if any.
+    pub fn poll_transmit(&mut self) -> Option<Bytes> {
+        if let Some(payload) = self.pending_pong.take() {
+            let mask = self.next_mask();
+            let mut pong = BytesMut::new();
+            put_frame(&mut pong, true, Opcode::Pong, mask, &payload);
+            self.stats.pongs += 1;
+            pong.extend_from_slice(&self.out.split());
+            return Some(pong.freeze());
+        }
+        (!self.out.is_empty()).then(|| self.out.split().freeze())
+    }
+}
+
+const fn protocol(why: &'static str) -> FrameError {
+    FrameError {
+        code: CloseCode::PROTOCOL_ERROR,
+        why,
+    }
+}
+
+#[cfg(test)]
+mod tests;
