@@ -105,21 +105,37 @@ impl Report {
             .map(|c| c.as_secs_f64() * 1e6 / (self.requests.max(1)) as f64)
     }
 
-    /// The `RESULT` line.
-    pub fn result_line(&self) -> String {
-        format!(
-            "RESULT workload=loadgen mode={} rate={} connections={} requests={} rps={:.0} gbps={:.3} p50_ms={:.3} p90_ms={:.3} p99_ms={:.3} p999_ms={:.3} max_ms={:.3} non_2xx={} errors={} cpu_us_per_req={}",
-            if self.rate.is_some() { "open" } else { "closed" },
-            self.rate.map_or("-".to_owned(), |r| format!("{r:.0}")),
-            self.connections,
-            self.requests,
-            self.rps(),
-            self.gbps(),
+    /// `open` or `closed`.
+    fn mode(&self) -> &'static str {
+        if self.rate.is_some() {
+            "open"
+        } else {
+            "closed"
+        }
+    }
+
+    /// p50, p90, p99, p99.9 and the maximum, in milliseconds.
+    fn latencies_ms(&self) -> [f64; 5] {
+        [
             self.latency_ms(0.5),
             self.latency_ms(0.9),
             self.latency_ms(0.99),
             self.latency_ms(0.999),
             self.latency.max() as f64 / 1e3,
+        ]
+    }
+
+    /// The `RESULT` line.
+    pub fn result_line(&self) -> String {
+        let [p50, p90, p99, p999, max] = self.latencies_ms();
+        format!(
+            "RESULT workload=loadgen mode={} rate={} connections={} requests={} rps={:.0} gbps={:.3} p50_ms={p50:.3} p90_ms={p90:.3} p99_ms={p99:.3} p999_ms={p999:.3} max_ms={max:.3} non_2xx={} errors={} cpu_us_per_req={}",
+            self.mode(),
+            self.rate.map_or("-".to_owned(), |r| format!("{r:.0}")),
+            self.connections,
+            self.requests,
+            self.rps(),
+            self.gbps(),
             self.non_success,
             self.errors,
             self.cpu_us_per_request()
@@ -129,9 +145,10 @@ impl Report {
 
     /// The summary a person reads.
     pub fn summary(&self) -> String {
+        let [p50, p90, p99, p999, max] = self.latencies_ms();
         format!(
-            "{} loop{}, {} connections, {:.1} s\n  {} responses ({} not 2xx/3xx, {} errors): {:.0} requests/s, {:.3} Gbit/s\n  latency p50 {:.3} ms, p90 {:.3} ms, p99 {:.3} ms, p99.9 {:.3} ms, max {:.3} ms{}\n  loadgen CPU {}",
-            if self.rate.is_some() { "open" } else { "closed" },
+            "{} loop{}, {} connections, {:.1} s\n  {} responses ({} not 2xx/3xx, {} errors): {:.0} requests/s, {:.3} Gbit/s\n  latency p50 {p50:.3} ms, p90 {p90:.3} ms, p99 {p99:.3} ms, p99.9 {p999:.3} ms, max {max:.3} ms{}\n  loadgen CPU {}",
+            self.mode(),
             self.rate
                 .map_or(String::new(), |r| format!(" at {r:.0} requests/s")),
             self.connections,
@@ -141,11 +158,6 @@ impl Report {
             self.errors,
             self.rps(),
             self.gbps(),
-            self.latency_ms(0.5),
-            self.latency_ms(0.9),
-            self.latency_ms(0.99),
-            self.latency_ms(0.999),
-            self.latency.max() as f64 / 1e3,
             if self.rate.is_some() {
                 " (from when each request was due)"
             } else {
