@@ -53,6 +53,8 @@ mod response_decoder;
 pub mod server;
 pub mod websocket;
 pub mod wire;
+#[cfg(feature = "server")]
+pub mod ws_transport;
 
 pub use decoder::{Decoded, Limits, RequestDecoder};
 pub use error::RequestError;

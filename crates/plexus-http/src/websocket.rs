@@ -22,6 +22,7 @@ use bytes::{Bytes, BytesMut};
 
 mod frame;
 pub mod handshake;
+pub mod layer;
 
 pub use frame::Opcode;
 use frame::{apply_mask, parse_header, put_frame, FrameError};

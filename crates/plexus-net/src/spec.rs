@@ -321,6 +321,13 @@ impl StackSpec {
         self.build_link(LinkContext { now, link_id: 0 })
     }
 
+    /// Builds the layer instances for the link described by `link`, bottom
+    /// to top, for a transport that puts a layer of its own below them
+    /// (see [`Stack::new`]).
+    pub fn build_layers(&self, link: LinkContext) -> Vec<Box<dyn crate::Layer>> {
+        self.layers.iter().map(|l| (l.factory)(&link)).collect()
+    }
+
     /// Builds a stack instance for the link described by `link`.
     pub fn build_link(&self, link: LinkContext) -> Stack {
         let layers = self.layers.iter().map(|l| (l.factory)(&link)).collect();

@@ -268,9 +268,10 @@ impl Node {
                         let scheme = scheme.clone();
                         tokio::spawn(async move { peer::accept(inner, scheme, link).await });
                     }
-                    // A peer refused during its security handshake (logged
-                    // by the transport) costs only its own connection.
-                    Err(AcceptError::Handshake { .. }) => {}
+                    // A peer refused during its security handshake or its
+                    // protocol upgrade (logged by the transport) costs only
+                    // its own connection.
+                    Err(AcceptError::Handshake { .. } | AcceptError::Upgrade { .. }) => {}
                     Err(e) => {
                         tracing::warn!(target: "plexus::remote", "listener stopped: {e}");
                         break;

@@ -136,6 +136,16 @@ pub enum ConnectError {
         /// The address, with its scheme.
         addr: String,
     },
+    /// The server refused the protocol upgrade the transport asked for
+    /// (a WebSocket transport's `101 Switching Protocols`), or answered
+    /// something else.
+    #[error("connect {addr}: upgrade refused: {why}")]
+    Upgrade {
+        /// The address, with its scheme.
+        addr: String,
+        /// What the server answered.
+        why: String,
+    },
 }
 
 /// Why `accept` failed.
@@ -164,6 +174,18 @@ pub enum AcceptError {
         /// The cause (a rustls error inside an `io::Error`, or a timeout).
         #[source]
         source: io::Error,
+    },
+    /// A peer's protocol upgrade (a WebSocket transport's opening
+    /// handshake) was refused, or did not arrive in time; it was answered
+    /// with a status saying why. Only that connection was dropped.
+    #[error("accept {addr}: upgrade from {peer} refused: {why}")]
+    Upgrade {
+        /// The local address, with its scheme.
+        addr: String,
+        /// The peer's address.
+        peer: String,
+        /// Why.
+        why: String,
     },
     /// The listener or endpoint was shut down; no more links will come.
     #[error("accept on {addr}: listener shut down")]

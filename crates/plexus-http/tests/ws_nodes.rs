@@ -1,0 +1,65 @@
+//! Remote actors over `ws://`: two nodes whose links are WebSocket
+//! connections through an HTTP port; a plain HTTP client on that port is
+//! refused with a status and the listener goes on.
+
+use std::time::Duration;
+
+use plexus_core::{ActorRef, ActorSystem, ReplyTo};
+use plexus_http::ws_transport::WsTransport;
+use plexus_remote::{Node, NodeConfig};
+use plexus_transport::TransportRegistry;
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+#[derive(Serialize, Deserialize)]
+enum Counter {
+    Add(u64),
+    Get(ReplyTo<u64>),
+}
+plexus_core::remote_message!(Counter = "test.ws.Counter");
+
+fn config() -> NodeConfig {
+    let mut transports = TransportRegistry::default();
+    transports.register(WsTransport::new()).unwrap();
+    NodeConfig::default().cookie("ws").transports(transports)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_talk_over_websocket_and_plain_http_is_refused() {
+    let (a, b) = (ActorSystem::new(), ActorSystem::new());
+    let na = Node::start(&a, config()).unwrap();
+    let nb = Node::start(&b, config()).unwrap();
+    let uri = nb.listen("ws://127.0.0.1:0").await.unwrap();
+    assert!(uri.starts_with("ws://127.0.0.1:"), "{uri}");
+    let mut total = 0u64;
+    let counter = b.spawn_fn(move |m: Counter, _ctx| match m {
+        Counter::Add(n) => total += n,
+        Counter::Get(r) => r.send(total),
+    });
+    nb.publish(&counter, "counter").unwrap();
+
+    // A browser-like client that asks for a page, not an upgrade.
+    let addr = uri.strip_prefix("ws://").unwrap().to_owned();
+    let mut plain = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    plain
+        .write_all(b"GET /plexus HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    plain.read_to_end(&mut answer).await.unwrap();
+    assert!(
+        answer.starts_with(b"HTTP/1.1 400 Bad Request\r\n"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+
+    let remote: ActorRef<Counter> = na.resolve(&format!("{uri}/counter")).await.unwrap();
+    for i in 1..=1000 {
+        remote.tell(Counter::Add(i));
+    }
+    assert_eq!(
+        remote.ask(Counter::Get, Duration::from_secs(10)).await,
+        Ok(500_500)
+    );
+    assert_eq!(na.connected_nodes(), vec![b.node_id()]);
+}
