@@ -202,12 +202,17 @@ pub fn system(cfg: &NodeConfig) -> ActorSystem {
 }
 
 /// The node configuration and listen URI for `--transport`: a scheme
-/// (`tcp`, `udp`, `uds`, `tls`) or a whole stack spec (`udp / slicing /
-/// delivery`).
+/// (`tcp`, `udp`, `uds`, `tls`, `quic`, `ws`) or a whole stack spec (`udp /
+/// slicing / delivery`).
 pub fn transport(spec_or_scheme: &str) -> (NodeConfig, String) {
+    let mut transports = plexus::transport::TransportRegistry::default();
+    transports
+        .register(plexus::http::ws_transport::WsTransport::new())
+        .expect("ws is not a built-in transport's name");
     let mut cfg = NodeConfig::default()
         .cookie("plexus-bench")
-        .layers(crate::count_layer::registry());
+        .layers(crate::count_layer::registry())
+        .transports(transports);
     if CERTIFIED.contains(&scheme_of(spec_or_scheme).as_str()) {
         cfg = certified(cfg);
     }
