@@ -1,5 +1,6 @@
 //! Section 22 of the demo: a web page served by an actor, and a static
-//! file, over `tcp / http`, fetched with a plain TCP client.
+//! file, over `tcp / http`, fetched with a plain TCP client; then two nodes
+//! whose link is a WebSocket connection (`ws://`).
 
 use plexus::http::server::{HttpRequest, WebServer};
 use plexus::http::{Method, Response};
@@ -7,7 +8,7 @@ use plexus::prelude::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 pub async fn tour() -> Result<(), Box<dyn std::error::Error>> {
-    println!("\n22. http: an actor serves a page; a static file with its ETag; a smuggling attempt refused");
+    println!("\n22. http: an actor serves a page; a static file with its ETag; a smuggling attempt refused; two nodes over ws://");
     let system = ActorSystem::new();
     let mut visits = 0u64;
     let page = system.spawn_fn(move |req: HttpRequest, _ctx| {
@@ -54,5 +55,39 @@ pub async fn tour() -> Result<(), Box<dyn std::error::Error>> {
     }
     let _ = std::fs::remove_dir_all(&dir);
     system.shutdown().await;
+    websocket_nodes().await
+}
+
+/// A ping between two nodes over `ws://`.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Hello(String, ReplyTo<String>);
+remote_message!(Hello = "demo.web.Hello");
+
+async fn websocket_nodes() -> Result<(), Box<dyn std::error::Error>> {
+    let config = || {
+        let mut transports = plexus::transport::TransportRegistry::default();
+        let _ = transports.register(plexus::http::ws_transport::WsTransport::new());
+        NodeConfig::default()
+            .cookie("demo-ws")
+            .transports(transports)
+    };
+    let (a, b) = (ActorSystem::new(), ActorSystem::new());
+    let na = Node::start(&a, config())?;
+    let nb = Node::start(&b, config())?;
+    let uri = nb.listen("ws://127.0.0.1:0").await?;
+    let greeter = b.spawn_fn(|Hello(from, reply): Hello, _ctx| {
+        reply.send(format!("hello {from}, over a WebSocket"));
+    });
+    nb.publish(&greeter, "greeter")?;
+    let remote = na.resolve::<Hello>(&format!("{uri}/greeter")).await?;
+    let answer = remote
+        .ask(
+            |r| Hello("alpha".into(), r),
+            std::time::Duration::from_secs(5),
+        )
+        .await?;
+    println!("  node alpha asks {uri}/greeter: {answer:?}");
+    na.shutdown().await;
+    nb.shutdown().await;
     Ok(())
 }
