@@ -4,9 +4,16 @@
 //! puts them back in order (`Peer::resequenced`).
 //!
 //! A frame goes to the candidate the selector's interleaving pattern
-//! picks, unless that candidate's queue already holds more than
-//! [`SOFT_QUEUE`] bytes and another's does not: the lane never waits for a
-//! slow candidate while a faster one has room. Every 100 ms a sampler task
+//! picks among those that would deliver it in time: a candidate whose queue
+//! would take longer to drain, at its measured goodput, than the quickest
+//! candidate's plus a margin ([`MARGIN`], or as much again) is skipped, and
+//! one not measured yet takes only [`PROBE_QUEUE`] bytes. The receiver
+//! releases frames in number order, so a frame queued behind a slow
+//! candidate holds up everything sent after it on the others: keeping the
+//! candidates' queueing delays alike bounds that wait, and a candidate
+//! that stalls gets no more frames (it keeps its pattern share only while
+//! it keeps up). If none qualifies, the quickest takes the frame. Every
+//! 100 ms a sampler task
 //! tells the selector what each candidate carried (bytes queued minus the
 //! growth of its queue) and whether its queue stayed non-empty (then that
 //! is its capacity).
@@ -24,9 +31,12 @@ use crate::node::lock;
 use crate::selector::{AdaptiveSelector, CandidateStats, CapacityConfig, Sample};
 use crate::wire::put_sequenced_header;
 
-/// Above this many queued bytes a candidate is skipped while another has
-/// fewer (a frame still goes out if every candidate is above it).
-pub(crate) const SOFT_QUEUE: usize = 4 << 20;
+/// A candidate whose goodput is not measured yet takes frames only while
+/// fewer bytes than this wait on it.
+pub(crate) const PROBE_QUEUE: usize = 64 << 10;
+/// How much longer than the quickest candidate's a candidate's queue may
+/// take to drain (at least; or as long again as the quickest's).
+pub(crate) const MARGIN: Duration = Duration::from_millis(20);
 /// How often the sampler feeds the selector.
 pub(crate) const SAMPLE_EVERY: Duration = Duration::from_millis(100);
 
@@ -82,10 +92,38 @@ impl AdaptiveLane {
             .iter()
             .map(|c| c.sender.queued_bytes())
             .collect();
-        let first = st
+        // Seconds each candidate's queue takes to drain at its goodput
+        // (`None`: not measured yet).
+        let drain: Vec<Option<f64>> = st
             .selector
-            .pick_where(|c| queued[c] < SOFT_QUEUE)
-            .unwrap_or_else(|| st.selector.pick());
+            .stats()
+            .iter()
+            .zip(&queued)
+            .map(|(s, &q)| (s.goodput_bytes_per_s > 1.0).then(|| q as f64 / s.goodput_bytes_per_s))
+            .collect();
+        let quickest = drain
+            .iter()
+            .flatten()
+            .copied()
+            .fold(f64::INFINITY, f64::min);
+        let bound = if quickest.is_finite() {
+            quickest + MARGIN.as_secs_f64().max(quickest)
+        } else {
+            0.0
+        };
+        let in_time = |c: usize| match drain[c] {
+            Some(d) => d <= bound,
+            None => queued[c] < PROBE_QUEUE,
+        };
+        let first = st.selector.pick_where(in_time).unwrap_or_else(|| {
+            // None in time: the one that drains first.
+            (0..queued.len())
+                .min_by(|&a, &b| {
+                    let key = |c: usize| drain[c].unwrap_or(queued[c] as f64 / 1e6);
+                    key(a).total_cmp(&key(b))
+                })
+                .unwrap_or(0)
+        });
         let seq = st.next_seq;
         let mut header = [0u8; 12];
         let header_len = {
