@@ -10,8 +10,9 @@
 //!
 //! **Mechanism** (details and invariants in `ALGORITHM.md`):
 //! * 64-bit sequence numbers, one per message; cumulative ack plus up to
-//!   four SACK ranges (RFC 2018), piggy-backed on data when possible,
-//!   otherwise sent after `ack_delay` or every `ack_every` messages, and
+//!   16 SACK ranges (RFC 2018), piggy-backed on data when possible (with
+//!   at most 4 ranges; a full ack follows at the flush when more are
+//!   open), otherwise sent after `ack_delay` or every `ack_every` messages, and
 //!   immediately on out-of-order or duplicate arrival (RFC 5681 sec. 4.2).
 //!   "Immediately" means at the next flush ([`Layer::handle_flush`]), when
 //!   the driver drains the transmit queue after its batch of input: the
@@ -22,10 +23,17 @@
 //! * Retransmission timeout per RFC 6298: SRTT/RTTVAR, Karn's rule (no
 //!   samples from retransmitted messages), exponential backoff; on expiry
 //!   every un-SACKed message in flight is retransmitted.
-//! * Fast retransmit: a message is retransmitted once before its RTO when
-//!   `dup_thresh` duplicate acks arrive (RFC 5681 sec. 3.2) or when
+//! * Fast retransmit: a message is retransmitted before its RTO when
+//!   `dup_thresh` duplicate acks arrive (RFC 5681 sec. 3.2), when
 //!   `dup_thresh` messages sent after it are SACKed (RFC 6675 sec. 4,
-//!   IsLost).
+//!   IsLost), when a transmission that left a quarter of the minimum RTT
+//!   after it was received (RACK's time rule, RFC 8985 sec. 6.2), and
+//!   again when its retransmission is found lost the same ways.
+//! * Tail loss probe (RFC 8985 sec. 7): after two smoothed RTTs without
+//!   an ack that delivers data, one message goes out (the next new one,
+//!   or the highest unacknowledged one again), at most [`MAX_PROBES`]
+//!   times with doubling timeouts: its ack lets the rules above find a
+//!   lost tail, instead of the RTO.
 //! * Congestion control, pluggable (`cc` option, [`CongestionControl`]):
 //!   at most the controller's window of bytes in the network (sent, not
 //!   acked, not SACKed, RFC 6675's "pipe"), starting at `initial_window`;
@@ -72,7 +80,16 @@ pub use bbr::Bbr;
 pub use cc::{AckEvent, CcKind, CongestionControl, LossEvent, LossKind, Pacing};
 pub use cwnd::{CongestionWindow, MESSAGE_CHARGE, MIN_WINDOW, SEGMENT};
 pub use rtt::RttEstimator;
-pub use wire::{Ack, DeliveryHeader, SackRange, MAX_HEADER_LEN, MAX_SACK_RANGES};
+pub use wire::{
+    Ack, DeliveryHeader, SackRange, MAX_HEADER_LEN, MAX_SACK_RANGES, PIGGYBACK_SACK_RANGES,
+};
+
+/// Tail loss probes sent at most before data gets through again; then
+/// the RTO takes over.
+pub const MAX_PROBES: u32 = 3;
+
+/// Shortest probe timeout: a driver's timer ticks in milliseconds.
+pub const PROBE_GRANULARITY: Duration = Duration::from_millis(1);
 
 /// Configuration of the `delivery` layer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -239,15 +256,53 @@ struct InFlight {
     xmit: u64,
     sacked: bool,
     fast_retransmitted: bool,
+    /// Its latest transmission was a loss probe: no RTT sample from it
+    /// (its `sent_at` is the probe's), and no retransmission counted
+    /// against `max_retries`.
+    probed: bool,
     /// Given up for lost by a retransmission timeout and not resent yet: no
     /// longer counted in flight; resent as the window opens.
     lost: bool,
+}
+
+/// Counters of one `delivery` layer ([`Delivery::stats`]): what it sent
+/// again and why, for tests, benchmarks and operators. Counting costs an
+/// add per event; nothing is allocated.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DeliveryStats {
+    /// Messages sent for the first time.
+    pub sent: u64,
+    /// Fast retransmissions (duplicate acks, SACK evidence, or a lost
+    /// retransmission detected by transmission order).
+    pub fast_retransmits: u64,
+    /// Of those, retransmissions of a message whose fast retransmission
+    /// was lost too.
+    pub lost_retransmits: u64,
+    /// Tail loss probes sent (RFC 8985 sec. 7): a new message or the
+    /// last one again, after about two round trips without an ack.
+    pub probes: u64,
+    /// Retransmission timer expiries.
+    pub timeouts: u64,
+    /// Retransmissions after a timeout (the earliest message at the
+    /// expiry, then the ones given up for lost as the window opens).
+    pub timeout_retransmits: u64,
+    /// Time the sender waited with data in flight between the last ack
+    /// that delivered something and each timer expiry, summed.
+    pub stalled: Duration,
+    /// Messages received that were already received (acked at once).
+    pub duplicates: u64,
+    /// Messages received beyond the receive window (dropped).
+    pub beyond_window: u64,
 }
 
 /// The `delivery` layer. See the [module docs](self).
 #[derive(Debug)]
 pub struct Delivery {
     config: DeliveryConfig,
+    stats: DeliveryStats,
+    /// When the last ack that delivered data arrived (or the layer started).
+    last_progress: Instant,
     rtt: RttEstimator,
     cc: Box<dyn CongestionControl>,
     /// `cc.window()`, read after each event that may change it: the send
@@ -282,6 +337,16 @@ pub struct Delivery {
     xmits: u64,
     /// The latest transmission (by `xmit`) the peer acked or SACKed.
     max_delivered_xmit: u64,
+    /// When that transmission left (RFC 8985's `RACK.xmit_ts`).
+    rack_sent_at: Instant,
+    /// One past the highest sequence number the latest ack reported
+    /// ([`Ack::highest`]): above it the peer may hold messages its SACK
+    /// ranges had no room for.
+    reported: u64,
+    /// When a tail loss probe is due (RFC 8985 sec. 7's PTO).
+    probe_deadline: Option<Instant>,
+    /// Probes sent since the last ack that delivered data.
+    probes: u32,
     last_cum: u64,
     dup_acks: u32,
     failed: bool,
@@ -323,6 +388,10 @@ impl Delivery {
             rto_deadline: None,
             xmits: 0,
             max_delivered_xmit: 0,
+            rack_sent_at: now,
+            reported: 0,
+            probe_deadline: None,
+            probes: 0,
             last_cum: 0,
             dup_acks: 0,
             failed: false,
@@ -334,7 +403,14 @@ impl Delivery {
             ack_deadline: None,
             ack_now: false,
             config,
+            stats: DeliveryStats::default(),
+            last_progress: now,
         }
+    }
+
+    /// The layer's counters.
+    pub fn stats(&self) -> DeliveryStats {
+        self.stats
     }
 
     /// Messages in flight.
@@ -401,7 +477,9 @@ impl Delivery {
     }
 
     /// The ack describing what was received, with SACK ranges for the gaps.
-    fn current_ack(&self) -> Ack {
+    /// At most `limit` ranges, the lowest; also whether they cover
+    /// everything received.
+    fn current_ack(&self, limit: usize) -> (Ack, bool) {
         let mut ack = Ack::new(self.rcv_cum);
         let mut seq = self.rcv_cum + 1;
         while seq < self.rcv_max {
@@ -409,32 +487,43 @@ impl Delivery {
                 seq += 1;
                 continue;
             }
+            if ack.ranges().len() >= limit {
+                return (ack, false);
+            }
             let start = seq;
             while seq < self.rcv_max && self.received[self.slot(seq)] {
                 seq += 1;
             }
             if !ack.push_range(SackRange { start, end: seq }) {
-                break;
+                return (ack, false);
             }
         }
-        ack
+        (ack, true)
     }
 
-    /// Clears the ack obligation and returns the ack to send.
-    fn take_ack(&mut self) -> Option<Ack> {
+    /// Clears the ack obligation and returns the ack to send, with at most
+    /// `limit` SACK ranges. An ack on data that had to leave ranges out
+    /// keeps the obligation: a full stand-alone ack follows at the flush.
+    fn take_ack(&mut self, limit: usize) -> Option<Ack> {
         if self.ack_pending == 0 && !self.ack_now {
             return None;
         }
+        let (ack, complete) = self.current_ack(limit);
         self.ack_pending = 0;
-        self.ack_now = false;
+        self.ack_now = !complete && limit < MAX_SACK_RANGES;
         self.ack_deadline = None;
-        Some(self.current_ack())
+        Some(ack)
     }
 
     fn emit(&mut self, seq: Option<u64>, mut frame: Frame, out: &mut Output) {
+        let limit = if seq.is_some() {
+            PIGGYBACK_SACK_RANGES
+        } else {
+            MAX_SACK_RANGES
+        };
         let header = DeliveryHeader {
             seq,
-            ack: self.take_ack(),
+            ack: self.take_ack(limit),
         };
         let mut buf = [0; MAX_HEADER_LEN];
         let n = header.emit(&mut buf);
@@ -467,6 +556,7 @@ impl Delivery {
                 self.inflight[i].lost = false;
                 self.lost -= 1;
                 self.flight += len;
+                self.stats.timeout_retransmits += 1;
                 self.retransmit(i, now, out);
             }
             i += 1;
@@ -502,6 +592,11 @@ impl Delivery {
     #[inline]
     fn transmit_new(&mut self, now: Instant, frame: Frame, out: &mut Output) {
         let bytes = frame.len() + MESSAGE_CHARGE;
+        self.stats.sent += 1;
+        if self.inflight.is_empty() {
+            // Nothing was waiting for an ack: a stall starts no earlier.
+            self.last_progress = now;
+        }
         self.flight += bytes;
         let seq = self.next_seq;
         self.next_seq += 1;
@@ -517,17 +612,29 @@ impl Delivery {
             xmit: self.xmits,
             sacked: false,
             fast_retransmitted: false,
+            probed: false,
             lost: false,
         });
         self.frames.push_back(frame);
         if self.rto_deadline.is_none() {
             self.rto_deadline = Some(now + self.rtt.rto());
         }
+        if self.probes == 0 {
+            // RFC 8985 sec. 7.2: (re)started after new data.
+            self.arm_probe(now);
+        }
     }
 
     fn retransmit(&mut self, index: usize, now: Instant, out: &mut Output) {
+        self.inflight[index].transmissions += 1;
+        self.inflight[index].probed = false;
+        self.send_again(index, now, out);
+    }
+
+    /// Sends the message at `index` again as it is (a retransmission or a
+    /// probe): a new transmission in `xmit` order.
+    fn send_again(&mut self, index: usize, now: Instant, out: &mut Output) {
         let entry = &mut self.inflight[index];
-        entry.transmissions += 1;
         entry.sent_at = now;
         self.xmits += 1;
         entry.xmit = self.xmits;
@@ -549,6 +656,10 @@ impl Delivery {
         // sequence number among them: the controller's delivery rate.
         let mut delivered = 0;
         let mut largest_delivered = None;
+        // The latest transmission delivered and when it left (RFC 8985
+        // sec. 6.2 step 2).
+        let mut rack = (self.max_delivered_xmit, self.rack_sent_at);
+        let min_rtt = self.rtt.min_rtt();
         while let Some(front) = self.inflight.front() {
             if front.seq >= ack.cumulative {
                 break;
@@ -569,9 +680,11 @@ impl Delivery {
             } else {
                 delivered += done.len + MESSAGE_CHARGE;
                 largest_delivered = Some(done.seq);
-                self.max_delivered_xmit = self.max_delivered_xmit.max(done.xmit);
+                if done.xmit > rack.0 && Self::rack_may_take(min_rtt, &done, now) {
+                    rack = (done.xmit, done.sent_at);
+                }
             }
-            if done.transmissions == 1 && !done.sacked {
+            if done.transmissions == 1 && !done.probed && !done.sacked {
                 sample = Some(now.saturating_duration_since(done.sent_at));
             }
             advanced = true;
@@ -594,7 +707,9 @@ impl Delivery {
                     self.sacked_bytes += entry.len + MESSAGE_CHARGE;
                     delivered += entry.len + MESSAGE_CHARGE;
                     largest_delivered = largest_delivered.max(Some(entry.seq));
-                    self.max_delivered_xmit = self.max_delivered_xmit.max(entry.xmit);
+                    if entry.xmit > rack.0 && Self::rack_may_take(min_rtt, entry, now) {
+                        rack = (entry.xmit, entry.sent_at);
+                    }
                     if entry.lost {
                         // It arrived after all: nothing to resend, and it
                         // counts in flight again until the cumulative ack.
@@ -602,17 +717,22 @@ impl Delivery {
                         self.lost -= 1;
                         self.flight += entry.len + MESSAGE_CHARGE;
                     }
-                    if entry.transmissions == 1 {
+                    if entry.transmissions == 1 && !entry.probed {
                         sample = Some(now.saturating_duration_since(entry.sent_at));
                     }
                 }
             }
         }
+        (self.max_delivered_xmit, self.rack_sent_at) = rack;
+        self.reported = ack.highest();
         // Karn's rule (RFC 6298 sec. 3): samples only from single transmissions.
         if let Some(r) = sample {
             self.rtt.on_sample(r);
         }
         if advanced || delivered > 0 {
+            self.last_progress = now;
+            // Data got through: no probe is outstanding any more.
+            self.probes = 0;
             self.cc.on_ack(
                 now,
                 &AckEvent {
@@ -637,7 +757,88 @@ impl Delivery {
         } else if !self.inflight.is_empty() && ack.cumulative == self.last_cum {
             self.dup_acks += 1;
         }
+        if advanced || delivered > 0 {
+            // RFC 8985 sec. 7.2: the probe timer restarts on an ack that
+            // delivered data.
+            self.arm_probe(now);
+        }
         self.fast_retransmit(now, out);
+    }
+
+    /// Arms the probe timer (RFC 8985 sec. 7.2): two smoothed round trips
+    /// (at least [`PROBE_GRANULARITY`]), plus the peer's `ack_delay` when
+    /// one message is in flight (its ack may wait that long), doubled per
+    /// probe already sent since data last got through. No probe before
+    /// the first RTT sample, after [`MAX_PROBES`], or when the RTO comes
+    /// first: the RTO covers those.
+    fn arm_probe(&mut self, now: Instant) {
+        self.probe_deadline = None;
+        if self.inflight.is_empty() || self.probes >= MAX_PROBES {
+            return;
+        }
+        let Some(srtt) = self.rtt.srtt() else {
+            return;
+        };
+        let mut pto = (srtt * 2).max(PROBE_GRANULARITY);
+        if self.inflight.len() == 1 {
+            pto += self.config.ack_delay;
+        }
+        let at = now + pto * (1 << self.probes);
+        if self.rto_deadline.is_none_or(|rto| at < rto) {
+            self.probe_deadline = Some(at);
+        }
+    }
+
+    /// Sends a tail loss probe (RFC 8985 sec. 7.3): the next queued
+    /// message if the message window allows one more (whatever the
+    /// congestion window says), else the highest message neither SACKed
+    /// nor given up for lost, again. Its ack carries SACK information that
+    /// lets the ack-driven detection below find the messages lost before
+    /// it: a tail of lost messages then costs a probe timeout and a
+    /// round trip, not an RTO (and, after one, the collapsed window).
+    fn probe(&mut self, now: Instant, out: &mut Output) {
+        self.probe_deadline = None;
+        self.probes += 1;
+        if !self.queued.is_empty() && self.inflight.len() < self.config.send_window {
+            // Checked non-empty just above.
+            let frame = self.queued.pop_front().expect("a queued message");
+            self.stats.probes += 1;
+            self.transmit_new(now, frame, out);
+        } else if let Some(i) = (0..self.inflight.len())
+            .rev()
+            .find(|&i| !self.inflight[i].sacked && !self.inflight[i].lost)
+        {
+            self.stats.probes += 1;
+            self.inflight[i].probed = true;
+            self.send_again(i, now, out);
+        }
+        self.arm_probe(now);
+    }
+
+    /// Whether the delivery of `entry` may advance RACK's latest delivered
+    /// transmission (RFC 8985 sec. 6.2 step 2): not when it was sent again
+    /// less than a minimum RTT ago, as the ack is then for an earlier copy.
+    #[inline]
+    fn rack_may_take(min_rtt: Option<Duration>, entry: &InFlight, now: Instant) -> bool {
+        (entry.transmissions == 1 && !entry.probed)
+            || min_rtt.is_none_or(|min| now.saturating_duration_since(entry.sent_at) >= min)
+    }
+
+    /// RACK's time rule (RFC 8985 sec. 6.2 step 5): a transmission that
+    /// left more than the reordering window before one the peer received
+    /// is lost. The window is a quarter of the minimum RTT (sec. 6.2 step
+    /// 4); transmissions of one burst leave together and are never judged
+    /// by it against each other. Only below what the latest ack reported:
+    /// it lists the lowest ranges only, and a message above them may have
+    /// arrived unreported.
+    #[inline]
+    fn sent_before_delivered(&self, entry: &InFlight) -> bool {
+        entry.seq < self.reported
+            && entry.xmit < self.max_delivered_xmit
+            && self
+                .rtt
+                .min_rtt()
+                .is_some_and(|min| entry.sent_at + min / 4 < self.rack_sent_at)
     }
 
     /// Tells the controller of a loss and reads its new window.
@@ -671,17 +872,26 @@ impl Delivery {
             if let Some(front) = self.inflight.front() {
                 if !front.sacked
                     && !front.lost
-                    && (!front.fast_retransmitted || self.retransmission_lost(front))
+                    && (!front.fast_retransmitted
+                        || self.retransmission_lost(front)
+                        || self.sent_before_delivered(front))
                 {
+                    self.stats.fast_retransmits += 1;
+                    self.stats.lost_retransmits += u64::from(front.fast_retransmitted);
                     self.inflight[0].fast_retransmitted = true;
                     self.on_loss(now, LossKind::FastRetransmit);
                     self.retransmit(0, now, out);
                 }
             }
         }
-        if (self.sacked as u64) < u64::from(thresh) {
-            // Too few SACKed messages for any hole to count as lost; skips
-            // the scan of the whole window on every ack without loss.
+        // Without SACKed messages above a hole, only the time rule can
+        // find one, and only below a later transmission the peer received:
+        // an ack of in-order data skips the scan of the whole window.
+        let behind = self
+            .inflight
+            .front()
+            .is_some_and(|f| f.xmit < self.max_delivered_xmit);
+        if self.sacked == 0 && !behind {
             return;
         }
         let mut sacked_above = 0;
@@ -691,8 +901,11 @@ impl Delivery {
                 sacked_above += 1;
             } else if !entry.lost
                 && ((sacked_above >= thresh && !entry.fast_retransmitted)
-                    || self.retransmission_lost(entry))
+                    || self.retransmission_lost(entry)
+                    || self.sent_before_delivered(entry))
             {
+                self.stats.fast_retransmits += 1;
+                self.stats.lost_retransmits += u64::from(entry.fast_retransmitted);
                 self.inflight[i].fast_retransmitted = true;
                 self.on_loss(now, LossKind::FastRetransmit);
                 self.retransmit(i, now, out);
@@ -711,10 +924,12 @@ impl Delivery {
         let window_end = self.rcv_cum.saturating_add(self.received.len() as u64);
         if seq < self.rcv_cum || (seq < window_end && self.received[self.slot(seq)]) {
             self.ack_now = true;
+            self.stats.duplicates += 1;
             return Err(DeliveryError::Duplicate { seq });
         }
         if seq >= window_end {
             self.ack_now = true;
+            self.stats.beyond_window += 1;
             return Err(DeliveryError::BeyondWindow { seq });
         }
         let slot = self.slot(seq);
@@ -760,6 +975,7 @@ impl Delivery {
         self.lost = 0;
         self.sacked_bytes = 0;
         self.rto_deadline = None;
+        self.probe_deadline = None;
         self.ack_deadline = None;
         self.pace_wait = None;
     }
@@ -870,6 +1086,10 @@ impl Layer for Delivery {
                 self.fail(seq, attempts, out);
                 return;
             }
+            self.stats.timeouts += 1;
+            self.probe_deadline = None;
+            self.stats.stalled += now.saturating_duration_since(self.last_progress);
+            self.last_progress = now;
             self.rtt.on_timeout();
             self.on_loss(now, LossKind::Timeout);
             // RFC 6298 sec. 5.4: retransmit the earliest message the peer
@@ -892,6 +1112,7 @@ impl Layer for Delivery {
                         self.lost -= 1;
                         self.flight += len;
                     }
+                    self.stats.timeout_retransmits += 1;
                     self.retransmit(i, now, out);
                 } else if !entry.lost {
                     entry.lost = true;
@@ -902,6 +1123,9 @@ impl Layer for Delivery {
             // RFC 6298 sec. 5.5-5.6: the backed-off timer restarts.
             self.rto_deadline = (!self.inflight.is_empty()).then(|| now + self.rtt.rto());
         }
+        if self.probe_deadline.is_some_and(|t| t <= now) {
+            self.probe(now, out);
+        }
         if self.pace_wait.is_some_and(|t| t <= now) {
             self.flush(now, out);
         }
@@ -911,7 +1135,7 @@ impl Layer for Delivery {
     fn poll_timeout(&self) -> Option<Instant> {
         earliest(
             earliest(self.rto_deadline, self.ack_deadline),
-            self.pace_wait,
+            earliest(self.pace_wait, self.probe_deadline),
         )
     }
 }

@@ -7,6 +7,9 @@ use std::time::Duration;
 pub struct RttEstimator {
     srtt: Option<Duration>,
     rttvar: Duration,
+    /// The smallest sample so far (RFC 8985 sec. 6.2's `RACK.min_RTT`,
+    /// kept over the link's life).
+    min_sample: Option<Duration>,
     initial: Duration,
     min: Duration,
     max: Duration,
@@ -24,6 +27,7 @@ impl RttEstimator {
         Self {
             srtt: None,
             rttvar: Duration::ZERO,
+            min_sample: None,
             initial,
             min,
             max,
@@ -36,9 +40,20 @@ impl RttEstimator {
         self.srtt
     }
 
+    /// The smallest round trip sampled so far.
+    pub fn min_rtt(&self) -> Option<Duration> {
+        self.min_sample
+    }
+
+    /// Consecutive expiries since the last sample.
+    pub fn backoff(&self) -> u32 {
+        self.backoff
+    }
+
     /// Takes a sample `r` from a segment that was never retransmitted (Karn's
     /// rule, RFC 6298 sec. 3) and clears the backoff (sec. 5.7).
     pub fn on_sample(&mut self, r: Duration) {
+        self.min_sample = Some(self.min_sample.map_or(r, |m| m.min(r)));
         match self.srtt {
             // RFC 6298 sec. 2.2: first measurement.
             None => {

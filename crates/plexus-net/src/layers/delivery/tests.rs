@@ -366,13 +366,18 @@ fn garbage_headers_are_rejected_without_panicking() {
 #[test]
 fn header_round_trips() {
     let mut ack = Ack::new(1 << 40);
-    for (s, e) in [(2, 3), (5, 9), (10, 11), (20, 1000)] {
+    for k in 0..MAX_SACK_RANGES as u64 {
         assert!(ack.push_range(SackRange {
-            start: (1 << 40) + s,
-            end: (1 << 40) + e
+            start: (1 << 40) + 10 * k + 2,
+            end: (1 << 40) + 10 * k + 3 + k % 5
         }));
     }
+    // Full: a further range is refused, as is one beyond u32 offsets.
     assert!(!ack.push_range(SackRange {
+        start: (1 << 40) + 1000,
+        end: (1 << 40) + 1001
+    }));
+    assert!(!Ack::new(1 << 40).push_range(SackRange {
         start: u64::MAX - 1,
         end: u64::MAX
     }));
@@ -547,4 +552,97 @@ fn rto_retransmits_only_the_earliest_unacked_message() {
         recv(&mut a, t, ack);
     }
     assert_eq!(a.in_flight(), 0);
+}
+
+/// RFC 8985 sec. 7: a lost tail (nothing sent after it to be SACKed) is
+/// found by a probe about two round trips after the last ack, and the
+/// probe's SACK lets the time rule (sec. 6.2) resend the rest of the tail,
+/// all before the retransmission timeout.
+#[test]
+fn lost_tail_is_found_by_a_probe_before_the_rto() {
+    let (mut a, mut b, t0) = pair();
+    // A round trip of 4 ms: SRTT and the minimum RTT become 4 ms.
+    for frame in send_many(&mut a, t0, 2) {
+        for ack in recv(&mut b, t0 + ms(2), &frame).down {
+            recv(&mut a, t0 + ms(4), &ack);
+        }
+    }
+    assert_eq!(a.rtt().srtt(), Some(ms(4)));
+    let t1 = t0 + ms(4);
+    let sent = send_many(&mut a, t1, 10);
+    // The first six arrive and are acked; the last four are lost.
+    for frame in &sent[..6] {
+        for ack in recv(&mut b, t1 + ms(2), frame).down {
+            recv(&mut a, t1 + ms(4), &ack);
+        }
+    }
+    assert_eq!(a.in_flight(), 4);
+    let probe_at = a.poll_timeout().expect("a timer");
+    assert_eq!(probe_at, t1 + ms(12), "two SRTT after the last ack");
+    assert!(probe_at < t1 + ms(4) + a.rto(), "before the RTO");
+    let probe = timeout(&mut a, probe_at).down;
+    assert_eq!(probe.len(), 1);
+    assert_eq!(header(&probe[0]).seq, Some(11), "the last message again");
+    let acks = recv(&mut b, probe_at + ms(2), &probe[0]).down;
+    let resent: Vec<_> = acks
+        .iter()
+        .flat_map(|ack| recv(&mut a, probe_at + ms(4), ack).down)
+        .filter_map(|f| header(&f).seq)
+        .collect();
+    assert_eq!(resent, [10, 9, 8], "the rest of the tail, found by time");
+    let stats = a.stats();
+    assert_eq!((stats.probes, stats.timeouts), (1, 0));
+    assert_eq!(stats.fast_retransmits, 3);
+}
+
+/// Only a transmission that left a quarter of the minimum RTT before one
+/// that arrived counts as lost by time; messages above the highest one an
+/// ack reported may have arrived unreported and are left alone.
+#[test]
+fn the_time_rule_spares_messages_the_ack_did_not_cover() {
+    let (mut a, mut b, t0) = pair();
+    for frame in send_many(&mut a, t0, 2) {
+        for ack in recv(&mut b, t0 + ms(5), &frame).down {
+            recv(&mut a, t0 + ms(10), &ack);
+        }
+    }
+    let t1 = t0 + ms(10);
+    send_many(&mut a, t1, 3); // 2, 3, 4: lost
+    let late = send_many(&mut a, t1 + ms(5), 3); // 5, 6, 7
+                                                 // 5 arrives alone: 2, 3 and 4 left 5 ms (> 10 ms / 4) before it and
+                                                 // are lost; 6 and 7 are above what the ack reports.
+    let acks = recv(&mut b, t1 + ms(10), &late[0]).down;
+    let resent: Vec<_> = acks
+        .iter()
+        .flat_map(|ack| recv(&mut a, t1 + ms(15), ack).down)
+        .filter_map(|f| header(&f).seq)
+        .collect();
+    assert_eq!(resent, [4, 3, 2]);
+}
+
+/// A stand-alone ack reports up to [`MAX_SACK_RANGES`] ranges; an ack
+/// riding on data at most [`PIGGYBACK_SACK_RANGES`], and then a full one
+/// follows at the flush.
+#[test]
+fn many_holes_are_reported_and_a_piggybacked_ack_is_completed_at_the_flush() {
+    let (mut a, mut b, now) = pair();
+    let sent = send_many(&mut a, now, 24);
+    let mut out = Output::new();
+    // Every other message arrives: ten holes above the cumulative ack.
+    for frame in sent.iter().step_by(2) {
+        b.handle_receive(now, Frame::from_payload(frame.to_bytes()), &mut out)
+            .expect("fresh");
+    }
+    let data = send(&mut b, now, b"reply");
+    let on_data = header(&data[0]).ack.expect("piggy-backed");
+    assert_eq!(on_data.ranges().len(), PIGGYBACK_SACK_RANGES);
+    b.handle_flush(now, &mut out);
+    let io = drain(&mut out, Ok(()));
+    assert_eq!(io.down.len(), 1, "a full ack follows");
+    let full = header(&io.down[0]).ack.expect("an ack");
+    assert_eq!((full.cumulative, full.ranges().len()), (1, 11));
+    // The sender learns of every message that arrived.
+    recv(&mut a, now, &io.down[0]);
+    assert_eq!(a.in_flight(), 23);
+    assert_eq!(a.sacked, 11);
 }

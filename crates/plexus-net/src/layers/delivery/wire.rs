@@ -6,7 +6,7 @@
 //! flags: u8            bit 0 DATA, bit 1 ACK, other bits must be zero
 //! [DATA] seq: u64      sequence number of the message that follows
 //! [ACK]  cum: u64      every seq < cum was received
-//!        n: u8         SACK ranges, at most 4
+//!        n: u8         SACK ranges, at most 16
 //!        n × (start: u32, end: u32)   offsets from cum, received [cum+start, cum+end),
 //!                                     0 < start < end, sorted and disjoint
 //! ```
@@ -14,11 +14,18 @@
 use super::DeliveryError;
 use crate::wire;
 
-/// Largest number of SACK ranges in one header (as TCP's option space, RFC
-/// 2018 sec. 3, allows 3-4).
-pub const MAX_SACK_RANGES: usize = 4;
+/// Largest number of SACK ranges in one header. TCP's option space (RFC
+/// 2018 sec. 3) allows 3-4; a stand-alone ack here has room for more, and
+/// a path losing a tenth of its messages keeps a dozen holes open in a
+/// window of a few hundred: ranges left out hide what arrived above them,
+/// and the sender counts it in the network until they are reported.
+pub const MAX_SACK_RANGES: usize = 16;
 
-/// Largest encoded header: flags, seq, cum, count and four ranges.
+/// SACK ranges at most in an ack that rides on data: a data frame keeps
+/// its header small (a full one would push a batch past one datagram).
+pub const PIGGYBACK_SACK_RANGES: usize = 4;
+
+/// Largest encoded header: flags, seq, cum, count and sixteen ranges.
 pub const MAX_HEADER_LEN: usize = 1 + 8 + 8 + 1 + MAX_SACK_RANGES * 8;
 
 const FLAG_DATA: u8 = 0x01;
