@@ -22,6 +22,7 @@ mod count_layer;
 mod data_procs;
 mod data_sim;
 mod lossy_stream;
+mod lossy_stream_linkem;
 mod nodes;
 mod report;
 mod runner;
@@ -87,6 +88,12 @@ enum Workload {
     /// Issue 17's lossy stream: small messages between two nodes over UDP
     /// through `faults`, per congestion controller.
     LossyStream(lossy_stream::Args),
+    /// The lossy stream between 2 node processes over an emulated lossy
+    /// link, plexus (udp, cc=bbr) against quic (needs root and /dev/net/tun).
+    LossyStreamLinkem(lossy_stream_linkem::Args),
+    /// (role) a side of `lossy-stream-linkem`.
+    #[command(hide = true)]
+    LossyStreamSide(lossy_stream_linkem::SideArgs),
     /// Runs a set of workloads as child processes and writes the tables
     /// (docs/report.md, between its report markers) and plots
     /// (docs/img/).
@@ -173,6 +180,8 @@ fn main() {
         Workload::DataSim(args) => data_sim::run(&args),
         Workload::DataProcs(args) => data_procs::run(&args),
         Workload::LossyStream(args) => lossy_stream::run(&args),
+        Workload::LossyStreamLinkem(args) => lossy_stream_linkem::run(&args),
+        Workload::LossyStreamSide(args) => role(Box::pin(lossy_stream_linkem::side(args))),
         Workload::Report(args) => runner::run(&args),
         Workload::W1Pong { transport } => role(Box::pin(w1::pong_node(transport))),
         Workload::W1PongBaseline => role(Box::pin(w1::pong_baseline())),
