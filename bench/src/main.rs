@@ -140,6 +140,8 @@ enum Workload {
         policy: w4::Policy,
         #[arg(long)]
         host: String,
+        #[arg(long)]
+        heartbeat: bool,
     },
     /// (role) W4 side a: sends the bulk payload and the control pings.
     #[command(hide = true)]
@@ -196,7 +198,11 @@ fn main() {
             peer,
             count,
         } => role(Box::pin(w3::side_a(transport, peer, count))),
-        Workload::W4SideB { policy, host } => role(Box::pin(w4::side_b(policy, host))),
+        Workload::W4SideB {
+            policy,
+            host,
+            heartbeat,
+        } => role(Box::pin(w4::side_b(policy, host, heartbeat))),
         Workload::W4SideA(args) => role(Box::pin(w4::side_a(args))),
         Workload::W2SourceBaseline { sink, index } => {
             role(Box::pin(w2::source_baseline(sink, index)))

@@ -125,14 +125,21 @@ impl Policy {
     }
 
     /// The node configuration of a side at `host`, and the schemes side b
-    /// listens on besides `tcp`.
-    fn config(self, host: &str) -> (NodeConfig, Vec<&'static str>) {
+    /// listens on besides `tcp`. With `heartbeat`, the TCP links of the
+    /// session and of the control lane carry [`HEARTBEAT`].
+    fn config(self, host: &str, heartbeat: bool) -> (NodeConfig, Vec<&'static str>) {
         let (mut base, _) = nodes::transport("tcp");
         if self.needs_certs() {
             base = certified(base, host);
         }
+        let ctl = if heartbeat {
+            base = base.scheme("tcp", format!("tcp / framing / {HEARTBEAT}"));
+            format!("tcp / framing / {HEARTBEAT}")
+        } else {
+            "tcp / framing".to_owned()
+        };
         let base = base
-            .scheme("ctl", "tcp / framing")
+            .scheme("ctl", ctl)
             .scheme("bulk", "tcp / framing")
             .scheme("rudp", "udp / slicing / delivery / ordering")
             .scheme("bbr", "udp / slicing / delivery(cc=bbr) / ordering");
@@ -185,6 +192,13 @@ pub struct Args {
     /// No emulated link: both sides on 127.0.0.1, no rate cap or delay.
     #[arg(long)]
     pub loopback: bool,
+    /// Milliseconds between control pings during the transfer.
+    #[arg(long = "ping-ms", default_value_t = 100.0)]
+    pub ping_ms: f64,
+    /// Add a strict `heartbeat` layer to the TCP session and control links
+    /// and count the links closed as unreachable (`link_downs`).
+    #[arg(long)]
+    pub heartbeat: bool,
     /// Change the link this many seconds into the transfer.
     #[arg(long = "change-at")]
     pub change_at: Option<f64>,
@@ -198,6 +212,12 @@ pub struct Args {
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
 }
+
+/// The liveness layer of `--heartbeat`: a heartbeat every 100 ms on an
+/// idle link, and a link closed as unreachable once phi reaches 16 with a
+/// pause of 200 ms accepted, far stricter than the defaults (1 s, 1 s), so
+/// that bulk traffic delaying a side's frames would show.
+const HEARTBEAT: &str = "heartbeat(interval=100ms, acceptable_pause=200ms, min_std_dev=50ms)";
 
 /// Payload acknowledged between b's `Ack`s.
 const ACK_EVERY: u64 = 1 << 20;
@@ -329,42 +349,41 @@ fn run_inner(args: &Args) -> Result<(), String> {
     let hard = Duration::from_secs_f64(args.max_seconds + 60.0 + args.rtt_ms / 10.0);
     let deadline = Instant::now() + hard;
     let policy = args.policy.name().to_owned();
-
-    let mut b = SideProc::start(
-        link.as_ref(),
-        Side::B,
-        &exe,
-        &[
-            "w4-side-b".into(),
-            "--policy".into(),
-            policy.clone(),
-            "--host".into(),
-            host(Side::B),
-        ],
-    )?;
+    let mut b_args = vec![
+        "w4-side-b".into(),
+        "--policy".into(),
+        policy.clone(),
+        "--host".into(),
+        host(Side::B),
+    ];
+    if args.heartbeat {
+        b_args.push("--heartbeat".into());
+    }
+    let mut b = SideProc::start(link.as_ref(), Side::B, &exe, &b_args)?;
     let uri = b.expect("READY ", deadline)?;
-    let mut a = SideProc::start(
-        link.as_ref(),
-        Side::A,
-        &exe,
-        &[
-            "w4-side-a".into(),
-            "--policy".into(),
-            policy.clone(),
-            "--host".into(),
-            host(Side::A),
-            "--peer".into(),
-            uri,
-            "--bytes".into(),
-            (args.size_mib << 20).to_string(),
-            "--message-bytes".into(),
-            (args.message_kib << 10).to_string(),
-            "--window-bytes".into(),
-            (args.window_mib << 20).to_string(),
-            "--max-seconds".into(),
-            args.max_seconds.to_string(),
-        ],
-    )?;
+    let mut a_args: Vec<String> = vec![
+        "w4-side-a".into(),
+        "--policy".into(),
+        policy.clone(),
+        "--host".into(),
+        host(Side::A),
+        "--peer".into(),
+        uri,
+        "--bytes".into(),
+        (args.size_mib << 20).to_string(),
+        "--message-bytes".into(),
+        (args.message_kib << 10).to_string(),
+        "--window-bytes".into(),
+        (args.window_mib << 20).to_string(),
+        "--max-seconds".into(),
+        args.max_seconds.to_string(),
+        "--ping-ms".into(),
+        args.ping_ms.to_string(),
+    ];
+    if args.heartbeat {
+        a_args.push("--heartbeat".into());
+    }
+    let mut a = SideProc::start(link.as_ref(), Side::A, &exe, &a_args)?;
     a.expect("STARTED", deadline)?;
     let started = Instant::now();
     let mut changed = args.change_at.is_none();
@@ -424,7 +443,8 @@ fn run_inner(args: &Args) -> Result<(), String> {
             if args.loopback { 0.0 } else { args.rate_mbit },
         )
         .field("size_mib", args.size_mib)
-        .field("loopback", args.loopback);
+        .field("loopback", args.loopback)
+        .field("heartbeat", args.heartbeat);
     for kv in done.split_whitespace() {
         if let Some((k, v)) = kv.split_once('=') {
             line = line.field(k, v);
@@ -437,6 +457,13 @@ fn run_inner(args: &Args) -> Result<(), String> {
                 "queue_drops",
                 stats[0].queue_dropped + stats[1].queue_dropped,
             );
+    }
+    // The machine is shared: its load while the cell ran, for the reader.
+    if let Some(load) = std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(str::to_owned))
+    {
+        line = line.field("load1", load);
     }
     line.print();
     Ok(())
@@ -534,10 +561,13 @@ fn fail(what: &str, e: impl std::fmt::Display) -> ! {
     std::process::exit(1);
 }
 
+/// Where b's sink acks to, and the payload a announced.
+type AckTarget = (ActorRef<Ack>, u64);
+
 /// Role of side b: listen on `tcp` and the policy's schemes, publish
 /// `hello`, `sink` and `ctl`, print `READY <tcp uri>`, serve until killed.
-pub async fn side_b(policy: Policy, host: String) {
-    let (cfg, schemes) = policy.config(&host);
+pub async fn side_b(policy: Policy, host: String, heartbeat: bool) {
+    let (cfg, schemes) = policy.config(&host, heartbeat);
     let system = nodes::system(&cfg);
     let node = Node::start(&system, cfg).unwrap_or_else(|e| fail("starting node b", e));
     let uri = node
@@ -551,7 +581,7 @@ pub async fn side_b(policy: Policy, host: String) {
     }
     // The sink learns where to ack from `hello`, which a sends (and waits
     // for the answer to) before any bulk message.
-    let ack_to: Arc<Mutex<Option<(ActorRef<Ack>, u64)>>> = Arc::default();
+    let ack_to: Arc<Mutex<Option<AckTarget>>> = Arc::default();
     let at = ack_to.clone();
     let hello = system.spawn_fn(move |Hello { total, ack_to }, _ctx| {
         ack_to.tell(Ack(0));
@@ -609,13 +639,17 @@ pub struct SideAArgs {
     window_bytes: u64,
     #[arg(long = "max-seconds")]
     max_seconds: f64,
+    #[arg(long = "ping-ms")]
+    ping_ms: f64,
+    #[arg(long)]
+    heartbeat: bool,
 }
 
 /// Role of side a: resolve b's actors, measure idle control round trips,
 /// then send the bulk payload under the ack window while pinging every
 /// 100 ms; print `STARTED`, a `WINDOW` line per second and `DONE k=v ...`.
 pub async fn side_a(args: SideAArgs) {
-    let (cfg, _) = args.policy.config(&args.host);
+    let (cfg, _) = args.policy.config(&args.host, args.heartbeat);
     let system = nodes::system(&cfg);
     let node = Node::start(&system, cfg).unwrap_or_else(|e| fail("starting node a", e));
     let hello: ActorRef<Hello> = node
@@ -726,11 +760,12 @@ pub async fn side_a(args: SideAArgs) {
     println!("STARTED");
     let start = Instant::now();
     let cap = start + Duration::from_secs_f64(args.max_seconds);
-    // Pings every 100 ms while the transfer runs.
+    // Pings every `ping_ms` (100 ms) while the transfer runs.
     let pinger = {
         let ping = ping.clone();
+        let every = Duration::from_secs_f64(args.ping_ms / 1000.0);
         tokio::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_millis(100));
+            let mut tick = tokio::time::interval(every);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tick.tick().await;

@@ -276,11 +276,23 @@ fn thr_text(c: Option<&Cell>) -> String {
     }
 }
 
+/// Below this throughput (MB/s) a cell's control pings ran beside almost
+/// no bulk traffic: their p99 says nothing about lanes under load.
+const UNLOADED: f64 = 1.0;
+
+fn loaded(c: &Cell) -> bool {
+    c.num("mbytes_per_s").is_some_and(|v| v >= UNLOADED)
+}
+
 fn p99_text(c: Option<&Cell>) -> String {
     match c {
         None => "–".into(),
         Some(c) if !c.ok() => c.fields.get("status").cloned().unwrap_or_default(),
-        Some(c) => format!("{:.1}", c.num("ctl_p99_ms").unwrap_or(f64::NAN)),
+        Some(c) => format!(
+            "{:.1}{}",
+            c.num("ctl_p99_ms").unwrap_or(f64::NAN),
+            if loaded(c) { "" } else { "†" }
+        ),
     }
 }
 
@@ -345,7 +357,8 @@ fn tables(cells: &BTreeMap<Key, Cell>) -> String {
          (it includes the link's RTT). Target for the separate-lane policies: \
          p99 ≤ 2 × (idle control RTT + link RTT), read here as 2 × `idle` (the idle \
          figure already contains the link RTT, so this is the stricter reading); \
-         one-lane beside it.\n\n",
+         one-lane beside it. `†`: the bulk transfer beside it moved under 1 MB/s, so \
+         the figure is not one under load (and does not count as within the bound).\n\n",
     );
     s.push_str("| RTT ms | loss % | idle | bound |");
     for p in Policy::ALL {
@@ -377,7 +390,7 @@ fn tables(cells: &BTreeMap<Key, Cell>) -> String {
                 .iter()
                 .filter(|&&p| {
                     get(p, r, l)
-                        .filter(|c| c.ok())
+                        .filter(|c| c.ok() && loaded(c))
                         .and_then(|c| c.num("ctl_p99_ms"))
                         .is_some_and(|v| v <= bound)
                 })
@@ -485,7 +498,7 @@ fn plot(path: &Path, cells: &BTreeMap<Key, Cell>, metric: Metric) -> Result<(), 
                     .label_style(("sans-serif", 13))
                     .draw()
                     .map_err(|e| e.to_string())?;
-                draw_lines(&mut chart, &series)?;
+                draw_lines(&mut chart, &series, SeriesLabelPosition::UpperRight)?;
             }
             Metric::ControlP99 => {
                 let mut chart = b
@@ -498,7 +511,7 @@ fn plot(path: &Path, cells: &BTreeMap<Key, Cell>, metric: Metric) -> Result<(), 
                     .label_style(("sans-serif", 13))
                     .draw()
                     .map_err(|e| e.to_string())?;
-                draw_lines(&mut chart, &series)?;
+                draw_lines(&mut chart, &series, SeriesLabelPosition::LowerRight)?;
             }
         }
     }
@@ -508,6 +521,7 @@ fn plot(path: &Path, cells: &BTreeMap<Key, Cell>, metric: Metric) -> Result<(), 
 fn draw_lines<'a, X, Y>(
     chart: &mut ChartContext<'a, BitMapBackend<'a>, Cartesian2d<X, Y>>,
     series: &[(Policy, Vec<(f64, f64)>)],
+    legend: SeriesLabelPosition,
 ) -> Result<(), String>
 where
     X: Ranged<ValueType = f64>,
@@ -529,7 +543,7 @@ where
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
         .label_font(("sans-serif", 13))
-        .position(SeriesLabelPosition::UpperRight)
+        .position(legend)
         .draw()
         .map_err(|e| e.to_string())
 }
