@@ -758,6 +758,13 @@ impl Delivery {
             self.dup_acks += 1;
         }
         if advanced || delivered > 0 {
+            // The path delivers: the RTO, which gives everything in flight
+            // up for lost, measures an RTO without progress, SACKs
+            // included (RFC 6298 sec. 5.3 restarts it on new cumulative
+            // acks only; with a round trip near `min_rto`, a hole being
+            // repaired by fast retransmit would otherwise outlast it).
+            // Losses below SACKed data are the rules above's to find.
+            self.rto_deadline = (!self.inflight.is_empty()).then(|| now + self.rtt.rto());
             // RFC 8985 sec. 7.2: the probe timer restarts on an ack that
             // delivered data.
             self.arm_probe(now);
