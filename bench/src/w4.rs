@@ -50,8 +50,8 @@
 //! | `one-lane` | `tcp` (the session's link) | the same link |
 //! | `split` | `ctl` = `tcp / framing` | `bulk` = `tcp / framing` |
 //! | `bulk-quic` | `ctl` | `quic` (dev CA made for the run) |
-//! | `bulk-rudp` | `ctl` | `rudp` = `udp / slicing / delivery / ordering` |
-//! | `bulk-bbr` | `ctl` | `bbr` = `udp / slicing / delivery(cc=bbr) / ordering` |
+//! | `bulk-rudp` | `ctl` | `rudp` = `udp / delivery / slicing / ordering` |
+//! | `bulk-bbr` | `ctl` | `bbr` = `udp / delivery(cc=bbr) / slicing / ordering` |
 //! | `adaptive` | `ctl` | `bulk \| bbr`: TCP and BBR-over-UDP |
 //!
 //! The adaptive pair is TCP and the BBR stack because they win on opposite
@@ -89,9 +89,9 @@ pub enum Policy {
     Split,
     /// Bulk on QUIC, control on TCP.
     BulkQuic,
-    /// Bulk on `udp / slicing / delivery / ordering` (newreno).
+    /// Bulk on `udp / delivery / slicing / ordering` (newreno).
     BulkRudp,
-    /// Bulk on `udp / slicing / delivery(cc=bbr) / ordering`.
+    /// Bulk on `udp / delivery(cc=bbr) / slicing / ordering`.
     BulkBbr,
     /// Bulk on an adaptive lane over TCP and the BBR stack.
     Adaptive,
@@ -141,8 +141,12 @@ impl Policy {
         let base = base
             .scheme("ctl", ctl)
             .scheme("bulk", "tcp / framing")
-            .scheme("rudp", "udp / slicing / delivery / ordering")
-            .scheme("bbr", "udp / slicing / delivery(cc=bbr) / ordering");
+            // `delivery` below `slicing`: a lost datagram costs one
+            // datagram, not the 64 KiB message it was a slice of (in the
+            // simulator, 300 such messages at 1 % loss: 0.77 s against
+            // 72.9 s with slicing below).
+            .scheme("rudp", "udp / delivery / slicing / ordering")
+            .scheme("bbr", "udp / delivery(cc=bbr) / slicing / ordering");
         let (bulk, listen): (&str, Vec<&str>) = match self {
             Policy::OneLane => return (base, Vec::new()),
             Policy::Split => ("bulk", vec!["ctl", "bulk"]),
