@@ -21,9 +21,6 @@
 //! `/dev/net/tun`, uses a prefix made from its pid, and removes the link
 //! when it returns.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use plexus::prelude::*;
@@ -33,6 +30,7 @@ use serde::{Deserialize, Serialize};
 use crate::lossy_stream::Chunk;
 use crate::nodes;
 use crate::report::{median, ResultLine};
+use crate::side_proc::SideProc;
 
 /// The plexus stack compared against quic.
 pub const PLEXUS_SPEC: &str = "udp / slicing / delivery(cc=bbr) / ordering / batching";
@@ -195,7 +193,7 @@ fn one_run(link: &Link, exe: &str, spec: &str, args: &Args) -> Result<f64, Strin
             host.address().to_string(),
         ];
         a.extend_from_slice(extra);
-        SideProc::start(link, host, exe, &a)
+        SideProc::start(Some(link), host, exe, &a)
     };
     let mut b = side("b", Side::B, &[])?;
     let uri = b.expect("READY ", deadline)?;
@@ -237,72 +235,6 @@ impl Certs {
 impl Drop for Certs {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// A side process inside a namespace; killed when dropped.
-struct SideProc {
-    side: Side,
-    child: Child,
-    lines: mpsc::Receiver<String>,
-}
-
-impl SideProc {
-    fn start(link: &Link, side: Side, exe: &str, args: &[String]) -> Result<SideProc, String> {
-        let mut child = link
-            .command(side, exe, args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .map_err(|e| format!("starting side {}: {e}", side.letter()))?;
-        let stdout = child.stdout.take().ok_or("side stdout not piped")?;
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Ok(SideProc { side, child, lines })
-    }
-
-    /// Waits for a line starting with `prefix` and returns the rest.
-    fn expect(&mut self, prefix: &str, deadline: Instant) -> Result<String, String> {
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(line) => {
-                    if let Some(rest) = line.strip_prefix(prefix) {
-                        return Ok(rest.to_owned());
-                    }
-                }
-                Err(mpsc::RecvTimeoutError::Timeout) => {
-                    return Err(format!(
-                        "side {} printed no `{}` line before the timeout",
-                        self.side.letter(),
-                        prefix.trim()
-                    ))
-                }
-                Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    let status = self.child.wait().map(|s| s.to_string());
-                    return Err(format!(
-                        "side {} exited before its `{}` line ({})",
-                        self.side.letter(),
-                        prefix.trim(),
-                        status.unwrap_or_else(|e| e.to_string())
-                    ));
-                }
-            }
-        }
-    }
-}
-
-impl Drop for SideProc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

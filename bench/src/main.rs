@@ -26,6 +26,7 @@ mod lossy_stream_linkem;
 mod nodes;
 mod report;
 mod runner;
+mod side_proc;
 mod w1;
 mod w2;
 mod w3;

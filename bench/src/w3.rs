@@ -18,9 +18,6 @@
 //! returns (also on error: `Link` is removed on drop). It needs root and
 //! `/dev/net/tun`; without them it says so and exits with status 1.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use plexus::prelude::*;
@@ -28,6 +25,7 @@ use plexus_linkem::{DirectionConfig, Link, LinkConfig, Side};
 
 use crate::nodes;
 use crate::report::ResultLine;
+use crate::side_proc::SideProc;
 use crate::w1::{Ping, Pong};
 
 #[derive(clap::Args)]
@@ -84,7 +82,7 @@ fn run_inner(args: &Args) -> Result<(), String> {
     let deadline = Instant::now() + Duration::from_secs_f64(args.timeout);
 
     let mut b = SideProc::start(
-        &link,
+        Some(&link),
         Side::B,
         &exe,
         &[
@@ -95,7 +93,7 @@ fn run_inner(args: &Args) -> Result<(), String> {
     )?;
     let uri = b.expect("READY ", deadline)?;
     let mut a = SideProc::start(
-        &link,
+        Some(&link),
         Side::A,
         &exe,
         &[
@@ -128,72 +126,6 @@ fn run_inner(args: &Args) -> Result<(), String> {
         .field("packets", stats[0].received + stats[1].received)
         .print();
     Ok(())
-}
-
-/// A side process inside a namespace; killed when dropped.
-struct SideProc {
-    side: Side,
-    child: Child,
-    lines: mpsc::Receiver<String>,
-}
-
-impl SideProc {
-    fn start(link: &Link, side: Side, exe: &str, args: &[String]) -> Result<SideProc, String> {
-        let mut child = link
-            .command(side, exe, args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .map_err(|e| format!("starting side {}: {e}", side.letter()))?;
-        let stdout = child.stdout.take().ok_or("side stdout not piped")?;
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Ok(SideProc { side, child, lines })
-    }
-
-    /// Waits for a line starting with `prefix` and returns the rest.
-    fn expect(&mut self, prefix: &str, deadline: Instant) -> Result<String, String> {
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(line) => {
-                    if let Some(rest) = line.strip_prefix(prefix) {
-                        return Ok(rest.to_owned());
-                    }
-                }
-                Err(mpsc::RecvTimeoutError::Timeout) => {
-                    return Err(format!(
-                        "side {} printed no `{}` line before the timeout",
-                        self.side.letter(),
-                        prefix.trim()
-                    ))
-                }
-                Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    let status = self.child.wait().map(|s| s.to_string());
-                    return Err(format!(
-                        "side {} exited before its `{}` line ({})",
-                        self.side.letter(),
-                        prefix.trim(),
-                        status.unwrap_or_else(|e| e.to_string())
-                    ));
-                }
-            }
-        }
-    }
-}
-
-impl Drop for SideProc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// The listen URI of `transport` on this side's address.
