@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 use crate::lossy_stream::Chunk;
 use crate::nodes;
 use crate::report::{median, ResultLine};
-use crate::side_proc::SideProc;
+use crate::side_proc::{Certs, SideProc};
 
 /// The plexus stack compared against quic.
 pub const PLEXUS_SPEC: &str = "udp / slicing / delivery(cc=bbr) / ordering / batching";
@@ -96,10 +96,6 @@ remote_message!(Hello = "bench.LossyHello");
 pub struct Finished(pub u64);
 remote_message!(Finished = "bench.LossyFinished");
 
-/// Where the run's CA key lives, for the side processes (the variable
-/// `nodes` reads, so its `transport` finds a CA too).
-const CERTS_ENV: &str = "PLEXUS_BENCH_CERTS";
-
 /// Runs the comparison and prints a `RESULT` line per transport; exits 1
 /// on failure.
 pub fn run(args: &Args) {
@@ -134,7 +130,7 @@ fn run_inner(args: &Args) -> Result<(), String> {
              CAP_SYS_ADMIN, plus `ip` and /dev/net/tun): {e}"
         )
     })?;
-    let _certs = Certs::make()?;
+    let _certs = Certs::make("lsp")?;
     let exe = std::env::current_exe().map_err(|e| format!("path of this binary: {e}"))?;
     let exe = exe.to_string_lossy().into_owned();
     let names: Vec<&str> = args.transports.split(',').map(str::trim).collect();
@@ -215,47 +211,12 @@ fn one_run(link: &Link, exe: &str, spec: &str, args: &Args) -> Result<f64, Strin
     Ok(seconds)
 }
 
-/// The run's dev CA, removed when dropped.
-struct Certs(std::path::PathBuf);
-
-impl Certs {
-    fn make() -> Result<Certs, String> {
-        let dir = std::env::temp_dir().join(format!("plexus-bench-lsp-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
-        let ca = plexus::dev_certs::DevCa::generate().map_err(|e| format!("a dev CA: {e}"))?;
-        std::fs::write(dir.join("ca.key"), ca.key_pem())
-            .map_err(|e| format!("writing the CA key: {e}"))?;
-        // Set before any child starts; no other thread reads the
-        // environment.
-        std::env::set_var(CERTS_ENV, &dir);
-        Ok(Certs(dir))
-    }
-}
-
-impl Drop for Certs {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// The node configuration of a side on `host`: for quic, a certificate
 /// naming `host` (QUIC checks the dialled address against it).
 fn config(transport: &str, host: &str) -> (NodeConfig, String) {
     let (mut cfg, listen) = nodes::transport(transport);
     if transport.trim() == "quic" {
-        let dir = std::env::var_os(CERTS_ENV).unwrap_or_else(|| fail(CERTS_ENV, "not set"));
-        let path = std::path::Path::new(&dir).join("ca.key");
-        let key = std::fs::read_to_string(&path)
-            .unwrap_or_else(|e| fail(&format!("reading {}", path.display()), e));
-        let ca = plexus::dev_certs::DevCa::from_key_pem(&key)
-            .unwrap_or_else(|e| fail("the run's CA", e));
-        let node = ca
-            .node(host, 1)
-            .unwrap_or_else(|e| fail("a node certificate", e));
-        cfg = cfg.tls(
-            node.tls_config(&ca)
-                .unwrap_or_else(|e| fail("a TLS configuration", e)),
-        );
+        cfg = crate::side_proc::certified(cfg, host);
     }
     (cfg, listen.replace("127.0.0.1", host))
 }

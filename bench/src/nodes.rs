@@ -16,7 +16,7 @@ const CERTIFIED: &[&str] = &["tls", "quic"];
 
 /// Where the run's dev CA lives (`ca.pem`, `ca.key`), handed to the child
 /// nodes in this environment variable.
-const CERTS_ENV: &str = "PLEXUS_BENCH_CERTS";
+pub(crate) const CERTS_ENV: &str = "PLEXUS_BENCH_CERTS";
 
 /// Options of the remote workloads (W1, W2).
 #[derive(clap::Args)]

@@ -77,7 +77,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::nodes;
 use crate::report::ResultLine;
-use crate::side_proc::SideProc;
+use crate::side_proc::{Certs, SideProc};
 
 /// How lanes map to stacks in a cell.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -129,7 +129,7 @@ impl Policy {
     fn config(self, host: &str, heartbeat: bool) -> (NodeConfig, Vec<&'static str>) {
         let (mut base, _) = nodes::transport("tcp");
         if self.needs_certs() {
-            base = certified(base, host);
+            base = crate::side_proc::certified(base, host);
         }
         let ctl = if heartbeat {
             base = base.scheme("tcp", format!("tcp / framing / {HEARTBEAT}"));
@@ -250,28 +250,6 @@ remote_message!(CtlPing = "bench.w4.CtlPing", lane = Control);
 pub struct CtlPong(u64);
 remote_message!(CtlPong = "bench.w4.CtlPong", lane = Control);
 
-/// `cfg` with a certificate from the run's CA for `host` (an IP address
-/// becomes an IP subject name: QUIC checks the dialled address against
-/// it, and `nodes`' certificates name only localhost and 127.0.0.1).
-fn certified(cfg: NodeConfig, host: &str) -> NodeConfig {
-    let dir = std::env::var_os(CERTS_ENV).unwrap_or_else(|| fail(CERTS_ENV, "not set"));
-    let path = std::path::Path::new(&dir).join("ca.key");
-    let key = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| fail(&format!("reading {}", path.display()), e));
-    let ca =
-        plexus::dev_certs::DevCa::from_key_pem(&key).unwrap_or_else(|e| fail("the run's CA", e));
-    let node = ca
-        .node(host, 1)
-        .unwrap_or_else(|e| fail("a node certificate", e));
-    let tls = node
-        .tls_config(&ca)
-        .unwrap_or_else(|e| fail("a TLS configuration", e));
-    cfg.tls(tls)
-}
-
-/// Where the run's CA key lives, for the side processes.
-const CERTS_ENV: &str = "PLEXUS_BENCH_W4_CERTS";
-
 /// Runs one W4 cell and prints its `RESULT` line; exits 1 on failure.
 pub fn run(args: &Args) {
     if let Err(why) = run_inner(args) {
@@ -299,34 +277,9 @@ fn link_config(rtt_ms: f64, loss: f64, args: &Args) -> Result<LinkConfig, String
     })
 }
 
-/// The run's dev CA for `bulk-quic`, removed when dropped.
-struct Certs(std::path::PathBuf);
-
-impl Certs {
-    /// Makes a CA in a temporary directory and hands it to the side
-    /// processes through [`CERTS_ENV`].
-    fn make() -> Result<Certs, String> {
-        let dir = std::env::temp_dir().join(format!("plexus-bench-w4-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
-        let ca = plexus::dev_certs::DevCa::generate().map_err(|e| format!("a dev CA: {e}"))?;
-        std::fs::write(dir.join("ca.key"), ca.key_pem())
-            .map_err(|e| format!("writing the CA key: {e}"))?;
-        // Set before any child starts; this process has no other threads
-        // reading the environment.
-        std::env::set_var(CERTS_ENV, &dir);
-        Ok(Certs(dir))
-    }
-}
-
-impl Drop for Certs {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 fn run_inner(args: &Args) -> Result<(), String> {
     let _certs = if args.policy.needs_certs() {
-        Some(Certs::make()?)
+        Some(Certs::make("w4")?)
     } else {
         None
     };
