@@ -144,8 +144,19 @@ impl Policy {
             // datagram, not the 64 KiB message it was a slice of (in the
             // simulator, 300 such messages at 1 % loss: 0.77 s against
             // 72.9 s with slicing below).
-            .scheme("rudp", "udp / delivery / slicing / ordering")
-            .scheme("bbr", "udp / delivery(cc=bbr) / slicing / ordering");
+            // With `delivery` below it, `slicing` reassembles every
+            // message in flight at once (delivery does not order): its
+            // bounds must hold the 16 MiB window (by default 32 partial
+            // messages, 8 MiB; a slice dropped beyond them was acked
+            // already, and `ordering` waits for its message forever).
+            .scheme(
+                "rudp",
+                "udp / delivery / slicing(max_partials=1024, max_partial_bytes=64MiB) / ordering",
+            )
+            .scheme(
+                "bbr",
+                "udp / delivery(cc=bbr) / slicing(max_partials=1024, max_partial_bytes=64MiB) / ordering",
+            );
         let (bulk, listen): (&str, Vec<&str>) = match self {
             Policy::OneLane => return (base, Vec::new()),
             Policy::Split => ("bulk", vec!["ctl", "bulk"]),
