@@ -225,12 +225,10 @@ impl HttpLayer {
             if let Some((status, why)) = self.last_word.take() {
                 let response = Response::new(status, format!("{why}\n"))
                     .header("content-type", "text/plain; charset=utf-8");
-                let mut head = BytesMut::new();
                 // A status and fields of our own: they encode.
-                let _ = encode_head(&mut head, &response, false);
-                let mut frame = Frame::from_payload(head.freeze());
-                frame.push_payload(response.body);
-                out.push_down(frame);
+                if let Ok(frame) = response_frame(response, false, false) {
+                    out.push_down(frame);
+                }
                 out.close(LinkError::Layer {
                     layer: "http",
                     reason: format!("refused a request with {status}: {why}"),
@@ -258,25 +256,13 @@ impl HttpLayer {
         let keep_alive = front.keep_alive && !last;
         let finished = match part {
             ResponseMessage::Whole { response, .. } => {
-                let mut head = BytesMut::new();
-                match encode_head(&mut head, &response, keep_alive) {
-                    Ok(body) => {
-                        let mut frame = Frame::from_payload(head.freeze());
-                        if body && !front.head_only && !response.body.is_empty() {
-                            frame.push_payload(response.body);
-                        }
-                        out.push_down(frame);
-                    }
-                    Err(e) => {
-                        // The application's response cannot be written:
-                        // answer 500 in its place.
-                        let fallback = Response::new(500, format!("{e}\n"));
-                        let mut head = BytesMut::new();
-                        let _ = encode_head(&mut head, &fallback, keep_alive);
-                        let mut frame = Frame::from_payload(head.freeze());
-                        frame.push_payload(fallback.body);
-                        out.push_down(frame);
-                    }
+                let frame = response_frame(response, keep_alive, front.head_only).or_else(|e| {
+                    // The application's response cannot be written:
+                    // answer 500 in its place.
+                    response_frame(Response::new(500, format!("{e}\n")), keep_alive, false)
+                });
+                if let Ok(frame) = frame {
+                    out.push_down(frame);
                 }
                 self.stats.responses += 1;
                 true
@@ -324,6 +310,22 @@ impl HttpLayer {
             }
         }
     }
+}
+
+/// `response` as one frame: its head, then its body as a segment of its
+/// own (none for a bodiless status or when `head_only`).
+fn response_frame(
+    response: Response,
+    keep_alive: bool,
+    head_only: bool,
+) -> Result<Frame, crate::ResponseError> {
+    let mut head = BytesMut::new();
+    let body = encode_head(&mut head, &response, keep_alive)?;
+    let mut frame = Frame::from_payload(head.freeze());
+    if body && !head_only && !response.body.is_empty() {
+        frame.push_payload(response.body);
+    }
+    Ok(frame)
 }
 
 fn part_len(part: &ResponseMessage) -> usize {
