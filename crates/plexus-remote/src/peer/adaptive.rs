@@ -29,7 +29,7 @@ use plexus_transport::{LinkTrySendError, Strand};
 use super::links::LaneLink;
 use crate::node::lock;
 use crate::selector::{AdaptiveSelector, CandidateStats, CapacityConfig, Sample};
-use crate::wire::put_sequenced_header;
+use crate::wire::{put_sequenced_header, MAX_CANDIDATES};
 
 /// A candidate whose goodput is not measured yet takes frames only while
 /// fewer bytes than this wait on it.
@@ -87,21 +87,18 @@ impl AdaptiveLane {
     /// not copied.
     pub(crate) fn try_send(&self, frame: &Bytes) -> Result<(), LinkTrySendError> {
         let mut st = lock(&self.state);
-        let queued: Vec<usize> = self
-            .candidates
-            .iter()
-            .map(|c| c.sender.queued_bytes())
-            .collect();
-        // Seconds each candidate's queue takes to drain at its goodput
-        // (`None`: not measured yet).
-        let drain: Vec<Option<f64>> = st
-            .selector
-            .stats()
-            .iter()
-            .zip(&queued)
-            .map(|(s, &q)| (s.goodput_bytes_per_s > 1.0).then(|| q as f64 / s.goodput_bytes_per_s))
-            .collect();
-        let quickest = drain
+        // Per candidate (fixed arrays: nothing allocated per frame): its
+        // queued bytes, and the seconds its queue takes to drain at its
+        // goodput (`None`: not measured yet).
+        let n = self.candidates.len();
+        let mut queued = [0usize; MAX_CANDIDATES];
+        let mut drain = [None::<f64>; MAX_CANDIDATES];
+        for (c, (candidate, stats)) in self.candidates.iter().zip(st.selector.stats()).enumerate() {
+            queued[c] = candidate.sender.queued_bytes();
+            drain[c] = (stats.goodput_bytes_per_s > 1.0)
+                .then(|| queued[c] as f64 / stats.goodput_bytes_per_s);
+        }
+        let quickest = drain[..n]
             .iter()
             .flatten()
             .copied()
@@ -117,7 +114,7 @@ impl AdaptiveLane {
         };
         let first = st.selector.pick_where(in_time).unwrap_or_else(|| {
             // None in time: the one that drains first.
-            (0..queued.len())
+            (0..n)
                 .min_by(|&a, &b| {
                     let key = |c: usize| drain[c].unwrap_or(queued[c] as f64 / 1e6);
                     key(a).total_cmp(&key(b))
@@ -136,7 +133,6 @@ impl AdaptiveLane {
         // The picked candidate, then the others: a number is used only
         // once a link took its frame, so the receiver never waits for one
         // that was not sent.
-        let n = self.candidates.len();
         let mut last = None;
         for c in (0..n).map(|i| (first + i) % n) {
             let len = wrapped.len() as u64;
