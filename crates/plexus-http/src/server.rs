@@ -44,9 +44,11 @@ use crate::response::Response;
 use crate::wire::{RequestMessage, ResponseMessage};
 
 mod files;
+mod per_core;
 mod router;
 
 pub use files::{FilesError, StaticFiles};
+pub use per_core::PerCoreServer;
 pub use router::PatternError;
 use router::{decode_path, Pattern};
 
@@ -112,6 +114,12 @@ pub enum ServeError {
         addr: SocketAddr,
         /// The OS error.
         source: plexus_transport::BindError,
+    },
+    /// A per-core thread or its runtime could not start.
+    #[error("start a per-core server thread: {source}")]
+    Runtime {
+        /// The OS error.
+        source: std::io::Error,
     },
 }
 
@@ -205,9 +213,41 @@ impl WebServer {
     ///
     /// [`ServeError`] naming the address and the cause.
     pub async fn listen(self, addr: &str) -> Result<SocketAddr, ServeError> {
-        let socket: SocketAddr = addr.parse().map_err(|_| ServeError::BadAddress {
-            addr: addr.to_owned(),
+        let socket = parse_addr(addr)?;
+        let spec = self.spec().map_err(|source| ServeError::Spec {
+            addr: socket,
+            source,
         })?;
+        let listener =
+            TcpListener::bind(&spec, socket)
+                .await
+                .map_err(|source| ServeError::Bind {
+                    addr: socket,
+                    source,
+                })?;
+        let bound = listener.local_addr();
+        tokio::spawn(Arc::new(self).accept_loop(listener));
+        Ok(bound)
+    }
+
+    /// Accepts connections on `listener` and serves each in its own task,
+    /// until the runtime stops.
+    async fn accept_loop(self: Arc<Self>, listener: TcpListener) {
+        loop {
+            match listener.accept().await {
+                Ok(link) => {
+                    tokio::spawn(self.clone().serve(link));
+                }
+                Err(e) => {
+                    tracing::warn!(target: "plexus::http", "accept failed: {e}");
+                }
+            }
+        }
+    }
+
+    /// The stack every connection runs: `tcp / http(...)` with the
+    /// server's settings.
+    fn spec(&self) -> Result<StackSpec, plexus_net::SpecError> {
         let mut registry = LayerRegistry::default();
         registry.register_config::<HttpConfig>();
         let limits = &self.http.limits;
@@ -221,33 +261,35 @@ impl WebServer {
             self.http.pipeline,
             self.http.max_held,
         );
-        let spec = StackSpec::parse(&text, &registry).map_err(|source| ServeError::Spec {
-            addr: socket,
-            source,
-        })?;
-        let listener =
-            TcpListener::bind(&spec, socket)
-                .await
-                .map_err(|source| ServeError::Bind {
-                    addr: socket,
-                    source,
-                })?;
-        let bound = listener.local_addr();
-        let server = Arc::new(self);
-        tokio::spawn(async move {
-            loop {
-                match listener.accept().await {
-                    Ok(link) => {
-                        let server = server.clone();
-                        tokio::spawn(async move { server.serve(link).await });
-                    }
-                    Err(e) => {
-                        tracing::warn!(target: "plexus::http", "accept failed: {e}");
-                    }
-                }
+        StackSpec::parse(&text, &registry)
+    }
+
+    /// The request bounds of the server's `http` layer.
+    pub(crate) fn limits(&self) -> &crate::Limits {
+        &self.http.limits
+    }
+
+    /// Serves a connection that arrived elsewhere (on a `ws` listener's
+    /// port, not upgraded), whose first bytes were read already and are
+    /// at the front of `io`.
+    pub(crate) fn serve_stream<S>(self: Arc<Self>, io: S, peer: String)
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
+    {
+        let spec = match self.spec() {
+            Ok(spec) => spec,
+            Err(e) => {
+                // `WebServer` builds only specs that parse; nothing to serve.
+                tracing::error!(target: "plexus::http", "{e}");
+                return;
             }
+        };
+        let stack = spec.build_link(plexus_net::LinkContext {
+            now: std::time::Instant::now(),
+            link_id: 0,
         });
-        Ok(bound)
+        let link = plexus_transport::Link::over_stream(io, stack, peer, Default::default());
+        tokio::spawn(self.serve(link));
     }
 
     /// Serves one connection until it closes.
@@ -317,6 +359,12 @@ impl WebServer {
 enum Routed {
     Now(Response),
     Ask(ActorRef<HttpRequest>, Vec<(String, String)>),
+}
+
+fn parse_addr(addr: &str) -> Result<SocketAddr, ServeError> {
+    addr.parse().map_err(|_| ServeError::BadAddress {
+        addr: addr.to_owned(),
+    })
 }
 
 /// Why a static directory could not be served.

@@ -1,54 +1,88 @@
-//! `ws`: a transport whose links are WebSocket connections, so two nodes
-//! talk through an HTTP port (and whatever proxies let WebSocket through).
+//! `ws` and `wss`: transports whose links are WebSocket connections, so
+//! two nodes talk through an HTTP(S) port (and whatever proxies let
+//! WebSocket through).
 //!
-//! Register it in a node's [`TransportRegistry`](plexus_transport::TransportRegistry)
-//! and `ws://host:port/name` is an actor URI: the dialler opens a TCP
-//! connection, asks to upgrade on the transport's path (`/plexus` by
-//! default) and, once the server answers `101`, the connection carries one
-//! binary WebSocket message per link message. Under the spec's layers sits
-//! a [`WebSocketLayer`]: masking, fragmentation, ping, the closing
-//! handshake and its close codes (see [`websocket`](crate::websocket)).
-//! A connection that does not upgrade properly within the handshake
-//! timeout is answered with its status (404 for another path, 400, 426)
-//! and dropped; the listener goes on.
+//! Register one in a node's [`TransportRegistry`](plexus_transport::TransportRegistry)
+//! and `ws://host:port/name` (or `wss://`) is an actor URI: the dialler
+//! opens a TCP connection (for `wss`, a mutually authenticated TLS 1.3
+//! connection with the node's certificate, as `tls://`), asks to upgrade on
+//! the transport's path (`/plexus` by default) and, once the server
+//! answers `101`, the connection carries one binary WebSocket message per
+//! link message. Under the spec's layers sits a [`WebSocketLayer`]:
+//! masking, fragmentation, ping, the closing handshake and its close codes
+//! (see [`websocket`](crate::websocket)).
+//!
+//! **One port for the web and the nodes.** With a [`WebServer`] attached
+//! ([`WsTransport::web`]), the listener serves it too: a first request that
+//! is not an upgrade on the transport's path goes to the web server whole,
+//! on the same connection. Without one, such a connection is answered
+//! with its status (404 for another path, 400 or 426 for a bad upgrade,
+//! 408 for none in time) and dropped; the listener goes on.
+//!
+//! **Hostile peers.** Connections are opened (TLS handshake, first
+//! request) in tasks of their own, at most [`MAX_HANDSHAKES`] at once, each
+//! within the handshake timeout: a silent client costs one slot for that
+//! long, not the listener.
 //!
 //! Profile: messages, reliable and ordered (TCP underneath); default stack
-//! `ws`.
+//! `ws` (or `wss`).
 
 use std::net::SocketAddr;
-use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use plexus_net::{Guarantees, LinkContext, Stack, StackSpec, TransportProfile};
+#[cfg(feature = "tls")]
+use plexus_transport::tls::TlsConfig;
 use plexus_transport::{
-    AcceptError, BindError, ConnectError, Dialer, Link, LinkConfig, Listener, Transport,
+    BindError, ConnectError, Dialer, Link, LinkConfig, Listener, PeerIdentity, Transport,
 };
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::decoder::{Decoded, Limits, RequestDecoder};
-use crate::response::{encode_response, Response};
-use crate::websocket::handshake::{check_server_response, client_request, server_response};
+use crate::server::WebServer;
+use crate::websocket::handshake::{check_server_response, client_request};
 use crate::websocket::layer::WebSocketLayer;
 use crate::websocket::{Role, WsConfig};
 
-/// The transport's name: its URI scheme.
+mod accept;
+mod prefixed;
+
+pub use accept::MAX_HANDSHAKES;
+use accept::{Accepting, WsListener};
+pub(crate) use prefixed::Prefixed;
+
+/// The plain transport's name: its URI scheme.
 pub const NAME: &str = "ws";
+/// The secure transport's name ([`WsTransport::secure`]).
+pub const SECURE_NAME: &str = "wss";
 
 /// What the transport carries: whole messages, reliable and ordered.
 pub const PROFILE: TransportProfile =
     TransportProfile::datagrams(None).with_guarantees(Guarantees::RELIABLE_ORDERED);
 
-/// The `ws` transport. See the [module docs](self).
-#[derive(Debug, Clone)]
+/// The `ws` (or `wss`) transport. See the [module docs](self).
+#[derive(Clone)]
 pub struct WsTransport {
     path: String,
     config: WsConfig,
     handshake_timeout: Duration,
+    #[cfg(feature = "tls")]
+    tls: Option<TlsConfig>,
+    web: Option<Arc<WebServer>>,
+}
+
+impl std::fmt::Debug for WsTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WsTransport")
+            .field("scheme", &self.scheme())
+            .field("path", &self.path)
+            .field("config", &self.config)
+            .field("handshake_timeout", &self.handshake_timeout)
+            .field("web", &self.web.is_some())
+            .finish()
+    }
 }
 
 impl Default for WsTransport {
@@ -57,15 +91,31 @@ impl Default for WsTransport {
             path: "/plexus".into(),
             config: WsConfig::default(),
             handshake_timeout: Duration::from_secs(5),
+            #[cfg(feature = "tls")]
+            tls: None,
+            web: None,
         }
     }
 }
 
 impl WsTransport {
-    /// The transport with the defaults: path `/plexus`, 16 MiB messages, a
-    /// 5 s opening handshake.
+    /// `ws` with the defaults: path `/plexus`, 16 MiB messages, a 5 s
+    /// opening handshake.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// `wss`: as [`new`](Self::new), over TLS 1.3 with `tls` as identity
+    /// and trust, both ways (mutual, as `tls://`: a dialled peer's
+    /// certificate must be valid for the host of its URI, and links carry
+    /// the peer's certificate for the node handshake to check). The TLS
+    /// handshake counts in the handshake timeout's bound.
+    #[cfg(feature = "tls")]
+    pub fn secure(tls: TlsConfig) -> Self {
+        Self {
+            tls: Some(tls),
+            ..Self::default()
+        }
     }
 
     /// The path upgrades are asked and accepted on.
@@ -78,6 +128,33 @@ impl WsTransport {
     pub fn config(mut self, config: WsConfig) -> Self {
         self.config = config;
         self
+    }
+
+    /// How long a connection may take to upgrade (TLS handshake included),
+    /// listening and dialling. Default 5 s.
+    pub fn handshake_timeout(mut self, timeout: Duration) -> Self {
+        self.handshake_timeout = timeout;
+        self
+    }
+
+    /// Serves `server` on every port this transport listens on: requests
+    /// other than the upgrade go to it (see the [module docs](self)).
+    pub fn web(mut self, server: WebServer) -> Self {
+        self.web = Some(Arc::new(server));
+        self
+    }
+
+    /// The URI scheme: `ws`, or `wss` over TLS.
+    pub fn scheme(&self) -> &'static str {
+        #[cfg(feature = "tls")]
+        if self.tls.is_some() {
+            return SECURE_NAME;
+        }
+        NAME
+    }
+
+    fn url(&self, addr: impl std::fmt::Display) -> String {
+        format!("{}://{addr}", self.scheme())
     }
 
     fn stack(&self, spec: &StackSpec, role: Role, link_id: u64) -> Stack {
@@ -96,13 +173,9 @@ impl WsTransport {
     }
 }
 
-fn url(addr: impl std::fmt::Display) -> String {
-    format!("{NAME}://{addr}")
-}
-
 impl Transport for WsTransport {
     fn name(&self) -> &str {
-        NAME
+        self.scheme()
     }
 
     fn profile(&self) -> TransportProfile {
@@ -110,7 +183,7 @@ impl Transport for WsTransport {
     }
 
     fn default_stack(&self) -> &str {
-        NAME
+        self.scheme()
     }
 
     fn listen<'a>(
@@ -121,27 +194,22 @@ impl Transport for WsTransport {
     ) -> plexus_transport::BoxFuture<'a, Result<Box<dyn Listener>, BindError>> {
         Box::pin(async move {
             let socket: SocketAddr = addr.parse().map_err(|_| BindError::Address {
-                addr: url(addr),
+                addr: self.url(addr),
                 why: "not a socket address (host:port)".into(),
             })?;
-            let inner = tokio::net::TcpListener::bind(socket)
-                .await
-                .map_err(|source| BindError::Io {
-                    addr: url(socket),
-                    source,
-                })?;
-            let local = inner.local_addr().map_err(|source| BindError::Io {
-                addr: url(socket),
+            let io = |source| BindError::Io {
+                addr: self.url(socket),
                 source,
-            })?;
-            Ok(Box::new(WsListener {
-                inner,
-                local,
+            };
+            let inner = tokio::net::TcpListener::bind(socket).await.map_err(io)?;
+            let local = inner.local_addr().map_err(io)?;
+            let ctx = Accepting {
+                transport: self.clone(),
                 spec: spec.clone(),
                 link,
-                transport: self.clone(),
-                next_link: AtomicU64::new(0),
-            }) as Box<dyn Listener>)
+                local,
+            };
+            Ok(Box::new(WsListener::start(inner, ctx)) as Box<dyn Listener>)
         })
     }
 
@@ -159,159 +227,68 @@ impl Transport for WsTransport {
     }
 }
 
-struct WsListener {
-    inner: tokio::net::TcpListener,
-    local: SocketAddr,
-    spec: StackSpec,
-    link: LinkConfig,
-    transport: WsTransport,
-    next_link: AtomicU64,
-}
-
-impl WsListener {
-    async fn accept_one(&self) -> Result<Link, AcceptError> {
-        let (mut socket, peer) = self
-            .inner
-            .accept()
-            .await
-            .map_err(|source| AcceptError::Io {
-                addr: url(self.local),
-                source,
-            })?;
-        let _ = socket.set_nodelay(true);
-        let refused = |why: String| AcceptError::Upgrade {
-            addr: url(self.local),
-            peer: peer.to_string(),
-            why,
-        };
-        let upgrade = tokio::time::timeout(
-            self.transport.handshake_timeout,
-            read_upgrade(&mut socket, &self.transport.path),
-        )
-        .await
-        .unwrap_or(Err((
-            Response::new(408, "no upgrade request in time\n"),
-            "no upgrade request in time".to_owned(),
-        )));
-        let leftover = match upgrade {
-            Ok((response, leftover)) => {
-                write_response(&mut socket, &response, true)
-                    .await
-                    .map_err(|e| refused(e.to_string()))?;
-                leftover
-            }
-            Err((response, why)) => {
-                let _ = write_response(&mut socket, &response, false).await;
-                tracing::debug!(target: "plexus::http", %peer, "refused a ws connection: {why}");
-                return Err(refused(why));
-            }
-        };
-        let id = self.next_link.fetch_add(1, Ordering::Relaxed);
-        let stack = self.transport.stack(&self.spec, Role::Server, id);
-        Ok(Link::over_stream(
-            Prefixed::new(leftover, socket),
-            stack,
-            url(peer),
-            self.link,
-        ))
-    }
-}
-
-impl Listener for WsListener {
-    fn local_addr(&self) -> String {
-        self.local.to_string()
-    }
-
-    fn accept(&self) -> plexus_transport::BoxFuture<'_, Result<Link, AcceptError>> {
-        Box::pin(self.accept_one())
-    }
-
-    fn dialer(&self) -> Arc<dyn Dialer> {
-        Arc::new(WsDialer {
-            spec: self.spec.clone(),
-            link: self.link,
-            transport: self.transport.clone(),
-        })
-    }
-}
-
-/// Reads an upgrade request on `path`: the `101` answer and the bytes
-/// after the request, or the refusal to send and why.
-async fn read_upgrade(
-    socket: &mut TcpStream,
-    path: &str,
-) -> Result<(Response, Bytes), (Response, String)> {
-    let mut decoder = RequestDecoder::new(Limits {
-        max_body: 0,
-        ..Limits::default()
-    });
-    let mut buf = BytesMut::with_capacity(1024);
-    let request = loop {
-        match decoder.decode(&mut buf) {
-            Ok(Some(Decoded::Request(r))) => break r,
-            Ok(Some(Decoded::Continue)) | Ok(None) => {}
-            Err(e) => return Err((Response::new(e.status(), format!("{e}\n")), e.to_string())),
-        }
-        match socket.read_buf(&mut buf).await {
-            Ok(0) | Err(_) => {
-                return Err((
-                    Response::new(400, "closed before an upgrade request\n"),
-                    "closed before an upgrade request".into(),
-                ))
-            }
-            Ok(_) => {}
-        }
-    };
-    if request.path() != path {
-        return Err((
-            Response::new(404, "no WebSocket endpoint here\n"),
-            format!("upgrade asked on {:?}, not {path:?}", request.path()),
-        ));
-    }
-    match server_response(&request) {
-        Ok(response) => Ok((response, buf.freeze())),
-        Err(e) => Err((e.response(), e.to_string())),
-    }
-}
-
-async fn write_response(
-    socket: &mut TcpStream,
-    response: &Response,
-    keep_alive: bool,
-) -> std::io::Result<()> {
-    let mut out = BytesMut::new();
-    encode_response(&mut out, response, keep_alive, false)
-        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
-    socket.write_all(&out).await
-}
-
 struct WsDialer {
     spec: StackSpec,
     link: LinkConfig,
     transport: WsTransport,
 }
 
+/// The host part of `host:port` (`[::1]:80` → `::1`): the name a `wss`
+/// server's certificate must be valid for.
+#[cfg(feature = "tls")]
+fn server_name(addr: &str) -> &str {
+    let host = addr.rsplit_once(':').map_or(addr, |(host, _)| host);
+    host.trim_start_matches('[').trim_end_matches(']')
+}
+
 impl WsDialer {
     async fn connect_to(&self, addr: &str) -> Result<Link, ConnectError> {
+        let url = || self.transport.url(addr);
         let socket_addr = tokio::net::lookup_host(addr)
             .await
             .ok()
             .and_then(|mut a| a.next())
             .ok_or_else(|| ConnectError::Address {
-                addr: url(addr),
+                addr: url(),
                 why: "not host:port, or the host does not resolve".into(),
             })?;
-        let mut socket =
-            TcpStream::connect(socket_addr)
+        let socket = TcpStream::connect(socket_addr)
+            .await
+            .map_err(|source| ConnectError::Io {
+                addr: url(),
+                source,
+            })?;
+        let _ = socket.set_nodelay(true);
+        #[cfg(feature = "tls")]
+        if let Some(tls) = &self.transport.tls {
+            let stream = tls
+                .connect_stream(socket, server_name(addr))
                 .await
-                .map_err(|source| ConnectError::Io {
-                    addr: url(addr),
+                .map_err(|source| ConnectError::Handshake {
+                    addr: url(),
                     source,
                 })?;
-        let _ = socket.set_nodelay(true);
+            let identity = stream.peer_identity().clone();
+            return self.upgrade(stream, addr, Some(identity)).await;
+        }
+        self.upgrade(socket, addr, None).await
+    }
+
+    /// Asks to upgrade on `io` and starts the link once the server agreed.
+    async fn upgrade<S>(
+        &self,
+        mut io: S,
+        addr: &str,
+        identity: Option<PeerIdentity>,
+    ) -> Result<Link, ConnectError>
+    where
+        S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+    {
+        let url = || self.transport.url(addr);
         let (request, accept) = client_request(addr, &self.transport.path, rand::random());
         let handshake = async {
-            socket.write_all(&request).await?;
+            io.write_all(&request).await?;
+            io.flush().await?;
             let mut buf = BytesMut::with_capacity(1024);
             loop {
                 match check_server_response(&mut buf, &accept) {
@@ -319,21 +296,18 @@ impl WsDialer {
                     Ok(None) => {}
                     Err(e) => return Ok(Err(e.to_string())),
                 }
-                if socket.read_buf(&mut buf).await? == 0 {
+                if io.read_buf(&mut buf).await? == 0 {
                     return Ok(Err("the server closed the connection".to_owned()));
                 }
             }
         };
-        let upgrade = |why: String| ConnectError::Upgrade {
-            addr: url(addr),
-            why,
-        };
+        let upgrade = |why: String| ConnectError::Upgrade { addr: url(), why };
         let leftover = match tokio::time::timeout(self.transport.handshake_timeout, handshake).await
         {
             Err(_) => return Err(upgrade("no answer in time".into())),
             Ok(Err(source)) => {
                 return Err(ConnectError::Io {
-                    addr: url(addr),
+                    addr: url(),
                     source,
                 })
             }
@@ -341,12 +315,11 @@ impl WsDialer {
             Ok(Ok(Ok(leftover))) => leftover,
         };
         let stack = self.transport.stack(&self.spec, Role::Client, 0);
-        Ok(Link::over_stream(
-            Prefixed::new(leftover, socket),
-            stack,
-            url(addr),
-            self.link,
-        ))
+        let link = Link::over_stream(Prefixed::new(leftover, io), stack, url(), self.link);
+        Ok(match identity {
+            Some(identity) => link.with_identity(identity),
+            None => link,
+        })
     }
 }
 
@@ -356,64 +329,5 @@ impl Dialer for WsDialer {
         addr: &'a str,
     ) -> plexus_transport::BoxFuture<'a, Result<Link, ConnectError>> {
         Box::pin(self.connect_to(addr))
-    }
-}
-
-/// A stream whose first bytes were read already (after the opening
-/// handshake's head): they are read again first.
-struct Prefixed {
-    prefix: Bytes,
-    io: TcpStream,
-}
-
-impl Prefixed {
-    fn new(prefix: Bytes, io: TcpStream) -> Self {
-        Self { prefix, io }
-    }
-}
-
-impl AsyncRead for Prefixed {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        if !self.prefix.is_empty() {
-            let n = self.prefix.len().min(buf.remaining());
-            let head = self.prefix.split_to(n);
-            buf.put_slice(&head);
-            return Poll::Ready(Ok(()));
-        }
-        Pin::new(&mut self.io).poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for Prefixed {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.io).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.io).poll_shutdown(cx)
     }
 }

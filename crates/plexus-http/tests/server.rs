@@ -7,72 +7,12 @@ use std::time::Duration;
 use plexus_core::ActorSystem;
 use plexus_http::server::{HttpRequest, WebServer};
 use plexus_http::{HttpConfig, Method, Response};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-/// A response as the test reads it.
-#[derive(Debug)]
-struct Got {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-}
+mod common;
 
-impl Got {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-}
-
-/// Reads one response (with a Content-Length) from `stream`, buffering
-/// what follows in `buf`. `None` once the server closed the connection.
-async fn read_response(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Option<Got> {
-    loop {
-        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8(buf[..end].to_vec()).unwrap();
-            let mut lines = head.split("\r\n");
-            let status: u16 = lines.next().unwrap()[9..12].parse().unwrap();
-            let headers: Vec<(String, String)> = lines
-                .map(|l| {
-                    let (n, v) = l.split_once(':').unwrap();
-                    (n.to_owned(), v.trim().to_owned())
-                })
-                .collect();
-            let len: usize = headers
-                .iter()
-                .find(|(n, _)| n.eq_ignore_ascii_case("content-length"))
-                .map_or(0, |(_, v)| v.parse().unwrap());
-            while buf.len() < end + 4 + len {
-                let mut chunk = [0u8; 4096];
-                let n = stream.read(&mut chunk).await.unwrap();
-                assert!(n > 0, "closed inside a body");
-                buf.extend_from_slice(&chunk[..n]);
-            }
-            let body = buf[end + 4..end + 4 + len].to_vec();
-            buf.drain(..end + 4 + len);
-            return Some(Got {
-                status,
-                headers,
-                body,
-            });
-        }
-        let mut chunk = [0u8; 4096];
-        let n = stream.read(&mut chunk).await.ok()?;
-        if n == 0 {
-            return None;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    }
-}
-
-async fn ask(addr: std::net::SocketAddr, request: &[u8]) -> Got {
-    let mut s = TcpStream::connect(addr).await.unwrap();
-    s.write_all(request).await.unwrap();
-    read_response(&mut s, &mut Vec::new()).await.unwrap()
-}
+use common::{ask, read_response};
 
 async fn server(config: HttpConfig) -> (ActorSystem, std::net::SocketAddr) {
     let system = ActorSystem::new();

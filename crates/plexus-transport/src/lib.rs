@@ -68,6 +68,7 @@ mod alarm;
 pub mod builtin;
 mod conn;
 pub mod error;
+pub mod handshakes;
 mod link;
 pub mod mem;
 #[cfg(feature = "quic")]

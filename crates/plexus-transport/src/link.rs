@@ -552,9 +552,11 @@ impl Link {
         crate::stream::spawn(crate::stream::IoStream::new(io), stack, peer.into(), config)
     }
 
-    /// The link with what its transport authenticated about the peer.
-    #[cfg(feature = "tls")]
-    pub(crate) fn with_identity(mut self, identity: PeerIdentity) -> Self {
+    /// The link with what its transport authenticated about the peer
+    /// (see [`peer_identity`](Link::peer_identity)): for transports of
+    /// one's own that verify a certificate before the link starts (a TLS
+    /// handshake, then a protocol of their own: `wss`).
+    pub fn with_identity(mut self, identity: PeerIdentity) -> Self {
         self.identity = Some(Arc::new(identity));
         self
     }

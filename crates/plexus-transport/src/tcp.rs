@@ -76,10 +76,41 @@ impl TcpListener {
                 addr: url(addr),
                 source,
             })?;
-        let local = inner.local_addr().map_err(|source| BindError::Io {
+        let std = inner.into_std().map_err(|source| BindError::Io {
             addr: url(addr),
             source,
         })?;
+        Self::from_std(spec, std, config)
+    }
+
+    /// As [`bind_with`](TcpListener::bind_with), on a socket bound by the
+    /// caller with options of its own (`SO_REUSEPORT` for one listener per
+    /// core, a backlog, a device): it is made non-blocking and registered
+    /// with the current runtime.
+    ///
+    /// # Errors
+    ///
+    /// As [`bind`](TcpListener::bind).
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime.
+    pub fn from_std(
+        spec: &StackSpec,
+        listener: std::net::TcpListener,
+        config: LinkConfig,
+    ) -> Result<Self, BindError> {
+        let local = listener.local_addr().map_err(|source| BindError::Io {
+            addr: "tcp://(unbound socket)".into(),
+            source,
+        })?;
+        let io = |source| BindError::Io {
+            addr: url(local),
+            source,
+        };
+        let spec = &BindError::fit(spec, NAME, PROFILE, || url(local))?;
+        listener.set_nonblocking(true).map_err(io)?;
+        let inner = tokio::net::TcpListener::from_std(listener).map_err(io)?;
         Ok(Self {
             inner,
             spec: spec.clone(),

@@ -70,24 +70,22 @@ use rustls::{ClientConfig, Connection, RootCertStore, ServerConfig};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, Semaphore};
-use tokio::task::AbortHandle;
 
 use crate::conn::now;
 use crate::error::{AcceptError, BindError, ConnectError};
+use crate::handshakes::{Handshaken, Handshakes};
 use crate::link::PeerIdentity;
 use crate::link::{Link, LinkConfig};
-use crate::stream;
+use crate::stream as driver;
 
 mod socket;
+mod stream;
+pub use self::stream::TlsStream;
 use socket::TlsSocket;
 
 /// Handshakes a listener runs at once; further connections wait in the
 /// kernel's accept queue.
 pub const MAX_HANDSHAKES: usize = 64;
-/// Finished handshakes (links or errors) waiting for
-/// [`TlsListener::accept`].
-const ACCEPT_QUEUE: usize = 16;
 
 /// The transport's name: the first word of its stack specs.
 pub const NAME: &str = "tls";
@@ -265,18 +263,11 @@ fn certs(what: &'static str, pem: &[u8]) -> Result<Vec<CertificateDer<'static>>,
 /// Accepts TLS connections, each becoming a [`Link`] with its own stack
 /// built from the listener's spec once the handshake succeeded.
 ///
-/// Dropping the listener stops accepting and aborts pending handshakes.
+/// Dropping the listener stops accepting; handshakes in progress end
+/// within their timeout.
 #[derive(Debug)]
 pub struct TlsListener {
-    local: SocketAddr,
-    incoming: tokio::sync::Mutex<mpsc::Receiver<Result<Link, AcceptError>>>,
-    task: AbortHandle,
-}
-
-impl Drop for TlsListener {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
+    inner: Handshakes,
 }
 
 impl TlsListener {
@@ -308,30 +299,34 @@ impl TlsListener {
             addr: url(addr),
             source,
         })?;
-        let (tx, rx) = mpsc::channel(ACCEPT_QUEUE);
-        let task = tokio::spawn(accept_loop(
-            inner,
-            Arc::new(Accepting {
-                acceptor: tokio_rustls::TlsAcceptor::from(tls.server.clone()),
-                timeout: tls.handshake_timeout,
-                spec: spec.clone(),
-                config,
-                local,
-            }),
-            tx,
-        ))
-        .abort_handle();
-        Ok(Self {
+        let ctx = Arc::new(Accepting {
+            acceptor: tokio_rustls::TlsAcceptor::from(tls.server.clone()),
+            timeout: tls.handshake_timeout,
+            spec: spec.clone(),
+            config,
             local,
-            incoming: tokio::sync::Mutex::new(rx),
-            task,
-        })
+        });
+        let inner = Handshakes::start(
+            inner,
+            url(local),
+            MAX_HANDSHAKES,
+            move |socket, peer, id| {
+                let ctx = ctx.clone();
+                async move {
+                    match handshake(&ctx, socket, peer, id).await {
+                        Ok(link) => Handshaken::Link(link),
+                        Err(error) => Handshaken::Refused(error),
+                    }
+                }
+            },
+        );
+        Ok(Self { inner })
     }
 
     /// The address the listener is bound to (with the actual port when bound
     /// to port 0).
     pub fn local_addr(&self) -> SocketAddr {
-        self.local
+        self.inner.local_addr()
     }
 
     /// Waits for the next connection whose handshake finished, successfully
@@ -348,12 +343,7 @@ impl TlsListener {
     ///
     /// Cancel safe: no connection is lost if the future is dropped.
     pub async fn accept(&self) -> Result<Link, AcceptError> {
-        let mut incoming = self.incoming.lock().await;
-        incoming.recv().await.unwrap_or_else(|| {
-            Err(AcceptError::Closed {
-                addr: url(self.local),
-            })
-        })
+        self.inner.accept().await
     }
 }
 
@@ -365,60 +355,12 @@ struct Accepting {
     local: SocketAddr,
 }
 
-async fn accept_loop(
-    inner: tokio::net::TcpListener,
-    ctx: Arc<Accepting>,
-    tx: mpsc::Sender<Result<Link, AcceptError>>,
-) {
-    let slots = Arc::new(Semaphore::new(MAX_HANDSHAKES));
-    let mut next_link = 0u64;
-    loop {
-        // The semaphore is never closed.
-        let Ok(slot) = slots.clone().acquire_owned().await else {
-            return;
-        };
-        let accepted = tokio::select! {
-            () = tx.closed() => return,
-            r = inner.accept() => r,
-        };
-        let (socket, peer) = match accepted {
-            Ok(a) => a,
-            Err(source) => {
-                let error = AcceptError::Io {
-                    addr: url(ctx.local),
-                    source,
-                };
-                tracing::warn!(target: "plexus::transport", %error, "tls accept failed");
-                if tx.send(Err(error)).await.is_err() {
-                    return;
-                }
-                continue;
-            }
-        };
-        let link_id = next_link;
-        next_link += 1;
-        let ctx = ctx.clone();
-        let tx = tx.clone();
-        tokio::spawn(async move {
-            let result = handshake(&ctx, socket, peer, link_id).await;
-            if let Err(error) = &result {
-                tracing::warn!(target: "plexus::transport", %error, "tls peer refused");
-            }
-            let _ = tx.send(result).await;
-            drop(slot);
-        });
-    }
-}
-
 async fn handshake(
     ctx: &Accepting,
     socket: TcpStream,
     peer: SocketAddr,
     link_id: u64,
 ) -> Result<Link, AcceptError> {
-    if let Err(error) = socket.set_nodelay(true) {
-        tracing::debug!(%peer, %error, "set_nodelay failed");
-    }
     let failed = |source| AcceptError::Handshake {
         addr: url(ctx.local),
         peer: peer.to_string(),
@@ -435,7 +377,7 @@ async fn handshake(
         link_id,
     });
     let socket = TlsSocket::new(socket, Connection::Server(conn));
-    Ok(stream::spawn(socket, stack, url(peer).into(), ctx.config).with_identity(identity))
+    Ok(driver::spawn(socket, stack, url(peer).into(), ctx.config).with_identity(identity))
 }
 
 fn timed_out(after: Duration) -> io::Error {
@@ -501,7 +443,7 @@ pub async fn connect(
     let identity = peer_identity(conn.peer_certificates()).map_err(failed)?;
     let stack = spec.build(now());
     let socket = TlsSocket::new(socket, Connection::Client(conn));
-    Ok(stream::spawn(socket, stack, url(addr).into(), config).with_identity(identity))
+    Ok(driver::spawn(socket, stack, url(addr).into(), config).with_identity(identity))
 }
 
 /// The identity of the peer's end-entity certificate (verified by rustls

@@ -1,0 +1,142 @@
+//! Per-core mode: one single-threaded runtime per core, each with a
+//! listener of its own on the same port (`SO_REUSEPORT`), so the kernel
+//! spreads connections over the threads and a connection lives its whole
+//! life on the thread that accepted it: parsed, routed and answered there,
+//! with nothing shared on the request path but the server's immutable
+//! routes and files (the shared-nothing design of Seastar and of the
+//! Rusty report). An actor route's request still goes to the actor's
+//! mailbox, wherever the actor runs.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use plexus_transport::tcp::TcpListener;
+use plexus_transport::{BindError, LinkConfig};
+use socket2::{Domain, Protocol, Socket, Type};
+use tokio::sync::oneshot;
+
+use super::{parse_addr, ServeError, WebServer};
+
+/// Connections the kernel queues for each thread's listener.
+const BACKLOG: i32 = 1024;
+
+/// A server running in per-core mode; see [`WebServer::listen_per_core`].
+/// Dropping it stops every thread (connections in progress are dropped);
+/// [`stop`](Self::stop) also waits for them.
+#[derive(Debug)]
+pub struct PerCoreServer {
+    local: SocketAddr,
+    stops: Vec<oneshot::Sender<()>>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl PerCoreServer {
+    /// The address every thread listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// How many threads serve.
+    pub fn threads(&self) -> usize {
+        self.threads.len()
+    }
+
+    /// Stops every thread and waits for them to end.
+    pub fn stop(mut self) {
+        self.stops.clear();
+        for thread in self.threads.drain(..) {
+            // A thread that panicked has stopped too.
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for PerCoreServer {
+    fn drop(&mut self) {
+        // Dropping the senders wakes every thread's stop.
+        self.stops.clear();
+    }
+}
+
+impl WebServer {
+    /// Serves on `addr` in per-core mode with `threads` threads (`0`: one
+    /// per core the process may use), each a single-threaded runtime with
+    /// its own `SO_REUSEPORT` listener; see the [module docs](self). Needs
+    /// no runtime of its own: callable from `main`.
+    ///
+    /// # Errors
+    ///
+    /// [`ServeError`] naming the address and the cause (the port taken by a
+    /// socket without `SO_REUSEPORT`, a runtime that cannot start).
+    pub fn listen_per_core(self, addr: &str, threads: usize) -> Result<PerCoreServer, ServeError> {
+        let mut socket = parse_addr(addr)?;
+        let threads = match threads {
+            0 => std::thread::available_parallelism().map_or(1, usize::from),
+            n => n,
+        };
+        let spec = self.spec().map_err(|source| ServeError::Spec {
+            addr: socket,
+            source,
+        })?;
+        let server = Arc::new(self);
+        let mut running = PerCoreServer {
+            local: socket,
+            stops: Vec::with_capacity(threads),
+            threads: Vec::with_capacity(threads),
+        };
+        for index in 0..threads {
+            let bind_err = |source| ServeError::Bind {
+                addr: socket,
+                source: BindError::Io {
+                    addr: format!("http://{socket}"),
+                    source,
+                },
+            };
+            let std_listener = reuse_port_listener(socket).map_err(bind_err)?;
+            // Port 0: the first listener picked the port; the others join it.
+            socket = std_listener.local_addr().map_err(bind_err)?;
+            running.local = socket;
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|source| ServeError::Runtime { source })?;
+            let listener = {
+                let _entered = runtime.enter();
+                TcpListener::from_std(&spec, std_listener, LinkConfig::default()).map_err(
+                    |source| ServeError::Bind {
+                        addr: socket,
+                        source,
+                    },
+                )?
+            };
+            let (stop, stopped) = oneshot::channel::<()>();
+            let server = server.clone();
+            let thread = std::thread::Builder::new()
+                .name(format!("plexus-http-{index}"))
+                .spawn(move || {
+                    runtime.block_on(async move {
+                        tokio::select! {
+                            () = server.accept_loop(listener) => {}
+                            _ = stopped => {}
+                        }
+                    });
+                })
+                .map_err(|source| ServeError::Runtime { source })?;
+            running.stops.push(stop);
+            running.threads.push(thread);
+        }
+        Ok(running)
+    }
+}
+
+/// A listening socket on `addr` that other sockets with `SO_REUSEPORT` may
+/// share.
+fn reuse_port_listener(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_reuse_address(true)?;
+    socket.set_reuse_port(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(BACKLOG)?;
+    Ok(socket.into())
+}
