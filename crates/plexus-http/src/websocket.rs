@@ -3,19 +3,29 @@
 //! pong, the closing handshake and close codes.
 //!
 //! **Guarantees.** Every message the peer sends within the bounds comes
-//! out whole, in order, text checked as UTF-8 (failing fast: an invalid
-//! sequence closes the connection as soon as it is seen, not at the
-//! message's end). A protocol violation is answered with its close code and
-//! the connection ends: an unmasked client frame, a masked server frame,
-//! reserved bits, an unknown opcode, a fragmented or oversized control
-//! frame, a continuation without a start (1002); invalid UTF-8 in a text
-//! message or close reason (1007); a frame or message over the bounds
-//! (1009); pings faster than `max_pings_per_second` (1008). Pings are
-//! answered with a pong carrying their payload; of several pings before a
-//! pong goes out only the last is answered (RFC 6455, 5.5.3), so a ping
-//! flood costs at most one pending pong. Memory is bounded by one frame
-//! (`max_frame`) plus one message (`max_message`).
+//! out whole, in order, with its kind (text or binary), text checked as
+//! UTF-8 (failing fast: payload is read as it arrives, and an invalid
+//! sequence closes the connection as soon as its byte is seen, not at the
+//! frame's or the message's end). A protocol violation is answered with
+//! its close code and the connection ends: an unmasked client frame, a
+//! masked server frame, reserved bits, an unknown opcode, a fragmented or
+//! oversized control frame, a continuation without a start, a new message
+//! inside a fragmented one, a close code that may not be sent (1002);
+//! invalid UTF-8 in a text message or close reason (1007); a frame or
+//! message over the bounds, refused from its header before its payload is
+//! read (1009); pings faster than `max_pings_per_second` (1008). Each ping
+//! is answered with a pong carrying its payload, in order; at most
+//! [`MAX_PENDING_PONGS`] wait to be sent, and past that the oldest waiting
+//! one is dropped (RFC 6455, 5.5.3 lets an endpoint answer only the most
+//! recent ping), so a ping flood costs bounded memory. Memory is bounded by
+//! one message (`max_message`) plus one control frame's 125 bytes and the
+//! waiting pongs; the input buffer is the caller's and is drained as read.
+//!
+//! `.ci/autobahn` runs the Autobahn test suite against this module both
+//! ways (through this crate's `autobahn` example; results in
+//! `docs/autobahn.md`).
 
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
@@ -26,6 +36,9 @@ pub mod layer;
 
 pub use frame::Opcode;
 use frame::{apply_mask, parse_header, put_frame, FrameError};
+
+/// Pongs waiting to be sent at most; past it, the oldest is dropped.
+pub const MAX_PENDING_PONGS: usize = 16;
 
 /// A close code (RFC 6455, 7.4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -55,6 +68,18 @@ impl CloseCode {
     pub fn is_sendable(self) -> bool {
         matches!(self.0, 1000..=1003 | 1007..=1014 | 3000..=4999)
     }
+}
+
+/// The frame whose payload is being read (its header was).
+#[derive(Debug, Clone, Copy)]
+struct Reading {
+    fin: bool,
+    opcode: Opcode,
+    mask: Option<[u8; 4]>,
+    /// Payload bytes read so far (where the mask continues).
+    read: usize,
+    /// Payload bytes still to come.
+    left: usize,
 }
 
 /// Which end of the connection this is: clients mask their frames,
@@ -141,11 +166,17 @@ pub struct WebSocket {
     config: WsConfig,
     /// State of the client's masking keys (xorshift).
     mask_state: u64,
+    /// The frame whose payload is being read, once its header is.
+    reading: Option<Reading>,
+    /// The message in progress (its first frame's opcode, its bytes).
     fragment: Option<(Opcode, BytesMut)>,
-    /// Bytes of the fragmented text message already checked as UTF-8.
+    /// Bytes of the text message in progress already checked as UTF-8.
     checked: usize,
+    /// The payload of the control frame being read.
+    control: BytesMut,
     out: BytesMut,
-    pending_pong: Option<Bytes>,
+    /// Pongs to send, oldest first, at most [`MAX_PENDING_PONGS`].
+    pending_pongs: VecDeque<Bytes>,
     close_sent: bool,
     close_received: bool,
     /// Input is ignored from here (a violation, or the peer's close).
@@ -163,10 +194,12 @@ impl WebSocket {
             role,
             config,
             mask_state: seed | 1,
+            reading: None,
             fragment: None,
             checked: 0,
+            control: BytesMut::new(),
             out: BytesMut::new(),
-            pending_pong: None,
+            pending_pongs: VecDeque::new(),
             close_sent: false,
             close_received: false,
             done: false,
@@ -187,8 +220,13 @@ impl WebSocket {
         self.close_sent && (self.close_received || self.done)
     }
 
-    /// Takes frames off the front of `buf` (bytes the peer sent) and returns
-    /// the next event, or `None` when more bytes are needed.
+    /// Takes bytes the peer sent off the front of `buf` and returns the
+    /// next event, or `None` when more bytes are needed (`buf` is then
+    /// empty, or holds the start of a frame header).
+    ///
+    /// A frame's payload is taken as it arrives, before the frame is
+    /// whole: a text message's invalid UTF-8 is refused at the byte that
+    /// makes it invalid (RFC 6455, 8.1), even in the middle of a frame.
     pub fn handle_receive(&mut self, now: Instant, buf: &mut BytesMut) -> Option<WsEvent> {
         if self.done {
             // Nothing after a close or a violation is read: drop it.
@@ -196,60 +234,99 @@ impl WebSocket {
             return None;
         }
         loop {
-            let header = match parse_header(buf, self.role == Role::Server, self.config.max_frame) {
-                Ok(Some(h)) => h,
-                Ok(None) => return None,
-                Err(e) => return Some(self.fail(e)),
+            let reading = match &mut self.reading {
+                Some(reading) => reading,
+                None => {
+                    let masked = self.role == Role::Server;
+                    let header = match parse_header(buf, masked, self.config.max_frame) {
+                        Ok(Some(h)) => h,
+                        Ok(None) => return None,
+                        Err(e) => return Some(self.fail(e)),
+                    };
+                    let _ = buf.split_to(header.len);
+                    if let Err(e) = self.on_frame_start(header.opcode, header.payload) {
+                        return Some(self.fail(e));
+                    }
+                    self.reading.insert(Reading {
+                        fin: header.fin,
+                        opcode: header.opcode,
+                        mask: header.mask,
+                        read: 0,
+                        left: header.payload,
+                    })
+                }
             };
-            if buf.len() < header.len + header.payload {
+            let n = reading.left.min(buf.len());
+            let mut chunk = buf.split_to(n);
+            if let Some(mask) = reading.mask {
+                apply_mask(&mut chunk, mask, reading.read);
+            }
+            reading.read += n;
+            reading.left -= n;
+            let (fin, opcode, whole) = (reading.fin, reading.opcode, reading.left == 0);
+            if whole {
+                self.reading = None;
+            }
+            let event = if opcode.is_control() {
+                self.control.extend_from_slice(&chunk);
+                if whole {
+                    let payload = self.control.split();
+                    self.control_frame(now, opcode, payload)
+                } else {
+                    None
+                }
+            } else {
+                self.data(chunk, fin && whole)
+            };
+            if event.is_some() {
+                return event;
+            }
+            if !whole {
+                // All of `buf` went into the frame: more is needed.
                 return None;
-            }
-            let _ = buf.split_to(header.len);
-            let mut payload = buf.split_to(header.payload);
-            if let Some(mask) = header.mask {
-                apply_mask(&mut payload, mask, 0);
-            }
-            if let Some(event) = self.frame(now, header.fin, header.opcode, payload) {
-                return Some(event);
             }
         }
     }
 
-    fn frame(
+    /// Checks a frame's header against the message in progress (RFC 6455,
+    /// 5.4: a continuation continues a message, a new message waits for
+    /// the last one's end) and the size bound, before its payload is read.
+    fn on_frame_start(&mut self, opcode: Opcode, payload: usize) -> Result<(), FrameError> {
+        let too_big = FrameError {
+            code: CloseCode::MESSAGE_TOO_BIG,
+            why: "a message over the size limit",
+        };
+        match opcode {
+            Opcode::Text | Opcode::Binary => {
+                if self.fragment.is_some() {
+                    return Err(protocol("a new message inside a fragmented one"));
+                }
+                if payload > self.config.max_message {
+                    return Err(too_big);
+                }
+                self.checked = 0;
+                self.fragment = Some((opcode, BytesMut::new()));
+            }
+            Opcode::Continuation => {
+                let Some((_, message)) = &self.fragment else {
+                    return Err(protocol("a continuation without a message"));
+                };
+                if message.len() + payload > self.config.max_message {
+                    return Err(too_big);
+                }
+            }
+            Opcode::Close | Opcode::Ping | Opcode::Pong => self.control.clear(),
+        }
+        Ok(())
+    }
+
+    fn control_frame(
         &mut self,
         now: Instant,
-        fin: bool,
         opcode: Opcode,
         payload: BytesMut,
     ) -> Option<WsEvent> {
         match opcode {
-            Opcode::Text | Opcode::Binary => {
-                if self.fragment.is_some() {
-                    return Some(self.fail(protocol("a new message inside a fragmented one")));
-                }
-                if payload.len() > self.config.max_message {
-                    return Some(self.fail(FrameError {
-                        code: CloseCode::MESSAGE_TOO_BIG,
-                        why: "a message over the size limit",
-                    }));
-                }
-                self.checked = 0;
-                self.fragment = Some((opcode, payload));
-                self.continued(fin)
-            }
-            Opcode::Continuation => {
-                let Some((_, message)) = &mut self.fragment else {
-                    return Some(self.fail(protocol("a continuation without a message")));
-                };
-                if message.len() + payload.len() > self.config.max_message {
-                    return Some(self.fail(FrameError {
-                        code: CloseCode::MESSAGE_TOO_BIG,
-                        why: "a message over the size limit",
-                    }));
-                }
-                message.extend_from_slice(&payload);
-                self.continued(fin)
-            }
             Opcode::Ping => {
                 self.stats.pings += 1;
                 let (start, count) = &mut self.ping_window;
@@ -267,44 +344,54 @@ impl WebSocket {
                     }));
                 }
                 if !self.close_sent {
-                    self.pending_pong = Some(payload.freeze());
+                    // RFC 6455, 5.5.3: an endpoint may answer only the most
+                    // recent of several pings; past the bound the oldest
+                    // waiting pong is dropped.
+                    if self.pending_pongs.len() == MAX_PENDING_PONGS {
+                        self.pending_pongs.pop_front();
+                    }
+                    self.pending_pongs.push_back(payload.freeze());
                 }
                 None
             }
-            Opcode::Pong => None,
             Opcode::Close => Some(self.close_frame(&payload)),
+            _ => None,
         }
     }
 
-    /// After a data frame: checks the text so far, and delivers the
-    /// message if `fin`.
-    fn continued(&mut self, fin: bool) -> Option<WsEvent> {
-        let Some((opcode, message)) = &self.fragment else {
-            return None;
-        };
+    /// A data frame's payload, `chunk` (possibly part of it): appended to
+    /// the message, checked as UTF-8 so far if text, and the message
+    /// delivered once `last` (its last frame whole).
+    fn data(&mut self, chunk: BytesMut, last: bool) -> Option<WsEvent> {
+        // `on_frame_start` began the message for this data frame.
+        let (opcode, message) = self.fragment.as_mut()?;
+        if message.is_empty() {
+            // A message in one frame, whole in the input, is not copied.
+            *message = chunk;
+        } else {
+            message.extend_from_slice(&chunk);
+        }
         if *opcode == Opcode::Text {
             match std::str::from_utf8(&message[self.checked..]) {
                 Ok(_) => self.checked = message.len(),
-                Err(e) if e.error_len().is_some() || fin => {
+                Err(e) if e.error_len().is_some() || last => {
                     return Some(self.fail(FrameError {
                         code: CloseCode::INVALID_PAYLOAD,
                         why: "a text message that is not UTF-8",
                     }))
                 }
-                // An incomplete sequence at the end: the next fragment
-                // may complete it.
+                // An incomplete sequence at the end: the next bytes may
+                // complete it.
                 Err(e) => self.checked += e.valid_up_to(),
             }
         }
-        if !fin {
+        if !last {
             return None;
         }
         let (opcode, message) = self.fragment.take()?;
         self.stats.messages += 1;
         Some(WsEvent::Message(match opcode {
-            Opcode::Text => {
-                WsMessage::Text(String::from_utf8(message.to_vec()).unwrap_or_default())
-            }
+            Opcode::Text => WsMessage::Text(String::from_utf8(message.into()).unwrap_or_default()),
             _ => WsMessage::Binary(message.freeze()),
         }))
     }
@@ -341,6 +428,7 @@ impl WebSocket {
 
     fn fail(&mut self, e: FrameError) -> WsEvent {
         self.done = true;
+        self.reading = None;
         self.fragment = None;
         if !self.close_sent {
             self.queue_close(e.code, e.why);
@@ -374,7 +462,7 @@ impl WebSocket {
         let mask = self.next_mask();
         put_frame(&mut self.out, true, Opcode::Close, mask, &payload);
         self.close_sent = true;
-        self.pending_pong = None;
+        self.pending_pongs.clear();
     }
 
     /// Queues `message` as one frame.
@@ -424,13 +512,15 @@ impl WebSocket {
 
     /// The bytes to send now, if any.
     pub fn poll_transmit(&mut self) -> Option<Bytes> {
-        if let Some(payload) = self.pending_pong.take() {
-            let mask = self.next_mask();
-            let mut pong = BytesMut::new();
-            put_frame(&mut pong, true, Opcode::Pong, mask, &payload);
-            self.stats.pongs += 1;
-            pong.extend_from_slice(&self.out.split());
-            return Some(pong.freeze());
+        if !self.pending_pongs.is_empty() {
+            let mut pongs = BytesMut::new();
+            while let Some(payload) = self.pending_pongs.pop_front() {
+                let mask = self.next_mask();
+                put_frame(&mut pongs, true, Opcode::Pong, mask, &payload);
+                self.stats.pongs += 1;
+            }
+            pongs.extend_from_slice(&self.out.split());
+            return Some(pongs.freeze());
         }
         (!self.out.is_empty()).then(|| self.out.split().freeze())
     }

@@ -125,14 +125,33 @@ fn sizes_over_the_limits_close_with_1009_before_they_are_buffered() {
     header.extend_from_slice(&[0x82, 0xFF]);
     header.extend_from_slice(&(1u64 << 20).to_be_bytes());
     assert_eq!(closed_with(&events(&mut srv, header)), Some(1009));
+    // A continuation that takes the message over its bound: refused from
+    // its header, before its payload comes.
     let mut srv = WebSocket::new(Role::Server, config, 0);
     let mut input = client_frame(false, Opcode::Binary, &[0u8; 1000]);
-    input.extend_from_slice(&client_frame(true, Opcode::Continuation, &[0u8; 1000]));
+    let continuation = client_frame(true, Opcode::Continuation, &[0u8; 1000]);
+    input.extend_from_slice(&continuation[..8]);
     assert_eq!(closed_with(&events(&mut srv, input)), Some(1009));
 }
 
 #[test]
-fn a_ping_flood_costs_one_pending_pong_then_closes_with_1008() {
+fn every_ping_is_answered_in_order() {
+    // Autobahn 2.10: ten pings read at once get ten pongs, each with its
+    // ping's payload (one coalesced pong for all of them failed the case).
+    let mut srv = server();
+    let mut input = BytesMut::new();
+    for i in 0..10u8 {
+        input.extend_from_slice(&client_frame(true, Opcode::Ping, &[b'p', i]));
+    }
+    assert_eq!(srv.handle_receive(Instant::now(), &mut input), None);
+    let want: Vec<u8> = (0..10u8).flat_map(|i| [0x8A, 2, b'p', i]).collect();
+    assert_eq!(&srv.poll_transmit().unwrap()[..], &want[..]);
+    assert_eq!(srv.stats().pongs, 10);
+    assert_eq!(srv.poll_transmit(), None);
+}
+
+#[test]
+fn a_ping_flood_costs_bounded_pending_pongs_then_closes_with_1008() {
     let config = WsConfig {
         max_pings_per_second: 100,
         ..WsConfig::default()
@@ -144,8 +163,10 @@ fn a_ping_flood_costs_one_pending_pong_then_closes_with_1008() {
         input.extend_from_slice(&client_frame(true, Opcode::Ping, &[i]));
     }
     assert_eq!(srv.handle_receive(now, &mut input), None);
-    let pong = srv.poll_transmit().unwrap();
-    assert_eq!(&pong[..], &[0x8A, 1, 99], "only the last ping is answered");
+    let pongs = srv.poll_transmit().unwrap();
+    let last = 100 - MAX_PENDING_PONGS as u8;
+    let want: Vec<u8> = (last..100).flat_map(|i| [0x8A, 1, i]).collect();
+    assert_eq!(&pongs[..], &want[..], "the most recent pings are answered");
     assert_eq!(srv.poll_transmit(), None);
     // A second later the window starts again.
     now += Duration::from_secs(1);
@@ -165,6 +186,80 @@ fn a_ping_flood_costs_one_pending_pong_then_closes_with_1008() {
             ..
         })
     ));
+}
+
+#[test]
+fn invalid_utf8_fails_fast_inside_a_frame() {
+    // Autobahn 6.4.3: one text frame whose payload comes in three pieces,
+    // the second holding a code point over U+10FFFF (f4 90 80 80). The
+    // connection fails at that byte, before the frame is whole.
+    let (part1, part2, part3): (&[u8], &[u8], &[u8]) = (
+        b"\xce\xba\xe1\xbd\xb9\xcf\x83\xce\xbc\xce\xb5",
+        b"\xf4\x90\x80\x80",
+        b"edited",
+    );
+    let wire = client_frame(true, Opcode::Text, &[part1, part2, part3].concat());
+    let first = wire.len() - part2.len() - part3.len();
+    let mut srv = server();
+    let mut buf = BytesMut::from(&wire[..first]);
+    assert_eq!(srv.handle_receive(Instant::now(), &mut buf), None);
+    assert!(buf.is_empty(), "the payload so far is read and checked");
+    // f4 90: no code point starts so.
+    buf.extend_from_slice(&wire[first..first + 2]);
+    let ev = srv.handle_receive(Instant::now(), &mut buf);
+    assert!(
+        matches!(
+            ev,
+            Some(WsEvent::Closed {
+                code: Some(CloseCode::INVALID_PAYLOAD),
+                by_us: true,
+                ..
+            })
+        ),
+        "{ev:?}"
+    );
+    assert_eq!(&srv.poll_transmit().unwrap()[2..4], &1007u16.to_be_bytes());
+}
+
+#[test]
+fn frames_cut_anywhere_come_out_whole() {
+    // A text frame (a code point split at every place), a ping and a close,
+    // fed in two pieces cut at every byte: the payload is read (and
+    // unmasked) as it arrives, and the same events come out.
+    let mut wire = client_frame(true, Opcode::Text, "añ€😀z".as_bytes());
+    wire.extend_from_slice(&client_frame(true, Opcode::Ping, b"ping"));
+    wire.extend_from_slice(&client_frame(
+        true,
+        Opcode::Close,
+        &[0x03, 0xE8, b'o', b'k'],
+    ));
+    let want = [
+        WsEvent::Message(WsMessage::Text("añ€😀z".into())),
+        WsEvent::Closed {
+            code: Some(CloseCode::NORMAL),
+            reason: "ok".into(),
+            by_us: false,
+        },
+    ];
+    for cut in 0..=wire.len() {
+        let mut srv = server();
+        let mut buf = BytesMut::from(&wire[..cut]);
+        let mut got: Vec<WsEvent> =
+            std::iter::from_fn(|| srv.handle_receive(Instant::now(), &mut buf)).collect();
+        buf.extend_from_slice(&wire[cut..]);
+        got.extend(std::iter::from_fn(|| {
+            srv.handle_receive(Instant::now(), &mut buf)
+        }));
+        assert_eq!(got, want, "cut at {cut}");
+        // The ping's pong, not sent yet when the close came, gives way to
+        // the close frame.
+        let out = srv.poll_transmit().unwrap();
+        assert_eq!(
+            &out[out.len() - 4..],
+            &[0x88, 2, 0x03, 0xE8],
+            "cut at {cut}"
+        );
+    }
 }
 
 #[test]
