@@ -34,6 +34,7 @@ mod w4;
 mod w4_report;
 mod w5;
 mod w5_plot;
+mod w6;
 mod w7;
 
 use clap::{Parser, Subcommand};
@@ -71,6 +72,16 @@ enum Workload {
     W5(w5::Args),
     /// The W5 figures (docs/img/w5.png) from a log of `w5` RESULT lines.
     W5Plot(w5_plot::Args),
+    /// W6 http: the Plexus web server (per-core) and nginx serving 500
+    /// pages, each driven by wrk and by `plexus loadgen`; keep-alive against
+    /// hyper. Needs nginx and wrk.
+    W6(w6::Args),
+    #[command(hide = true)]
+    W6Serve(w6::ServeArgs),
+    #[command(hide = true)]
+    W6Hyper(w6::ServeArgs),
+    #[command(hide = true)]
+    W6Loadgen(w6::LoadgenArgs),
     /// W7 local: spawn, pingpong, fanin on one machine, no network.
     W7(w7::Args),
     /// The cluster's figures at full size in the simulator (convergence,
@@ -177,6 +188,10 @@ fn main() {
         Workload::W4Report(args) => w4_report::run(&args),
         Workload::W5(args) => w5::run(&args),
         Workload::W5Plot(args) => w5_plot::run(&args),
+        Workload::W6(args) => w6::run(&args),
+        Workload::W6Serve(args) => w6::serve_plexus(&args),
+        Workload::W6Hyper(args) => w6::serve_hyper(&args),
+        Workload::W6Loadgen(args) => w6::loadgen_role(&args),
         Workload::W7(args) => w7::run(&args),
         Workload::ClusterSim(args) => cluster_sim::run(&args),
         Workload::ClusterProcs(args) => cluster_procs::run(&args),

@@ -12,7 +12,7 @@ use plexus::{ActorSystem, NodeConfig};
 /// Schemes whose nodes authenticate with a certificate (mutual TLS, node id
 /// bound to it): the benchmark makes a dev CA for the run and a certificate
 /// per node. A new secure scheme (`quic`) is one more entry.
-const CERTIFIED: &[&str] = &["tls", "quic"];
+const CERTIFIED: &[&str] = &["tls", "quic", "wss"];
 
 /// Where the run's dev CA lives (`ca.pem`, `ca.key`), handed to the child
 /// nodes in this environment variable.
@@ -179,7 +179,7 @@ fn scheme_of(spec_or_scheme: &str) -> String {
 }
 
 /// A certificate for this node, signed by the run's CA.
-fn certified(cfg: NodeConfig) -> NodeConfig {
+fn certified() -> plexus::transport::tls::TlsConfig {
     let dir = match (CA_DIR.get(), std::env::var_os(CERTS_ENV)) {
         (Some(d), _) => d.0.clone(),
         (None, Some(d)) => PathBuf::from(d),
@@ -188,7 +188,7 @@ fn certified(cfg: NodeConfig) -> NodeConfig {
     let key = std::fs::read_to_string(dir.join("ca.key")).expect("read the run's CA key");
     let ca = DevCa::from_key_pem(&key).expect("the run's CA");
     let node = ca.node("localhost", 1).expect("a node certificate");
-    cfg.tls(node.tls_config(&ca).expect("a TLS configuration"))
+    node.tls_config(&ca).expect("a TLS configuration")
 }
 
 /// The actor system for a node of `cfg`: with the node id its certificate
@@ -202,19 +202,28 @@ pub fn system(cfg: &NodeConfig) -> ActorSystem {
 }
 
 /// The node configuration and listen URI for `--transport`: a scheme
-/// (`tcp`, `udp`, `uds`, `tls`, `quic`, `ws`) or a whole stack spec (`udp /
+/// (`tcp`, `udp`, `uds`, `tls`, `quic`, `ws`, `wss`) or a whole stack spec (`udp /
 /// slicing / delivery`).
 pub fn transport(spec_or_scheme: &str) -> (NodeConfig, String) {
+    use plexus::http::ws_transport::WsTransport;
     let mut transports = plexus::transport::TransportRegistry::default();
     transports
-        .register(plexus::http::ws_transport::WsTransport::new())
+        .register(WsTransport::new())
         .expect("ws is not a built-in transport's name");
+    let tls = CERTIFIED
+        .contains(&scheme_of(spec_or_scheme).as_str())
+        .then(certified);
+    if let Some(tls) = &tls {
+        transports
+            .register(WsTransport::secure(tls.clone()))
+            .expect("wss is not a built-in transport's name");
+    }
     let mut cfg = NodeConfig::default()
         .cookie("plexus-bench")
         .layers(crate::count_layer::registry())
         .transports(transports);
-    if CERTIFIED.contains(&scheme_of(spec_or_scheme).as_str()) {
-        cfg = certified(cfg);
+    if let Some(tls) = tls {
+        cfg = cfg.tls(tls);
     }
     let t = spec_or_scheme.trim();
     if !t.contains('/') {
