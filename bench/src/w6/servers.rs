@@ -91,11 +91,11 @@ pub struct Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
-        // nginx's master stops its workers on SIGTERM-like kill of the
-        // group; a plain kill of the master leaves them, so QUIT it first.
+        // A SIGKILLed nginx master leaves its workers running; on SIGTERM
+        // it stops them at once.
         if self.name == "nginx" {
             let _ = Command::new("kill")
-                .args(["-QUIT", &self.child.id().to_string()])
+                .args(["-TERM", &self.child.id().to_string()])
                 .status();
             if self.child.wait().is_ok() {
                 return;
@@ -172,7 +172,10 @@ impl Server {
         }
         let addr = server.addr;
         drop(server);
-        panic!("nginx did not start on {addr}; see {}/error.log", dir.display());
+        panic!(
+            "nginx did not start on {addr}; see {}/error.log",
+            dir.display()
+        );
     }
 
     /// CPU time (user + system) of the server and its child processes

@@ -1,30 +1,12 @@
-//! `plexus`: the command line of the framework. Today: `plexus loadgen`, an
-//! HTTP load generator (see `plexus_http::loadgen`).
+//! `plexus loadgen`: drives an HTTP/1.1 server (see `plexus_http::loadgen`).
 
 use std::net::ToSocketAddrs;
-use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Parser, Subcommand};
 use plexus::http::loadgen::{self, LoadgenConfig};
 
-#[derive(Parser)]
-#[command(name = "plexus", about = "The Plexus command line")]
-struct Cli {
-    #[command(subcommand)]
-    command: Command,
-}
-
-#[derive(Subcommand)]
-enum Command {
-    /// Drives an HTTP/1.1 server and reports requests/s, Gbit/s and latency
-    /// percentiles (closed loop, or open loop at --rate without coordinated
-    /// omission).
-    Loadgen(LoadgenArgs),
-}
-
 #[derive(clap::Args)]
-struct LoadgenArgs {
+pub struct LoadgenArgs {
     /// The server, `http://host:port` (a path in it is the one requested
     /// unless --paths is given).
     url: String,
@@ -54,18 +36,7 @@ struct LoadgenArgs {
     threads: Option<usize>,
 }
 
-fn main() -> ExitCode {
-    let Command::Loadgen(args) = Cli::parse().command;
-    match loadgen_main(args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("plexus loadgen: {e}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-fn loadgen_main(args: LoadgenArgs) -> Result<(), Box<dyn std::error::Error>> {
+pub fn run(args: LoadgenArgs) -> Result<(), Box<dyn std::error::Error>> {
     let rest = args
         .url
         .strip_prefix("http://")
