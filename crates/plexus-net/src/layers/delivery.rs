@@ -22,7 +22,9 @@
 //!   first; lowest first serves our loss detection better).
 //! * Retransmission timeout per RFC 6298: SRTT/RTTVAR, Karn's rule (no
 //!   samples from retransmitted messages), exponential backoff; on expiry
-//!   every un-SACKed message in flight is retransmitted.
+//!   every un-SACKed message in flight is retransmitted. An expiry before
+//!   the first RTT sample (of `initial_rto`, a guess a long path exceeds)
+//!   backs the timer off but is not a loss for the congestion controller.
 //! * Fast retransmit: a message is retransmitted before its RTO when
 //!   `dup_thresh` duplicate acks arrive (RFC 5681 sec. 3.2), when
 //!   `dup_thresh` messages sent after it are SACKed (RFC 6675 sec. 4,
@@ -1097,8 +1099,21 @@ impl Layer for Delivery {
             self.probe_deadline = None;
             self.stats.stalled += now.saturating_duration_since(self.last_progress);
             self.last_progress = now;
+            // Before the first RTT sample the RTO is `initial_rto`, a
+            // guess: its expiry says the path's round trip is longer than
+            // that (a 300 ms path against the 200 ms default), not that
+            // the path is congested. The timer backs off and the message
+            // goes again, but the controller keeps its initial window;
+            // told of a loss, NewReno would go on with a window of one
+            // segment and a slow-start threshold of two (growing by a
+            // segment per round trip), BBR would end Startup on a model of
+            // nothing (RFC 6298 sec. 5.7 likewise keeps a lost SYN out of
+            // the data's congestion state).
+            let measured = self.rtt.srtt().is_some();
             self.rtt.on_timeout();
-            self.on_loss(now, LossKind::Timeout);
+            if measured {
+                self.on_loss(now, LossKind::Timeout);
+            }
             // RFC 6298 sec. 5.4: retransmit the earliest message the peer
             // has not acknowledged. The others are given up for lost (out of
             // the flight count) and resent by `flush` as acks open the

@@ -7,6 +7,11 @@
 //! discarded after `reassembly_timeout` (or evicted earlier to respect the
 //! memory bounds); put `delivery` above it to retransmit (the whole message),
 //! or below it to retransmit fragments. Duplicate fragments are ignored.
+//! With `delivery` below, a fragment dropped by the timeout or an eviction
+//! was acknowledged already and never comes again: the message is lost
+//! for good. Such a stack needs bounds that hold every message in flight
+//! and a `reassembly_timeout` longer than delivery takes to give a dead
+//! link up (about 36 s with its defaults).
 //!
 //! **Memory.** Per peer at most `max_partials` partial messages and
 //! `max_partial_bytes` bytes (payload plus 32 bytes of bookkeeping per

@@ -22,7 +22,10 @@
 //!   `extra_acked` is the windowed maximum of the bytes acked beyond what
 //!   `btlbw` predicts (ack aggregation: acks of a batch arrive together;
 //!   Linux `tcp_bbr.c`, `bbr_update_ack_aggregation`).
-//! * **Pacing** at `pacing_gain * btlbw`, a token bucket of about
+//! * **Pacing** at `pacing_gain * btlbw` (in Startup at least
+//!   `pacing_gain * initial window / min_rtt`, draft sec. 4.2.1, so that
+//!   app-limited first rounds, a handshake's, do not throttle the first
+//!   bulk data), a token bucket of about
 //!   [`BURST_TIME`] of data (at least [`MIN_BURST`] bytes), honoured by the
 //!   layer through its timer; only on paths whose `min_rtt` is at least
 //!   [`PACING_MIN_RTT`], since a timer ticking in milliseconds cannot pace
@@ -43,7 +46,9 @@
 //! bottleneck). Random loss does not shrink the model: it only takes the
 //! lost message out of the delivery rate. A retransmission timeout (no ack
 //! for an RTO, as in a blackout) drops the window to [`MIN_WINDOW`] until
-//! the next ack that delivers data, which restores it.
+//! the next ack that delivers data, which restores it; in Startup it
+//! restarts the plateau count rather than ending Startup (Linux
+//! `bbr_set_state` on `TCP_CA_Loss`).
 //!
 //! **Limits.** Like BBRv1, it does not respond to loss: against a
 //! shallow-buffered bottleneck it keeps sending at `btlbw` however many
@@ -422,12 +427,26 @@ impl Bbr {
             return;
         }
         let rate = (self.btlbw as f64 * self.pacing_gain) as u64;
-        // Draft sec. 4.2.1: in Startup the rate only grows.
+        // Draft sec. 4.2.1: in Startup the rate only grows, from the
+        // initial window per round trip at Startup's gain
+        // (`BBRInitPacingRate`). Without that floor the first rounds'
+        // samples set it: on a link whose first messages were a
+        // handshake's (app-limited, a hundred bytes per round trip), a
+        // few KB/s, at which a 64 KiB message takes seconds.
         self.pacing_rate = if self.filled_pipe {
             rate
         } else {
-            rate.max(self.pacing_rate)
+            rate.max(self.pacing_rate).max(self.initial_pacing_rate())
         };
+    }
+
+    /// Draft sec. 4.2.1: `pacing_gain * initial_cwnd / min_rtt` (0 before
+    /// the first RTT sample).
+    fn initial_pacing_rate(&self) -> u64 {
+        self.min_rtt.map_or(0, |rtt| {
+            let rtt = rtt.max(Duration::from_millis(1)).as_secs_f64();
+            (HIGH_GAIN * self.initial as f64 / rtt) as u64
+        })
     }
 }
 
@@ -473,9 +492,16 @@ impl CongestionControl for Bbr {
                 }
                 self.after_timeout = true;
                 self.cwnd = MIN_WINDOW;
-                // A timeout in Startup is the overshoot Startup exists to
-                // find (or a blackout): the pipe is as full as it gets.
-                self.filled_pipe = true;
+                // Not the end of Startup: a round trip that jumped past
+                // the RTO (another flow filled the queue, a blackout) says
+                // nothing of the bandwidth, and a model measured so far
+                // may be a handshake's trickle, which ProbeBW would only
+                // grow by a quarter per gain cycle. The plateau count
+                // starts again instead (Linux `bbr_set_state` on
+                // `TCP_CA_Loss` resets `full_bw`); Startup's own overshoot
+                // shows as a plateau of the delivery rate.
+                self.full_bw = 0;
+                self.full_bw_rounds = 0;
             }
         }
     }

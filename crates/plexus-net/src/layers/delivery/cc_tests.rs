@@ -160,6 +160,10 @@ struct Bottleneck {
     overflows: u64,
     /// Round-trip times A measured: (when, sample).
     rtts: Vec<(Instant, Duration)>,
+    /// Whether A's application always has data (`pump_a` fills its
+    /// queue); otherwise it sends only what [`exchange`](Self::exchange)
+    /// gives it.
+    bulk: bool,
 }
 
 /// Payload of each message: one frame each, about a segment.
@@ -189,7 +193,31 @@ impl Bottleneck {
             delivered: 0,
             overflows: 0,
             rtts: Vec::new(),
+            bulk: true,
         }
+    }
+
+    /// A link that starts as a session does: before any bulk data, `n`
+    /// small messages (a handshake, resolves), each sent once the one
+    /// before it was acked, so the controller's first samples are
+    /// app-limited ones.
+    fn exchange(cc: CcKind, rate: f64, delay: Duration, n: usize) -> Self {
+        let mut net = Self::new(cc, rate, DEEP_BUFFER, delay, 0.0, 1);
+        net.bulk = false;
+        for _ in 0..n {
+            let mut out = Output::new();
+            let frame = Frame::from_payload(Bytes::from_static(&[7; 100]));
+            net.a.handle_send(net.now, frame, &mut out).expect("room");
+            net.a.handle_flush(net.now, &mut out);
+            while let Some(f) = out.pop_down() {
+                net.forward(f);
+            }
+            while net.a.in_flight() > 0 {
+                net.step();
+            }
+        }
+        net.bulk = true;
+        net
     }
 
     /// The queue's delay now: what a frame joining it waits.
@@ -222,7 +250,7 @@ impl Bottleneck {
     /// Moves what A produced onto the path, keeping A's queue full (the
     /// application always has data).
     fn pump_a(&mut self, out: &mut Output) {
-        while self.a.can_send() {
+        while self.bulk && self.a.can_send() {
             let frame = Frame::from_payload(Bytes::from_static(&[7; PAYLOAD]));
             self.a.handle_send(self.now, frame, out).expect("room");
         }
@@ -242,7 +270,7 @@ impl Bottleneck {
         .into_iter()
         .flatten()
         .min()
-        .expect("a sender with data always has something pending");
+        .expect("a sender with data in flight always has something pending");
         self.now = self.now.max(next);
         let now = self.now;
         let mut out = Output::new();
@@ -411,6 +439,82 @@ fn random_loss_leaves_the_bbr_window_alone_and_a_timeout_collapses_it_until_data
     };
     bbr.on_ack(now + ms(300), &ack);
     assert!(bbr.window() >= before, "restored: {}", bbr.window());
+}
+
+/// Issue 17, W4 adaptive lane at RTT 20 ms: a `cc=bbr` link whose first
+/// samples came from its session's handshake (a hundred bytes per round
+/// trip, app-limited) starts a bulk transfer while another flow fills the
+/// bottleneck's queue, so the round trip jumps from 20 to 80 ms and the
+/// RTO (from the handshake's samples) expires. The controller paced at
+/// its app-limited model (about 15 KB/s) and took the timeout for the end
+/// of Startup, so it stayed there: a 64 KiB message took seconds. Now
+/// Startup paces at least at the initial window per round trip (draft
+/// sec. 4.2.1) and a timeout does not end it (as Linux's `bbr_set_state`
+/// on `TCP_CA_Loss`), so the rate is back at the path's within a second
+/// of the queue draining.
+#[test]
+fn bbr_after_an_app_limited_start_and_a_timeout_in_startup_fills_the_path() {
+    let mut net = Bottleneck::exchange(CcKind::Bbr, RATE, ONE_WAY, 3);
+    let bbr = |net: &Bottleneck| {
+        let cc = net.a.congestion_control();
+        (cc.pacing(), cc.window())
+    };
+    // Startup's first pacing rate: at least Startup's gain times the
+    // initial window per round trip, not the handshake's trickle.
+    let (pacing, _) = bbr(&net);
+    let initial = DeliveryConfig::default().initial_window as f64;
+    let floor = (initial / 0.020) as u64;
+    assert!(
+        pacing.is_some_and(|p| p.rate >= floor),
+        "pacing {pacing:?} below {floor} B/s"
+    );
+    // The bulk transfer starts while another flow's queue adds 60 ms.
+    net.delay = ONE_WAY + ms(30);
+    net.run_for(Duration::from_millis(500));
+    assert!(net.a.stats().timeouts > 0, "the RTO expired");
+    net.delay = ONE_WAY;
+    net.run_for(Duration::from_millis(1500));
+    let before = net.delivered;
+    net.run_for(Duration::from_secs(2));
+    let goodput = (net.delivered - before) as f64 / 2.0;
+    assert!(goodput > 0.85 * RATE, "fills the path: {goodput:.0} B/s");
+}
+
+/// Issue 17, W4 at RTT 300 ms: the first message of a link waits 300 ms
+/// for its ack, longer than the initial RTO guess (200 ms), so it is sent
+/// again before any round trip was measured. That expiry said only that
+/// the guess was short, yet it collapsed the window to one segment with a
+/// slow-start threshold of two: the bulk transfer after the handshake
+/// grew by a segment per 300 ms round trip (a 64 KiB message took longer
+/// than slicing's reassembly timeout). Now an expiry before the first
+/// RTT sample backs the timer off without telling the controller, and the
+/// transfer slow-starts from the initial window.
+#[test]
+fn a_timeout_before_the_first_rtt_sample_leaves_the_controller_alone() {
+    for cc in [CcKind::NewReno, CcKind::Bbr] {
+        // 2.5 Mbit/s at 300 ms: a BDP of 94 KB, which slow start from
+        // 16 KiB reaches in three round trips, and the 200 KB buffer
+        // holds Startup's overshoot. Growing by a segment per round trip
+        // from 2400 bytes instead, the window would be under 30 KB
+        // (100 KB/s) after six seconds. (NewReno then overflows the buffer
+        // and halves: it uses the path less than BBR.)
+        let rate = RATE / 4.0;
+        let mut net = Bottleneck::exchange(cc, rate, ms(150), 3);
+        assert!(
+            net.a.stats().timeouts > 0,
+            "{cc:?}: the initial RTO expired"
+        );
+        assert!(
+            net.a.congestion_control().window() >= DeliveryConfig::default().initial_window,
+            "{cc:?}: window {}",
+            net.a.congestion_control().window()
+        );
+        net.run_for(Duration::from_secs(3));
+        let before = net.delivered;
+        net.run_for(Duration::from_secs(3));
+        let goodput = (net.delivered - before) as f64 / 3.0;
+        assert!(goodput > 0.5 * rate, "{cc:?}: {goodput:.0} B/s");
+    }
 }
 
 /// The stream of `lossy-stream-linkem` on a simulated 20 ms path losing
