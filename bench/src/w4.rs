@@ -149,13 +149,18 @@ impl Policy {
             // bounds must hold the 16 MiB window (by default 32 partial
             // messages, 8 MiB; a slice dropped beyond them was acked
             // already, and `ordering` waits for its message forever).
+            // For the same reason a partial message must not time out
+            // while delivery is still bringing its slices (the default
+            // 2 s is less than a 64 KiB message takes in a 300 ms path's
+            // slow start): 60 s, beyond the ~36 s after which delivery
+            // gives a dead link up.
             .scheme(
                 "rudp",
-                "udp / delivery / slicing(max_partials=1024, max_partial_bytes=64MiB) / ordering",
+                "udp / delivery / slicing(max_partials=1024, max_partial_bytes=64MiB, reassembly_timeout=60s) / ordering",
             )
             .scheme(
                 "bbr",
-                "udp / delivery(cc=bbr) / slicing(max_partials=1024, max_partial_bytes=64MiB) / ordering",
+                "udp / delivery(cc=bbr) / slicing(max_partials=1024, max_partial_bytes=64MiB, reassembly_timeout=60s) / ordering",
             );
         let (bulk, listen): (&str, Vec<&str>) = match self {
             Policy::OneLane => return (base, Vec::new()),
