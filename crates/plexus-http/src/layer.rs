@@ -360,7 +360,7 @@ impl Layer for HttpLayer {
             reason,
             frame,
         };
-        let part = match ResponseMessage::decode(frame.to_bytes()) {
+        let part = match ResponseMessage::decode_frame(&frame) {
             Ok(p) => p,
             Err(e) => return Err(refuse(e.0, frame)),
         };

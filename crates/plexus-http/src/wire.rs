@@ -198,27 +198,59 @@ impl ResponseMessage {
     /// # Errors
     ///
     /// [`WireError`] if the bytes are not one.
-    pub fn decode(mut bytes: Bytes) -> Result<Self, WireError> {
-        let id = take_u64(&mut bytes)?;
-        if bytes.is_empty() {
+    pub fn decode(bytes: Bytes) -> Result<Self, WireError> {
+        Self::decode_frame(&Frame::from_payload(bytes))
+    }
+
+    /// Decodes a message handed to the `http` layer as the frame it came
+    /// in, however it is split: a body or chunk that is one segment of the
+    /// frame (as [`encode`](Self::encode) makes it) is taken as it is, not
+    /// copied.
+    ///
+    /// # Errors
+    ///
+    /// [`WireError`] if the frame is not one.
+    pub fn decode_frame(frame: &Frame) -> Result<Self, WireError> {
+        // The number, the kind, and (for heads) the head's length.
+        let mut fixed = [0u8; 13];
+        let have = frame.copy_prefix(&mut fixed);
+        if have < 8 {
+            return Err(WireError("shorter than its number"));
+        }
+        let id = u64::from_le_bytes(fixed[..8].try_into().unwrap_or_default());
+        if have < 9 {
             return Err(WireError("no response kind"));
         }
-        let kind = bytes.get_u8();
-        Ok(match kind {
+        let rest = |from: usize| frame.slice(from, frame.len()).into_bytes();
+        let head = || -> Result<(ResponseHead, usize), WireError> {
+            if have < 13 {
+                return Err(WireError("no head length"));
+            }
+            let len = u32::from_le_bytes(fixed[9..13].try_into().unwrap_or_default()) as usize;
+            let end = 13usize.saturating_add(len);
+            if end > frame.len() {
+                return Err(WireError("head longer than the message"));
+            }
+            let bytes = frame.slice(13, end).into_bytes();
+            let head =
+                postcard::from_bytes(&bytes).map_err(|_| WireError("head does not decode"))?;
+            Ok((head, end))
+        };
+        Ok(match fixed[8] {
             WHOLE => {
-                let head: ResponseHead = take_head(&mut bytes)?;
+                let (head, end) = head()?;
                 ResponseMessage::Whole {
                     id,
                     response: Response {
                         status: head.status,
                         headers: head.headers,
-                        body: bytes,
+                        body: rest(end),
                     },
                 }
             }
             CHUNKED_HEAD => {
-                let head: ResponseHead = take_head(&mut bytes)?;
-                if !bytes.is_empty() {
+                let (head, end) = head()?;
+                if end != frame.len() {
                     return Err(WireError("bytes after a chunked head"));
                 }
                 ResponseMessage::ChunkedHead {
@@ -227,8 +259,8 @@ impl ResponseMessage {
                     headers: head.headers,
                 }
             }
-            CHUNK => ResponseMessage::Chunk { id, data: bytes },
-            END if bytes.is_empty() => ResponseMessage::End { id },
+            CHUNK => ResponseMessage::Chunk { id, data: rest(9) },
+            END if frame.len() == 9 => ResponseMessage::End { id },
             END => return Err(WireError("bytes after an end")),
             _ => return Err(WireError("unknown response kind")),
         })
@@ -292,11 +324,37 @@ mod tests {
             ResponseMessage::End { id: 2 },
         ] {
             assert_eq!(ResponseMessage::decode(m.encode().into_bytes()).unwrap(), m);
+            // However the frame is split, it decodes the same.
+            let frame = m.encode();
+            for cut in 0..=frame.len() {
+                let mut split = frame.slice(0, cut);
+                split.push_payload(frame.slice(cut, frame.len()).into_bytes());
+                assert_eq!(
+                    ResponseMessage::decode_frame(&split).unwrap(),
+                    m,
+                    "cut at {cut}"
+                );
+            }
         }
         assert!(ResponseMessage::decode(Bytes::from_static(b"short")).is_err());
         assert!(
             RequestMessage::decode(Bytes::from_static(b"\0\0\0\0\0\0\0\0\xff\xff\xff\xff"))
                 .is_err()
         );
+    }
+
+    #[test]
+    fn a_response_body_is_not_copied_on_its_way_to_the_layer() {
+        let body = Bytes::from(vec![7u8; 100_000]);
+        let m = ResponseMessage::Whole {
+            id: 3,
+            response: Response::new(200, body.clone()),
+        };
+        let ResponseMessage::Whole { response, .. } =
+            ResponseMessage::decode_frame(&m.encode()).unwrap()
+        else {
+            panic!("a whole response");
+        };
+        assert_eq!(response.body.as_ptr(), body.as_ptr());
     }
 }

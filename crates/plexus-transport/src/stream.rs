@@ -79,31 +79,90 @@ pub(crate) trait StreamSocket: Send + Sync + 'static {
     }
 }
 
-macro_rules! stream_socket {
-    ($t:ty) => {
-        impl StreamSocket for $t {
+/// A TCP or Unix stream as the driver sees it, split so that reads go
+/// through tokio's `poll_read`: a read that comes back short marks the
+/// socket drained (epoll's edge-triggered readiness allows it), so the wait
+/// after it does not begin with a read that only returns `WouldBlock`. One
+/// `recv` per arrival instead of two, on every link of these transports.
+/// Writes, readiness and shutdown take the stream through the write half.
+macro_rules! split_socket {
+    ($(#[$doc:meta])* $name:ident, $stream:ty, $read:ty, $write:ty) => {
+        $(#[$doc])*
+        pub(crate) struct $name {
+            /// Read by the driver alone: the lock is never contended.
+            read: Mutex<$read>,
+            /// `Some` until dropped (then forgotten: dropping the write
+            /// half would shut the stream down first).
+            write: Option<$write>,
+        }
+
+        impl $name {
+            pub(crate) fn new(stream: $stream) -> Self {
+                let (read, write) = stream.into_split();
+                Self {
+                    read: Mutex::new(read),
+                    write: Some(write),
+                }
+            }
+
+            fn stream(&self) -> &$stream {
+                match &self.write {
+                    Some(write) => write.as_ref(),
+                    None => unreachable!("the write half lives until the socket is dropped"),
+                }
+            }
+        }
+
+        impl Drop for $name {
+            fn drop(&mut self) {
+                if let Some(write) = self.write.take() {
+                    write.forget();
+                }
+            }
+        }
+
+        impl StreamSocket for $name {
             fn readable(&self) -> impl Future<Output = io::Result<()>> + Send {
-                <$t>::readable(self)
+                self.stream().readable()
             }
             fn writable(&self) -> impl Future<Output = io::Result<()>> + Send {
-                <$t>::writable(self)
+                self.stream().writable()
             }
             fn try_read_buf(&self, buf: &mut BytesMut) -> io::Result<usize> {
-                <$t>::try_read_buf(self, buf)
+                let mut read = lock(&self.read);
+                // Not ready: `Pending`, after registering a waker that
+                // nobody waits on (the driver waits through `readable`).
+                let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+                match tokio_util::io::poll_read_buf(std::pin::Pin::new(&mut *read), &mut cx, buf) {
+                    std::task::Poll::Ready(r) => r,
+                    std::task::Poll::Pending => Err(io::ErrorKind::WouldBlock.into()),
+                }
             }
             fn try_write_vectored(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
-                <$t>::try_write_vectored(self, bufs)
+                self.stream().try_write_vectored(bufs)
             }
             fn shutdown_write(&self) -> impl Future<Output = io::Result<()>> + Send {
-                let r = socket2::SockRef::from(self).shutdown(std::net::Shutdown::Write);
+                let r = socket2::SockRef::from(self.stream()).shutdown(std::net::Shutdown::Write);
                 std::future::ready(r)
             }
         }
     };
 }
 
-stream_socket!(TcpStream);
-stream_socket!(UnixStream);
+split_socket!(
+    /// A TCP connection under a stream link; see `split_socket!`.
+    TcpSocket,
+    TcpStream,
+    tokio::net::tcp::OwnedReadHalf,
+    tokio::net::tcp::OwnedWriteHalf
+);
+split_socket!(
+    /// A Unix stream connection under a stream link; see `split_socket!`.
+    UnixSocket,
+    UnixStream,
+    tokio::net::unix::OwnedReadHalf,
+    tokio::net::unix::OwnedWriteHalf
+);
 
 /// What the driver and the link's senders share under one lock: the
 /// link's stack with its queues, and the frames waiting for the socket.

@@ -156,7 +156,12 @@ impl TcpListener {
             now: now(),
             link_id,
         });
-        Ok(stream::spawn(socket, stack, url(peer).into(), self.config))
+        Ok(stream::spawn(
+            stream::TcpSocket::new(socket),
+            stack,
+            url(peer).into(),
+            self.config,
+        ))
     }
 }
 
@@ -200,5 +205,10 @@ pub async fn connect_with(
         tracing::debug!(%addr, %error, "set_nodelay failed");
     }
     let stack = spec.build(now());
-    Ok(stream::spawn(socket, stack, url(addr).into(), config))
+    Ok(stream::spawn(
+        stream::TcpSocket::new(socket),
+        stack,
+        url(addr).into(),
+        config,
+    ))
 }

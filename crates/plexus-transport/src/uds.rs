@@ -115,7 +115,12 @@ impl UdsListener {
         // Unix peers are usually unnamed: the link is named after the
         // listening path, with the link number.
         let peer = format!("{}#{link_id}", url(&self.path));
-        Ok(stream::spawn(socket, stack, peer.into(), self.config))
+        Ok(stream::spawn(
+            stream::UnixSocket::new(socket),
+            stack,
+            peer.into(),
+            self.config,
+        ))
     }
 }
 
@@ -157,5 +162,10 @@ pub async fn connect_with(
             source,
         })?;
     let stack = spec.build(now());
-    Ok(stream::spawn(socket, stack, url(path).into(), config))
+    Ok(stream::spawn(
+        stream::UnixSocket::new(socket),
+        stack,
+        url(path).into(),
+        config,
+    ))
 }

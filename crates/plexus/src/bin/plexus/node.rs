@@ -3,7 +3,6 @@
 //! built-in schemes).
 
 use plexus::http::ws_transport::WsTransport;
-use plexus::transport::tls::TlsConfig;
 use plexus::transport::TransportRegistry;
 use plexus::{ActorSystem, Node, NodeConfig};
 
@@ -36,16 +35,22 @@ pub struct NodeArgs {
 
 #[tokio::main]
 pub async fn run(args: NodeArgs) -> Result<(), Box<dyn std::error::Error>> {
-    let tls = match (&args.tls_cert, &args.tls_key, &args.tls_ca) {
-        (Some(cert), Some(key), Some(ca)) => Some(TlsConfig::from_pem_files(cert, key, ca)?),
-        _ => None,
-    };
     let mut transports = TransportRegistry::default();
     transports.register(WsTransport::new().path(&args.ws_path))?;
+    #[cfg_attr(not(feature = "tls"), allow(unused_mut))]
     let mut config = NodeConfig::default().cookie(&args.cookie);
-    if let Some(tls) = tls {
-        transports.register(WsTransport::secure(tls.clone()).path(&args.ws_path))?;
-        config = config.tls(tls);
+    if let (Some(cert), Some(key), Some(ca)) = (&args.tls_cert, &args.tls_key, &args.tls_ca) {
+        #[cfg(feature = "tls")]
+        {
+            let tls = plexus::transport::tls::TlsConfig::from_pem_files(cert, key, ca)?;
+            transports.register(WsTransport::secure(tls.clone()).path(&args.ws_path))?;
+            config = config.tls(tls);
+        }
+        #[cfg(not(feature = "tls"))]
+        {
+            let _ = (cert, key, ca);
+            return Err("this plexus was built without the tls feature".into());
+        }
     }
     let config = config.transports(transports);
     let mut system = ActorSystem::builder();
