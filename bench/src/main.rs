@@ -76,6 +76,10 @@ enum Workload {
     /// pages, each driven by wrk and by `plexus loadgen`; keep-alive against
     /// hyper. Needs nginx and wrk.
     W6(w6::Args),
+    /// A well-behaved client's latency against the web server, alone and
+    /// while hostile clients (slowloris, oversized heads and bodies,
+    /// malformed and smuggling requests) run.
+    W6Attacks(w6::AttackArgs),
     #[command(hide = true)]
     W6Serve(w6::ServeArgs),
     #[command(hide = true)]
@@ -189,6 +193,7 @@ fn main() {
         Workload::W5(args) => w5::run(&args),
         Workload::W5Plot(args) => w5_plot::run(&args),
         Workload::W6(args) => w6::run(&args),
+        Workload::W6Attacks(args) => w6::run_attacks(&args),
         Workload::W6Serve(args) => w6::serve_plexus(&args),
         Workload::W6Hyper(args) => w6::serve_hyper(&args),
         Workload::W6Loadgen(args) => w6::loadgen_role(&args),

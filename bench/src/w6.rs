@@ -23,8 +23,10 @@ use std::time::Duration;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
+mod attacks;
 mod servers;
 
+pub use attacks::{run as run_attacks, Args as AttackArgs};
 use servers::{find_program, Server};
 pub use servers::{serve_hyper, serve_plexus, ServeArgs};
 

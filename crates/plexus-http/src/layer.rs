@@ -20,6 +20,8 @@
 //! request_timeout=10s, idle_timeout=60s, pipeline=16, max_held=16MiB)`.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
@@ -108,6 +110,37 @@ pub struct HttpStats {
     pub timeouts: u64,
 }
 
+/// Counters many connections' layers add to (a server's totals), next to
+/// each layer's own [`HttpStats`]; see [`HttpLayer::with_totals`].
+#[derive(Debug, Default)]
+pub struct HttpTotals {
+    requests: AtomicU64,
+    responses: AtomicU64,
+    refused: AtomicU64,
+    timeouts: AtomicU64,
+}
+
+impl HttpTotals {
+    /// The totals so far.
+    pub fn snapshot(&self) -> HttpStats {
+        HttpStats {
+            requests: self.requests.load(Ordering::Relaxed),
+            responses: self.responses.load(Ordering::Relaxed),
+            refused: self.refused.load(Ordering::Relaxed),
+            timeouts: self.timeouts.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Which counter an event adds to.
+#[derive(Debug, Clone, Copy)]
+enum Count {
+    Request,
+    Response,
+    Refused,
+    Timeout,
+}
+
 /// A request handed up and not fully answered.
 #[derive(Debug, Clone, Copy)]
 struct Open {
@@ -137,6 +170,7 @@ pub struct HttpLayer {
     request_started: Option<Instant>,
     idle_since: Option<Instant>,
     stats: HttpStats,
+    totals: Option<Arc<HttpTotals>>,
 }
 
 impl HttpLayer {
@@ -155,12 +189,45 @@ impl HttpLayer {
             request_started: None,
             idle_since: Some(now),
             stats: HttpStats::default(),
+            totals: None,
         }
+    }
+
+    /// The layer, adding what it counts to `totals` too (a server's
+    /// counters over all its connections).
+    pub fn with_totals(mut self, totals: Arc<HttpTotals>) -> Self {
+        self.totals = Some(totals);
+        self
     }
 
     /// The connection's counters.
     pub fn stats(&self) -> HttpStats {
         self.stats
+    }
+
+    fn count(&mut self, what: Count) {
+        let (mine, total) = match what {
+            Count::Request => (
+                &mut self.stats.requests,
+                self.totals.as_ref().map(|t| &t.requests),
+            ),
+            Count::Response => (
+                &mut self.stats.responses,
+                self.totals.as_ref().map(|t| &t.responses),
+            ),
+            Count::Refused => (
+                &mut self.stats.refused,
+                self.totals.as_ref().map(|t| &t.refused),
+            ),
+            Count::Timeout => (
+                &mut self.stats.timeouts,
+                self.totals.as_ref().map(|t| &t.timeouts),
+            ),
+        };
+        *mine += 1;
+        if let Some(total) = total {
+            total.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// Decodes what was received, as far as the pipeline allows.
@@ -176,7 +243,7 @@ impl HttpLayer {
                 Ok(Some(Decoded::Request(request))) => {
                     let id = self.next_id;
                     self.next_id += 1;
-                    self.stats.requests += 1;
+                    self.count(Count::Request);
                     self.open.push_back(Open {
                         id,
                         keep_alive: request.keep_alive,
@@ -191,7 +258,7 @@ impl HttpLayer {
                     out.push_up(RequestMessage { id, request }.encode());
                 }
                 Err(e) => {
-                    self.stats.refused += 1;
+                    self.count(Count::Refused);
                     self.reading_done = true;
                     self.last_word = Some((e.status(), e.to_string()));
                 }
@@ -259,12 +326,16 @@ impl HttpLayer {
                 let frame = response_frame(response, keep_alive, front.head_only).or_else(|e| {
                     // The application's response cannot be written:
                     // answer 500 in its place.
-                    response_frame(Response::new(500, format!("{e}\n")), keep_alive, false)
+                    response_frame(
+                        Response::new(500, format!("{e}\n")),
+                        keep_alive,
+                        front.head_only,
+                    )
                 });
                 if let Ok(frame) = frame {
                     out.push_down(frame);
                 }
-                self.stats.responses += 1;
+                self.count(Count::Response);
                 true
             }
             ResponseMessage::ChunkedHead {
@@ -295,7 +366,7 @@ impl HttpLayer {
                     encode_last_chunk(&mut last);
                     out.push_down(Frame::from_payload(last.freeze()));
                 }
-                self.stats.responses += 1;
+                self.count(Count::Response);
                 true
             }
         };
@@ -405,7 +476,7 @@ impl Layer for HttpLayer {
         let bound = self.config.limits.max_head + self.config.limits.max_body + (64 << 10);
         if self.received.len() > bound {
             // A client pipelining far ahead of its answers.
-            self.stats.refused += 1;
+            self.count(Count::Refused);
             self.reading_done = true;
             self.last_word = Some((
                 503,
@@ -421,7 +492,7 @@ impl Layer for HttpLayer {
     fn handle_timeout(&mut self, now: Instant, out: &mut Output) {
         if let Some(started) = self.request_started {
             if now >= started + self.config.request_timeout && !self.reading_done {
-                self.stats.timeouts += 1;
+                self.count(Count::Timeout);
                 self.reading_done = true;
                 self.request_started = None;
                 self.last_word = Some((

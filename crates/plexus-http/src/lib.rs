@@ -58,7 +58,7 @@ pub mod ws_transport;
 
 pub use decoder::{Decoded, Limits, RequestDecoder};
 pub use error::RequestError;
-pub use layer::{HttpConfig, HttpLayer, HttpStats};
+pub use layer::{HttpConfig, HttpLayer, HttpStats, HttpTotals};
 pub use message::{Method, Request, Version};
 pub use response::{
     encode_chunk, encode_chunked_head, encode_last_chunk, encode_response, reason_phrase, Response,

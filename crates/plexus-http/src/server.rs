@@ -33,12 +33,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use plexus_core::{ActorRef, AskError, ReplyTo};
-use plexus_net::{LayerRegistry, StackSpec};
+use plexus_net::{
+    Interface, Layer, LayerConfig, LayerConstructor, LayerFactory, LayerOptions, LayerRegistry,
+    LinkContext, OptionError, StackSpec,
+};
 use plexus_transport::tcp::TcpListener;
 use plexus_transport::{LinkSender, Strand};
 use serde::{Deserialize, Serialize};
 
-use crate::layer::HttpConfig;
+use crate::layer::{HttpConfig, HttpLayer, HttpTotals};
 use crate::message::{Method, Request};
 use crate::response::Response;
 use crate::wire::{RequestMessage, ResponseMessage};
@@ -130,6 +133,31 @@ pub struct WebServer {
     routes: Vec<Route>,
     http: HttpConfig,
     ask_timeout: Duration,
+    totals: Arc<HttpTotals>,
+}
+
+/// The `http` layer as a server builds it: the server's settings (no
+/// options in the spec), counting into the server's totals.
+struct ServerHttp {
+    config: HttpConfig,
+    totals: Arc<HttpTotals>,
+}
+
+impl LayerConstructor for ServerHttp {
+    fn interface(&self) -> Interface {
+        <HttpConfig as LayerConfig>::INTERFACE
+    }
+
+    fn configure(&self, options: &LayerOptions) -> Result<LayerFactory, OptionError> {
+        if let Some(option) = options.iter().next() {
+            return Err(option.unknown());
+        }
+        let (config, totals) = (self.config.clone(), self.totals.clone());
+        Ok(Arc::new(move |link: &LinkContext| {
+            Box::new(HttpLayer::new(config.clone(), link.now).with_totals(totals.clone()))
+                as Box<dyn Layer>
+        }))
+    }
 }
 
 impl Default for WebServer {
@@ -146,6 +174,7 @@ impl WebServer {
             routes: Vec::new(),
             http: HttpConfig::default(),
             ask_timeout: Duration::from_secs(10),
+            totals: Arc::default(),
         }
     }
 
@@ -245,23 +274,25 @@ impl WebServer {
         }
     }
 
-    /// The stack every connection runs: `tcp / http(...)` with the
-    /// server's settings.
+    /// The stack every connection runs: `tcp / http` with the server's
+    /// settings, counting into its totals.
     fn spec(&self) -> Result<StackSpec, plexus_net::SpecError> {
         let mut registry = LayerRegistry::default();
-        registry.register_config::<HttpConfig>();
-        let limits = &self.http.limits;
-        let text = format!(
-            "tcp / http(max_head={}, max_headers={}, max_body={}, request_timeout={}ms, idle_timeout={}ms, pipeline={}, max_held={})",
-            limits.max_head,
-            limits.max_headers,
-            limits.max_body,
-            self.http.request_timeout.as_millis(),
-            self.http.idle_timeout.as_millis(),
-            self.http.pipeline,
-            self.http.max_held,
+        registry.register(
+            <HttpConfig as LayerConfig>::NAME,
+            ServerHttp {
+                config: self.http.clone(),
+                totals: self.totals.clone(),
+            },
         );
-        StackSpec::parse(&text, &registry)
+        StackSpec::parse("tcp / http", &registry)
+    }
+
+    /// What the server's `http` layers counted so far, over all its
+    /// connections (and those of its clones: take it before
+    /// [`listen`](Self::listen), it stays live).
+    pub fn totals(&self) -> Arc<HttpTotals> {
+        self.totals.clone()
     }
 
     /// The request bounds of the server's `http` layer.

@@ -2,11 +2,12 @@
 //! ETag and Range, pipelined requests answered in order, and hostile
 //! clients (smuggling, slowloris) refused while others are served.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use plexus_core::ActorSystem;
 use plexus_http::server::{HttpRequest, WebServer};
-use plexus_http::{HttpConfig, Method, Response};
+use plexus_http::{HttpConfig, HttpTotals, Method, Response};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
@@ -14,7 +15,7 @@ mod common;
 
 use common::{ask, read_response};
 
-async fn server(config: HttpConfig) -> (ActorSystem, std::net::SocketAddr) {
+async fn server(config: HttpConfig) -> (ActorSystem, std::net::SocketAddr, Arc<HttpTotals>) {
     let system = ActorSystem::new();
     let hello = system.spawn_fn(|req: HttpRequest, _ctx| {
         let name = req.param("name").unwrap_or("?").to_owned();
@@ -52,7 +53,7 @@ async fn server(config: HttpConfig) -> (ActorSystem, std::net::SocketAddr) {
     std::fs::create_dir_all(dir.join("css")).unwrap();
     std::fs::write(dir.join("index.html"), "<h1>plexus</h1>").unwrap();
     std::fs::write(dir.join("css/site.css"), "body { margin: 0 }").unwrap();
-    let addr = WebServer::new()
+    let server = WebServer::new()
         .http(config)
         .route(Method::Get, "/hello/:name", hello)
         .unwrap()
@@ -61,16 +62,15 @@ async fn server(config: HttpConfig) -> (ActorSystem, std::net::SocketAddr) {
         .route(Method::Get, "/release/:key", latch)
         .unwrap()
         .static_dir("/static", &dir, 1 << 20)
-        .unwrap()
-        .listen("127.0.0.1:0")
-        .await
         .unwrap();
-    (system, addr)
+    let totals = server.totals();
+    let addr = server.listen("127.0.0.1:0").await.unwrap();
+    (system, addr, totals)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn routes_static_files_and_errors() {
-    let (_system, addr) = server(HttpConfig::default()).await;
+    let (_system, addr, _) = server(HttpConfig::default()).await;
     let r = ask(addr, b"GET /hello/ada HTTP/1.1\r\nHost: x\r\n\r\n").await;
     assert_eq!((r.status, &r.body[..]), (200, &b"hello, ada"[..]));
     assert_eq!(r.header("content-type"), Some("text/plain"));
@@ -104,7 +104,7 @@ async fn routes_static_files_and_errors() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pipelined_requests_are_answered_in_request_order() {
-    let (_system, addr) = server(HttpConfig::default()).await;
+    let (_system, addr, _) = server(HttpConfig::default()).await;
     let mut s = TcpStream::connect(addr).await.unwrap();
     // The first answer is ready last: after the other two.
     s.write_all(
@@ -129,7 +129,7 @@ async fn hostile_clients_get_their_status_and_others_are_served() {
         request_timeout: Duration::from_millis(300),
         ..HttpConfig::default()
     };
-    let (_system, addr) = server(config).await;
+    let (_system, addr, totals) = server(config).await;
 
     // A slowloris client: a head that never ends.
     let mut slow = TcpStream::connect(addr).await.unwrap();
@@ -169,4 +169,21 @@ async fn hostile_clients_get_their_status_and_others_are_served() {
     big.extend(std::iter::repeat_n(b'a', 20_000));
     big.extend_from_slice(b"\r\n\r\n");
     assert_eq!(ask(addr, &big).await.status, 431);
+    // A malformed request line, an invalid chunk size, a body over the
+    // bound: each its status.
+    assert_eq!(ask(addr, b"GET\x01/ HTTP/1.1\r\n\r\n").await.status, 400);
+    let bad_chunk = b"POST /hello/c HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n";
+    assert_eq!(ask(addr, bad_chunk).await.status, 400);
+    let huge = format!(
+        "POST /hello/b HTTP/1.1\r\nContent-Length: {}\r\n\r\n",
+        HttpConfig::default().limits.max_body + 1
+    );
+    assert_eq!(ask(addr, huge.as_bytes()).await.status, 413);
+
+    // Every refusal and the timeout are counted in the server's totals
+    // (their answers are not responses); the 20 well-behaved requests were
+    // answered.
+    let counted = totals.snapshot();
+    assert_eq!((counted.refused, counted.timeouts), (5, 1));
+    assert_eq!(counted.responses, 20);
 }

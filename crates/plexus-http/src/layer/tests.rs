@@ -242,3 +242,21 @@ fn the_spec_option_parses_and_the_layer_stacks_on_a_byte_stream() {
     assert_eq!(RequestMessage::decode(up).unwrap().request.target, "/s");
     assert!(plexus_net::StackSpec::parse("tcp / http(nope=1)", &registry).is_err());
 }
+
+#[test]
+fn a_head_request_gets_no_body_even_from_the_500_fallback() {
+    let mut c = Conn::new(HttpConfig::default());
+    c.receive(b"HEAD /x HTTP/1.1\r\n\r\n");
+    let [request] = c.requests().try_into().ok().unwrap();
+    // A header name that is no token: the response cannot be written.
+    c.respond(ResponseMessage::Whole {
+        id: request.id,
+        response: Response::new(200, "body").header("bad name", "v"),
+    });
+    let written = c.written();
+    assert!(written.starts_with("HTTP/1.1 500 "), "{written}");
+    assert!(
+        written.ends_with("\r\n\r\n"),
+        "no body after the head: {written}"
+    );
+}
