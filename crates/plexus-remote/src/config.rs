@@ -139,7 +139,11 @@ impl NodeConfig {
         self
     }
 
-    /// Time to connect and complete the handshake. Default 5 s.
+    /// Time each step of setting a session up may take: the primary
+    /// link's connect and handshake, each lane connection's connect,
+    /// handshake and `BIND` (bound at once, so together as long as the
+    /// slowest), and sending `LANES` (`docs/PROTOCOL.md`, "Lanes").
+    /// Default 5 s.
     pub fn connect_timeout(mut self, t: Duration) -> Self {
         self.connect_timeout = t;
         self

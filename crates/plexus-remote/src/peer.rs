@@ -320,12 +320,13 @@ impl Peer {
             rx
         };
         p.ensure_connected();
-        // The connect attempt has its own timeout; this only guards against
-        // a waiter that nothing answers.
+        // The connect attempt's steps have their own timeouts (three at
+        // most, one after another); this only guards against a waiter that
+        // nothing answers.
         let limit = p
             .inner
             .upgrade()
-            .map_or(Duration::from_secs(5), |i| i.config.connect_timeout * 3);
+            .map_or(Duration::from_secs(5), |i| i.config.connect_timeout * 4);
         match tokio::time::timeout(limit, rx).await {
             Ok(r) => r.unwrap_or_else(|_| Err(LinkError::Closed("node dropped".into()))),
             Err(_) => Err(LinkError::Timeout(limit)),
@@ -339,26 +340,37 @@ impl Peer {
         if let Some(at) = delay {
             tokio::time::sleep_until(Instant::from_std(at)).await;
         }
+        // Each step has the connect timeout of its own, not one budget for
+        // their sum (docs/PROTOCOL.md, "Lanes"): the primary link's connect
+        // and handshake, then its lane connections (all at once, each
+        // within the timeout), then `LANES`. So the time a session takes to
+        // come up does not grow with the number of its lane connections.
         let timeout = inner.config.connect_timeout;
         let attempt = async {
-            let dialer = inner.dialer(&self.scheme).await?;
-            let addr = lock(&self.dial).clone().unwrap_or_default();
-            let mut link = dialer.connect(&addr).await?;
-            let hs = handshake_on(&inner, &mut link).await?;
+            let (link, hs) = within(timeout, async {
+                let dialer = inner.dialer(&self.scheme).await?;
+                let addr = lock(&self.dial).clone().unwrap_or_default();
+                let mut link = dialer.connect(&addr).await?;
+                let hs = handshake_on(&inner, &mut link).await?;
+                Ok((link, hs))
+            })
+            .await?;
             let lanes = bind::dial_lanes(&inner, &hs).await?;
             let bound = lanes
                 .iter()
                 .map(|l| (l.lane.index() as u8, l.candidate))
                 .collect();
-            link.send(WireFrame::Lanes { bound }.encode())
-                .await
-                .map_err(|e| LinkError::Closed(e.to_string()))?;
+            within(timeout, async {
+                link.send(WireFrame::Lanes { bound }.encode())
+                    .await
+                    .map_err(|e| LinkError::Closed(e.to_string()))
+            })
+            .await?;
             Ok::<_, LinkError>((link, lanes, hs))
         };
-        match tokio::time::timeout(timeout, attempt).await {
-            Ok(Ok((link, lanes, hs))) => established(&inner, Some(self), link, lanes, hs, inner.id),
-            Ok(Err(e)) => self.failed(&inner, e),
-            Err(_) => self.failed(&inner, LinkError::Timeout(timeout)),
+        match attempt.await {
+            Ok((link, lanes, hs)) => established(&inner, Some(self), link, lanes, hs, inner.id),
+            Err(e) => self.failed(&inner, e),
         }
     }
 
@@ -699,4 +711,14 @@ pub(crate) fn message_frame(to: u64, type_id: u64, receipt: u64, payload: &[u8])
     crate::wire::put_message_header(&mut b, to, type_id, receipt);
     b.extend_from_slice(payload);
     b.freeze()
+}
+
+/// `step`, or [`LinkError::Timeout`] if it takes longer than `timeout`.
+async fn within<T>(
+    timeout: Duration,
+    step: impl std::future::Future<Output = Result<T, LinkError>>,
+) -> Result<T, LinkError> {
+    tokio::time::timeout(timeout, step)
+        .await
+        .unwrap_or(Err(LinkError::Timeout(timeout)))
 }

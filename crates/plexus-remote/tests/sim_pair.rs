@@ -3,14 +3,15 @@
 //! elapsing on virtual time and every wait on an event. Covers handshake
 //! failures, resolve errors, a peer that never answers, monitors and
 //! `Down` (the actor stopping, the link cut), a link lost in the middle of
-//! an ask, both nodes dialling at once, and goodbye.
+//! an ask, both nodes dialling at once, goodbye, and a session's lane
+//! connections set up on a long path.
 
 #[path = "common/sim_net.rs"]
 mod sim_net;
 
 use std::time::Duration;
 
-use plexus_core::{Actor, ActorRef, ActorSystem, AskError, Context, ExitReason, ReplyTo};
+use plexus_core::{Actor, ActorRef, ActorSystem, AskError, Context, ExitReason, Lane, ReplyTo};
 use plexus_remote::handshake::HandshakeError;
 use plexus_remote::{LinkError, Node, ResolveError};
 use serde::{Deserialize, Serialize};
@@ -270,4 +271,67 @@ async fn a_node_shutting_down_says_goodbye_and_monitors_hear_why() {
         other => panic!("{other:?}"),
     }
     net.until_open_connections(0).await;
+}
+
+/// Schemes of the links carrying `lane` at `node`.
+fn carriers(node: &Node, lane: Lane) -> Vec<String> {
+    node.lane_stats()
+        .into_iter()
+        .find(|s| s.lane == lane)
+        .map(|s| s.carriers.into_iter().map(|c| c.scheme).collect())
+        .unwrap_or_default()
+}
+
+/// W4's adaptive shape on a 500 ms round trip: the primary link and three
+/// lane connections (control, and two bulk candidates). The primary link
+/// takes two round trips (connect, handshake) and each lane connection
+/// three (connect, handshake, `BIND`): bound one after another, 1 s +
+/// 3 × 1.5 s is beyond the 5 s connect timeout and the session never came
+/// up (the resolve failed with "no handshake within 5s"); bound at once,
+/// each within its own timeout, it is up in 2.5 s.
+#[tokio::test(start_paused = true)]
+async fn lane_connections_on_a_long_path_are_bound_at_once_within_the_connect_timeout() {
+    const ONE_WAY: Duration = Duration::from_millis(250);
+    const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+    let net = SimNet::with_latency(ONE_WAY);
+    let config = net
+        .config("sim-lanes")
+        .connect_timeout(CONNECT_TIMEOUT)
+        .scheme("ctl", "sim / framing")
+        .scheme("bulk", "sim / framing")
+        .scheme("bulk2", "sim / framing")
+        .lane(Lane::Control, "ctl")
+        .lane(Lane::Bulk, "bulk | bulk2");
+    let (a, b) = (ActorSystem::new(), ActorSystem::new());
+    let na = Node::start(&a, config.clone()).unwrap();
+    let nb = Node::start(&b, config).unwrap();
+    let uri_b = nb.listen("sim://b").await.unwrap();
+    for lane_uri in ["ctl://b-ctl", "bulk://b-bulk", "bulk2://b-bulk2"] {
+        nb.listen(lane_uri).await.unwrap();
+    }
+    let counter = b.spawn(CounterActor::default());
+    nb.publish(&counter, "counter").unwrap();
+
+    let started = Instant::now();
+    let remote: ActorRef<Counter> = na
+        .resolve(&format!("{uri_b}/counter"))
+        .await
+        .expect("the session comes up");
+    // On the virtual clock, whatever the machine: the primary link (two
+    // round trips), the lane connections side by side (three), LANES and
+    // the resolve on its heels (one): 3 s, where binding the lanes one
+    // after another took 6 s and ran into the connect timeout. Less than
+    // the time of binding even two of them one after the other.
+    let rtt = 2 * ONE_WAY;
+    let took = started.elapsed();
+    assert!(took < (2 + 3 + 3) * rtt, "{took:?}"); // timing-ok: virtual clock
+    assert!(took < CONNECT_TIMEOUT, "{took:?}"); // timing-ok: virtual clock
+    for node in [&na, &nb] {
+        assert_eq!(carriers(node, Lane::Control), ["ctl"]);
+        assert_eq!(carriers(node, Lane::Bulk), ["bulk", "bulk2"]);
+        assert_eq!(carriers(node, Lane::Default), ["sim"]);
+    }
+    remote.tell(Counter::Add(4));
+    assert_eq!(remote.ask(Counter::Get, LONG).await, Ok(4));
+    net.until_open_connections(4).await;
 }

@@ -2,10 +2,10 @@
 //! "Lanes").
 //!
 //! The node that dials a peer runs the handshake on the primary link (the
-//! URI's scheme), then, for every lane its configuration maps, dials the
-//! peer's listener of that scheme, runs the handshake there too (the
-//! cookie proof and, on TLS, the certificate's identity, for each
-//! connection) and sends `BIND(session, lane, candidate)`, where the
+//! URI's scheme), then, for every lane its configuration maps and all at
+//! once, dials the peer's listener of that scheme, runs the handshake
+//! there too (the cookie proof and, on TLS, the certificate's identity,
+//! for each connection) and sends `BIND(session, lane, candidate)`, where the
 //! session is the one both sides derived from the primary handshake's
 //! nonces. The peer echoes `BIND` once it has attached the connection to
 //! that session, or refuses it with `REJECT(Session)`: a session that does
@@ -14,7 +14,10 @@
 //! both sides bring the session up with all its links at once, so no lane's
 //! frames ever change links mid-stream.
 
+use std::future::{poll_fn, Future};
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use plexus_core::Lane;
@@ -31,11 +34,19 @@ use crate::wire::{RejectCode, WireFrame, MAX_BOUND, MAX_CANDIDATES};
 /// Dials and binds the lane connections this node's configuration maps,
 /// to the peer `hs` verified on the primary link. A lane whose scheme the
 /// peer does not listen on rides the primary link.
+///
+/// The lane connections do not depend on each other, so they are set up
+/// at once, each (connect, handshake, `BIND` and its echo) within the
+/// connect timeout of its own: a session with many lane connections on a
+/// long path takes the time of its slowest one, not of their sum. The
+/// first to fail fails them all (the others are dropped, which closes
+/// them).
 pub(super) async fn dial_lanes(
     inner: &Arc<NodeInner>,
     hs: &Verified,
 ) -> Result<Vec<BoundLink>, LinkError> {
-    let mut bound = Vec::new();
+    let timeout = inner.config.connect_timeout;
+    let mut pending = Vec::new();
     for lane in Lane::ALL {
         for (candidate, scheme) in inner.lanes.candidates(lane).iter().enumerate() {
             let prefix = format!("{scheme}://");
@@ -43,16 +54,62 @@ pub(super) async fn dial_lanes(
                 tracing::debug!(target: "plexus::remote", peer = %hs.node, %lane, %scheme, "the peer does not listen on the lane's scheme; the lane rides the primary link");
                 continue;
             };
-            let link = bind_one(inner, hs, lane, candidate as u8, scheme, addr).await?;
-            bound.push(BoundLink {
-                lane,
-                candidate: candidate as u8,
-                scheme: scheme.clone(),
-                link,
-            });
+            let candidate = candidate as u8;
+            pending.push(Box::pin(async move {
+                let bound = tokio::time::timeout(
+                    timeout,
+                    bind_one(inner, hs, lane, candidate, scheme, addr),
+                )
+                .await;
+                let link = match bound {
+                    Ok(bound) => bound?,
+                    Err(_) => {
+                        return Err(LinkError::Lane {
+                            lane,
+                            scheme: scheme.clone(),
+                            source: Box::new(LinkError::Timeout(timeout)),
+                        })
+                    }
+                };
+                Ok(BoundLink {
+                    lane,
+                    candidate,
+                    scheme: scheme.clone(),
+                    link,
+                })
+            }));
         }
     }
-    Ok(bound)
+    try_join_all(pending).await
+}
+
+/// Runs `futures` at once in the calling task; their outputs in order, or
+/// the first error (the others are dropped then).
+async fn try_join_all<T, F>(mut futures: Vec<Pin<Box<F>>>) -> Result<Vec<T>, LinkError>
+where
+    F: Future<Output = Result<T, LinkError>>,
+{
+    let mut done: Vec<Option<T>> = futures.iter().map(|_| None).collect();
+    poll_fn(|cx| {
+        let mut ready = true;
+        for (future, out) in futures.iter_mut().zip(done.iter_mut()) {
+            if out.is_some() {
+                continue;
+            }
+            match future.as_mut().poll(cx) {
+                Poll::Ready(Ok(value)) => *out = Some(value),
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => ready = false,
+            }
+        }
+        if ready {
+            Poll::Ready(Ok(()))
+        } else {
+            Poll::Pending
+        }
+    })
+    .await?;
+    Ok(done.into_iter().flatten().collect())
 }
 
 async fn bind_one(

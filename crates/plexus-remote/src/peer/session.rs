@@ -79,9 +79,12 @@ pub(crate) async fn accept(inner: Arc<NodeInner>, scheme: String, mut link: Link
     };
     // The dialler's first frame says what the link is: a session's
     // primary link (`LANES`, once its lane connections are bound) or a
-    // lane connection (`BIND`).
+    // lane connection (`BIND`). The dialler binds its lane connections
+    // within a connect timeout after its handshake, then sends `LANES`:
+    // wait twice that, for the handshakes' skew and the way here.
     bind::start_binding(&inner, &hs);
-    let first = tokio::time::timeout(timeout, link.recv_message()).await;
+    let first_within = 2 * timeout;
+    let first = tokio::time::timeout(first_within, link.recv_message()).await;
     let mut lanes = bind::take_bound(&inner, hs.session);
     let refuse = |lanes: Vec<BoundLink>, link: &Link, why: &str| {
         tracing::warn!(target: "plexus::remote", peer = %link.peer(), node = %hs.node, "refused a connection: {why}");
@@ -129,7 +132,7 @@ pub(crate) async fn accept(inner: Arc<NodeInner>, scheme: String, mut link: Link
             return refuse(
                 lanes,
                 &link,
-                &format!("no LANES or BIND within {timeout:?}"),
+                &format!("no LANES or BIND within {first_within:?}"),
             )
         }
     }

@@ -3,7 +3,9 @@
 //! can cut (every connection fails at once, as a reset would) and count.
 //! With a paused tokio clock (`#[tokio::test(start_paused = true)]`) a
 //! pair of nodes runs on virtual time: timeouts elapse exactly, and nothing
-//! depends on how fast the machine is.
+//! depends on how fast the machine is. [`SimNet::with_latency`] gives every
+//! connection a path delay (bytes arrive a fixed time after they were
+//! written, and a connect takes a round trip), on the same virtual time.
 
 use std::collections::HashMap;
 use std::io;
@@ -11,6 +13,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
+use std::time::Duration;
 
 use plexus_net::{StackSpec, TransportProfile};
 use plexus_remote::NodeConfig;
@@ -18,7 +21,7 @@ use plexus_transport::{
     AcceptError, BindError, BoxFuture, ConnectError, Dialer, Link, LinkConfig, Listener, Transport,
     TransportRegistry,
 };
-use tokio::io::{AsyncRead, AsyncWrite, DuplexStream, ReadBuf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream, ReadBuf};
 use tokio::sync::{mpsc, Notify};
 
 /// Where a connection stands: cut, or how to wake who waits on it.
@@ -115,9 +118,22 @@ struct NetState {
 pub struct SimNet {
     state: Arc<Mutex<NetState>>,
     changed: Arc<Notify>,
+    /// How long bytes take from one end of a connection to the other.
+    one_way: Duration,
 }
 
 impl SimNet {
+    /// A network whose connections deliver bytes `one_way` after they were
+    /// written, in order, each way (a round trip of twice that), and whose
+    /// connects take a round trip (the listener sees the connection after
+    /// `one_way`, the dialler after `2 × one_way`), as TCP's would.
+    pub fn with_latency(one_way: Duration) -> Self {
+        Self {
+            one_way,
+            ..Self::default()
+        }
+    }
+
     /// A node configuration whose transports include this network as
     /// `sim` (URIs `sim://name`).
     pub fn config(&self, cookie: &str) -> NodeConfig {
@@ -168,7 +184,11 @@ impl SimNet {
     }
 
     fn connect_ends(&self) -> (End, End) {
-        let (a, b) = tokio::io::duplex(256 << 10);
+        let (a, b) = if self.one_way.is_zero() {
+            tokio::io::duplex(256 << 10)
+        } else {
+            delayed_duplex(self.one_way)
+        };
         let wire = Arc::new(Wire::default());
         let mut st = self.state.lock().unwrap();
         st.wires.push(wire.clone());
@@ -182,6 +202,47 @@ impl SimNet {
         };
         (end(a), end(b))
     }
+}
+
+/// Two connected streams whose bytes arrive `one_way` after they were
+/// written: each end is a duplex stream whose far side a task pair relays
+/// to the other end's far side, holding each chunk until its time.
+fn delayed_duplex(one_way: Duration) -> (DuplexStream, DuplexStream) {
+    let (a, a_far) = tokio::io::duplex(256 << 10);
+    let (b, b_far) = tokio::io::duplex(256 << 10);
+    let (a_read, a_write) = tokio::io::split(a_far);
+    let (b_read, b_write) = tokio::io::split(b_far);
+    relay(a_read, b_write, one_way);
+    relay(b_read, a_write, one_way);
+    (a, b)
+}
+
+/// Moves what `from` reads to `to`, each chunk `delay` after it was read;
+/// ends `to` once `from` has ended and everything read went out.
+fn relay(
+    mut from: impl AsyncRead + Unpin + Send + 'static,
+    mut to: impl AsyncWrite + Unpin + Send + 'static,
+    delay: Duration,
+) {
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut buf = vec![0u8; 64 << 10];
+        while let Ok(n @ 1..) = from.read(&mut buf).await {
+            let due = tokio::time::Instant::now() + delay;
+            if tx.send((due, buf[..n].to_vec())).is_err() {
+                return;
+            }
+        }
+    });
+    tokio::spawn(async move {
+        while let Some((due, bytes)) = rx.recv().await {
+            tokio::time::sleep_until(due).await;
+            if to.write_all(&bytes).await.is_err() {
+                return;
+            }
+        }
+        let _ = to.shutdown().await;
+    });
 }
 
 struct SimListener {
@@ -292,7 +353,17 @@ impl Dialer for SimDialer {
             let listener = self.net.state.lock().unwrap().listeners.get(addr).cloned();
             let listener = listener.ok_or_else(refused)?;
             let (ours, theirs) = self.net.connect_ends();
+            // On a path with latency: the listener sees the connection half
+            // a round trip after the connect, the dialler a round trip.
+            let one_way = self.net.one_way;
+            let start = tokio::time::Instant::now();
+            if !one_way.is_zero() {
+                tokio::time::sleep_until(start + one_way).await;
+            }
             listener.send(theirs).await.map_err(|_| refused())?;
+            if !one_way.is_zero() {
+                tokio::time::sleep_until(start + 2 * one_way).await;
+            }
             Ok(link_over(
                 ours,
                 &self.spec,
