@@ -238,9 +238,10 @@ pub(super) async fn accept_lane(
         lane,
         candidate,
     };
-    if link.send(echo.encode()).await.is_err() {
-        return;
-    }
+    // Attached before the echo leaves, under the binding's lock: the
+    // dialler sends `LANES` once every echo came, and the primary link's
+    // task, taking the bound connections under the same lock, must find
+    // this one there.
     let mut binding = lock(&inner.binding);
     let refused = match binding.get_mut(&session) {
         Some(b)
@@ -250,6 +251,10 @@ pub(super) async fn accept_lane(
                     .iter()
                     .any(|l| (l.lane, l.candidate) == (lane_of, candidate)) =>
         {
+            // A fresh link's queue has room; it fails only once closed.
+            if link.try_send(echo.encode()).is_err() {
+                return;
+            }
             b.links.push(BoundLink {
                 lane: lane_of,
                 candidate,
