@@ -43,7 +43,7 @@ use tokio::net::TcpStream;
 
 use crate::server::WebServer;
 use crate::websocket::handshake::{check_server_response, client_request};
-use crate::websocket::layer::WebSocketLayer;
+use crate::websocket::layer::{WebSocketLayer, WsTotals};
 use crate::websocket::{Role, WsConfig};
 
 mod accept;
@@ -71,6 +71,7 @@ pub struct WsTransport {
     #[cfg(feature = "tls")]
     tls: Option<TlsConfig>,
     web: Option<Arc<WebServer>>,
+    totals: Arc<WsTotals>,
 }
 
 impl std::fmt::Debug for WsTransport {
@@ -94,6 +95,7 @@ impl Default for WsTransport {
             #[cfg(feature = "tls")]
             tls: None,
             web: None,
+            totals: Arc::default(),
         }
     }
 }
@@ -144,6 +146,15 @@ impl WsTransport {
         self
     }
 
+    /// What the WebSocket layers of this transport's connections counted so
+    /// far (messages; connections closed by peers; connections we closed,
+    /// by close code: protocol errors such as unmasked client frames,
+    /// invalid UTF-8, ping floods, oversized frames). Shared by its clones:
+    /// take it before registering the transport, it stays live.
+    pub fn totals(&self) -> Arc<WsTotals> {
+        self.totals.clone()
+    }
+
     /// The URI scheme: `ws`, or `wss` over TLS.
     pub fn scheme(&self) -> &'static str {
         #[cfg(feature = "tls")]
@@ -166,8 +177,9 @@ impl WsTransport {
             Role::Client => rand::random(),
             Role::Server => 0,
         };
-        let mut layers: Vec<Box<dyn plexus_net::Layer>> =
-            vec![Box::new(WebSocketLayer::new(role, self.config, seed))];
+        let mut layers: Vec<Box<dyn plexus_net::Layer>> = vec![Box::new(
+            WebSocketLayer::new(role, self.config, seed).with_totals(self.totals.clone()),
+        )];
         layers.extend(spec.build_layers(ctx));
         Stack::new(None, layers)
     }

@@ -63,3 +63,53 @@ async fn nodes_talk_over_websocket_and_plain_http_is_refused() {
     );
     assert_eq!(na.connected_nodes(), vec![b.node_id()]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unmasked_client_frame_is_closed_with_1002_and_counted() {
+    let transport = WsTransport::new();
+    let totals = transport.totals();
+    let mut transports = TransportRegistry::default();
+    transports.register(transport).unwrap();
+    let b = ActorSystem::new();
+    let nb = Node::start(
+        &b,
+        NodeConfig::default().cookie("ws").transports(transports),
+    )
+    .unwrap();
+    let uri = nb.listen("ws://127.0.0.1:0").await.unwrap();
+    let mut raw = tokio::net::TcpStream::connect(uri.strip_prefix("ws://").unwrap())
+        .await
+        .unwrap();
+    raw.write_all(
+        b"GET /plexus HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+          Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    // The 101, then whatever the server sends until it closes.
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        let mut byte = [0u8; 1];
+        raw.read_exact(&mut byte).await.unwrap();
+        head.push(byte[0]);
+    }
+    assert!(
+        head.starts_with(b"HTTP/1.1 101 "),
+        "{}",
+        String::from_utf8_lossy(&head)
+    );
+    // A binary frame without a mask, as only servers may send.
+    raw.write_all(&[0x82, 0x01, b'x']).await.unwrap();
+    let mut rest = Vec::new();
+    let _ = raw.read_to_end(&mut rest).await;
+    // A close frame with 1002 (0x03ea) and its reason ends what the server
+    // sent.
+    let close = rest
+        .windows(4)
+        .position(|w| w[0] == 0x88 && w[2..4] == [0x03, 0xea])
+        .expect("a close frame with 1002");
+    let reason = &rest[close + 4..close + 2 + usize::from(rest[close + 1])];
+    assert_eq!(reason, b"a client frame must be masked");
+    assert_eq!(close + 2 + usize::from(rest[close + 1]), rest.len());
+    assert_eq!(totals.snapshot().protocol_errors, 1);
+}
