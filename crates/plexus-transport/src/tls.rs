@@ -66,9 +66,9 @@ use std::time::Duration;
 use plexus_net::{LinkContext, StackSpec, TransportProfile};
 use rustls::client::WebPkiServerVerifier;
 use rustls::server::WebPkiClientVerifier;
-use rustls::{ClientConfig, Connection, RootCertStore, ServerConfig};
+use rustls::{ClientConfig, RootCertStore, ServerConfig};
 use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::net::TcpStream;
 
 use crate::conn::now;
@@ -80,8 +80,8 @@ use crate::stream as driver;
 
 mod socket;
 mod stream;
+use self::stream::parse_server_name;
 pub use self::stream::TlsStream;
-use socket::TlsSocket;
 
 /// Handshakes a listener runs at once; further connections wait in the
 /// kernel's accept queue.
@@ -300,8 +300,7 @@ impl TlsListener {
             source,
         })?;
         let ctx = Arc::new(Accepting {
-            acceptor: tokio_rustls::TlsAcceptor::from(tls.server.clone()),
-            timeout: tls.handshake_timeout,
+            tls: tls.clone(),
             spec: spec.clone(),
             config,
             local,
@@ -348,8 +347,7 @@ impl TlsListener {
 }
 
 struct Accepting {
-    acceptor: tokio_rustls::TlsAcceptor,
-    timeout: Duration,
+    tls: TlsConfig,
     spec: StackSpec,
     config: LinkConfig,
     local: SocketAddr,
@@ -366,17 +364,16 @@ async fn handshake(
         peer: peer.to_string(),
         source,
     };
-    let tls = tokio::time::timeout(ctx.timeout, ctx.acceptor.accept(socket))
+    let (socket, identity) = ctx
+        .tls
+        .accept_stream(socket)
         .await
-        .map_err(|_| failed(timed_out(ctx.timeout)))?
-        .map_err(failed)?;
-    let (socket, conn) = tls.into_inner();
-    let identity = peer_identity(conn.peer_certificates()).map_err(failed)?;
+        .map_err(failed)?
+        .into_socket();
     let stack = ctx.spec.build_link(LinkContext {
         now: now(),
         link_id,
     });
-    let socket = TlsSocket::new(socket, Connection::Server(conn));
     Ok(driver::spawn(socket, stack, url(peer).into(), ctx.config).with_identity(identity))
 }
 
@@ -419,12 +416,7 @@ pub async fn connect(
         addr: url(addr),
         source,
     };
-    let name = ServerName::try_from(server_name.to_owned()).map_err(|e| {
-        failed(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("{server_name:?} is not a valid server name: {e}"),
-        ))
-    })?;
+    let name = parse_server_name(server_name).map_err(failed)?;
     let socket = TcpStream::connect(addr)
         .await
         .map_err(|source| ConnectError::Io {
@@ -434,15 +426,12 @@ pub async fn connect(
     if let Err(error) = socket.set_nodelay(true) {
         tracing::debug!(%addr, %error, "set_nodelay failed");
     }
-    let connector = tokio_rustls::TlsConnector::from(tls.client.clone());
-    let tls_stream = tokio::time::timeout(tls.handshake_timeout, connector.connect(name, socket))
+    let (socket, identity) = tls
+        .connect_named(socket, name)
         .await
-        .map_err(|_| failed(timed_out(tls.handshake_timeout)))?
-        .map_err(failed)?;
-    let (socket, conn) = tls_stream.into_inner();
-    let identity = peer_identity(conn.peer_certificates()).map_err(failed)?;
+        .map_err(failed)?
+        .into_socket();
     let stack = spec.build(now());
-    let socket = TlsSocket::new(socket, Connection::Client(conn));
     Ok(driver::spawn(socket, stack, url(addr).into(), config).with_identity(identity))
 }
 

@@ -11,6 +11,9 @@ use rustls_pki_types::ServerName;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
+use rustls::Connection;
+
+use super::socket::TlsSocket;
 use super::{peer_identity, timed_out, TlsConfig};
 use crate::link::PeerIdentity;
 
@@ -38,6 +41,22 @@ impl TlsStream {
     /// The certificate the peer presented, verified against the CA roots.
     pub fn peer_identity(&self) -> &PeerIdentity {
         &self.identity
+    }
+
+    /// The connection as the `tls` transport's stream driver takes it:
+    /// rustls's state over the TCP socket, and the peer's identity.
+    pub(super) fn into_socket(self) -> (TlsSocket, PeerIdentity) {
+        let socket = match self.inner {
+            tokio_rustls::TlsStream::Client(s) => {
+                let (tcp, conn) = s.into_inner();
+                TlsSocket::new(tcp, Connection::Client(conn))
+            }
+            tokio_rustls::TlsStream::Server(s) => {
+                let (tcp, conn) = s.into_inner();
+                TlsSocket::new(tcp, Connection::Server(conn))
+            }
+        };
+        (socket, self.identity)
     }
 }
 
@@ -72,18 +91,32 @@ impl TlsConfig {
         socket: TcpStream,
         server_name: &str,
     ) -> io::Result<TlsStream> {
-        let name = ServerName::try_from(server_name.to_owned()).map_err(|e| {
-            io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("{server_name:?} is not a valid server name: {e}"),
-            )
-        })?;
+        self.connect_named(socket, parse_server_name(server_name)?)
+            .await
+    }
+
+    /// [`connect_stream`](Self::connect_stream) with the name parsed.
+    pub(super) async fn connect_named(
+        &self,
+        socket: TcpStream,
+        name: ServerName<'static>,
+    ) -> io::Result<TlsStream> {
         let connector = tokio_rustls::TlsConnector::from(self.client.clone());
         let tls = tokio::time::timeout(self.handshake_timeout, connector.connect(name, socket))
             .await
             .map_err(|_| timed_out(self.handshake_timeout))??;
         TlsStream::established(tls.into())
     }
+}
+
+/// `server_name` as rustls takes it (a DNS name or an IP address).
+pub(super) fn parse_server_name(server_name: &str) -> io::Result<ServerName<'static>> {
+    ServerName::try_from(server_name.to_owned()).map_err(|e| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{server_name:?} is not a valid server name: {e}"),
+        )
+    })
 }
 
 impl AsyncRead for TlsStream {
