@@ -245,14 +245,6 @@ struct WsDialer {
     transport: WsTransport,
 }
 
-/// The host part of `host:port` (`[::1]:80` → `::1`): the name a `wss`
-/// server's certificate must be valid for.
-#[cfg(feature = "tls")]
-fn server_name(addr: &str) -> &str {
-    let host = addr.rsplit_once(':').map_or(addr, |(host, _)| host);
-    host.trim_start_matches('[').trim_end_matches(']')
-}
-
 impl WsDialer {
     async fn connect_to(&self, addr: &str) -> Result<Link, ConnectError> {
         let url = || self.transport.url(addr);
@@ -274,7 +266,7 @@ impl WsDialer {
         #[cfg(feature = "tls")]
         if let Some(tls) = &self.transport.tls {
             let stream = tls
-                .connect_stream(socket, server_name(addr))
+                .connect_stream(socket, plexus_transport::tls::server_name(addr))
                 .await
                 .map_err(|source| ConnectError::Handshake {
                     addr: url(),

@@ -82,14 +82,6 @@ async fn resolve(name: &str, addr: &str) -> Result<SocketAddr, ConnectError> {
         .ok_or_else(|| failed("the host resolves to no address".into()))
 }
 
-/// The host part of `host:port` (`[::1]:4000` → `::1`): the name the
-/// peer's certificate must be valid for.
-#[cfg(feature = "tls")]
-fn server_name(addr: &str) -> &str {
-    let host = addr.rsplit_once(':').map_or(addr, |(host, _)| host);
-    host.trim_start_matches('[').trim_end_matches(']')
-}
-
 /// `tcp`: see [`crate::tcp`].
 #[derive(Debug, Clone, Copy, Default)]
 pub struct TcpTransport;
@@ -467,7 +459,7 @@ impl Dialer for TlsDialer {
                 });
             };
             let sa = resolve(tls::NAME, addr).await?;
-            tls::connect(&self.spec, sa, server_name(addr), tls, self.link).await
+            tls::connect(&self.spec, sa, tls::server_name(addr), tls, self.link).await
         })
     }
 }
@@ -566,7 +558,7 @@ impl Dialer for QuicDialer {
     fn connect<'a>(&'a self, addr: &'a str) -> BoxFuture<'a, Result<Link, ConnectError>> {
         Box::pin(async move {
             let sa = resolve(quic::NAME, addr).await?;
-            self.0.connect(sa, server_name(addr)).await
+            self.0.connect(sa, tls::server_name(addr)).await
         })
     }
 }

@@ -93,6 +93,14 @@ pub const NAME: &str = "tls";
 /// What the transport carries.
 pub const PROFILE: TransportProfile = TransportProfile::byte_stream();
 
+/// The host part of `host:port` (`[::1]:4000` → `::1`): the name a dialled
+/// peer's certificate must be valid for (`tls`, `quic`, and transports of
+/// one's own over TLS such as `wss`).
+pub fn server_name(addr: &str) -> &str {
+    let host = addr.rsplit_once(':').map_or(addr, |(host, _)| host);
+    host.trim_start_matches('[').trim_end_matches(']')
+}
+
 fn url(addr: SocketAddr) -> String {
     format!("tls://{addr}")
 }
