@@ -80,8 +80,16 @@ enum Workload {
     /// while hostile clients (slowloris, oversized heads and bodies,
     /// malformed and smuggling requests) run.
     W6Attacks(w6::AttackArgs),
+    /// Issue 20: the W6 pages from the Plexus per-core server and from
+    /// one loop around Plexus's stack on tokio and on io_uring (monoio),
+    /// alternating, driven by wrk.
+    W6Drivers(w6::DriversArgs),
     #[command(hide = true)]
     W6Serve(w6::ServeArgs),
+    #[command(hide = true)]
+    W6LoopTokio(w6::ServeArgs),
+    #[command(hide = true)]
+    W6LoopUring(w6::ServeArgs),
     #[command(hide = true)]
     W6Hyper(w6::ServeArgs),
     #[command(hide = true)]
@@ -194,7 +202,10 @@ fn main() {
         Workload::W5Plot(args) => w5_plot::run(&args),
         Workload::W6(args) => w6::run(&args),
         Workload::W6Attacks(args) => w6::run_attacks(&args),
+        Workload::W6Drivers(args) => w6::run_drivers(&args),
         Workload::W6Serve(args) => w6::serve_plexus(&args),
+        Workload::W6LoopTokio(args) => w6::serve_tokio(&args),
+        Workload::W6LoopUring(args) => w6::serve_uring(&args),
         Workload::W6Hyper(args) => w6::serve_hyper(&args),
         Workload::W6Loadgen(args) => w6::loadgen_role(&args),
         Workload::W7(args) => w7::run(&args),

@@ -24,9 +24,11 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 mod attacks;
+mod drivers;
 mod servers;
 
 pub use attacks::{run as run_attacks, Args as AttackArgs};
+pub use drivers::{run as run_drivers, serve_tokio, serve_uring, Args as DriversArgs};
 use servers::{find_program, Server};
 pub use servers::{serve_hyper, serve_plexus, ServeArgs};
 
