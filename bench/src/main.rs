@@ -89,7 +89,7 @@ enum Workload {
     #[command(hide = true)]
     W6LoopTokio(w6::ServeArgs),
     #[command(hide = true)]
-    W6LoopUring(w6::ServeArgs),
+    W6LoopUring(w6::UringArgs),
     #[command(hide = true)]
     W6Hyper(w6::ServeArgs),
     #[command(hide = true)]

@@ -28,7 +28,7 @@ mod drivers;
 mod servers;
 
 pub use attacks::{run as run_attacks, Args as AttackArgs};
-pub use drivers::{run as run_drivers, serve_tokio, serve_uring, Args as DriversArgs};
+pub use drivers::{run as run_drivers, serve_tokio, serve_uring, Args as DriversArgs, UringArgs};
 use servers::{find_program, Server};
 pub use servers::{serve_hyper, serve_plexus, ServeArgs};
 
@@ -300,6 +300,12 @@ impl Run<'_> {
         let (out, generator_cpu_s) = run_child(&mut command);
         let server_cpu_s = server.cpu_seconds() - cpu_before;
         let (rps, bytes_per_s, p99_ms, requests) = parse_wrk(&out);
+        for line in out.lines() {
+            let line = line.trim();
+            if line.starts_with("Socket errors") || line.starts_with("Non-2xx") {
+                eprintln!("w6: wrk against {}: {line}", server.name);
+            }
+        }
         Measured {
             rps,
             gbps: bytes_per_s * 8.0 / 1e9,

@@ -213,15 +213,32 @@ pub fn serve_tokio(args: &ServeArgs) {
     per_core(args, tokio_loop::serve);
 }
 
+/// Arguments of the hidden `w6-loop-uring` role.
+#[derive(clap::Args, Debug, Clone)]
+pub struct UringArgs {
+    #[command(flatten)]
+    serve: ServeArgs,
+    /// Set up each ring with `IORING_SETUP_COOP_TASKRUN`,
+    /// `IORING_SETUP_SINGLE_ISSUER` and `IORING_SETUP_DEFER_TASKRUN` (Linux
+    /// 6.1): completions are run when the thread waits for them, not by
+    /// interrupting it.
+    #[arg(long)]
+    tuned: bool,
+}
+
 /// `w6-loop-uring`: the loop on a monoio io_uring runtime per thread.
 #[cfg(target_os = "linux")]
-pub fn serve_uring(args: &ServeArgs) {
-    per_core(args, uring_loop::serve);
+pub fn serve_uring(args: &UringArgs) {
+    if args.tuned {
+        per_core(&args.serve, uring_loop::serve_tuned);
+    } else {
+        per_core(&args.serve, uring_loop::serve);
+    }
 }
 
 /// `w6-loop-uring`: io_uring is Linux's.
 #[cfg(not(target_os = "linux"))]
-pub fn serve_uring(_: &ServeArgs) {
+pub fn serve_uring(_: &UringArgs) {
     panic!("w6-loop-uring needs Linux (io_uring)");
 }
 
@@ -319,9 +336,24 @@ mod uring_loop {
     /// Submission queue entries per ring.
     const RING_ENTRIES: u32 = 1024;
 
+    /// The loop on monoio's default ring.
     pub(super) fn serve(listener: std::net::TcpListener, site: Arc<Site>) {
+        run(listener, site, io_uring::IoUring::builder());
+    }
+
+    /// The loop on a ring with deferred task work (see `UringArgs::tuned`).
+    pub(super) fn serve_tuned(listener: std::net::TcpListener, site: Arc<Site>) {
+        let mut ring = io_uring::IoUring::builder();
+        ring.setup_coop_taskrun()
+            .setup_single_issuer()
+            .setup_defer_taskrun();
+        run(listener, site, ring);
+    }
+
+    fn run(listener: std::net::TcpListener, site: Arc<Site>, ring: io_uring::Builder) {
         let mut runtime = monoio::RuntimeBuilder::<monoio::IoUringDriver>::new()
             .with_entries(RING_ENTRIES)
+            .uring_builder(ring)
             .enable_timer()
             .build()
             .expect("an io_uring runtime (is io_uring enabled?)");
@@ -420,8 +452,12 @@ pub struct Args {
     rounds: usize,
     /// The servers, in the order each round runs them: `plexus` (the web
     /// server, per-core), `tokio` (the loop on tokio), `uring` (the loop on
-    /// io_uring).
-    #[arg(long, value_delimiter = ',', default_value = "plexus,tokio,uring")]
+    /// io_uring), `uring-tuned` (the same, deferred task work).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "plexus,tokio,uring,uring-tuned"
+    )]
     servers: Vec<Driver>,
     /// Seconds wrk runs against each server.
     #[arg(long, default_value_t = 10.0)]
@@ -446,6 +482,8 @@ pub enum Driver {
     Tokio,
     /// This module's loop on monoio's io_uring driver (`w6-loop-uring`).
     Uring,
+    /// The same with deferred task work (`w6-loop-uring --tuned`).
+    UringTuned,
 }
 
 impl Driver {
@@ -454,14 +492,16 @@ impl Driver {
             Driver::Plexus => "plexus",
             Driver::Tokio => "loop-tokio",
             Driver::Uring => "loop-uring",
+            Driver::UringTuned => "loop-uring-tuned",
         }
     }
 
-    fn role(self) -> &'static str {
+    fn role(self) -> (&'static str, &'static [&'static str]) {
         match self {
-            Driver::Plexus => "w6-serve",
-            Driver::Tokio => "w6-loop-tokio",
-            Driver::Uring => "w6-loop-uring",
+            Driver::Plexus => ("w6-serve", &[]),
+            Driver::Tokio => ("w6-loop-tokio", &[]),
+            Driver::Uring => ("w6-loop-uring", &[]),
+            Driver::UringTuned => ("w6-loop-uring", &["--tuned"]),
         }
     }
 }
@@ -494,7 +534,8 @@ pub fn run(args: &Args) {
     let mut all: Vec<(Driver, Measured)> = Vec::new();
     for _ in 0..args.rounds {
         for &driver in &args.servers {
-            let server = Server::own(driver.name(), driver.role(), &pages, threads);
+            let (role, extra) = driver.role();
+            let server = Server::own_with(driver.name(), role, extra, &pages, threads);
             let measured = run.wrk(&server, Some(&paths), false);
             drop(server);
             print("w6-drivers", driver.name(), "wrk", &measured);

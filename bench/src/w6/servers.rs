@@ -109,9 +109,22 @@ impl Drop for Server {
 impl Server {
     /// Starts one of this binary's server roles and waits for its `READY`.
     pub fn own(name: &'static str, role: &str, root: &Path, threads: usize) -> Server {
+        Self::own_with(name, role, &[], root, threads)
+    }
+
+    /// [`own`](Self::own), with more arguments for the role.
+    pub fn own_with(
+        name: &'static str,
+        role: &str,
+        extra: &[&str],
+        root: &Path,
+        threads: usize,
+    ) -> Server {
         use std::io::BufRead;
         let mut child = Command::new(std::env::current_exe().expect("own path"))
-            .args([role, "--addr", "127.0.0.1:0", "--threads"])
+            .arg(role)
+            .args(extra)
+            .args(["--addr", "127.0.0.1:0", "--threads"])
             .arg(threads.to_string())
             .arg("--root")
             .arg(root)
