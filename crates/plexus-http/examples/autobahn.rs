@@ -1,7 +1,9 @@
 //! The Autobahn test suite's echo peer (`.ci/autobahn` runs it; results in
 //! `docs/autobahn.md`): the crate's sans-IO [`WebSocket`] driven over
 //! tokio TCP, every message echoed with its kind (text as text, binary as
-//! binary).
+//! binary), with permessage-deflate offered (client) and accepted (server)
+//! with the default [`DeflateConfig`], as the suite's 12.* and 13.* cases
+//! need.
 //!
 //! ```text
 //! autobahn server 127.0.0.1:9001     # for `wstest -m fuzzingclient`
@@ -23,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use plexus_http::websocket::handshake::{check_server_response, client_request, server_response};
-use plexus_http::websocket::{Role, WebSocket, WsConfig, WsEvent, WsMessage};
+use plexus_http::websocket::{DeflateConfig, Role, WebSocket, WsConfig, WsEvent, WsMessage};
 use plexus_http::{encode_response, Decoded, Limits, RequestDecoder};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -33,6 +35,14 @@ use tokio::net::{TcpListener, TcpStream};
 const LINGER: Duration = Duration::from_secs(2);
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
+
+/// The defaults, with permessage-deflate.
+fn config() -> WsConfig {
+    WsConfig {
+        deflate: Some(DeflateConfig::default()),
+        ..WsConfig::default()
+    }
+}
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
@@ -75,18 +85,19 @@ async fn serve(mut socket: TcpStream) -> Result<(), Error> {
         }
     };
     let mut head = BytesMut::new();
-    match server_response(&request) {
-        Ok(response) => {
+    let extensions = match server_response(&request, &config()) {
+        Ok((response, extensions)) => {
             encode_response(&mut head, &response, true, false)?;
             socket.write_all(&head).await?;
+            extensions
         }
         Err(e) => {
             encode_response(&mut head, &e.response(), false, false)?;
             socket.write_all(&head).await?;
             return Ok(());
         }
-    }
-    let ws = WebSocket::new(Role::Server, WsConfig::default(), 0);
+    };
+    let ws = WebSocket::new(Role::Server, config(), 0).with_extensions(extensions);
     drive(socket, buf, ws, Role::Server, |_| {}).await
 }
 
@@ -116,15 +127,18 @@ async fn client(url: &str) -> Result<(), Error> {
 async fn run(host: &str, path: &str) -> Result<Option<WsMessage>, Error> {
     let mut socket = TcpStream::connect(host).await?;
     socket.set_nodelay(true)?;
-    let (request, accept) = client_request(host, path, nonce());
+    let (request, offer) = client_request(host, path, nonce(), &config());
     socket.write_all(&request).await?;
     let mut buf = BytesMut::with_capacity(4096);
-    while check_server_response(&mut buf, &accept)?.is_none() {
+    let extensions = loop {
+        if let Some(extensions) = check_server_response(&mut buf, &offer)? {
+            break extensions;
+        }
         if socket.read_buf(&mut buf).await? == 0 {
             return Err(format!("{path}: closed during the handshake").into());
         }
-    }
-    let ws = WebSocket::new(Role::Client, WsConfig::default(), random_u64());
+    };
+    let ws = WebSocket::new(Role::Client, config(), random_u64()).with_extensions(extensions);
     let mut first = None;
     drive(socket, buf, ws, Role::Client, |m| {
         first.get_or_insert_with(|| m.clone());

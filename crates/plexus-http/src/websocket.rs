@@ -8,18 +8,33 @@
 //! sequence closes the connection as soon as its byte is seen, not at the
 //! frame's or the message's end). A protocol violation is answered with
 //! its close code and the connection ends: an unmasked client frame, a
-//! masked server frame, reserved bits, an unknown opcode, a fragmented or
-//! oversized control frame, a continuation without a start, a new message
-//! inside a fragmented one, a close code that may not be sent (1002);
-//! invalid UTF-8 in a text message or close reason (1007); a frame or
-//! message over the bounds, refused from its header before its payload is
-//! read (1009); pings faster than `max_pings_per_second` (1008). Each ping
+//! masked server frame, reserved bits no extension defines, an unknown
+//! opcode, a fragmented or oversized control frame, a continuation without
+//! a start, a new message inside a fragmented one, a close code that may
+//! not be sent (1002); invalid UTF-8 in a text message or close reason
+//! (1007); a frame or message over the bounds, refused from its header
+//! before its payload is read (a compressed message: as soon as it
+//! inflates past the bound) (1009); pings faster than
+//! `max_pings_per_second` (1008). Each ping
 //! is answered with a pong carrying its payload, in order; at most
 //! [`MAX_PENDING_PONGS`] wait to be sent, and past that the oldest waiting
 //! one is dropped (RFC 6455, 5.5.3 lets an endpoint answer only the most
 //! recent ping), so a ping flood costs bounded memory. Memory is bounded by
 //! one message (`max_message`) plus one control frame's 125 bytes and the
-//! waiting pongs; the input buffer is the caller's and is drained as read.
+//! waiting pongs, and permessage-deflate's fixed state when agreed; the
+//! input buffer is the caller's and is drained as read.
+//!
+//! **permessage-deflate** (RFC 7692, [`deflate`]) is used when the opening
+//! handshake agreed on it ([`WsConfig::deflate`] enables offering and
+//! accepting it; [`WebSocket::with_extensions`] takes what was agreed).
+//! Then each data message sent is compressed, and a message whose first
+//! frame has RSV1 set is inflated as it arrives, within the same
+//! `max_message` bound (1009 past it, however small it is on the wire; a
+//! "zip bomb" costs no more than an honest message), its text checked as
+//! it is inflated (1007); data that does not inflate is refused with 1007.
+//! RSV1 on a control frame or a continuation frame is a protocol error
+//! (1002), as is RSV1 on any frame without the extension. Control frames
+//! are never compressed.
 //!
 //! `.ci/autobahn` runs the Autobahn test suite against this module both
 //! ways (through this crate's `autobahn` example; results in
@@ -30,12 +45,16 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 
+pub mod deflate;
 mod frame;
 pub mod handshake;
 pub mod layer;
 
+use deflate::{Codec, InflateError};
+pub use deflate::{DeflateConfig, DeflateParams};
 pub use frame::Opcode;
-use frame::{apply_mask, parse_header, put_frame, FrameError};
+use frame::{apply_mask, parse_header, put_frame, put_frame_rsv1, FrameError, Header};
+use handshake::Extensions;
 
 /// Pongs waiting to be sent at most; past it, the oldest is dropped.
 pub const MAX_PENDING_PONGS: usize = 16;
@@ -70,6 +89,33 @@ impl CloseCode {
     }
 }
 
+/// The data message being read.
+#[derive(Debug)]
+struct Fragment {
+    /// Its first frame's opcode (text or binary).
+    opcode: Opcode,
+    /// What it holds so far.
+    body: Body,
+}
+
+/// A message's bytes so far.
+#[derive(Debug)]
+enum Body {
+    /// As they came.
+    Plain(BytesMut),
+    /// Inflated (RSV1 was set: permessage-deflate).
+    Inflated(Vec<u8>),
+}
+
+impl Body {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Body::Plain(b) => b,
+            Body::Inflated(b) => b,
+        }
+    }
+}
+
 /// The frame whose payload is being read (its header was).
 #[derive(Debug, Clone, Copy)]
 struct Reading {
@@ -92,7 +138,7 @@ pub enum Role {
     Client,
 }
 
-/// The bounds of a connection.
+/// The bounds of a connection, and the extensions it may negotiate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WsConfig {
     /// Largest frame payload accepted. Default 16 MiB.
@@ -102,6 +148,13 @@ pub struct WsConfig {
     /// Pings per second accepted before the connection is closed with
     /// 1008. Default 1,000.
     pub max_pings_per_second: u32,
+    /// permessage-deflate (RFC 7692): offered by a client's handshake and
+    /// accepted by a server's with these settings when set. Default
+    /// `None`: neither offered nor accepted (the `ws://` and `wss://`
+    /// actor transports leave it off: a stack compresses with its own
+    /// layer). Costs about 300 KiB per connection that agrees on it (see
+    /// [`deflate`]).
+    pub deflate: Option<DeflateConfig>,
 }
 
 impl Default for WsConfig {
@@ -110,6 +163,7 @@ impl Default for WsConfig {
             max_frame: 16 << 20,
             max_message: 16 << 20,
             max_pings_per_second: 1000,
+            deflate: None,
         }
     }
 }
@@ -168,8 +222,10 @@ pub struct WebSocket {
     mask_state: u64,
     /// The frame whose payload is being read, once its header is.
     reading: Option<Reading>,
-    /// The message in progress (its first frame's opcode, its bytes).
-    fragment: Option<(Opcode, BytesMut)>,
+    /// The message in progress.
+    fragment: Option<Fragment>,
+    /// permessage-deflate's compressor and decompressor, once agreed.
+    deflate: Option<Codec>,
     /// Bytes of the text message in progress already checked as UTF-8.
     checked: usize,
     /// The payload of the control frame being read.
@@ -196,6 +252,7 @@ impl WebSocket {
             mask_state: seed | 1,
             reading: None,
             fragment: None,
+            deflate: None,
             checked: 0,
             control: BytesMut::new(),
             out: BytesMut::new(),
@@ -206,6 +263,19 @@ impl WebSocket {
             ping_window: (None, 0),
             stats: WsStats::default(),
         }
+    }
+
+    /// The connection with the `extensions` its opening handshake agreed
+    /// on (permessage-deflate compresses at the level of the config's
+    /// [`DeflateConfig`], or the default one). Call before any frame goes
+    /// either way: a peer that compresses while this side does not know
+    /// gets 1002.
+    pub fn with_extensions(mut self, extensions: Extensions) -> Self {
+        let level = self.config.deflate.unwrap_or_default().level;
+        self.deflate = extensions
+            .deflate
+            .map(|params| Codec::new(self.role, &params, level));
+        self
     }
 
     /// The counters.
@@ -238,13 +308,14 @@ impl WebSocket {
                 Some(reading) => reading,
                 None => {
                     let masked = self.role == Role::Server;
-                    let header = match parse_header(buf, masked, self.config.max_frame) {
+                    let rsv1 = self.deflate.is_some();
+                    let header = match parse_header(buf, masked, rsv1, self.config.max_frame) {
                         Ok(Some(h)) => h,
                         Ok(None) => return None,
                         Err(e) => return Some(self.fail(e)),
                     };
                     let _ = buf.split_to(header.len);
-                    if let Err(e) = self.on_frame_start(header.opcode, header.payload) {
+                    if let Err(e) = self.on_frame_start(&header) {
                         return Some(self.fail(e));
                     }
                     self.reading.insert(Reading {
@@ -290,32 +361,52 @@ impl WebSocket {
 
     /// Checks a frame's header against the message in progress (RFC 6455,
     /// 5.4: a continuation continues a message, a new message waits for
-    /// the last one's end) and the size bound, before its payload is read.
-    fn on_frame_start(&mut self, opcode: Opcode, payload: usize) -> Result<(), FrameError> {
+    /// the last one's end), RSV1 (RFC 7692, 6.1: on a message's first
+    /// frame only) and the size bound, before its payload is read. A
+    /// compressed message's bound is checked as it inflates instead.
+    fn on_frame_start(&mut self, header: &Header) -> Result<(), FrameError> {
         let too_big = FrameError {
             code: CloseCode::MESSAGE_TOO_BIG,
             why: "a message over the size limit",
         };
-        match opcode {
+        let payload = header.payload;
+        match header.opcode {
             Opcode::Text | Opcode::Binary => {
                 if self.fragment.is_some() {
                     return Err(protocol("a new message inside a fragmented one"));
                 }
-                if payload > self.config.max_message {
+                let body = if header.rsv1 {
+                    Body::Inflated(Vec::new())
+                } else if payload > self.config.max_message {
                     return Err(too_big);
-                }
+                } else {
+                    Body::Plain(BytesMut::new())
+                };
                 self.checked = 0;
-                self.fragment = Some((opcode, BytesMut::new()));
+                self.fragment = Some(Fragment {
+                    opcode: header.opcode,
+                    body,
+                });
             }
             Opcode::Continuation => {
-                let Some((_, message)) = &self.fragment else {
-                    return Err(protocol("a continuation without a message"));
-                };
-                if message.len() + payload > self.config.max_message {
-                    return Err(too_big);
+                if header.rsv1 {
+                    return Err(protocol("RSV1 on a continuation frame"));
+                }
+                match &self.fragment {
+                    None => return Err(protocol("a continuation without a message")),
+                    Some(Fragment {
+                        body: Body::Plain(message),
+                        ..
+                    }) if message.len() + payload > self.config.max_message => return Err(too_big),
+                    Some(_) => {}
                 }
             }
-            Opcode::Close | Opcode::Ping | Opcode::Pong => self.control.clear(),
+            Opcode::Close | Opcode::Ping | Opcode::Pong => {
+                if header.rsv1 {
+                    return Err(protocol("RSV1 on a control frame"));
+                }
+                self.control.clear();
+            }
         }
         Ok(())
     }
@@ -364,14 +455,32 @@ impl WebSocket {
     /// delivered once `last` (its last frame whole).
     fn data(&mut self, chunk: BytesMut, last: bool) -> Option<WsEvent> {
         // `on_frame_start` began the message for this data frame.
-        let (opcode, message) = self.fragment.as_mut()?;
-        if message.is_empty() {
-            // A message in one frame, whole in the input, is not copied.
-            *message = chunk;
-        } else {
-            message.extend_from_slice(&chunk);
+        let fragment = self.fragment.as_mut()?;
+        match &mut fragment.body {
+            Body::Plain(message) if message.is_empty() => {
+                // A message in one frame, whole in the input, is not copied.
+                *message = chunk;
+            }
+            Body::Plain(message) => message.extend_from_slice(&chunk),
+            Body::Inflated(message) => {
+                // RSV1 is only let through with the extension agreed.
+                let codec = self.deflate.as_mut()?;
+                if let Err(e) = codec.decompress(&chunk, last, message, self.config.max_message) {
+                    return Some(self.fail(match e {
+                        InflateError::TooBig => FrameError {
+                            code: CloseCode::MESSAGE_TOO_BIG,
+                            why: "a compressed message that inflates over the size limit",
+                        },
+                        InflateError::Corrupt => FrameError {
+                            code: CloseCode::INVALID_PAYLOAD,
+                            why: "a compressed message that does not inflate",
+                        },
+                    }));
+                }
+            }
         }
-        if *opcode == Opcode::Text {
+        let message = fragment.body.bytes();
+        if fragment.opcode == Opcode::Text {
             match std::str::from_utf8(&message[self.checked..]) {
                 Ok(_) => self.checked = message.len(),
                 Err(e) if e.error_len().is_some() || last => {
@@ -388,11 +497,18 @@ impl WebSocket {
         if !last {
             return None;
         }
-        let (opcode, message) = self.fragment.take()?;
+        let Fragment { opcode, body } = self.fragment.take()?;
         self.stats.messages += 1;
-        Some(WsEvent::Message(match opcode {
-            Opcode::Text => WsMessage::Text(String::from_utf8(message.into()).unwrap_or_default()),
-            _ => WsMessage::Binary(message.freeze()),
+        Some(WsEvent::Message(match (opcode, body) {
+            // Checked as UTF-8 above: the fallback is never taken.
+            (Opcode::Text, Body::Plain(message)) => {
+                WsMessage::Text(String::from_utf8(message.into()).unwrap_or_default())
+            }
+            (Opcode::Text, Body::Inflated(message)) => {
+                WsMessage::Text(String::from_utf8(message).unwrap_or_default())
+            }
+            (_, Body::Plain(message)) => WsMessage::Binary(message.freeze()),
+            (_, Body::Inflated(message)) => WsMessage::Binary(Bytes::from(message)),
         }))
     }
 
@@ -465,7 +581,8 @@ impl WebSocket {
         self.pending_pongs.clear();
     }
 
-    /// Queues `message` as one frame.
+    /// Queues `message` as one frame: compressed, with RSV1 set, once
+    /// permessage-deflate was agreed (see [`deflate`]).
     ///
     /// # Errors
     ///
@@ -479,7 +596,12 @@ impl WebSocket {
             WsMessage::Binary(b) => (Opcode::Binary, b),
         };
         let mask = self.next_mask();
-        put_frame(&mut self.out, true, opcode, mask, data);
+        match self.deflate.as_mut().and_then(|codec| codec.compress(data)) {
+            Some(compressed) => {
+                put_frame_rsv1(&mut self.out, true, true, opcode, mask, &compressed)
+            }
+            None => put_frame(&mut self.out, true, opcode, mask, data),
+        }
         Ok(())
     }
 

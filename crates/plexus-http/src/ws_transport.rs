@@ -42,7 +42,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::server::WebServer;
-use crate::websocket::handshake::{check_server_response, client_request};
+use crate::websocket::handshake::{check_server_response, client_request, Extensions};
 use crate::websocket::layer::{WebSocketLayer, WsTotals};
 use crate::websocket::{Role, WsConfig};
 
@@ -126,7 +126,9 @@ impl WsTransport {
         self
     }
 
-    /// The WebSocket bounds of every connection.
+    /// The WebSocket bounds of every connection, and whether it offers and
+    /// accepts permessage-deflate ([`WsConfig::deflate`]; off by default:
+    /// a stack compresses with its own `compression` layer).
     pub fn config(mut self, config: WsConfig) -> Self {
         self.config = config;
         self
@@ -168,7 +170,7 @@ impl WsTransport {
         format!("{}://{addr}", self.scheme())
     }
 
-    fn stack(&self, spec: &StackSpec, role: Role, link_id: u64) -> Stack {
+    fn stack(&self, spec: &StackSpec, role: Role, link_id: u64, extensions: Extensions) -> Stack {
         let ctx = LinkContext {
             now: Instant::now(),
             link_id,
@@ -178,7 +180,9 @@ impl WsTransport {
             Role::Server => 0,
         };
         let mut layers: Vec<Box<dyn plexus_net::Layer>> = vec![Box::new(
-            WebSocketLayer::new(role, self.config, seed).with_totals(self.totals.clone()),
+            WebSocketLayer::new(role, self.config, seed)
+                .with_extensions(extensions)
+                .with_totals(self.totals.clone()),
         )];
         layers.extend(spec.build_layers(ctx));
         Stack::new(None, layers)
@@ -289,14 +293,19 @@ impl WsDialer {
         S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
     {
         let url = || self.transport.url(addr);
-        let (request, accept) = client_request(addr, &self.transport.path, rand::random());
+        let (request, offer) = client_request(
+            addr,
+            &self.transport.path,
+            rand::random(),
+            &self.transport.config,
+        );
         let handshake = async {
             io.write_all(&request).await?;
             io.flush().await?;
             let mut buf = BytesMut::with_capacity(1024);
             loop {
-                match check_server_response(&mut buf, &accept) {
-                    Ok(Some(())) => return Ok(Ok(buf.freeze())),
+                match check_server_response(&mut buf, &offer) {
+                    Ok(Some(extensions)) => return Ok(Ok((buf.freeze(), extensions))),
                     Ok(None) => {}
                     Err(e) => return Ok(Err(e.to_string())),
                 }
@@ -306,19 +315,21 @@ impl WsDialer {
             }
         };
         let upgrade = |why: String| ConnectError::Upgrade { addr: url(), why };
-        let leftover = match tokio::time::timeout(self.transport.handshake_timeout, handshake).await
-        {
-            Err(_) => return Err(upgrade("no answer in time".into())),
-            Ok(Err(source)) => {
-                return Err(ConnectError::Io {
-                    addr: url(),
-                    source,
-                })
-            }
-            Ok(Ok(Err(why))) => return Err(upgrade(why)),
-            Ok(Ok(Ok(leftover))) => leftover,
-        };
-        let stack = self.transport.stack(&self.spec, Role::Client, 0);
+        let (leftover, extensions) =
+            match tokio::time::timeout(self.transport.handshake_timeout, handshake).await {
+                Err(_) => return Err(upgrade("no answer in time".into())),
+                Ok(Err(source)) => {
+                    return Err(ConnectError::Io {
+                        addr: url(),
+                        source,
+                    })
+                }
+                Ok(Ok(Err(why))) => return Err(upgrade(why)),
+                Ok(Ok(Ok(agreed))) => agreed,
+            };
+        let stack = self
+            .transport
+            .stack(&self.spec, Role::Client, 0, extensions);
         let link = Link::over_stream(Prefixed::new(leftover, io), stack, url(), self.link);
         Ok(match identity {
             Some(identity) => link.with_identity(identity),

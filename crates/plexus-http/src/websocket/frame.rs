@@ -1,5 +1,7 @@
 //! WebSocket frames (RFC 6455, section 5): the header, masking, and the
-//! checks a frame must pass on its own.
+//! checks a frame must pass on its own. RSV1 is let through only where an
+//! extension that defines it (permessage-deflate, RFC 7692) was agreed;
+//! RSV2 and RSV3 never are.
 
 use bytes::{BufMut, BytesMut};
 
@@ -56,6 +58,8 @@ impl Opcode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Header {
     pub(crate) fin: bool,
+    /// RSV1: the message is compressed (only with permessage-deflate).
+    pub(crate) rsv1: bool,
     pub(crate) opcode: Opcode,
     pub(crate) mask: Option<[u8; 4]>,
     /// Bytes of the header.
@@ -80,17 +84,22 @@ const fn protocol(why: &'static str) -> FrameError {
 
 /// Parses the header at the front of `buf`, if whole. `masked` says
 /// whether frames must be masked (from a client) or must not be (from a
-/// server); `max_payload` bounds a frame's payload.
+/// server); `rsv1` whether an extension gave RSV1 a meaning;
+/// `max_payload` bounds a frame's payload.
 pub(crate) fn parse_header(
     buf: &[u8],
     masked: bool,
+    rsv1: bool,
     max_payload: usize,
 ) -> Result<Option<Header>, FrameError> {
     if buf.len() < 2 {
         return Ok(None);
     }
     let (b0, b1) = (buf[0], buf[1]);
-    if b0 & 0x70 != 0 {
+    // RFC 6455, 5.2: a reserved bit no extension defines fails the
+    // connection.
+    let allowed = if rsv1 { 0x40 } else { 0 };
+    if b0 & 0x70 & !allowed != 0 {
         return Err(protocol("reserved bits set without an extension"));
     }
     let opcode = Opcode::from_bits(b0 & 0x0F).ok_or(protocol("unknown opcode"))?;
@@ -149,6 +158,7 @@ pub(crate) fn parse_header(
     };
     Ok(Some(Header {
         fin,
+        rsv1: b0 & 0x40 != 0,
         opcode,
         mask,
         len: at,
@@ -171,8 +181,21 @@ pub(crate) fn put_frame(
     mask: Option<[u8; 4]>,
     payload: &[u8],
 ) {
+    put_frame_rsv1(out, fin, false, opcode, mask, payload);
+}
+
+/// As [`put_frame`], with RSV1 set if `rsv1` (a compressed message's first
+/// frame, RFC 7692, 6).
+pub(crate) fn put_frame_rsv1(
+    out: &mut BytesMut,
+    fin: bool,
+    rsv1: bool,
+    opcode: Opcode,
+    mask: Option<[u8; 4]>,
+    payload: &[u8],
+) {
     out.reserve(14 + payload.len());
-    out.put_u8(u8::from(fin) << 7 | opcode.bits());
+    out.put_u8(u8::from(fin) << 7 | u8::from(rsv1) << 6 | opcode.bits());
     let mask_bit = if mask.is_some() { 0x80 } else { 0 };
     match payload.len() {
         n @ 0..=125 => out.put_u8(mask_bit | n as u8),

@@ -13,6 +13,7 @@ use std::time::Instant;
 use bytes::BytesMut;
 use plexus_net::{Frame, Layer, LinkError, Output, ReceiveError, StackSendError};
 
+use super::handshake::Extensions;
 use super::{CloseCode, Role, WebSocket, WsConfig, WsEvent, WsMessage};
 
 /// Counters many connections' layers add to (a transport's totals over
@@ -35,13 +36,17 @@ pub struct WsTotalsSnapshot {
     /// Connections the peer closed (with or without a code).
     pub closed_by_peer: u64,
     /// Connections we closed for a protocol error (1002: unmasked client
-    /// frames, bad opcodes or reserved bits, fragmented control frames).
+    /// frames, bad opcodes or reserved bits, fragmented control frames,
+    /// RSV1 without permessage-deflate or on a control or continuation
+    /// frame).
     pub protocol_errors: u64,
-    /// ... for invalid UTF-8 in a text message or close reason (1007).
+    /// ... for invalid UTF-8 in a text message or close reason, or a
+    /// compressed message that does not inflate (1007).
     pub invalid_payloads: u64,
     /// ... for a policy violation (1008: a ping flood).
     pub policy: u64,
-    /// ... for a frame or message over its bound (1009).
+    /// ... for a frame or message over its bound, a compressed message
+    /// that inflates past it included (1009).
     pub too_big: u64,
 }
 
@@ -90,6 +95,13 @@ impl WebSocketLayer {
             received: BytesMut::new(),
             totals: None,
         }
+    }
+
+    /// The layer with the `extensions` its opening handshake agreed on
+    /// (see [`WebSocket::with_extensions`]).
+    pub fn with_extensions(mut self, extensions: Extensions) -> Self {
+        self.ws = self.ws.with_extensions(extensions);
+        self
     }
 
     /// The layer, adding what it counts to `totals` too.

@@ -4,9 +4,13 @@ use bytes::{Bytes, BytesMut};
 use proptest::prelude::*;
 
 use super::frame::{put_frame, Opcode};
-use super::handshake::{accept_key, check_server_response, client_request, server_response};
+use super::handshake::{
+    accept_key, check_server_response, client_request, server_response, Extensions,
+};
 use super::*;
 use crate::decoder::{Decoded, RequestDecoder};
+
+mod deflate;
 
 /// A client frame (masked).
 fn client_frame(fin: bool, opcode: Opcode, payload: &[u8]) -> BytesMut {
@@ -287,35 +291,52 @@ fn the_opening_handshake_follows_rfc_6455() {
         accept_key(b"dGhlIHNhbXBsZSBub25jZQ=="),
         "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
     );
-    let (request, accept) = client_request("h", "/ws", [9; 16]);
+    let (request, offer) = client_request("h", "/ws", [9; 16], &WsConfig::default());
     let mut buf = BytesMut::from(&request[..]);
     let Ok(Some(Decoded::Request(req))) = RequestDecoder::default().decode(&mut buf) else {
         panic!("the client's request decodes");
     };
     assert!(handshake::is_upgrade(&req));
-    let response = server_response(&req).unwrap();
+    let (response, extensions) = server_response(&req, &WsConfig::default()).unwrap();
     assert_eq!(response.status, 101);
+    assert_eq!(extensions, Extensions::default());
     let mut wire = BytesMut::new();
     crate::encode_response(&mut wire, &response, true, false).unwrap();
     wire.extend_from_slice(b"\x81\x00");
-    assert_eq!(check_server_response(&mut wire, &accept), Ok(Some(())));
+    assert_eq!(
+        check_server_response(&mut wire, &offer),
+        Ok(Some(Extensions::default()))
+    );
     assert_eq!(&wire[..], b"\x81\x00", "frames after the head stay");
     let mut wrong = BytesMut::from(
         &b"HTTP/1.1 101 Switching Protocols\r\nSec-WebSocket-Accept: nope\r\n\r\n"[..],
     );
-    assert!(check_server_response(&mut wrong, &accept).is_err());
+    assert!(check_server_response(&mut wrong, &offer).is_err());
 
     let mut old = req.clone();
     old.headers
         .retain(|(n, _)| !n.eq_ignore_ascii_case("sec-websocket-version"));
     old.headers
         .push(("Sec-WebSocket-Version".into(), Bytes::from_static(b"8")));
-    assert_eq!(server_response(&old).unwrap_err().response().status, 426);
+    let config = WsConfig::default();
+    assert_eq!(
+        server_response(&old, &config)
+            .unwrap_err()
+            .response()
+            .status,
+        426
+    );
     let mut plain = req;
     plain
         .headers
         .retain(|(n, _)| !n.eq_ignore_ascii_case("upgrade"));
-    assert_eq!(server_response(&plain).unwrap_err().response().status, 400);
+    assert_eq!(
+        server_response(&plain, &config)
+            .unwrap_err()
+            .response()
+            .status,
+        400
+    );
 }
 
 proptest! {
@@ -356,7 +377,12 @@ proptest! {
     /// Any bytes: no panic, and at most one close.
     #[test]
     fn arbitrary_input_never_panics(input in proptest::collection::vec(any::<u8>(), 0..600)) {
-        let config = WsConfig { max_frame: 256, max_message: 512, max_pings_per_second: 10 };
+        let config = WsConfig {
+            max_frame: 256,
+            max_message: 512,
+            max_pings_per_second: 10,
+            deflate: None,
+        };
         let mut srv = WebSocket::new(Role::Server, config, 0);
         let mut buf = BytesMut::from(&input[..]);
         let mut closes = 0;

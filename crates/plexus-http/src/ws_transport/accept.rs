@@ -178,12 +178,13 @@ impl Accepting {
                         ),
                     )
                 } else {
-                    match server_response(&request) {
-                        Ok(switching) => {
+                    match server_response(&request, &transport.config) {
+                        Ok((switching, extensions)) => {
                             if let Err(e) = write_response(&mut io, &switching, true).await {
                                 return Handshaken::Refused(self.refused(peer, e.to_string()));
                             }
-                            let stack = transport.stack(&self.spec, Role::Server, link_id);
+                            let stack =
+                                transport.stack(&self.spec, Role::Server, link_id, extensions);
                             let mut link = Link::over_stream(
                                 Prefixed::new(rest, io),
                                 stack,
