@@ -30,6 +30,7 @@ use plexus_net::{
     OptionError, Output, ReceiveError, StackSendError,
 };
 
+use crate::body::Body;
 use crate::decoder::{Decoded, Limits, RequestDecoder};
 use crate::response::{
     encode_chunk_size, encode_chunked_head, encode_head, encode_last_chunk, Response,
@@ -393,8 +394,11 @@ fn response_frame(
     let mut head = BytesMut::new();
     let body = encode_head(&mut head, &response, keep_alive)?;
     let mut frame = Frame::from_payload(head.freeze());
-    if body && !head_only && !response.body.is_empty() {
-        frame.push_payload(response.body);
+    if body && !head_only {
+        match response.body {
+            Body::Bytes(bytes) => frame.push_payload(bytes),
+            Body::File(region) => frame.push_file(region),
+        }
     }
     Ok(frame)
 }
@@ -414,6 +418,11 @@ impl Layer for HttpLayer {
 
     fn limits_sends(&self) -> bool {
         false
+    }
+
+    /// A file body goes down as the region it came as, behind its head.
+    fn passes_file_regions(&self) -> bool {
+        true
     }
 
     fn flushes(&self) -> bool {

@@ -40,6 +40,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+mod body;
 mod chunked;
 mod decoder;
 mod error;
@@ -56,6 +57,7 @@ pub mod wire;
 #[cfg(feature = "server")]
 pub mod ws_transport;
 
+pub use body::Body;
 pub use decoder::{Decoded, Limits, RequestDecoder};
 pub use error::RequestError;
 pub use layer::{HttpConfig, HttpLayer, HttpStats, HttpTotals};

@@ -4,6 +4,8 @@
 use bytes::{BufMut, Bytes, BytesMut};
 use serde::{Deserialize, Serialize};
 
+use crate::body::Body;
+
 /// A response with its whole body.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Response {
@@ -12,13 +14,13 @@ pub struct Response {
     /// Header fields; `Content-Length` and `Connection` are written by the
     /// encoder and must not be among them.
     pub headers: Vec<(String, Bytes)>,
-    /// The body.
-    pub body: Bytes,
+    /// The body: bytes, or a region of a file ([`Body::File`]).
+    pub body: Body,
 }
 
 impl Response {
     /// A response of `status` with `body` and no header fields.
-    pub fn new(status: u16, body: impl Into<Bytes>) -> Self {
+    pub fn new(status: u16, body: impl Into<Body>) -> Self {
         Self {
             status,
             headers: Vec::new(),
@@ -78,6 +80,11 @@ pub enum ResponseError {
     /// A status code outside 100-999.
     #[error("status code {0} is not three digits")]
     Status(u16),
+    /// A file body ([`Body::File`]) asked of an encoder that writes into a
+    /// buffer: its bytes are sent by the connection (`HttpLayer`), not
+    /// copied here.
+    #[error("a file body is sent by the connection, not encoded into a buffer")]
+    FileBody,
 }
 
 fn check_head(status: u16, headers: &[(String, Bytes)]) -> Result<(), ResponseError> {
@@ -120,16 +127,21 @@ fn put_head(out: &mut BytesMut, status: u16, headers: &[(String, Bytes)], keep_a
 ///
 /// # Errors
 ///
-/// [`ResponseError`] for a header field or status that cannot be written;
-/// `out` is unchanged.
+/// [`ResponseError`] for a header field or status that cannot be written,
+/// or a file body (except for `head_only`); `out` is unchanged.
 pub fn encode_response(
     out: &mut BytesMut,
     response: &Response,
     keep_alive: bool,
     head_only: bool,
 ) -> Result<(), ResponseError> {
+    let bytes = match &response.body {
+        Body::Bytes(bytes) => Some(bytes),
+        Body::File(_) if head_only => None,
+        Body::File(_) => return Err(ResponseError::FileBody),
+    };
     if encode_head(out, response, keep_alive)? && !head_only {
-        out.put_slice(&response.body);
+        out.put_slice(bytes.map_or(&[][..], |b| &b[..]));
     }
     Ok(())
 }

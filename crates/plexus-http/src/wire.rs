@@ -12,12 +12,14 @@
 //! 2 chunk, 3 end), then for a whole response `head_len: u32`, the head
 //! (postcard: status, fields) and the body, for a chunked head the head
 //! alone, for a chunk its data. Bodies travel as segments of their own (no
-//! copy).
+//! copy); a file body ([`Body::File`]) as the frame's file region, which
+//! only a stack that passes regions takes (see [`plexus_net::file_region`]).
 
 use bytes::{Buf, Bytes};
 use plexus_net::Frame;
 use serde::{Deserialize, Serialize};
 
+use crate::body::Body;
 use crate::message::{Method, Request, Version};
 use crate::response::Response;
 
@@ -167,7 +169,10 @@ impl ResponseMessage {
                     headers: response.headers.clone(),
                 };
                 let mut frame = Frame::from_payload(head_bytes(&prefix, &head, true));
-                frame.push_payload(response.body.clone());
+                match &response.body {
+                    Body::Bytes(bytes) => frame.push_payload(bytes.clone()),
+                    Body::File(region) => frame.push_file(region.clone()),
+                }
                 frame
             }
             ResponseMessage::ChunkedHead {
@@ -239,12 +244,18 @@ impl ResponseMessage {
         Ok(match fixed[8] {
             WHOLE => {
                 let (head, end) = head()?;
+                let body = match frame.file_region() {
+                    None => Body::Bytes(rest(end)),
+                    // A file body is the region alone.
+                    Some(region) if frame.bytes_len() == end => Body::File(region.clone()),
+                    Some(_) => return Err(WireError("bytes before a file body")),
+                };
                 ResponseMessage::Whole {
                     id,
                     response: Response {
                         status: head.status,
                         headers: head.headers,
-                        body: rest(end),
+                        body,
                     },
                 }
             }
@@ -355,6 +366,9 @@ mod tests {
         else {
             panic!("a whole response");
         };
-        assert_eq!(response.body.as_ptr(), body.as_ptr());
+        assert_eq!(
+            response.body.as_bytes().map(|b| b.as_ptr()),
+            Some(body.as_ptr())
+        );
     }
 }

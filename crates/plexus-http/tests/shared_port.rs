@@ -46,11 +46,23 @@ fn hello_server(system: &ActorSystem) -> WebServer {
         );
         req.reply.send(Response::new(200, body));
     });
+    let dir = std::env::temp_dir().join(format!("plexus-shared-port-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("big.bin"), big_file()).unwrap();
     WebServer::new()
         .route(Method::Get, "/hello/:name", hello.clone())
         .unwrap()
         .route(Method::Post, "/hello/:name", hello)
         .unwrap()
+        .static_dir("/files", &dir, 1 << 20)
+        .unwrap()
+}
+
+/// Above the sendfile threshold: sent from the file on a connection of
+/// the server's own, read into memory on one handed over by the `ws`
+/// listener (a byte stream with the first request in front).
+fn big_file() -> Vec<u8> {
+    (0..(1 << 20)).map(|i: u32| (i % 239) as u8).collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -85,6 +97,11 @@ async fn a_node_and_its_web_server_share_one_port() {
     assert_eq!(
         (second.status, second.body.as_slice()),
         (200, &b"POST form (5 bytes)"[..])
+    );
+    let big = ask(addr, b"GET /files/big.bin HTTP/1.1\r\nHost: x\r\n\r\n").await;
+    assert!(
+        big.status == 200 && big.body == big_file(),
+        "a large file, read for this port"
     );
     let missing = ask(addr, b"GET /nothing HTTP/1.1\r\nHost: x\r\n\r\n").await;
     assert_eq!(missing.status, 404);

@@ -45,6 +45,17 @@ pub enum StackSendError {
         /// The refused frame.
         frame: Frame,
     },
+    /// The frame ends in a file region and `layer` does not pass regions
+    /// ([`Layer::passes_file_regions`](crate::Layer::passes_file_regions)):
+    /// read it into memory first ([`Frame::load_file_region`]). Nothing
+    /// changed.
+    #[error("layer {layer} does not pass file regions: read the region into memory first")]
+    FileRegion {
+        /// The first layer (from the bottom) that does not pass regions.
+        layer: &'static str,
+        /// The refused frame.
+        frame: Frame,
+    },
 }
 
 impl StackSendError {
@@ -54,7 +65,8 @@ impl StackSendError {
             StackSendError::WouldBlock(frame)
             | StackSendError::TooLarge { frame, .. }
             | StackSendError::Closed(frame)
-            | StackSendError::Layer { frame, .. } => frame,
+            | StackSendError::Layer { frame, .. }
+            | StackSendError::FileRegion { frame, .. } => frame,
         }
     }
 }

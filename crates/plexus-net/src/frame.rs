@@ -20,11 +20,19 @@
 //! Rare paths stay correct but allocate: headers larger than the free headroom
 //! spill into a segment of their own, and a chain longer than
 //! [`INLINE_SEGMENTS`] coalesces its tail.
+//!
+//! A frame's payload may end in a [`FileRegion`] instead of bytes (a large
+//! static file, see [`crate::file_region`]): [`Frame::len`] counts it, the
+//! byte views ([`Frame::chunks`], [`Frame::io_slices`], [`Frame::to_bytes`])
+//! cover the bytes in front of it only, and a driver that writes the frame
+//! sends the region after them ([`Frame::file_region`]).
 
 use std::fmt;
 use std::io::IoSlice;
 
 use bytes::{Buf, Bytes, BytesMut};
+
+use crate::file_region::FileRegion;
 
 /// Bytes of inline headroom for headers, enough for every built-in layer at
 /// once (at most 77: batching 1, compression 5, heartbeat 1, ordering 8, delivery with a
@@ -57,12 +65,21 @@ pub struct Frame {
     head_start: u8,
     /// The first payload segment; empty only when the frame has none.
     first: Bytes,
-    /// Payload segments after `first`, each non-empty; `None` while `first`
-    /// is empty, never an empty vector. At most `INLINE_SEGMENTS - 1`.
-    // Boxed: 8 bytes inline instead of a vector's 24 keeps the frame at 128
-    // bytes; the extra allocation is only for multi-segment frames (rare).
-    #[allow(clippy::box_collection)]
-    rest: Option<Box<Vec<Bytes>>>,
+    /// Payload segments after `first` and the file region that ends the
+    /// payload, if any; `None` when there are neither.
+    // Boxed: 8 bytes inline keeps the frame at 128 bytes; the extra
+    // allocation is only for multi-segment frames and file regions (rare).
+    rest: Option<Box<Tail>>,
+}
+
+/// What a frame holds beyond its headers and first segment.
+#[derive(Clone, Default)]
+struct Tail {
+    /// Byte segments after `first`, each non-empty, present only when
+    /// `first` is non-empty. At most `INLINE_SEGMENTS - 1`.
+    segs: Vec<Bytes>,
+    /// The non-empty file region after every byte segment.
+    file: Option<FileRegion>,
 }
 
 impl Default for Frame {
@@ -112,17 +129,90 @@ impl Frame {
         }
     }
 
-    /// Total length in bytes (headers and payload).
+    /// A frame whose payload is the file region `region` (headers go in
+    /// front of it; see [`crate::file_region`] for where it may travel).
+    pub fn from_file(region: FileRegion) -> Self {
+        let mut frame = Self::new();
+        frame.push_file(region);
+        frame
+    }
+
+    /// Total length in bytes (headers and payload, a file region included).
     #[inline]
     pub fn len(&self) -> usize {
         // Not stored: one field less to move, and the sum is short.
+        self.bytes_len() + self.file_region().map_or(0, FileRegion::len)
+    }
+
+    /// Length of the bytes held in memory: the headers and byte segments,
+    /// not a file region.
+    #[inline]
+    pub fn bytes_len(&self) -> usize {
         self.header_len() + self.first.len() + self.rest().iter().map(Bytes::len).sum::<usize>()
     }
 
     /// Whether the frame holds no bytes.
     #[inline]
     pub fn is_empty(&self) -> bool {
-        self.header_len() == 0 && self.first.is_empty()
+        self.header_len() == 0 && self.first.is_empty() && self.rest.is_none()
+    }
+
+    /// The file region that ends the payload, if any.
+    #[inline]
+    pub fn file_region(&self) -> Option<&FileRegion> {
+        self.rest.as_ref().and_then(|tail| tail.file.as_ref())
+    }
+
+    /// Whether the payload ends in a file region.
+    #[inline]
+    pub fn has_file_region(&self) -> bool {
+        self.rest.as_ref().is_some_and(|tail| tail.file.is_some())
+    }
+
+    /// Appends `region` as the end of the payload (an empty one is
+    /// ignored).
+    ///
+    /// # Panics
+    ///
+    /// If the frame already ends in a file region.
+    pub fn push_file(&mut self, region: FileRegion) {
+        if region.is_empty() {
+            return;
+        }
+        let tail = self.rest.get_or_insert_with(Default::default);
+        assert!(tail.file.is_none(), "a frame holds one file region");
+        tail.file = Some(region);
+    }
+
+    /// Reads the file region, if any, into memory: the frame then holds
+    /// the same bytes as ordinary segments. A sender calls it before a
+    /// stack or driver that does not carry regions.
+    ///
+    /// # Errors
+    ///
+    /// As [`FileRegion::read`]; the frame is then unchanged.
+    pub fn load_file_region(&mut self) -> std::io::Result<()> {
+        let Some(region) = self.file_region() else {
+            return Ok(());
+        };
+        let bytes = region.read()?;
+        if let Some(tail) = self.rest.as_mut() {
+            tail.file = None;
+        }
+        self.drop_empty_tail();
+        self.push_payload(bytes);
+        Ok(())
+    }
+
+    /// `rest` back to `None` when it holds nothing.
+    fn drop_empty_tail(&mut self) {
+        if self
+            .rest
+            .as_ref()
+            .is_some_and(|tail| tail.segs.is_empty() && tail.file.is_none())
+        {
+            self.rest = None;
+        }
     }
 
     /// Bytes of headers currently held in the inline headroom.
@@ -131,7 +221,7 @@ impl Frame {
         HEADROOM - self.head_start as usize
     }
 
-    /// Number of payload segments.
+    /// Number of byte payload segments.
     fn segments(&self) -> usize {
         if self.first.is_empty() {
             0
@@ -143,12 +233,14 @@ impl Frame {
     /// The payload segments after the first.
     #[inline]
     fn rest(&self) -> &[Bytes] {
-        self.rest.as_deref().map_or(&[], Vec::as_slice)
+        self.rest
+            .as_deref()
+            .map_or(&[], |tail| tail.segs.as_slice())
     }
 
     /// The payload segments after the first, allocated on first use.
     fn rest_mut(&mut self) -> &mut Vec<Bytes> {
-        self.rest.get_or_insert_with(Default::default)
+        &mut self.rest.get_or_insert_with(Default::default).segs
     }
 
     /// The payload segments in order.
@@ -161,27 +253,36 @@ impl Frame {
     /// Merges the last two payload segments into one (allocates; only for
     /// chains at [`INLINE_SEGMENTS`], so there are at least two).
     fn coalesce_tail(&mut self) {
-        let Some(rest) = self.rest.as_mut() else {
+        let Some(tail) = self.rest.as_mut() else {
             return;
         };
-        let last = rest.pop().unwrap_or_default();
+        let rest = &mut tail.segs;
+        let Some(last) = rest.pop() else {
+            return;
+        };
         let prev = rest.last_mut().unwrap_or(&mut self.first);
         let mut joined = BytesMut::with_capacity(prev.len() + last.len());
         joined.extend_from_slice(prev);
         joined.extend_from_slice(&last);
         *prev = joined.freeze();
-        if rest.is_empty() {
-            self.rest = None;
-        }
+        self.drop_empty_tail();
     }
 
     /// Appends a payload segment at the end of the chain, without copying it
     /// unless the chain is already [`INLINE_SEGMENTS`] long (then the last
     /// segment and `segment` are coalesced into one).
+    ///
+    /// # Panics
+    ///
+    /// If the frame ends in a file region: nothing can follow one.
     pub fn push_payload(&mut self, segment: Bytes) {
         if segment.is_empty() {
             return;
         }
+        assert!(
+            !self.has_file_region(),
+            "a file region ends a frame's payload"
+        );
         let n = self.segments();
         if n == 0 {
             self.first = segment;
@@ -225,7 +326,8 @@ impl Frame {
     }
 
     /// The contiguous chunks of the frame in order: the headroom (if
-    /// non-empty), then each payload segment.
+    /// non-empty), then each payload segment (not a file region, which
+    /// follows them: [`file_region`](Self::file_region)).
     pub fn chunks(&self) -> impl Iterator<Item = &[u8]> + '_ {
         let head = &self.head[self.head_start as usize..];
         std::iter::once(head)
@@ -294,35 +396,39 @@ impl Frame {
         let from_head = n.min(head);
         self.head_start += from_head as u8;
         n -= from_head;
-        while n > 0 {
-            // n <= remaining payload, so `first` is non-empty.
-            if self.first.is_empty() {
-                break;
-            }
+        while n > 0 && !self.first.is_empty() {
             if n < self.first.len() {
                 self.first.advance(n);
-                break;
+                return;
             }
             n -= self.first.len();
             self.remove_first_segment();
         }
+        if n > 0 {
+            // The rest is in the file region (n <= the remaining length).
+            if let Some(tail) = self.rest.as_mut() {
+                if let Some(region) = tail.file.as_mut() {
+                    region.advance(n);
+                    if region.is_empty() {
+                        tail.file = None;
+                    }
+                }
+            }
+            self.drop_empty_tail();
+        }
     }
 
     fn remove_first_segment(&mut self) {
-        self.first = match &mut self.rest {
-            None => Bytes::new(),
-            Some(rest) => {
-                let next = rest.remove(0);
-                if rest.is_empty() {
-                    self.rest = None;
-                }
-                next
-            }
+        self.first = match self.rest.as_mut() {
+            Some(tail) if !tail.segs.is_empty() => tail.segs.remove(0),
+            _ => Bytes::new(),
         };
+        self.drop_empty_tail();
     }
 
     /// A new frame holding bytes `start..end` of this one, sharing the
-    /// payload segments (bytes from the headroom are copied, they are few).
+    /// payload segments and the file region (bytes from the headroom are
+    /// copied, they are few).
     ///
     /// # Panics
     ///
@@ -352,12 +458,19 @@ impl Frame {
                 break;
             }
         }
+        if let Some(region) = self.file_region() {
+            let (s, e) = (start.max(pos), end.min(pos + region.len()));
+            if s < e {
+                out.push_file(region.slice(s - pos, e - pos));
+            }
+        }
         out
     }
 
-    /// The frame as one `Bytes`: free when it is a single payload segment
-    /// with no headers (the usual case on the receive path), otherwise one
-    /// allocation and copy.
+    /// The frame's bytes as one `Bytes`: free when it is a single payload
+    /// segment with no headers (the usual case on the receive path),
+    /// otherwise one allocation and copy. A file region is not read (it is
+    /// not in memory): [`load_file_region`](Self::load_file_region) first.
     #[inline]
     pub fn into_bytes(self) -> Bytes {
         if self.header_len() == 0 && self.rest.is_none() {
@@ -366,15 +479,15 @@ impl Frame {
         self.to_bytes()
     }
 
-    /// Copies the frame into one new `Bytes`.
+    /// Copies the frame's bytes (not a file region) into one new `Bytes`.
     pub fn to_bytes(&self) -> Bytes {
         let mut buf = BytesMut::with_capacity(self.len());
         self.extend_into(&mut buf);
         buf.freeze()
     }
 
-    /// Appends every byte of the frame to `buf` (a driver's reusable write
-    /// buffer).
+    /// Appends every byte of the frame (not a file region) to `buf` (a
+    /// driver's reusable write buffer).
     #[inline]
     pub fn extend_into(&self, buf: &mut BytesMut) {
         // Straight-line for the usual shape (headers + one segment), no
@@ -400,13 +513,21 @@ impl fmt::Debug for Frame {
             .field("len", &self.len())
             .field("header_len", &self.header_len())
             .field("segments", &self.segments())
+            .field("file_region", &self.file_region())
             .finish()
     }
 }
 
+/// Equal bytes, and the same file region (the same range of the same open
+/// file) or none.
 impl PartialEq for Frame {
     fn eq(&self, other: &Self) -> bool {
-        self.len() == other.len() && self.to_bytes() == other.to_bytes()
+        let same_region = match (self.file_region(), other.file_region()) {
+            (None, None) => true,
+            (Some(a), Some(b)) => a.same_as(b),
+            _ => false,
+        };
+        same_region && self.len() == other.len() && self.to_bytes() == other.to_bytes()
     }
 }
 
@@ -496,6 +617,47 @@ mod tests {
         assert_eq!(frame.prefix(&mut scratch), b"abcd");
         let mut big = [0; 64];
         assert_eq!(frame.prefix(&mut big), b"abcdef");
+    }
+
+    fn region_of(bytes: &[u8]) -> FileRegion {
+        use std::io::Write;
+        let mut file = tempfile::tempfile().expect("temporary file");
+        file.write_all(bytes).expect("write the test file");
+        FileRegion::new(std::sync::Arc::new(file), 0, bytes.len())
+    }
+
+    #[test]
+    fn a_file_region_ends_the_payload_behind_headers_and_bytes() {
+        let mut frame = Frame::from_payload(Bytes::from_static(b"head "));
+        frame.push_file(region_of(b"file body"));
+        frame.push_header(b"H:");
+        assert_eq!(frame.len(), 16);
+        assert_eq!(frame.bytes_len(), 7);
+        assert_eq!(bytes_of(&frame), b"H:head ");
+        // Written in parts: the bytes, then into the region.
+        let mut rest = frame.clone();
+        rest.advance(9);
+        assert_eq!(rest.bytes_len(), 0);
+        assert_eq!(rest.len(), 7);
+        let region = rest.file_region().expect("region left");
+        assert_eq!(&region.read().expect("read")[..], b"le body");
+        rest.advance(7);
+        assert!(rest.is_empty());
+        // A slice across the boundary keeps both kinds.
+        let mut slice = frame.slice(5, 12);
+        assert_eq!(bytes_of(&slice), b"d ");
+        slice.load_file_region().expect("read");
+        assert_eq!(bytes_of(&slice), b"d file ");
+        assert!(!slice.has_file_region());
+    }
+
+    #[test]
+    fn loading_a_region_gives_the_same_bytes_as_ordinary_segments() {
+        let mut frame = Frame::from_file(region_of(b"0123456789"));
+        frame.push_header(b"hdr");
+        frame.load_file_region().expect("read");
+        assert_eq!(frame.len(), 13);
+        assert_eq!(frame.to_bytes(), Bytes::from_static(b"hdr0123456789"));
     }
 
     #[test]

@@ -267,6 +267,18 @@ pub trait Layer: Send {
         below
     }
 
+    /// Whether [`handle_send`](Layer::handle_send) takes a frame whose
+    /// payload ends in a [`FileRegion`](crate::FileRegion) and passes it down
+    /// with the region still at its end, never reading the payload: a layer
+    /// that only reads its own message header and prepends headers
+    /// (`http`). A stack whose layers all say so carries regions to the
+    /// driver, which may hand them to the kernel (`sendfile`); see
+    /// [`crate::file_region`]. Asked once, when the stack is built. Default
+    /// `false`: the sender reads a region into memory before such a stack.
+    fn passes_file_regions(&self) -> bool {
+        false
+    }
+
     /// Whether [`can_send`](Layer::can_send) can ever return `false`. A
     /// layer that never refuses a frame returns `false`, and the stack
     /// leaves it out of the check every send makes (one call less per

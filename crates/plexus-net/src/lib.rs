@@ -35,6 +35,7 @@
 #![allow(clippy::result_large_err)]
 
 pub mod error;
+pub mod file_region;
 pub mod frame;
 pub mod guarantees;
 pub mod layer;
@@ -48,6 +49,7 @@ pub mod stack;
 mod wire;
 
 pub use error::{LinkError, ReceiveError, StackSendError};
+pub use file_region::FileRegion;
 pub use frame::Frame;
 pub use guarantees::{GuaranteeEffect, Guarantees};
 pub use layer::{DataUnit, Interface, Layer, LinkContext, LinkEvent, Output};

@@ -83,6 +83,10 @@ pub struct Stack {
     receive: VecDeque<Bytes>,
     events: VecDeque<LinkEvent>,
     max_message_len: Option<usize>,
+    /// The lowest layer that does not pass file regions
+    /// ([`Layer::passes_file_regions`]), if any: a frame ending in one is
+    /// refused.
+    file_region_stop: Option<&'static str>,
     /// The time of the latest input since the layers were last flushed:
     /// the next drain of the transmit queue flushes them first, at that
     /// time (`poll_transmit` takes no clock).
@@ -129,7 +133,12 @@ impl Stack {
             l.bind_below(below);
             l.max_frame_len(below)
         });
+        let file_region_stop = layers
+            .iter()
+            .find(|l| !l.passes_file_regions())
+            .map(|l| l.name());
         Self {
+            file_region_stop,
             flushing: layers.iter().map(|l| l.flushes()).collect(),
             limiting: (0..n).filter(|&i| layers[i].limits_sends()).collect(),
             layers,
@@ -171,9 +180,20 @@ impl Stack {
         self.stats
     }
 
+    /// Whether every layer passes a frame ending in a file region down
+    /// unread ([`Layer::passes_file_regions`]), so that
+    /// [`handle_send`](Stack::handle_send) takes one and the driver gets it
+    /// to write. A driver that cannot write regions, or a sender whose
+    /// stack does not pass them, reads the region into memory first
+    /// ([`Frame::load_file_region`]).
+    pub fn passes_file_regions(&self) -> bool {
+        self.file_region_stop.is_none()
+    }
+
     /// The checks every send passes, in order: the link is open, the frame
-    /// is at most `max` bytes, every layer has room (if not, `SendReady`
-    /// follows once they do). The frame is handed back on failure.
+    /// is at most `max` bytes, a file region only where every layer passes
+    /// it, every layer has room (if not, `SendReady` follows once they do).
+    /// The frame is handed back on failure.
     fn admit(&mut self, frame: Frame, max: Option<usize>) -> Result<Frame, StackSendError> {
         if self.closed.is_some() {
             return Err(StackSendError::Closed(frame));
@@ -181,6 +201,11 @@ impl Stack {
         if let Some(max) = max {
             if frame.len() > max {
                 return Err(StackSendError::TooLarge { frame, max });
+            }
+        }
+        if let Some(layer) = self.file_region_stop {
+            if frame.has_file_region() {
+                return Err(StackSendError::FileRegion { layer, frame });
             }
         }
         if !self.limiting.iter().all(|&i| self.layers[i].can_send()) {
@@ -590,6 +615,39 @@ mod tests {
         assert_eq!(err.into_frame().into_bytes(), "12345");
         assert_eq!(s.stats().sent, 0);
         assert!(s.poll_transmit().is_none());
+    }
+
+    #[test]
+    fn a_file_region_goes_down_only_where_every_layer_passes_it() {
+        use std::io::Write;
+        let mut file = tempfile::tempfile().expect("temporary file");
+        file.write_all(b"file bytes").expect("write");
+        let region = crate::FileRegion::new(std::sync::Arc::new(file), 0, 10);
+        let now = Instant::now();
+
+        let mut framed = build("tcp / framing");
+        assert!(framed.passes_file_regions());
+        framed
+            .handle_send(now, Frame::from_file(region.clone()))
+            .expect("framing passes regions");
+        let sent = framed.poll_transmit().expect("framed");
+        assert_eq!(sent.bytes_len(), 4, "the length header alone is in memory");
+        assert!(sent.file_region().is_some_and(|r| r.same_as(&region)));
+
+        let mut compressed = build("tcp / framing / compression");
+        assert!(!compressed.passes_file_regions());
+        let err = compressed
+            .handle_send(now, Frame::from_file(region.clone()))
+            .unwrap_err();
+        assert!(matches!(
+            err,
+            StackSendError::FileRegion {
+                layer: "compression",
+                ..
+            }
+        ));
+        assert!(err.into_frame().file_region().is_some(), "handed back");
+        assert_eq!(compressed.stats().sent, 0);
     }
 
     #[test]

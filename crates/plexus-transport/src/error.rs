@@ -269,15 +269,27 @@ pub enum LinkSendError {
         /// Why the link closed.
         closed: LinkClosed,
     },
+    /// The message ends in a file region ([`plexus_net::FileRegion`]) that
+    /// this link does not write as it is, and reading it into memory
+    /// failed (the file shrank, an I/O error). Nothing was sent.
+    #[error("send to {peer}: read the message's file region: {source}")]
+    FileRegion {
+        /// The peer address.
+        peer: Arc<str>,
+        /// The message's bytes in front of the region.
+        message: Bytes,
+        /// The read's error.
+        source: std::io::Error,
+    },
 }
 
 impl LinkSendError {
     /// The message handed back.
     pub fn into_message(self) -> Bytes {
         match self {
-            LinkSendError::TooLarge { message, .. } | LinkSendError::Closed { message, .. } => {
-                message
-            }
+            LinkSendError::TooLarge { message, .. }
+            | LinkSendError::Closed { message, .. }
+            | LinkSendError::FileRegion { message, .. } => message,
         }
     }
 
@@ -289,6 +301,11 @@ impl LinkSendError {
                 LinkSendError::TooLarge { peer, message, max }
             }
             LinkSendError::Closed { closed, .. } => LinkSendError::Closed { message, closed },
+            LinkSendError::FileRegion { peer, source, .. } => LinkSendError::FileRegion {
+                peer,
+                message,
+                source,
+            },
         }
     }
 }

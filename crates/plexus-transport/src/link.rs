@@ -241,11 +241,16 @@ pub(crate) struct Shared {
 }
 
 /// What some transports add to a link: a way to send unreliable datagrams
-/// (QUIC), a way for senders to take the driver's turn ([`SenderTurn`]).
+/// (QUIC), a way for senders to take the driver's turn ([`SenderTurn`]),
+/// the writing of file regions.
 #[derive(Default)]
 pub(crate) struct Extras {
     pub(crate) unreliable: Option<Box<dyn UnreliableSink>>,
     pub(crate) sender_turn: Option<SenderTurn>,
+    /// The link's stack passes file regions and its driver writes them
+    /// (`sendfile`): a message ending in one is queued as it is. Otherwise
+    /// the sender reads the region into memory first.
+    pub(crate) writes_file_regions: bool,
 }
 
 /// Sends a message as one unreliable datagram, right away.
@@ -585,6 +590,11 @@ impl Link {
     /// See [`LinkSender::max_message_len`].
     pub fn max_message_len(&self) -> Option<usize> {
         self.sender.max_message_len()
+    }
+
+    /// See [`LinkSender::writes_file_regions`].
+    pub fn writes_file_regions(&self) -> bool {
+        self.sender.writes_file_regions()
     }
 
     /// See [`LinkSender::stats`].

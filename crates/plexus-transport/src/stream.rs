@@ -10,6 +10,13 @@
 //! of: socket readable (read up to 128 KiB in one call), socket writable, a
 //! wake-up from the link handles, the stack's next deadline.
 //!
+//! **File regions.** A frame ending in a [`FileRegion`] (a static file's
+//! body behind an HTTP head) is written as its bytes, then the region with
+//! `sendfile`: the file's pages go from the page cache to the socket
+//! without passing through user space. TCP and Unix sockets do this; for
+//! any other socket the link's senders read regions into memory before
+//! the stack sees them.
+//!
 //! **One path, whoever drives it.** The link's [`Conn`] and its write queue
 //! live behind one lock, [`StreamCore`], shared by the driver and the
 //! link's senders. A sender whose message the driver waits for takes the
@@ -31,7 +38,7 @@ use std::time::Instant;
 
 use bytes::BytesMut;
 use plexus_net::frame::INLINE_SEGMENTS;
-use plexus_net::{Frame, Stack};
+use plexus_net::{FileRegion, Frame, Stack};
 use tokio::net::{TcpStream, UnixStream};
 use tokio::sync::Notify;
 
@@ -66,6 +73,16 @@ pub(crate) trait StreamSocket: Send + Sync + 'static {
     fn try_read_buf(&self, buf: &mut BytesMut) -> io::Result<usize>;
     fn try_write_vectored(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize>;
     fn shutdown_write(&self) -> impl Future<Output = io::Result<()>> + Send;
+    /// Whether [`try_send_file`](StreamSocket::try_send_file) works: the
+    /// socket is a kernel socket the bytes go to as they are (no TLS or
+    /// adapter above it).
+    const SENDS_FILES: bool = false;
+    /// Writes a prefix of `region` from the file to the socket in the
+    /// kernel (`sendfile`), without waiting.
+    fn try_send_file(&self, region: &FileRegion) -> io::Result<usize> {
+        let _ = region;
+        Err(io::ErrorKind::Unsupported.into())
+    }
     /// Bytes the socket holds below the application (TLS records, a
     /// buffering adapter) and still has to write; the driver then waits for
     /// writability even with an empty queue.
@@ -145,6 +162,18 @@ macro_rules! split_socket {
                 let r = socket2::SockRef::from(self.stream()).shutdown(std::net::Shutdown::Write);
                 std::future::ready(r)
             }
+            const SENDS_FILES: bool = true;
+            fn try_send_file(&self, region: &FileRegion) -> io::Result<usize> {
+                let stream = self.stream();
+                // Through `try_io`: a `WouldBlock` clears the write
+                // readiness the driver then waits on.
+                stream.try_io(tokio::io::Interest::WRITABLE, || {
+                    let mut offset = i64::try_from(region.offset())
+                        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+                    nix::sys::sendfile::sendfile64(stream, region.file(), Some(&mut offset), region.len())
+                        .map_err(io::Error::from)
+                })
+            }
         }
     };
 }
@@ -212,6 +241,7 @@ pub(crate) fn spawn<S: StreamSocket>(
                 // Gone: so is the driver, and the close handles the rest.
                 weak.upgrade().is_some_and(|s| sender_turn(&s))
             })),
+            writes_file_regions: S::SENDS_FILES && stack.passes_file_regions(),
             ..Extras::default()
         };
         let shared = Shared::with_extras(
@@ -476,11 +506,12 @@ pub(crate) struct WriteQueue {
 
 impl WriteQueue {
     /// Queues `frame`, read in place: small frames are copied, large ones
-    /// taken (leaving an empty frame behind).
+    /// and those ending in a file region taken (leaving an empty frame
+    /// behind).
     pub(crate) fn push(&mut self, frame: &mut Frame) {
         let len = frame.len();
         self.bytes += len;
-        if len <= COPY_MAX {
+        if len <= COPY_MAX && !frame.has_file_region() {
             if self.staging.capacity() - self.staging.len() < len {
                 self.seal();
                 self.staging.reserve(64 << 10);
@@ -504,11 +535,34 @@ impl WriteQueue {
         self.bytes == 0
     }
 
-    /// Writes until the queue is empty or the socket would block.
+    /// Writes until the queue is empty or the socket would block: the
+    /// bytes of as many items as fit in one vectored write, up to and
+    /// including the bytes in front of a file region; then the region.
     pub(crate) fn write_to<S: StreamSocket>(&mut self, socket: &S) -> io::Result<()> {
         self.seal();
         socket.flush_pending()?;
-        while !self.items.is_empty() {
+        while let Some(front) = self.items.front() {
+            if let Item::Chain(f) = front {
+                if f.bytes_len() == 0 {
+                    if let Some(region) = f.file_region() {
+                        let len = region.len();
+                        match socket.try_send_file(region) {
+                            // The file ended before the region did: it
+                            // shrank since the response was made.
+                            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+                            Ok(written) => {
+                                self.consume(written);
+                                if written < len {
+                                    return Ok(());
+                                }
+                                continue;
+                            }
+                            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                            Err(e) => return Err(e),
+                        }
+                    }
+                }
+            }
             let (written, offered) = {
                 let mut slices = [IoSlice::new(&[]); MAX_IOV];
                 let mut n = 0;
@@ -521,10 +575,17 @@ impl WriteQueue {
                         Item::Copied(b) => {
                             slices[n] = IoSlice::new(b);
                             n += 1;
+                            offered += b.len();
                         }
-                        Item::Chain(f) => n += f.io_slices(&mut slices[n..]),
+                        Item::Chain(f) => {
+                            n += f.io_slices(&mut slices[n..]);
+                            offered += f.bytes_len();
+                            if f.has_file_region() {
+                                // The region goes next, with sendfile.
+                                break;
+                            }
+                        }
                     }
-                    offered += item.len();
                 }
                 match socket.try_write_vectored(&slices[..n]) {
                     Ok(0) => return Err(io::ErrorKind::WriteZero.into()),

@@ -1,24 +1,62 @@
-//! Static files: a directory loaded once into shared buffers and served
-//! from them, with `ETag` / `If-None-Match` and single byte `Range`s.
+//! Static files: a directory loaded once and served without copying a
+//! file per request, with `ETag` / `If-None-Match` and single byte
+//! `Range`s.
 //!
-//! Every file is read once, when the server is built, into a `Bytes`; a
-//! response's body is that buffer (or a slice of it for a range), handed to
-//! the connection as a segment of its own and written with a vectored
-//! write: no copy per request in user space. The whole directory is bounded
-//! ([`StaticFiles::load`]'s `max_total`).
+//! - **Small files** (below [`LoadOptions::sendfile_from`]) are read once,
+//!   when the server is built, into a `Bytes`; a response's body is that
+//!   buffer (or a slice of it), handed to the connection as a segment of
+//!   its own and written with a vectored write. Their total is bounded
+//!   ([`LoadOptions::max_in_memory`]).
+//! - **Large files** stay open (one descriptor each) and a response's body
+//!   is a region of the file ([`Body::File`]): on a TCP or Unix connection
+//!   the driver sends it with `sendfile`, from the page cache to the
+//!   socket, never through user space; on any other (TLS, a shared `ws`
+//!   port) it is read per response.
+//!
+//! Files are taken as they are at load: their length, type and `ETag` are
+//! fixed then. A large file shortened afterwards ends the connections that
+//! were sending it (an error, never other bytes); one rewritten in place is
+//! sent as it is now under its old `ETag`: replace files by renaming a new
+//! one over them and restart, or do not change them under a running
+//! server.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use bytes::Bytes;
+use plexus_net::FileRegion;
 
+use crate::body::Body;
 use crate::message::{Method, Request};
 use crate::response::Response;
+
+/// How [`StaticFiles::load_with`] holds files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LoadOptions {
+    /// The most bytes of small files held in memory, in all.
+    pub max_in_memory: usize,
+    /// Files of at least this many bytes stay open and are sent from the
+    /// page cache (`sendfile`) instead of being held in memory. Default
+    /// 16 KiB: below it, one vectored write of head and body costs less than
+    /// a write and a `sendfile`.
+    pub sendfile_from: usize,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        Self {
+            max_in_memory: 64 << 20,
+            sendfile_from: 16 << 10,
+        }
+    }
+}
 
 /// A file ready to serve.
 #[derive(Debug, Clone)]
 struct File {
-    body: Bytes,
+    body: Body,
     etag: Bytes,
     content_type: &'static str,
 }
@@ -53,13 +91,31 @@ pub enum FilesError {
 
 impl StaticFiles {
     /// Loads every file below `dir` (following no symbolic links out of
-    /// it), up to `max_total` bytes in all.
+    /// it), small ones into memory up to `max_in_memory` bytes in all, large
+    /// ones kept open (the defaults of [`LoadOptions`] otherwise).
     ///
     /// # Errors
     ///
     /// [`FilesError`] naming the path that failed, or the bound.
-    pub fn load(dir: impl AsRef<Path>, max_total: usize) -> Result<Self, FilesError> {
+    pub fn load(dir: impl AsRef<Path>, max_in_memory: usize) -> Result<Self, FilesError> {
+        Self::load_with(
+            dir,
+            LoadOptions {
+                max_in_memory,
+                ..LoadOptions::default()
+            },
+        )
+    }
+
+    /// Loads every file below `dir` (following no symbolic links out of
+    /// it) as `options` say.
+    ///
+    /// # Errors
+    ///
+    /// [`FilesError`] naming the path that failed, or the bound.
+    pub fn load_with(dir: impl AsRef<Path>, options: LoadOptions) -> Result<Self, FilesError> {
         let dir = dir.as_ref();
+        let max_total = options.max_in_memory;
         let mut files = HashMap::new();
         let mut total = 0usize;
         let mut stack = vec![dir.to_path_buf()];
@@ -75,8 +131,11 @@ impl StaticFiles {
                 if kind.is_dir() {
                     stack.push(path);
                 } else if kind.is_file() {
-                    let body = std::fs::read(&path).map_err(io(&path))?;
-                    total += body.len();
+                    let (body, hash) =
+                        load_file(&path, options.sendfile_from).map_err(io(&path))?;
+                    if let Body::Bytes(bytes) = &body {
+                        total += bytes.len();
+                    }
                     if total > max_total {
                         return Err(FilesError::TooLarge {
                             dir: dir.to_path_buf(),
@@ -91,13 +150,12 @@ impl StaticFiles {
                     else {
                         continue;
                     };
-                    let hash = blake3::hash(&body);
                     let etag = Bytes::from(format!("\"{}\"", &hash.to_hex()[..20]));
                     files.insert(
                         name.clone(),
                         File {
                             content_type: content_type(&name),
-                            body: Bytes::from(body),
+                            body,
                             etag,
                         },
                     );
@@ -152,12 +210,34 @@ impl StaticFiles {
             Range::Unsatisfiable => {
                 Response::new(416, Bytes::new()).header("content-range", format!("bytes */{len}"))
             }
-            Range::Bytes(start, end) => Response::new(206, file.body.slice(start..=end))
+            Range::Bytes(start, end) => Response::new(206, file.body.slice(start, end + 1))
                 .header("content-type", file.content_type)
                 .header("etag", file.etag.clone())
                 .header("content-range", format!("bytes {start}-{end}/{len}")),
         }
     }
+}
+
+/// A file's body (in memory below `sendfile_from` bytes, a region of the
+/// open file from there on) and the hash of its content.
+fn load_file(path: &Path, sendfile_from: usize) -> std::io::Result<(Body, blake3::Hash)> {
+    let mut file = std::fs::File::open(path)?;
+    let len = usize::try_from(file.metadata()?.len())
+        .map_err(|_| std::io::Error::from(std::io::ErrorKind::FileTooLarge))?;
+    if len < sendfile_from {
+        let mut body = Vec::with_capacity(len);
+        std::io::Read::read_to_end(&mut file, &mut body)?;
+        let hash = blake3::hash(&body);
+        return Ok((Body::Bytes(body.into()), hash));
+    }
+    // The hash covers the bytes the region will send: exactly `len`.
+    let mut hasher = blake3::Hasher::new();
+    let hashed = std::io::copy(&mut std::io::Read::take(&mut file, len as u64), &mut hasher)?;
+    if hashed != len as u64 {
+        return Err(std::io::ErrorKind::UnexpectedEof.into());
+    }
+    let region = FileRegion::new(Arc::new(file), 0, len);
+    Ok((Body::File(region), hasher.finalize()))
 }
 
 fn etag_matches(tags: &[u8], etag: &[u8]) -> bool {
@@ -268,7 +348,7 @@ mod tests {
         files.insert(
             "a.txt".to_owned(),
             File {
-                body: Bytes::from_static(b"0123456789"),
+                body: Body::Bytes(Bytes::from_static(b"0123456789")),
                 etag: Bytes::from_static(b"\"e1\""),
                 content_type: "text/plain; charset=utf-8",
             },
@@ -280,7 +360,10 @@ mod tests {
     fn etags_ranges_and_misses() {
         let f = files();
         let r = f.serve(&get(&[]), "a.txt");
-        assert_eq!((r.status, &r.body[..]), (200, &b"0123456789"[..]));
+        assert_eq!(
+            (r.status, r.body.as_bytes().map(|b| &b[..])),
+            (200, Some(&b"0123456789"[..]))
+        );
         assert_eq!(
             f.serve(&get(&[("If-None-Match", "\"x\", \"e1\"")]), "a.txt")
                 .status,
@@ -305,7 +388,11 @@ mod tests {
         ];
         for (range, status, body) in cases {
             let r = f.serve(&get(&[("Range", range)]), "a.txt");
-            assert_eq!((r.status, &r.body[..]), (status, body), "{range}");
+            assert_eq!(
+                (r.status, r.body.as_bytes().map(|b| &b[..])),
+                (status, Some(body)),
+                "{range}"
+            );
         }
         assert_eq!(f.serve(&get(&[]), "missing").status, 404);
         let mut post = get(&[]);

@@ -208,6 +208,11 @@ impl Layer for Framing {
         Some(self.config.max_frame_len)
     }
 
+    /// Framing only prepends a length: a file region stays at the end.
+    fn passes_file_regions(&self) -> bool {
+        true
+    }
+
     fn handle_send(
         &mut self,
         _now: Instant,

@@ -47,6 +47,15 @@ impl LinkSender {
             .saturating_sub(self.shared.out_space.available_permits())
     }
 
+    /// Whether a message ending in a file region ([`Frame::from_file`]) is
+    /// written as it is, from the page cache to the socket (`sendfile`):
+    /// the transport is TCP or a Unix socket and every layer of the stack
+    /// passes regions ([`plexus_net::Layer::passes_file_regions`]).
+    /// Otherwise the sender reads a region into memory before queuing it.
+    pub fn writes_file_regions(&self) -> bool {
+        self.shared.extras.writes_file_regions
+    }
+
     /// What the link's stack dropped so far (see [`LinkStats`]).
     pub fn stats(&self) -> LinkStats {
         *lock(&self.shared.stats)
@@ -61,6 +70,21 @@ impl LinkSender {
             }),
             _ => Ok(message),
         }
+    }
+
+    /// `frame` as the link can take it: a file region read into memory
+    /// unless the link writes regions as they are.
+    fn readable_by_link(&self, mut frame: Frame) -> Result<Frame, LinkSendError> {
+        if frame.has_file_region() && !self.shared.extras.writes_file_regions {
+            if let Err(source) = frame.load_file_region() {
+                return Err(LinkSendError::FileRegion {
+                    peer: self.shared.peer.clone(),
+                    message: frame.to_bytes(),
+                    source,
+                });
+            }
+        }
+        Ok(frame)
     }
 
     /// Queues a message on `strand` (its permits were taken).
@@ -245,10 +269,17 @@ impl LinkSender {
     /// waiting while the send buffer is full, as
     /// [`send_on`](LinkSender::send_on) does.
     ///
+    /// A frame ending in a file region ([`Frame::from_file`]) is queued as
+    /// it is on a link that writes regions (`sendfile`: TCP and Unix
+    /// sockets under a stack whose layers all pass them); on any other
+    /// link the region is read into memory here first.
+    ///
     /// # Errors
     ///
     /// As [`send_on`](LinkSender::send_on); the message is handed back as
-    /// one buffer (copied, on this error path only).
+    /// one buffer (copied, on this error path only; a file region is not
+    /// handed back). [`LinkSendError::FileRegion`] if a region had to be
+    /// read and could not be.
     ///
     /// # Cancel safety
     ///
@@ -264,6 +295,7 @@ impl LinkSender {
                 });
             }
         }
+        let frame = self.readable_by_link(frame)?;
         let cost = self.shared.cost(frame.len());
         match self.shared.out_space.acquire_many(cost as u32).await {
             Ok(permit) => permit.forget(),
@@ -284,10 +316,14 @@ impl LinkSender {
     /// ([`Frame::push_header`] on [`Frame::from_payload`]), as an adaptive
     /// lane numbers its frames. The stack sees it as one message.
     ///
+    /// A file region is taken as [`send_frame_on`](LinkSender::send_frame_on)
+    /// takes it.
+    ///
     /// # Errors
     ///
     /// As [`try_send_on`](LinkSender::try_send_on); the message is handed
-    /// back as one buffer (copied, on this error path only).
+    /// back as one buffer (copied, on this error path only), and as
+    /// [`send_frame_on`](LinkSender::send_frame_on) for a file region.
     pub fn try_send_frame_on(&self, strand: Strand, frame: Frame) -> Result<(), LinkTrySendError> {
         if let Some(max) = self.shared.max_message_len {
             if frame.len() > max {
@@ -299,6 +335,7 @@ impl LinkSender {
                 .into());
             }
         }
+        let frame = self.readable_by_link(frame)?;
         let cost = self.shared.cost(frame.len());
         self.take_permits(cost, || frame.to_bytes())?;
         self.push_frame(strand, frame);

@@ -54,6 +54,7 @@ pub(crate) fn spawn(
     let extras = Extras {
         unreliable: Some(Box::new(Datagrams(conn.clone()))),
         sender_turn: Some(Box::new(move || turn.sender_turn())),
+        ..Extras::default()
     };
     let shared = Shared::with_extras(
         peer,

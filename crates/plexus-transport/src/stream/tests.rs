@@ -136,3 +136,71 @@ async fn a_link_over_a_duplex_stream_carries_messages_both_ways() {
         "the peer's end closes the link"
     );
 }
+
+/// A message ending in a file region arrives as the same bytes whichever
+/// way it leaves: from the page cache with `sendfile` (`tcp / framing`,
+/// every layer passes regions), or read into memory by the sender first (a
+/// stack with `compression`, which reads the bytes; a byte stream of one's
+/// own). Larger than the send buffer and the socket's, so `sendfile` is
+/// resumed on writability, and followed by a message that must not overtake
+/// it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_region_arrives_whole_sent_from_the_file_or_read_first() {
+    use std::io::Write;
+    use std::sync::Arc;
+
+    use plexus_net::{FileRegion, Frame};
+
+    use crate::Strand;
+
+    let content: Vec<u8> = (0..(3 << 20)).map(|i: u32| (i % 253) as u8).collect();
+    let mut file = tempfile::tempfile().expect("temporary file");
+    file.write_all(&content).expect("write");
+    let file = Arc::new(file);
+    let message = || {
+        let mut frame = Frame::from_file(FileRegion::new(file.clone(), 5, content.len() - 5));
+        frame.push_header(b"head:");
+        frame
+    };
+    let mut expected = b"head:".to_vec();
+    expected.extend_from_slice(&content[5..]);
+    let config = LinkConfig {
+        send_buffer: 64 << 10,
+        recv_buffer: 32 << 20,
+    };
+    for (spec, from_file) in [
+        ("tcp / framing", true),
+        ("tcp / framing / compression", false),
+    ] {
+        let spec: StackSpec = spec.parse().expect("valid spec");
+        let (client, mut server) = pair_with(&spec, config).await;
+        assert_eq!(client.writes_file_regions(), from_file, "{spec}");
+        let (sender, _receiver) = client.split();
+        for _ in 0..2 {
+            sender
+                .send_frame_on(Strand::ZERO, message())
+                .await
+                .expect("send");
+            sender
+                .send(Bytes::from_static(b"after"))
+                .await
+                .expect("send");
+        }
+        for _ in 0..2 {
+            let got = server.recv_message().await.expect("the region");
+            assert!(got == expected, "{spec}: the region arrives whole");
+            assert_eq!(server.recv_message().await.expect("after"), &b"after"[..]);
+        }
+    }
+    let (a, b) = tokio::io::duplex(4 << 10);
+    let now = crate::conn::now();
+    let left = Link::over_stream(a, spec().build(now), "duplex://b", config);
+    let mut right = Link::over_stream(b, spec().build(now), "duplex://a", config);
+    assert!(!left.writes_file_regions());
+    let (sender, _receiver) = left.split();
+    sender
+        .send_frame_on(Strand::ZERO, message())
+        .await
+        .expect("send");
+    assert!(right.recv_message().await.expect("the region") == expected);
+}
