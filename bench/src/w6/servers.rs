@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 use bytes::Bytes;
-use plexus::http::server::WebServer;
+use plexus::http::server::{LoadOptions, WebServer};
 
 /// Arguments of the hidden `w6-serve` and `w6-hyper` roles.
 #[derive(clap::Args, Debug, Clone)]
@@ -24,12 +24,23 @@ pub struct ServeArgs {
     /// Threads (one runtime each for Plexus; worker threads for hyper).
     #[arg(long)]
     pub threads: usize,
+    /// Pages of at least this many bytes are sent with `sendfile`
+    /// (`w6-serve`; a size above every page serves them all from memory).
+    #[arg(long, default_value_t = LoadOptions::default().sendfile_from)]
+    pub sendfile_from: usize,
 }
 
 /// `w6-serve`: the pages under `/`, per-core, until killed.
 pub fn serve_plexus(args: &ServeArgs) {
     let server = WebServer::new()
-        .static_dir("/", &args.root, 1 << 30)
+        .static_dir_with(
+            "/",
+            &args.root,
+            LoadOptions {
+                max_in_memory: 1 << 30,
+                sendfile_from: args.sendfile_from,
+            },
+        )
         .expect("load the pages")
         .listen_per_core(&args.addr.to_string(), args.threads)
         .expect("listen");

@@ -50,7 +50,7 @@ mod files;
 mod per_core;
 mod router;
 
-pub use files::{FilesError, StaticFiles};
+pub use files::{FilesError, LoadOptions, StaticFiles};
 pub use per_core::PerCoreServer;
 pub use router::PatternError;
 use router::{decode_path, Pattern};
@@ -200,21 +200,42 @@ impl WebServer {
 
     /// Serves the files below `dir` under `prefix` (`/static` serves
     /// `dir/app.js` as `/static/app.js`, and `dir/index.html` as
-    /// `/static/`), loaded now, up to `max_total` bytes.
+    /// `/static/`), loaded now: small files into memory, up to `max_total`
+    /// bytes, large ones kept open and sent from the page cache (see
+    /// [`StaticFiles`]).
     ///
     /// # Errors
     ///
     /// [`StaticDirError`] if the prefix is malformed or the directory cannot
     /// be loaded.
     pub fn static_dir(
-        mut self,
+        self,
         prefix: &str,
         dir: impl AsRef<std::path::Path>,
         max_total: usize,
     ) -> Result<Self, StaticDirError> {
+        let options = LoadOptions {
+            max_in_memory: max_total,
+            ..LoadOptions::default()
+        };
+        self.static_dir_with(prefix, dir, options)
+    }
+
+    /// [`static_dir`](Self::static_dir) with the files held as `options`
+    /// say.
+    ///
+    /// # Errors
+    ///
+    /// As [`static_dir`](Self::static_dir).
+    pub fn static_dir_with(
+        mut self,
+        prefix: &str,
+        dir: impl AsRef<std::path::Path>,
+        options: LoadOptions,
+    ) -> Result<Self, StaticDirError> {
         let prefix = prefix.trim_end_matches('/');
         let pattern = Pattern::parse(&format!("{prefix}/*file"))?;
-        let files = StaticFiles::load(dir, max_total)?;
+        let files = StaticFiles::load_with(dir, options)?;
         self.routes.push(Route {
             method: None,
             pattern,

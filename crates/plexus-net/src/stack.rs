@@ -119,8 +119,11 @@ impl fmt::Debug for Stack {
     }
 }
 
-/// Queue capacity reserved up front so steady state does not allocate.
-const QUEUE_CAPACITY: usize = 64;
+/// Queue capacity reserved up front. Small: a stack that carries one
+/// request should not pay for a streaming stack's queues; those grow to
+/// what a stack's traffic needs once, and steady state then does not
+/// allocate.
+const QUEUE_CAPACITY: usize = 16;
 
 impl Stack {
     /// A stack of `layers` (bottom first) over a transport whose datagrams

@@ -13,7 +13,7 @@ use std::time::Instant;
 use plexus_net::{Frame, LinkEvent, Stack, StackSendError};
 
 use crate::error::CloseReason;
-use crate::link::{lock, OutQueue, Received, Shared, MESSAGE_OVERHEAD};
+use crate::link::{lock, OutQueue, Received, Shared, INITIAL_QUEUE, MESSAGE_OVERHEAD};
 use crate::stats::LinkStats;
 
 /// The current time on tokio's clock (so paused-time tests drive stacks too).
@@ -55,9 +55,9 @@ impl Conn {
         Self {
             stack,
             shared,
-            outq: OutQueue::with_capacity(256),
+            outq: OutQueue::with_capacity(INITIAL_QUEUE),
             held: None,
-            staged: VecDeque::with_capacity(256),
+            staged: VecDeque::with_capacity(INITIAL_QUEUE),
             inbox_full: false,
             receiver_alive: true,
             inbound_ended: false,

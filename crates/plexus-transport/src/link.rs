@@ -59,6 +59,12 @@ pub use sender::LinkSender;
 /// [`Frame`], about this much).
 pub(crate) const MESSAGE_OVERHEAD: usize = 128;
 
+/// Messages a link's queues hold before they first grow. Small: a link
+/// that carries one request (a web server's connection) should not pay for
+/// a streaming link's queues; a streaming one grows them once, then reuses
+/// them.
+pub(crate) const INITIAL_QUEUE: usize = 16;
+
 /// Per-link buffer sizes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LinkConfig {
@@ -311,7 +317,7 @@ impl Shared {
                 ..config
             },
             out: CachePadded(Mutex::new(OutState {
-                queue: OutQueue::with_capacity(256),
+                queue: OutQueue::with_capacity(INITIAL_QUEUE),
                 driver_waiting: false,
                 senders: 0,
                 close_requested: false,
@@ -321,7 +327,7 @@ impl Shared {
             #[cfg(test)]
             on_queued: Notify::new(),
             inb: CachePadded(Mutex::new(InState {
-                queue: VecDeque::with_capacity(256),
+                queue: VecDeque::with_capacity(INITIAL_QUEUE),
                 bytes: 0,
                 closed: None,
                 receiver: None,

@@ -46,8 +46,13 @@ use crate::conn::{self, now, Conn, SendState};
 use crate::error::CloseReason;
 use crate::link::{lock, Extras, Link, LinkConfig, Received, Shared};
 
-/// Bytes read per system call (at least).
+/// Bytes read per system call (at least), once a read has filled the
+/// buffer: a link that streams.
 pub(crate) const READ_BUF: usize = 128 << 10;
+/// Bytes read per system call until then: most connections of a web
+/// server carry one small request, and a fresh 128 KiB buffer each costs
+/// the allocator (and the kernel, zeroing its pages) more than the request.
+const FIRST_READ_BUF: usize = 16 << 10;
 /// Slices per vectored write (Linux `IOV_MAX` is 1024).
 pub(crate) const MAX_IOV: usize = 512;
 /// Bytes of messages moved into the stack between two drains of its
@@ -324,8 +329,9 @@ async fn drive<S: StreamSocket>(link: Arc<StreamLink<S>>, notify: Arc<Notify>) {
 async fn run<S: StreamSocket>(link: &StreamLink<S>, notify: &Notify) -> CloseReason {
     let socket = &link.socket;
     let shared = lock(&link.core).conn.shared.clone();
-    let mut rbuf = BytesMut::with_capacity(READ_BUF);
-    let mut staged: VecDeque<Received> = VecDeque::with_capacity(256);
+    let mut read_size = FIRST_READ_BUF;
+    let mut rbuf = BytesMut::new();
+    let mut staged: VecDeque<Received> = VecDeque::new();
     let mut shut = false;
     let sleep = tokio::time::sleep(std::time::Duration::ZERO);
     tokio::pin!(sleep);
@@ -443,12 +449,17 @@ async fn run<S: StreamSocket>(link: &StreamLink<S>, notify: &Notify) -> CloseRea
                 if let Err(e) = r {
                     return e.into();
                 }
-                if rbuf.capacity() < READ_BUF / 2 {
-                    rbuf.reserve(READ_BUF);
+                if rbuf.capacity() < read_size / 2 {
+                    rbuf.reserve(read_size);
                 }
+                let room = rbuf.capacity() - rbuf.len();
                 match socket.try_read_buf(&mut rbuf) {
                     Ok(0) => lock(&link.core).conn.end_inbound(CloseReason::PeerClosed),
-                    Ok(_) => {
+                    Ok(n) => {
+                        if n == room {
+                            // More was waiting: read in large steps from now on.
+                            read_size = READ_BUF;
+                        }
                         received = true;
                         // An error closes the stack; close_reason() above
                         // picks it up.

@@ -33,7 +33,6 @@ use crate::response::Response;
 
 /// How [`StaticFiles::load_with`] holds files.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
 pub struct LoadOptions {
     /// The most bytes of small files held in memory, in all.
     pub max_in_memory: usize,
