@@ -13,7 +13,7 @@ use tokio::net::TcpStream;
 
 mod common;
 
-use common::{ask, read_response};
+use common::{ask, fresh_dir, read_response};
 
 async fn server(config: HttpConfig) -> (ActorSystem, std::net::SocketAddr, Arc<HttpTotals>) {
     let system = ActorSystem::new();
@@ -49,7 +49,7 @@ async fn server(config: HttpConfig) -> (ActorSystem, std::net::SocketAddr, Arc<H
                 .send(Response::new(200, format!("released {key}")));
         }
     });
-    let dir = std::env::temp_dir().join(format!("plexus-http-test-{}", std::process::id()));
+    let dir = fresh_dir("http-test");
     std::fs::create_dir_all(dir.join("css")).unwrap();
     std::fs::write(dir.join("index.html"), "<h1>plexus</h1>").unwrap();
     std::fs::write(dir.join("css/site.css"), "body { margin: 0 }").unwrap();

@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{ask, read_response};
+use common::{ask, fresh_dir, read_response};
 use plexus_core::{ActorRef, ActorSystem, ReplyTo};
 use plexus_http::server::{HttpRequest, WebServer};
 use plexus_http::ws_transport::WsTransport;
@@ -46,8 +46,7 @@ fn hello_server(system: &ActorSystem) -> WebServer {
         );
         req.reply.send(Response::new(200, body));
     });
-    let dir = std::env::temp_dir().join(format!("plexus-shared-port-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = fresh_dir("shared-port");
     std::fs::write(dir.join("big.bin"), big_file()).unwrap();
     WebServer::new()
         .route(Method::Get, "/hello/:name", hello.clone())

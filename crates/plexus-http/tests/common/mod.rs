@@ -67,3 +67,13 @@ pub async fn ask(addr: std::net::SocketAddr, request: &[u8]) -> Got {
     s.write_all(request).await.unwrap();
     read_response(&mut s, &mut Vec::new()).await.unwrap()
 }
+
+/// A new directory for one server's files: the tests run at once, and a
+/// file rewritten under a server that is sending it is sent as it is then.
+pub fn fresh_dir(name: &str) -> std::path::PathBuf {
+    static DIRS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = DIRS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("plexus-{name}-{}-{n}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
