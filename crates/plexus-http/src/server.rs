@@ -28,6 +28,7 @@
 //! memory. [`HttpRequest`] is a remote message: a route's actor may be on
 //! another node.
 
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,7 +39,7 @@ use plexus_net::{
     LinkContext, OptionError, StackSpec,
 };
 use plexus_transport::tcp::TcpListener;
-use plexus_transport::{LinkSender, Strand};
+use plexus_transport::{DriverReceive, LinkSender, LinkTrySendError, Received, Strand};
 use serde::{Deserialize, Serialize};
 
 use crate::layer::{HttpConfig, HttpLayer, HttpTotals};
@@ -345,41 +346,61 @@ impl WebServer {
     }
 
     /// Serves one connection until it closes.
+    ///
+    /// Requests are handled on the connection's driver task as they arrive
+    /// ([`LinkReceiver::receive_on_driver`](plexus_transport::LinkReceiver::receive_on_driver)):
+    /// a static file or a refusal is answered there and leaves in the
+    /// driver's next write, without waking another task; a request for an
+    /// actor is asked from a task of its own. This task only waits for the
+    /// end (and handles what the driver leaves to it).
     async fn serve(self: Arc<Self>, link: plexus_transport::Link) {
         let (tx, mut rx) = link.split();
+        rx.receive_on_driver(Box::new(OnDriver {
+            server: self.clone(),
+            tx: tx.clone(),
+        }));
         while let Ok(bytes) = rx.recv_message().await {
-            let Ok(RequestMessage { id, request }) = RequestMessage::decode(bytes) else {
-                // The layer only hands up what it encoded.
+            if !self.handle(&tx, bytes) {
                 break;
-            };
-            match self.dispatch(&request) {
-                Routed::Now(response) => respond(&tx, id, response).await,
-                Routed::Ask(actor, params) => {
-                    let tx = tx.clone();
-                    let timeout = self.ask_timeout;
-                    tokio::spawn(async move {
-                        let asked = actor
-                            .ask(
-                                |reply| HttpRequest {
-                                    request,
-                                    params,
-                                    reply,
-                                },
-                                timeout,
-                            )
-                            .await;
-                        let response = match asked {
-                            Ok(r) => r,
-                            Err(AskError::Timeout { .. }) => {
-                                Response::new(504, "the handler did not answer in time\n")
-                            }
-                            Err(e) => Response::new(503, format!("{e}\n")),
-                        };
-                        respond(&tx, id, response).await;
-                    });
-                }
             }
         }
+    }
+
+    /// Answers one request message, or starts the task that will; `false`
+    /// for a message that is not one.
+    fn handle(&self, tx: &LinkSender, message: bytes::Bytes) -> bool {
+        let Ok(RequestMessage { id, request }) = RequestMessage::decode(message) else {
+            // The layer only hands up what it encoded.
+            return false;
+        };
+        match self.dispatch(&request) {
+            Routed::Now(response) => respond_now(tx, id, response),
+            Routed::Ask(actor, params) => {
+                let tx = tx.clone();
+                let timeout = self.ask_timeout;
+                tokio::spawn(async move {
+                    let asked = actor
+                        .ask(
+                            |reply| HttpRequest {
+                                request,
+                                params,
+                                reply,
+                            },
+                            timeout,
+                        )
+                        .await;
+                    let response = match asked {
+                        Ok(r) => r,
+                        Err(AskError::Timeout { .. }) => {
+                            Response::new(504, "the handler did not answer in time\n")
+                        }
+                        Err(e) => Response::new(503, format!("{e}\n")),
+                    };
+                    respond(&tx, id, response).await;
+                });
+            }
+        }
+        true
     }
 
     fn dispatch(&self, request: &Request) -> Routed {
@@ -435,4 +456,41 @@ async fn respond(tx: &LinkSender, id: u64, response: Response) {
     let frame = ResponseMessage::Whole { id, response }.encode();
     // A closed connection has nobody to answer.
     let _ = tx.send_frame_on(Strand::ZERO, frame).await;
+}
+
+/// Answers without waiting: queued at once if the connection's send buffer
+/// has room (the usual case: a connection waits for its answers), else by a
+/// task that waits for room. Responses carry their request's number, so
+/// the `http` layer writes them in request order either way.
+fn respond_now(tx: &LinkSender, id: u64, response: Response) {
+    let message = ResponseMessage::Whole { id, response };
+    if let Err(LinkTrySendError::Full { .. }) = tx.try_send_frame_on(Strand::ZERO, message.encode())
+    {
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            let _ = tx.send_frame_on(Strand::ZERO, message.encode()).await;
+        });
+    }
+    // Otherwise sent, or the connection is closed: nobody to answer.
+}
+
+/// The connection's requests, handled on its driver task (see
+/// [`WebServer::serve`]).
+struct OnDriver {
+    server: Arc<WebServer>,
+    tx: LinkSender,
+}
+
+impl DriverReceive for OnDriver {
+    fn receive(&mut self, batch: &mut VecDeque<Received>) {
+        while let Some(Received::Message(_)) = batch.front() {
+            let Some(Received::Message(message)) = batch.pop_front() else {
+                return;
+            };
+            if !self.server.handle(&self.tx, message) {
+                self.tx.close();
+                return;
+            }
+        }
+    }
 }

@@ -41,7 +41,7 @@ impl LinkReceiver {
     pub(crate) fn new(shared: Arc<Shared>) -> Self {
         Self {
             shared,
-            local: VecDeque::with_capacity(256),
+            local: VecDeque::with_capacity(super::INITIAL_QUEUE),
         }
     }
 
