@@ -7,6 +7,7 @@
 //! Rusty report). An actor route's request still goes to the actor's
 //! mailbox, wherever the actor runs.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -70,64 +71,83 @@ impl WebServer {
     /// [`ServeError`] naming the address and the cause (the port taken by a
     /// socket without `SO_REUSEPORT`, a runtime that cannot start).
     pub fn listen_per_core(self, addr: &str, threads: usize) -> Result<PerCoreServer, ServeError> {
-        let mut socket = parse_addr(addr)?;
-        let threads = match threads {
-            0 => std::thread::available_parallelism().map_or(1, usize::from),
-            n => n,
-        };
+        let socket = parse_addr(addr)?;
         let spec = self.spec().map_err(|source| ServeError::Spec {
             addr: socket,
             source,
         })?;
         let server = Arc::new(self);
-        let mut running = PerCoreServer {
-            local: socket,
-            stops: Vec::with_capacity(threads),
-            threads: Vec::with_capacity(threads),
-        };
-        for index in 0..threads {
-            let bind_err = |source| ServeError::Bind {
-                addr: socket,
-                source: BindError::Io {
-                    addr: format!("http://{socket}"),
+        start(socket, threads, "http", |listener, local| {
+            let listener = TcpListener::from_std(&spec, listener, LinkConfig::default()).map_err(
+                |source| ServeError::Bind {
+                    addr: local,
                     source,
                 },
-            };
-            let std_listener = reuse_port_listener(socket).map_err(bind_err)?;
-            // Port 0: the first listener picked the port; the others join it.
-            socket = std_listener.local_addr().map_err(bind_err)?;
-            running.local = socket;
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .map_err(|source| ServeError::Runtime { source })?;
-            let listener = {
-                let _entered = runtime.enter();
-                TcpListener::from_std(&spec, std_listener, LinkConfig::default()).map_err(
-                    |source| ServeError::Bind {
-                        addr: socket,
-                        source,
-                    },
-                )?
-            };
-            let (stop, stopped) = oneshot::channel::<()>();
-            let server = server.clone();
-            let thread = std::thread::Builder::new()
-                .name(format!("plexus-http-{index}"))
-                .spawn(move || {
-                    runtime.block_on(async move {
-                        tokio::select! {
-                            () = server.accept_loop(listener) => {}
-                            _ = stopped => {}
-                        }
-                    });
-                })
-                .map_err(|source| ServeError::Runtime { source })?;
-            running.stops.push(stop);
-            running.threads.push(thread);
-        }
-        Ok(running)
+            )?;
+            Ok(server.clone().accept_loop(listener))
+        })
     }
+}
+
+/// Starts `threads` threads (`0`: one per core the process may use), each
+/// a single-threaded runtime with its own `SO_REUSEPORT` listener on
+/// `socket` (named `scheme://` in errors). `serve` is called with each
+/// thread's listener inside that thread's runtime and returns what the
+/// thread runs until stopped.
+pub(super) fn start<F>(
+    mut socket: SocketAddr,
+    threads: usize,
+    scheme: &str,
+    mut serve: impl FnMut(std::net::TcpListener, SocketAddr) -> Result<F, ServeError>,
+) -> Result<PerCoreServer, ServeError>
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    let threads = match threads {
+        0 => std::thread::available_parallelism().map_or(1, usize::from),
+        n => n,
+    };
+    let mut running = PerCoreServer {
+        local: socket,
+        stops: Vec::with_capacity(threads),
+        threads: Vec::with_capacity(threads),
+    };
+    for index in 0..threads {
+        let bind_err = |source| ServeError::Bind {
+            addr: socket,
+            source: BindError::Io {
+                addr: format!("{scheme}://{socket}"),
+                source,
+            },
+        };
+        let std_listener = reuse_port_listener(socket).map_err(bind_err)?;
+        // Port 0: the first listener picked the port; the others join it.
+        socket = std_listener.local_addr().map_err(bind_err)?;
+        running.local = socket;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|source| ServeError::Runtime { source })?;
+        let serving = {
+            let _entered = runtime.enter();
+            serve(std_listener, socket)?
+        };
+        let (stop, stopped) = oneshot::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name(format!("plexus-{scheme}-{index}"))
+            .spawn(move || {
+                runtime.block_on(async move {
+                    tokio::select! {
+                        () = serving => {}
+                        _ = stopped => {}
+                    }
+                });
+            })
+            .map_err(|source| ServeError::Runtime { source })?;
+        running.stops.push(stop);
+        running.threads.push(thread);
+    }
+    Ok(running)
 }
 
 /// A listening socket on `addr` that other sockets with `SO_REUSEPORT` may
