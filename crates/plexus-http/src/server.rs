@@ -48,10 +48,14 @@ use crate::response::Response;
 use crate::wire::{RequestMessage, ResponseMessage};
 
 mod files;
+#[cfg(feature = "tls")]
+mod https;
 mod per_core;
 mod router;
 
 pub use files::{FilesError, LoadOptions, StaticFiles};
+#[cfg(feature = "tls")]
+pub use https::{HttpsConfig, HttpsConfigError, HttpsStats, HttpsTotals};
 pub use per_core::PerCoreServer;
 pub use router::PatternError;
 use router::{decode_path, Pattern};

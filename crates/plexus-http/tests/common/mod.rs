@@ -1,7 +1,8 @@
-//! What the tests share: reading HTTP responses off a socket.
+//! What the tests share: reading HTTP responses off a socket (or a TLS
+//! stream).
 #![allow(dead_code)] // not every includer uses all of it
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 /// A response as the test reads it.
@@ -23,7 +24,7 @@ impl Got {
 
 /// Reads one response (with a Content-Length) from `stream`, buffering
 /// what follows in `buf`. `None` once the server closed the connection.
-pub async fn read_response(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Option<Got> {
+pub async fn read_response<S: AsyncRead + Unpin>(stream: &mut S, buf: &mut Vec<u8>) -> Option<Got> {
     loop {
         if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
             let head = String::from_utf8(buf[..end].to_vec()).unwrap();
