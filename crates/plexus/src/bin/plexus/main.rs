@@ -25,8 +25,8 @@ enum Command {
     /// percentiles (closed loop, or open loop at --rate without coordinated
     /// omission).
     Loadgen(loadgen::LoadgenArgs),
-    /// Serves a directory over HTTP/1.1 from memory, one runtime and
-    /// listener per core.
+    /// Serves a directory over HTTP/1.1 (or HTTPS with --tls-cert and
+    /// --tls-key), one runtime and listener per core.
     Serve(serve::ServeArgs),
     /// Starts a node that serves a counter actor (`Counter` of
     /// `plexus.cli.Counter`) on the URIs given; prints `LISTENING <uri>` for

@@ -1,4 +1,5 @@
-//! `plexus serve`: a directory over HTTP/1.1, per-core.
+//! `plexus serve`: a directory over HTTP/1.1 (or HTTPS with `--tls-cert`
+//! and `--tls-key`), per-core.
 
 use plexus::http::server::{LoadOptions, WebServer};
 
@@ -20,21 +21,42 @@ pub struct ServeArgs {
     /// (`sendfile`) instead of from memory.
     #[arg(long, default_value_t = LoadOptions::default().sendfile_from)]
     sendfile_from: usize,
+    /// Serve HTTPS with this certificate chain (PEM, the server's
+    /// certificate first), instead of HTTP.
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<std::path::PathBuf>,
+    /// The certificate's private key (PEM).
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<std::path::PathBuf>,
 }
 
 pub fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
-    let server = WebServer::new()
-        .static_dir_with(
-            "/",
-            &args.dir,
-            LoadOptions {
-                max_in_memory: args.max_bytes,
-                sendfile_from: args.sendfile_from,
-            },
-        )?
-        .listen_per_core(&args.addr, args.threads)?;
+    let site = WebServer::new().static_dir_with(
+        "/",
+        &args.dir,
+        LoadOptions {
+            max_in_memory: args.max_bytes,
+            sendfile_from: args.sendfile_from,
+        },
+    )?;
+    let (server, scheme) = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => {
+            #[cfg(feature = "tls")]
+            {
+                let https = plexus::http::server::HttpsConfig::from_pem_files(cert, key)?;
+                let server = site.listen_https_per_core(&args.addr, args.threads, https)?;
+                (server, "https")
+            }
+            #[cfg(not(feature = "tls"))]
+            {
+                let _ = (cert, key);
+                return Err("this plexus was built without the tls feature".into());
+            }
+        }
+        _ => (site.listen_per_core(&args.addr, args.threads)?, "http"),
+    };
     println!(
-        "serving {} on http://{} ({} threads)",
+        "serving {} on {scheme}://{} ({} threads)",
         args.dir.display(),
         server.local_addr(),
         server.threads()
