@@ -44,7 +44,7 @@ mod body;
 mod chunked;
 mod decoder;
 mod error;
-mod layer;
+pub mod layer;
 #[cfg(feature = "loadgen")]
 pub mod loadgen;
 mod message;

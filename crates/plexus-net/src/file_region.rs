@@ -1,4 +1,4 @@
-//! [`FileRegion`]: a byte range of an open file, carried by a [`Frame`]
+//! [`FileRegion`]: a byte range of an open file, carried by a [`Frame`](crate::Frame)
 //! in place of its bytes, so that a driver can hand it to the kernel
 //! (`sendfile`) without the bytes ever passing through user space.
 //!

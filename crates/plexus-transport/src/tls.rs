@@ -3,7 +3,7 @@
 //!
 //! The handshake runs on `tokio-rustls`; the established connection is
 //! then driven by the same stream driver as TCP: the rustls
-//! [`Connection`] (a sans-IO state machine) sits between the driver's
+//! [`Connection`](rustls::Connection) (a sans-IO state machine) sits between the driver's
 //! readiness-based reads/writes and the TCP socket.
 //!
 //! ```text

@@ -23,6 +23,15 @@ use super::{parse_addr, ServeError, WebServer};
 const BACKLOG: i32 = 1024;
 
 /// A server running in per-core mode; see [`WebServer::listen_per_core`].
+///
+/// One single-threaded runtime per core, each with a listener of its own
+/// on the same port (`SO_REUSEPORT`), so the kernel spreads connections
+/// over the threads and a connection lives its whole life on the thread
+/// that accepted it: parsed, routed and answered there, with nothing
+/// shared on the request path but the server's immutable routes and files.
+/// An actor route's request still goes to the actor's mailbox, wherever the
+/// actor runs.
+///
 /// Dropping it stops every thread (connections in progress are dropped);
 /// [`stop`](Self::stop) also waits for them.
 #[derive(Debug)]
@@ -63,7 +72,7 @@ impl Drop for PerCoreServer {
 impl WebServer {
     /// Serves on `addr` in per-core mode with `threads` threads (`0`: one
     /// per core the process may use), each a single-threaded runtime with
-    /// its own `SO_REUSEPORT` listener; see the [module docs](self). Needs
+    /// its own `SO_REUSEPORT` listener; see [`PerCoreServer`]. Needs
     /// no runtime of its own: callable from `main`.
     ///
     /// # Errors
