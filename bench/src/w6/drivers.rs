@@ -30,7 +30,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use plexus::http::server::StaticFiles;
+use plexus::http::server::{LoadOptions, StaticFiles};
 use plexus::http::wire::{RequestMessage, ResponseMessage};
 use plexus::http::{HttpConfig, HttpLayer, HttpTotals};
 use plexus::net::{
@@ -94,7 +94,17 @@ impl Site {
         );
         Self {
             spec: StackSpec::parse("tcp / http", &registry).expect("`tcp / http` parses"),
-            files: StaticFiles::load(root, 1 << 30).expect("load the pages"),
+            // Every page from memory: these loops write frames with vectored
+            // writes and no `sendfile`, so the drivers compare on the same
+            // bytes.
+            files: StaticFiles::load_with(
+                root,
+                LoadOptions {
+                    max_in_memory: 1 << 30,
+                    sendfile_from: usize::MAX,
+                },
+            )
+            .expect("load the pages"),
         }
     }
 }
