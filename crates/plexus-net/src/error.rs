@@ -46,12 +46,15 @@ pub enum StackSendError {
         frame: Frame,
     },
     /// The frame ends in a file region and `layer` does not pass regions
-    /// ([`Layer::passes_file_regions`](crate::Layer::passes_file_regions)):
+    /// ([`Layer::passes_file_regions`](crate::Layer::passes_file_regions)),
+    /// or the driver has not said it writes them
+    /// ([`Stack::accept_file_regions`](crate::Stack::accept_file_regions)):
     /// read it into memory first ([`Frame::load_file_region`]). Nothing
     /// changed.
-    #[error("layer {layer} does not pass file regions: read the region into memory first")]
+    #[error("{layer} does not take file regions: read the region into memory first")]
     FileRegion {
-        /// The first layer (from the bottom) that does not pass regions.
+        /// The first layer (from the bottom) that does not pass regions,
+        /// or `transport`.
         layer: &'static str,
         /// The refused frame.
         frame: Frame,

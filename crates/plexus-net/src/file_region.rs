@@ -10,8 +10,11 @@
 //! - every layer of the stack passes it down unread
 //!   ([`Layer::passes_file_regions`](crate::Layer::passes_file_regions), a
 //!   layer that only prepends headers), and
-//! - the driver writes it ([`Stack::passes_file_regions`](crate::Stack::passes_file_regions)
-//!   tells it the first half; the socket the second).
+//! - the driver writes it: it says so with
+//!   [`Stack::accept_file_regions`](crate::Stack::accept_file_regions)
+//!   (plexus-transport's TCP and Unix drivers do, with `sendfile`). A stack
+//!   whose driver has not said so refuses regions, so a driver of one's own
+//!   that writes [`Frame::chunks`](crate::Frame::chunks) never drops one.
 //!
 //! Anywhere else the sender reads the region into memory first
 //! ([`Frame::load_file_region`](crate::Frame::load_file_region)) and the

@@ -83,9 +83,10 @@ pub struct Stack {
     receive: VecDeque<Bytes>,
     events: VecDeque<LinkEvent>,
     max_message_len: Option<usize>,
-    /// The lowest layer that does not pass file regions
-    /// ([`Layer::passes_file_regions`]), if any: a frame ending in one is
-    /// refused.
+    /// Who stops a frame ending in a file region, if anyone: the lowest
+    /// layer that does not pass regions ([`Layer::passes_file_regions`]),
+    /// or `"transport"` until the driver says it writes them
+    /// ([`Stack::accept_file_regions`]). Such a frame is refused.
     file_region_stop: Option<&'static str>,
     /// The time of the latest input since the layers were last flushed:
     /// the next drain of the transmit queue flushes them first, at that
@@ -119,6 +120,9 @@ impl fmt::Debug for Stack {
     }
 }
 
+/// Who stops file regions while the driver has not accepted them.
+const TRANSPORT: &str = "transport";
+
 /// Queue capacity reserved up front. Small: a stack that carries one
 /// request should not pay for a streaming stack's queues; those grow to
 /// what a stack's traffic needs once, and steady state then does not
@@ -136,10 +140,12 @@ impl Stack {
             l.bind_below(below);
             l.max_frame_len(below)
         });
-        let file_region_stop = layers
-            .iter()
-            .find(|l| !l.passes_file_regions())
-            .map(|l| l.name());
+        let file_region_stop = Some(
+            layers
+                .iter()
+                .find(|l| !l.passes_file_regions())
+                .map_or(TRANSPORT, |l| l.name()),
+        );
         Self {
             file_region_stop,
             flushing: layers.iter().map(|l| l.flushes()).collect(),
@@ -183,13 +189,26 @@ impl Stack {
         self.stats
     }
 
-    /// Whether every layer passes a frame ending in a file region down
-    /// unread ([`Layer::passes_file_regions`]), so that
-    /// [`handle_send`](Stack::handle_send) takes one and the driver gets it
-    /// to write. A driver that cannot write regions, or a sender whose
-    /// stack does not pass them, reads the region into memory first
+    /// Called by a driver that writes frames ending in a file region (the
+    /// bytes, then the region from the file: `sendfile`): from now on
+    /// [`handle_send`](Stack::handle_send) takes such frames if every layer
+    /// passes them down unread ([`Layer::passes_file_regions`]), and
+    /// [`poll_transmit`](Stack::poll_transmit) may hand them out. Returns
+    /// whether it does. Until a driver says so, a stack refuses them
+    /// ([`StackSendError::FileRegion`]): a driver that writes only
+    /// [`Frame::chunks`] never meets a region it would drop. A sender whose
+    /// stack does not take regions reads them into memory first
     /// ([`Frame::load_file_region`]).
-    pub fn passes_file_regions(&self) -> bool {
+    pub fn accept_file_regions(&mut self) -> bool {
+        if self.file_region_stop == Some(TRANSPORT) {
+            self.file_region_stop = None;
+        }
+        self.takes_file_regions()
+    }
+
+    /// Whether [`handle_send`](Stack::handle_send) takes a frame ending in
+    /// a file region (see [`accept_file_regions`](Stack::accept_file_regions)).
+    pub fn takes_file_regions(&self) -> bool {
         self.file_region_stop.is_none()
     }
 
@@ -629,7 +648,20 @@ mod tests {
         let now = Instant::now();
 
         let mut framed = build("tcp / framing");
-        assert!(framed.passes_file_regions());
+        let err = framed
+            .handle_send(now, Frame::from_file(region.clone()))
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                StackSendError::FileRegion {
+                    layer: "transport",
+                    ..
+                }
+            ),
+            "refused until the driver says it writes regions"
+        );
+        assert!(framed.accept_file_regions());
         framed
             .handle_send(now, Frame::from_file(region.clone()))
             .expect("framing passes regions");
@@ -638,7 +670,7 @@ mod tests {
         assert!(sent.file_region().is_some_and(|r| r.same_as(&region)));
 
         let mut compressed = build("tcp / framing / compression");
-        assert!(!compressed.passes_file_regions());
+        assert!(!compressed.accept_file_regions());
         let err = compressed
             .handle_send(now, Frame::from_file(region.clone()))
             .unwrap_err();

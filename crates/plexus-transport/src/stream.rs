@@ -231,13 +231,14 @@ struct StreamLink<S> {
 /// handle.
 pub(crate) fn spawn<S: StreamSocket>(
     socket: S,
-    stack: Stack,
+    mut stack: Stack,
     peer: Arc<str>,
     config: LinkConfig,
 ) -> Link {
     let notify = Arc::new(Notify::new());
     let waker = notify.clone();
     let max_message_len = stack.max_message_len();
+    let writes_file_regions = S::SENDS_FILES && stack.accept_file_regions();
     let mut link = None;
     let stream = Arc::new_cyclic(|weak: &std::sync::Weak<StreamLink<S>>| {
         let weak = weak.clone();
@@ -246,7 +247,7 @@ pub(crate) fn spawn<S: StreamSocket>(
                 // Gone: so is the driver, and the close handles the rest.
                 weak.upgrade().is_some_and(|s| sender_turn(&s))
             })),
-            writes_file_regions: S::SENDS_FILES && stack.passes_file_regions(),
+            writes_file_regions,
             ..Extras::default()
         };
         let shared = Shared::with_extras(
