@@ -461,8 +461,9 @@ pub struct Args {
     #[arg(long, default_value_t = 3)]
     rounds: usize,
     /// The servers, in the order each round runs them: `plexus` (the web
-    /// server, per-core), `tokio` (the loop on tokio), `uring` (the loop on
-    /// io_uring), `uring-tuned` (the same, deferred task work).
+    /// server, per-core, pages from memory), `plexus-sendfile` (the same
+    /// with its `sendfile`), `tokio` (the loop on tokio), `uring` (the loop
+    /// on io_uring), `uring-tuned` (the same, deferred task work).
     #[arg(
         long,
         value_delimiter = ',',
@@ -486,8 +487,12 @@ pub struct Args {
 /// A server `w6-drivers` measures.
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Driver {
-    /// The Plexus web server in per-core mode (`w6-serve`).
+    /// The Plexus web server in per-core mode (`w6-serve`), every page
+    /// from memory as the loops serve them.
     Plexus,
+    /// The same with its default `sendfile` for pages of 16 KiB and more
+    /// (the loops have none: not the same bytes path).
+    PlexusSendfile,
     /// This module's loop on tokio (`w6-loop-tokio`).
     Tokio,
     /// This module's loop on monoio's io_uring driver (`w6-loop-uring`).
@@ -500,6 +505,7 @@ impl Driver {
     fn name(self) -> &'static str {
         match self {
             Driver::Plexus => "plexus",
+            Driver::PlexusSendfile => "plexus-sendfile",
             Driver::Tokio => "loop-tokio",
             Driver::Uring => "loop-uring",
             Driver::UringTuned => "loop-uring-tuned",
@@ -508,7 +514,9 @@ impl Driver {
 
     fn role(self) -> (&'static str, &'static [&'static str]) {
         match self {
-            Driver::Plexus => ("w6-serve", &[]),
+            // Above every page: all from memory.
+            Driver::Plexus => ("w6-serve", &["--sendfile-from", "1073741824"]),
+            Driver::PlexusSendfile => ("w6-serve", &[]),
             Driver::Tokio => ("w6-loop-tokio", &[]),
             Driver::Uring => ("w6-loop-uring", &[]),
             Driver::UringTuned => ("w6-loop-uring", &["--tuned"]),
