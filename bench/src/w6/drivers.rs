@@ -30,13 +30,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use plexus::http::server::{LoadOptions, StaticFiles};
+use plexus::http::server::{LoadOptions, StaticFiles, WebServer};
 use plexus::http::wire::{RequestMessage, ResponseMessage};
-use plexus::http::{HttpConfig, HttpLayer, HttpTotals};
-use plexus::net::{
-    Frame, Interface, Layer, LayerConfig, LayerConstructor, LayerFactory, LayerOptions,
-    LayerRegistry, LinkContext, OptionError, Stack, StackSpec,
-};
+use plexus::net::{Frame, LinkContext, Stack, StackSpec};
 use socket2::{Domain, Protocol, Socket, Type};
 
 use super::servers::Server;
@@ -58,42 +54,12 @@ struct Site {
     files: StaticFiles,
 }
 
-/// The `http` layer as the web server builds it: its settings, counting
-/// into its totals (a copy of the server's private constructor).
-struct ServerHttp {
-    config: HttpConfig,
-    totals: Arc<HttpTotals>,
-}
-
-impl LayerConstructor for ServerHttp {
-    fn interface(&self) -> Interface {
-        <HttpConfig as LayerConfig>::INTERFACE
-    }
-
-    fn configure(&self, options: &LayerOptions) -> Result<LayerFactory, OptionError> {
-        if let Some(option) = options.iter().next() {
-            return Err(option.unknown());
-        }
-        let (config, totals) = (self.config.clone(), self.totals.clone());
-        Ok(Arc::new(move |link: &LinkContext| {
-            Box::new(HttpLayer::new(config.clone(), link.now).with_totals(totals.clone()))
-                as Box<dyn Layer>
-        }))
-    }
-}
-
 impl Site {
     fn load(root: &Path) -> Self {
-        let mut registry = LayerRegistry::default();
-        registry.register(
-            <HttpConfig as LayerConfig>::NAME,
-            ServerHttp {
-                config: HttpConfig::default(),
-                totals: Arc::default(),
-            },
-        );
         Self {
-            spec: StackSpec::parse("tcp / http", &registry).expect("`tcp / http` parses"),
+            spec: WebServer::new()
+                .stack_spec()
+                .expect("the web server's stack parses"),
             // Every page from memory: these loops write frames with vectored
             // writes and no `sendfile`, so the drivers compare on the same
             // bytes.

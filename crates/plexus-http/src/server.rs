@@ -269,7 +269,7 @@ impl WebServer {
     /// [`ServeError`] naming the address and the cause.
     pub async fn listen(self, addr: &str) -> Result<SocketAddr, ServeError> {
         let socket = parse_addr(addr)?;
-        let spec = self.spec().map_err(|source| ServeError::Spec {
+        let spec = self.stack_spec().map_err(|source| ServeError::Spec {
             addr: socket,
             source,
         })?;
@@ -301,8 +301,13 @@ impl WebServer {
     }
 
     /// The stack every connection runs: `tcp / http` with the server's
-    /// settings, counting into its totals.
-    fn spec(&self) -> Result<StackSpec, plexus_net::SpecError> {
+    /// settings, counting into its totals. For a loop of one's own that
+    /// drives the server's connections (the `w6-drivers` benchmark).
+    ///
+    /// # Errors
+    ///
+    /// None in practice: the spec is the crate's own.
+    pub fn stack_spec(&self) -> Result<StackSpec, plexus_net::SpecError> {
         let mut registry = LayerRegistry::default();
         registry.register(
             <HttpConfig as LayerConfig>::NAME,
@@ -333,7 +338,7 @@ impl WebServer {
     where
         S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
     {
-        let spec = match self.spec() {
+        let spec = match self.stack_spec() {
             Ok(spec) => spec,
             Err(e) => {
                 // `WebServer` builds only specs that parse; nothing to serve.

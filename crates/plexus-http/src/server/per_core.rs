@@ -81,7 +81,7 @@ impl WebServer {
     /// socket without `SO_REUSEPORT`, a runtime that cannot start).
     pub fn listen_per_core(self, addr: &str, threads: usize) -> Result<PerCoreServer, ServeError> {
         let socket = parse_addr(addr)?;
-        let spec = self.spec().map_err(|source| ServeError::Spec {
+        let spec = self.stack_spec().map_err(|source| ServeError::Spec {
             addr: socket,
             source,
         })?;
