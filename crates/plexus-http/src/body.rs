@@ -134,13 +134,9 @@ impl From<FileRegion> for Body {
 /// As bytes; a file body is read (an error if that fails).
 impl Serialize for Body {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        match self {
-            Body::Bytes(bytes) => bytes.serialize(serializer),
-            Body::File(region) => region
-                .read()
-                .map_err(|e| serde::ser::Error::custom(format!("read the body's file: {e}")))?
-                .serialize(serializer),
-        }
+        self.to_bytes()
+            .map_err(|e| serde::ser::Error::custom(format!("read the body's file: {e}")))?
+            .serialize(serializer)
     }
 }
 

@@ -7,8 +7,9 @@
 //! budget allows), write every pending frame with vectored writes (up to
 //! [`MAX_IOV`] slices per call, partial writes resumed with
 //! [`Frame::advance`]), hand received messages up, then wait for the first
-//! of: socket readable (read up to 128 KiB in one call), socket writable, a
-//! wake-up from the link handles, the stack's next deadline.
+//! of: socket readable (read up to 16 KiB in one call, 128 KiB once a read
+//! filled the buffer), socket writable, a wake-up from the link handles,
+//! the stack's next deadline.
 //!
 //! **File regions.** A frame ending in a [`FileRegion`] (a static file's
 //! body behind an HTTP head) is written as its bytes, then the region with
@@ -505,6 +506,14 @@ impl Item {
             Item::Chain(f) => f.len(),
         }
     }
+
+    /// The file region, once every byte in front of it is written.
+    fn region_alone(&self) -> Option<&FileRegion> {
+        match self {
+            Item::Chain(f) if f.bytes_len() == 0 => f.file_region(),
+            _ => None,
+        }
+    }
 }
 
 /// Frames waiting for the socket, written with vectored writes.
@@ -554,25 +563,21 @@ impl WriteQueue {
         self.seal();
         socket.flush_pending()?;
         while let Some(front) = self.items.front() {
-            if let Item::Chain(f) = front {
-                if f.bytes_len() == 0 {
-                    if let Some(region) = f.file_region() {
-                        let len = region.len();
-                        match socket.try_send_file(region) {
-                            // The file ended before the region did: it
-                            // shrank since the response was made.
-                            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
-                            Ok(written) => {
-                                self.consume(written);
-                                if written < len {
-                                    return Ok(());
-                                }
-                                continue;
-                            }
-                            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
-                            Err(e) => return Err(e),
+            if let Some(region) = front.region_alone() {
+                let len = region.len();
+                match socket.try_send_file(region) {
+                    // The file ended before the region did: it shrank
+                    // since the response was made.
+                    Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+                    Ok(written) => {
+                        self.consume(written);
+                        if written < len {
+                            return Ok(());
                         }
+                        continue;
                     }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                    Err(e) => return Err(e),
                 }
             }
             let (written, offered) = {
