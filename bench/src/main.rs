@@ -182,14 +182,18 @@ enum Workload {
 
 fn main() {
     let cli = Cli::parse();
-    // Diagnostics on demand (`RUST_LOG=plexus_transport=debug`), to stderr,
-    // for every role process alike.
-    if std::env::var_os("RUST_LOG").is_some() {
-        tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-            .with_writer(std::io::stderr)
-            .init();
-    }
+    // Warnings (a refused message, a lost link) always, more on demand
+    // (`RUST_LOG=plexus_transport=debug`), to stderr, for every role process
+    // alike; colour only on a terminal.
+    let filter = match std::env::var_os("RUST_LOG") {
+        Some(_) => tracing_subscriber::EnvFilter::from_default_env(),
+        None => tracing_subscriber::EnvFilter::new("warn"),
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
     let role =
         |f: std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>| nodes::runtime().block_on(f);
     match cli.workload {

@@ -56,6 +56,16 @@ pub trait Sink<M>: Control {
         let _ = lane;
         self.push(msg);
     }
+    /// [`push_via`](Self::push_via), for a sender that waits for room
+    /// ([`ActorRef::send`]): `None` once the message is queued (or dead
+    /// lettered), or a future that queues it as soon as the sink has room.
+    /// A local mailbox's room is its semaphore, taken before this call, so
+    /// the default pushes at once; a remote actor's proxy waits for room in
+    /// the send buffer of the link to its node.
+    fn push_when_room(&self, msg: M, lane: Lane) -> Option<RoomWait<'_>> {
+        self.push_via(msg, lane);
+        None
+    }
     /// [`push_with_receipt`](Self::push_with_receipt) on `lane`.
     fn push_with_receipt_via(&self, msg: M, lane: Lane) -> ReceiptFuture {
         let _ = lane;
@@ -101,6 +111,9 @@ impl<M: Send + 'static> Sink<M> for Mailbox<M> {
         })
     }
 }
+
+/// A send waiting for room; see [`Sink::push_when_room`].
+pub type RoomWait<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
 
 /// What a delivery receipt confirms.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -367,19 +380,27 @@ impl<M: Send + 'static> ActorRef<M> {
         Ok(Via { actor: self, lane })
     }
 
-    /// Sends a message, waiting for room in a bounded mailbox.
+    /// Sends a message, waiting for room: in a bounded mailbox, or for an
+    /// actor on another node in the send buffer of the link to its node.
     ///
-    /// On an unbounded mailbox this completes at once.
+    /// On an unbounded local mailbox this completes at once.
     ///
     /// # Backpressure
     ///
     /// Waits, in FIFO order with other waiting senders, until the actor has
-    /// taken a message out of its full mailbox.
+    /// taken a message out of its full mailbox. For a remote actor, waits
+    /// while the link's send buffer (the
+    /// node's `LinkConfig::send_buffer`, 64 MiB by default) is full, so a sender that only uses `send` never loses a
+    /// message to overload: it runs at the speed of the link, where
+    /// [`tell`](Self::tell) would turn what does not fit into dead letters
+    /// ([`DeadLetterReason::SendBufferFull`]).
     ///
     /// # Errors
     ///
-    /// [`SendError`] with the message handed back if the actor has stopped or
-    /// stops while the sender waits.
+    /// [`SendError`] with the message handed back if the actor has stopped
+    /// (for a remote actor: its node is known to be gone) or a local actor
+    /// stops while the sender waits. Success means the message was queued,
+    /// not that it arrived (see [`tell_with_receipt`](Self::tell_with_receipt)).
     ///
     /// # Cancel safety
     ///
@@ -389,15 +410,16 @@ impl<M: Send + 'static> ActorRef<M> {
             Some(sem) => acquire(sem).await,
             None => self.sink.is_alive(),
         };
-        if room {
-            self.sink.push(msg);
-            Ok(())
-        } else {
-            Err(SendError {
+        if !room {
+            return Err(SendError {
                 target: self.id,
                 message: msg,
-            })
+            });
         }
+        if let Some(wait) = self.sink.push_when_room(msg, self.sink.default_lane()) {
+            wait.await;
+        }
+        Ok(())
     }
 
     /// Sends a request built by `make` around a fresh [`ReplyTo`] and waits
@@ -428,7 +450,10 @@ impl<M: Send + 'static> ActorRef<M> {
     ///   it stops with the request unanswered;
     /// - [`AskError::MailboxFull`] at once if its bounded mailbox is full;
     /// - [`AskError::Timeout`] if no reply came within `timeout`;
-    /// - [`AskError::NoReply`] if the actor dropped the [`ReplyTo`].
+    /// - [`AskError::NoReply`] if the actor dropped the [`ReplyTo`];
+    /// - [`AskError::NodeUnreachable`] as soon as the link to a remote
+    ///   actor's node is lost (or cannot be made) with the request
+    ///   unanswered.
     pub async fn ask<R, F>(&self, make: F, timeout: Duration) -> Result<R, AskError>
     where
         F: FnOnce(ReplyTo<R>) -> M,
@@ -449,7 +474,10 @@ impl<M: Send + 'static> ActorRef<M> {
         tokio::select! {
             biased;
             reply = rx => match reply {
-                Ok(reply) => Ok(reply),
+                Ok(Ok(reply)) => Ok(reply),
+                Ok(Err(Unreachable { node, cause })) => {
+                    Err(AskError::NodeUnreachable { target, node, cause })
+                }
                 // The reply sender was dropped: either with the queued request
                 // when the actor stopped, or by the handler itself.
                 Err(_) if !self.sink.is_alive() => Err(AskError::Stopped { target }),
@@ -592,6 +620,10 @@ where
         self.inner.sink.push_via(msg.into(), lane);
     }
 
+    fn push_when_room(&self, msg: S, lane: Lane) -> Option<RoomWait<'_>> {
+        self.inner.sink.push_when_room(msg.into(), lane)
+    }
+
     fn push_with_receipt_via(&self, msg: S, lane: Lane) -> ReceiptFuture {
         self.inner.sink.push_with_receipt_via(msg.into(), lane)
     }
@@ -668,10 +700,20 @@ pub struct ReplyTo<R> {
     inner: ReplyInner<R>,
 }
 
+/// What the asker of an ask receives: the reply, or why it cannot come.
+type AskOutcome<R> = Result<R, Unreachable>;
+
+/// The node of a remote asked actor became unreachable with the ask open.
+#[derive(Debug)]
+struct Unreachable {
+    node: crate::NodeId,
+    cause: String,
+}
+
 enum ReplyInner<R> {
     // A mutex because serde serializes through `&self` and a handle that is
     // sent to another node must give its sender up.
-    Local(Mutex<Option<oneshot::Sender<R>>>),
+    Local(Mutex<Option<oneshot::Sender<AskOutcome<R>>>>),
     Remote {
         target: Arc<dyn RemoteReply>,
         path: ReplyPath,
@@ -680,7 +722,7 @@ enum ReplyInner<R> {
 }
 
 impl<R> ReplyTo<R> {
-    fn local(tx: oneshot::Sender<R>) -> Self {
+    fn local(tx: oneshot::Sender<AskOutcome<R>>) -> Self {
         Self {
             inner: ReplyInner::Local(Mutex::new(Some(tx))),
         }
@@ -693,7 +735,7 @@ impl<R> ReplyTo<R> {
             ReplyInner::Local(tx) => {
                 let tx = tx.into_inner().unwrap_or_else(|e| e.into_inner());
                 if let Some(tx) = tx {
-                    let _ = tx.send(value);
+                    let _ = tx.send(Ok(value));
                 }
             }
             ReplyInner::Remote {
@@ -750,14 +792,14 @@ impl<R: Serialize + DeserializeOwned + Send + 'static> Serialize for ReplyTo<R> 
 
 /// An ask waiting for a reply from another node.
 struct PendingAsk<R> {
-    tx: oneshot::Sender<R>,
+    tx: oneshot::Sender<AskOutcome<R>>,
 }
 
 impl<R: DeserializeOwned + Send + 'static> crate::remote::PendingReply for PendingAsk<R> {
     fn deliver(self: Box<Self>, payload: Bytes) {
         match crate::remote::decode::<R>(&payload) {
             Ok(value) => {
-                let _ = self.tx.send(value);
+                let _ = self.tx.send(Ok(value));
             }
             // Dropping the sender makes the ask fail with NoReply.
             Err(e) => tracing::warn!(target: "plexus::remote", "dropping a reply: {e}"),
@@ -766,6 +808,13 @@ impl<R: DeserializeOwned + Send + 'static> crate::remote::PendingReply for Pendi
 
     fn is_abandoned(&self) -> bool {
         self.tx.is_closed()
+    }
+
+    fn node_unreachable(self: Box<Self>, node: crate::NodeId, cause: &str) {
+        let _ = self.tx.send(Err(Unreachable {
+            node,
+            cause: cause.to_owned(),
+        }));
     }
 }
 

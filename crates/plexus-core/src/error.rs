@@ -6,7 +6,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::ActorId;
+use crate::{ActorId, NodeId};
 
 /// Why [`ActorRef::try_tell`](crate::ActorRef::try_tell) failed. The message
 /// is handed back; nothing was enqueued.
@@ -94,6 +94,19 @@ pub enum AskError {
     NoReply {
         /// The target actor.
         target: ActorId,
+    },
+    /// The link to the target's node was lost (or could not be made) with
+    /// the request unanswered. The actor may be alive: the request may or
+    /// may not have been handled, and a later ask may succeed once the
+    /// node is reachable again.
+    #[error("ask actor {target}: node {node} unreachable: {cause}")]
+    NodeUnreachable {
+        /// The target actor.
+        target: ActorId,
+        /// Its node.
+        node: NodeId,
+        /// Why the node could not be reached.
+        cause: String,
     },
 }
 

@@ -25,7 +25,7 @@ pub use bytes::Bytes;
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 use tokio::sync::Semaphore;
 
-pub use crate::actor_ref::{ReceiptFuture, Sink};
+pub use crate::actor_ref::{ReceiptFuture, RoomWait, Sink};
 use crate::dead_letters::DeadLetterReason;
 use crate::lane::{Lane, MessageProperties, RouteError};
 pub use crate::mailbox::{Control, Refusal, Signal, Watcher};
@@ -328,6 +328,20 @@ pub trait RemoteEndpoint: Control {
         let _ = (lane, type_id, type_name, encode);
         Ok(false)
     }
+    /// [`send`](Self::send) for a sender that waits for room
+    /// ([`ActorRef::send`]): `None` once the message is queued (or dead
+    /// lettered), or a future that queues it as soon as the link to the
+    /// actor's node has room. The default sends at once.
+    fn send_when_room(
+        &self,
+        lane: Lane,
+        type_id: u64,
+        type_name: &'static str,
+        payload: Bytes,
+    ) -> Option<RoomWait<'_>> {
+        self.send(lane, type_id, type_name, payload);
+        None
+    }
     /// Like [`send`](Self::send), but asks the receiving node to confirm
     /// that the message is in the actor's mailbox; on a lane whose stack
     /// may lose it, the receipt says only that it was sent.
@@ -464,6 +478,10 @@ pub enum ReceiptError {
     /// The link to the node closed before the receipt came.
     #[error("link to node closed: {0}")]
     LinkClosed(String),
+    /// The send buffer of the link to the actor's node was full: the
+    /// message was not sent.
+    #[error("send buffer of the link to the node is full")]
+    SendBufferFull,
 }
 
 impl Serialize for CodecError {
@@ -486,6 +504,10 @@ pub trait PendingReply: Send + 'static {
     /// Whether the asker stopped waiting (timed out, dropped), so the entry
     /// can be forgotten.
     fn is_abandoned(&self) -> bool;
+    /// The reply cannot come: the link to `node` was lost (or never came
+    /// up) for `cause`. The asker fails with
+    /// [`AskError::NodeUnreachable`](crate::AskError::NodeUnreachable).
+    fn node_unreachable(self: Box<Self>, node: crate::NodeId, cause: &str);
 }
 
 /// What a node provides while it encodes or decodes one message.
@@ -637,6 +659,12 @@ impl<M: RemoteMessage> Sink<M> for RemoteSink<M> {
 
     fn reject(&self, _msg: M, reason: DeadLetterReason) {
         self.endpoint.dead_letter(M::TYPE_NAME, reason);
+    }
+
+    fn push_when_room(&self, msg: M, lane: Lane) -> Option<RoomWait<'_>> {
+        let payload = self.encode(msg)?;
+        self.endpoint
+            .send_when_room(lane, M::TYPE_ID, M::TYPE_NAME, payload)
     }
 
     fn push_with_receipt(&self, msg: M) -> ReceiptFuture {

@@ -123,8 +123,8 @@ struct PeerReply {
 
 impl RemoteReply for PeerReply {
     fn send_reply(&self, id: u64, payload: Bytes) {
-        if self.peer.send(&WireFrame::Reply { id, payload }).is_err() {
-            tracing::debug!(target: "plexus::remote", "reply dropped: send buffer full");
+        if let Err(why) = self.peer.send(&WireFrame::Reply { id, payload }) {
+            self.peer.dead_letter("reply", why);
         }
     }
 }

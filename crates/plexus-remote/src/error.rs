@@ -160,6 +160,11 @@ pub enum LinkError {
     /// The node is shutting down.
     #[error("node is shutting down")]
     ShuttingDown,
+    /// The send buffer of the link was full (or, while the link was
+    /// connecting, the frames held for it reached their bound): the request
+    /// was not sent.
+    #[error("send buffer full")]
+    SendBufferFull,
     /// A lane connection of the session could not be set up (the session
     /// does not come up without it).
     #[error("lane {lane} over {scheme}: {source}")]

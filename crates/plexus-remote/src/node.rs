@@ -52,6 +52,11 @@ pub struct PeerLinkStats {
     pub peer: String,
     /// The link's counters.
     pub stats: LinkStats,
+    /// Messages to the node refused because the link's send buffer (or,
+    /// while it was connecting, the frames held for it) was full: each a
+    /// dead letter ([`DeadLetterReason::SendBufferFull`](plexus_core::DeadLetterReason::SendBufferFull))
+    /// or a failed receipt. Counted over the peer's life, across reconnects.
+    pub send_buffer_full: u64,
 }
 
 /// What one lane of one peer link carries; see [`Node::lane_stats`].
@@ -472,12 +477,13 @@ impl Node {
             .by_node
             .iter()
             .filter_map(|((node, scheme), p)| {
-                let (peer, stats) = p.link_stats()?;
+                let (peer, stats, send_buffer_full) = p.link_stats()?;
                 Some(PeerLinkStats {
                     node: *node,
                     scheme: scheme.clone(),
                     peer,
                     stats,
+                    send_buffer_full,
                 })
             })
             .collect();
@@ -795,8 +801,10 @@ impl NodeInner {
     }
 
     /// Fails every ask waiting on `node` (its reply senders are dropped).
-    pub(crate) fn drop_replies_of(&self, node: NodeId) {
-        let dropped: Vec<_> = {
+    /// Fails the asks waiting for replies from `node`: its link was lost
+    /// (or could not be made) for `cause`.
+    pub(crate) fn fail_replies_of(&self, node: NodeId, cause: &str) {
+        let failed: Vec<_> = {
             let mut replies = lock(&self.replies);
             let ids: Vec<u64> = replies
                 .iter()
@@ -807,6 +815,8 @@ impl NodeInner {
                 .filter_map(|id| replies.remove(&id))
                 .collect()
         };
-        drop(dropped);
+        for (_, pending) in failed {
+            pending.node_unreachable(node, cause);
+        }
     }
 }

@@ -64,6 +64,9 @@ pub(crate) struct Peer {
     /// link is down, and the node behind it (0: not known yet).
     down: AtomicBool,
     remote_node: AtomicU64,
+    /// Messages refused because the link's send buffer (or the frames held
+    /// while connecting) was full; see [`Node::link_stats`](crate::Node::link_stats).
+    refused_full: AtomicU64,
     /// The proxy of the remote actor whose ref arrived through this peer
     /// last (see [`recent_import`](Peer::recent_import)), kept while the
     /// link is up. A request–response exchange brings the same sender's
@@ -114,6 +117,11 @@ pub(crate) enum CloseCause {
     /// The peer broke the wire protocol.
     #[error("protocol error: {0}")]
     Protocol(String),
+    /// No traffic crossed the link for this long and the transport dropped
+    /// it (a UDP peer's idle timeout, with no `heartbeat` layer to keep it
+    /// alive): the node is not known to be gone.
+    #[error("no traffic for {0:?}: link closed as idle, dialled again on the next send")]
+    Idle(Duration),
     /// The heartbeat layer declared the peer unreachable.
     #[error("heartbeat: node unreachable (phi {phi:.1})")]
     Unreachable {
@@ -130,9 +138,39 @@ impl CloseCause {
     }
 }
 
-/// A frame could not be queued for the peer; the caller dead-letters it.
-#[derive(Debug)]
-pub(crate) struct Undelivered;
+/// Why a frame could not be queued for the peer; the caller dead-letters
+/// it (or, sending with [`ActorRef::send`](plexus_core::ActorRef::send),
+/// waits for room and tries again).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Undelivered {
+    /// The send buffer of the link is full, or while no link is up the
+    /// frames held for it reached their bound
+    /// ([`NodeConfig::pending_messages`](crate::NodeConfig::pending_messages)).
+    Full,
+    /// The frame cannot travel on the link at all (too large for its
+    /// stack, a file region that could not be read).
+    Refused,
+}
+
+impl Undelivered {
+    /// The dead-letter reason of a frame refused so.
+    pub(crate) fn reason(self) -> DeadLetterReason {
+        match self {
+            Undelivered::Full => DeadLetterReason::SendBufferFull,
+            Undelivered::Refused => DeadLetterReason::Undeliverable,
+        }
+    }
+
+    /// The receipt error of a frame refused so.
+    pub(crate) fn receipt_error(self) -> ReceiptError {
+        match self {
+            Undelivered::Full => ReceiptError::SendBufferFull,
+            Undelivered::Refused => {
+                ReceiptError::LinkClosed("the message cannot travel on this link".into())
+            }
+        }
+    }
+}
 
 /// Held by a peer's read task: releases the peer's recent import when the
 /// task ends, also when it is dropped without running to its end (a
@@ -156,6 +194,7 @@ impl Peer {
             ctx: OnceLock::new(),
             down: AtomicBool::new(false),
             remote_node: AtomicU64::new(0),
+            refused_full: AtomicU64::new(0),
             recent_import: Mutex::new(None),
             resequencers: Mutex::new(fresh_resequencers()),
         })
@@ -231,10 +270,41 @@ impl Peer {
         lock(&self.state).is_up()
     }
 
-    /// The link's address and counters, while it is up.
-    pub(crate) fn link_stats(&self) -> Option<(String, LinkStats)> {
+    /// The link's address and counters, while it is up, and the messages
+    /// refused for a full send buffer so far.
+    pub(crate) fn link_stats(&self) -> Option<(String, LinkStats, u64)> {
         let st = lock(&self.state);
-        st.sender().map(|s| (s.peer().to_owned(), s.stats()))
+        st.sender().map(|s| {
+            (
+                s.peer().to_owned(),
+                s.stats(),
+                self.refused_full.load(Ordering::Relaxed),
+            )
+        })
+    }
+
+    /// A frame of this node's own (a reply) the peer refused: counted and
+    /// a dead letter, `what` naming it.
+    pub(crate) fn dead_letter(self: &Arc<Self>, what: &'static str, why: Undelivered) {
+        self.count_refusal(why);
+        let p = self.canonical();
+        if let Some(inner) = p.inner.upgrade() {
+            let node = NodeId::from_u64(p.remote_node.load(Ordering::Acquire));
+            inner
+                .system
+                .dead_letters()
+                .record(ActorId::new(node, 0), what, why.reason());
+        }
+    }
+
+    /// Counts a message refused for a full send buffer (the caller
+    /// dead-letters it).
+    pub(crate) fn count_refusal(self: &Arc<Self>, why: Undelivered) {
+        if why == Undelivered::Full {
+            self.canonical()
+                .refused_full
+                .fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// What the stack carrying `lane` guarantees: the session's link for it
@@ -254,8 +324,9 @@ impl Peer {
         st.sender().map(|links| links.lane_stats(&self.scheme))
     }
 
-    /// Whether actors of `node` may be reached through this peer: it is up
-    /// or reconnecting, and the node behind it has not changed.
+    /// Whether actors of `node` may be reached through this peer: it is up,
+    /// reconnecting or idle (a link closed for idleness is dialled again on
+    /// the next send), and the node behind it has not changed.
     pub(crate) fn node_alive(self: &Arc<Self>, node: NodeId) -> bool {
         let p = self.canonical();
         if p.down.load(Ordering::Acquire) {
@@ -376,13 +447,18 @@ impl Peer {
 
     fn failed(self: &Arc<Self>, inner: &Arc<NodeInner>, error: LinkError) {
         tracing::debug!(target: "plexus::remote", peer = %self.dial_uri(), %error, "connect failed");
-        let abandoned = {
+        let (abandoned, node) = {
             let mut st = lock(&self.state);
             let abandoned =
                 st.connect_failed(Instant::now().into_std(), error, Self::backoff(inner));
             self.mirror(&st);
-            abandoned
+            (abandoned, st.remote)
         };
+        // Requests held for the link (asks among them) are dead letters
+        // now: their replies cannot come.
+        if let Some(n) = node.filter(|_| !abandoned.pending.is_empty()) {
+            inner.fail_replies_of(n, &abandoned.error.to_string());
+        }
         self.give_up(inner, abandoned);
     }
 
@@ -400,7 +476,7 @@ impl Peer {
         for _ in pending {
             dead.record(
                 ActorId::new(NodeId::from_u64(0), 0),
-                "remote message (link never came up)",
+                "remote message (the link to its node could not be made)",
                 DeadLetterReason::Undeliverable,
             );
         }
@@ -429,7 +505,7 @@ impl Peer {
         if let Some(links) = st.sender() {
             return match links.try_send_on(carrier, strand, frame) {
                 Ok(()) => Ok(()),
-                Err(LinkTrySendError::Full { .. }) => Err(Undelivered),
+                Err(LinkTrySendError::Full { .. }) => Err(Undelivered::Full),
                 Err(LinkTrySendError::Send(plexus_transport::LinkSendError::Closed {
                     message,
                     ..
@@ -439,12 +515,12 @@ impl Peer {
                     st.pending.push_back((carrier, strand, message));
                     Ok(())
                 }
-                Err(_) => Err(Undelivered),
+                Err(_) => Err(Undelivered::Refused),
             };
         }
         let bound = p.inner.upgrade().map_or(0, |i| i.config.pending_messages);
         if st.pending.len() >= bound {
-            return Err(Undelivered);
+            return Err(Undelivered::Full);
         }
         st.pending.push_back((carrier, strand, frame));
         drop(st);
@@ -465,6 +541,7 @@ impl Peer {
         if let Some(links) = st.sender() {
             return match links.try_send_copy_on(carrier, strand, frame) {
                 Ok(()) => Ok(()),
+                Err(LinkTrySendError::Full { .. }) => Err(Undelivered::Full),
                 Err(LinkTrySendError::Send(plexus_transport::LinkSendError::Closed {
                     message,
                     ..
@@ -472,11 +549,28 @@ impl Peer {
                     drop(st);
                     p.send_frame(carrier, strand, message)
                 }
-                Err(_) => Err(Undelivered),
+                Err(_) => Err(Undelivered::Refused),
             };
         }
         drop(st);
         p.send_frame(carrier, strand, Bytes::copy_from_slice(frame))
+    }
+
+    /// Waits until a frame of `len` bytes on `carrier` would fit: in the
+    /// send buffer of the link that carries it, or, while no link is up,
+    /// until one is (the frames held meanwhile have a bound). For a sender
+    /// that waits for room ([`ActorRef::send`](plexus_core::ActorRef::send))
+    /// and then tries its send again. Returns at once if the link is lost
+    /// or cannot be made: the next try holds or dead-letters the frame.
+    pub(crate) async fn room(self: &Arc<Self>, carrier: Carrier, len: usize) {
+        let p = self.canonical().clone();
+        let links = lock(&p.state).sender().cloned();
+        match links {
+            Some(links) => links.room(carrier, len).await,
+            None => {
+                let _ = p.wait_up().await;
+            }
+        }
     }
 
     /// Sends a system frame: on the control lane, on its strand.
@@ -515,7 +609,7 @@ impl Peer {
             name: name.to_owned(),
         };
         p.send_frame(carrier, strand, frame.encode())
-            .map_err(|_| LinkError::Closed("send buffer full".into()))?;
+            .map_err(|_| LinkError::SendBufferFull)?;
         Ok(rx)
     }
 
@@ -539,18 +633,20 @@ impl Peer {
             return ReceiptFuture::ready(
                 match p.send_frame(Carrier::Lane(lane), strand, build(0)) {
                     Ok(()) => Ok(Receipt::Sent),
-                    Err(Undelivered) => Err(ReceiptError::LinkClosed("send buffer full".into())),
+                    Err(why) => {
+                        p.count_refusal(why);
+                        Err(why.receipt_error())
+                    }
                 },
             );
         }
         let (tx, rx) = oneshot::channel();
         let id = inner.next_id();
         lock(&p.state).expect_receipt(id, tx);
-        if p.send_frame(Carrier::Lane(lane), strand, build(id))
-            .is_err()
-        {
+        if let Err(why) = p.send_frame(Carrier::Lane(lane), strand, build(id)) {
+            p.count_refusal(why);
             if let Some(tx) = lock(&p.state).handle_receipt(id) {
-                let _ = tx.send(Err(ReceiptError::LinkClosed("send buffer full".into())));
+                let _ = tx.send(Err(why.receipt_error()));
             }
         }
         ReceiptFuture::pending(rx)
@@ -626,14 +722,24 @@ impl Peer {
         }
     }
 
-    /// The link of `epoch` is gone: tell everyone who depended on it.
-    fn link_down(self: &Arc<Self>, epoch: u64, cause: &str) {
+    /// The link of `epoch` is gone: tell everyone who depended on it. A link
+    /// closed as idle leaves the peer idle, not down (see
+    /// [`PeerState::link_idle`]).
+    fn link_down(self: &Arc<Self>, epoch: u64, cause: &CloseCause) {
         let Some(inner) = self.inner.upgrade() else {
             return;
         };
+        // Only a peer that can dial again may go idle: one whose node does
+        // not listen is gone with its link.
+        let idle = matches!(cause, CloseCause::Idle(_)) && lock(&self.dial).is_some();
+        let cause = &*cause.to_string();
         let lost = {
             let mut st = lock(&self.state);
-            let lost = st.link_lost(epoch, cause);
+            let lost = if idle {
+                st.link_idle(epoch, cause)
+            } else {
+                st.link_lost(epoch, cause)
+            };
             self.mirror(&st);
             lost
         };
@@ -648,7 +754,11 @@ impl Peer {
         else {
             return;
         };
-        tracing::info!(target: "plexus::remote", node = ?node, peer = %self.dial_uri(), cause, "link down");
+        if idle {
+            tracing::info!(target: "plexus::remote", node = ?node, peer = %self.dial_uri(), cause, "link idle");
+        } else {
+            tracing::info!(target: "plexus::remote", node = ?node, peer = %self.dial_uri(), cause, "link down");
+        }
         for (_, (id, w)) in watchers {
             w.notify(node_down(id, cause));
         }
@@ -671,7 +781,7 @@ impl Peer {
             }
         }
         if let Some(n) = node {
-            inner.drop_replies_of(n);
+            inner.fail_replies_of(n, cause);
         }
     }
 }

@@ -25,9 +25,12 @@ where
         None => default_filter.map(tracing_subscriber::EnvFilter::new),
     };
     if let Some(filter) = filter {
+        // Colour only on a terminal: a log file or a collector gets plain
+        // text, not escape codes.
         tracing_subscriber::fmt()
             .with_env_filter(filter)
             .with_writer(std::io::stderr)
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
             .init();
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()

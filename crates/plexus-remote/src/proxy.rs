@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, Weak};
 use bytes::{BufMut, Bytes, BytesMut};
 use plexus_core::remote::{
     ActorPath, CodecError, Control, ReceiptError, ReceiptFuture, Refusal, RemoteEndpoint,
-    RemoteMessage, Signal, Watcher, WireContext,
+    RemoteMessage, RoomWait, Signal, Watcher, WireContext,
 };
 use plexus_core::{
     ActorId, DeadLetterReason, Down, ExitReason, Lane, MessageProperties, RouteError,
@@ -23,7 +23,7 @@ use plexus_transport::Strand;
 use tokio::sync::{oneshot, Semaphore};
 
 use crate::node::{lock, NodeInner};
-use crate::peer::{message_frame, Carrier, Peer};
+use crate::peer::{message_frame, Carrier, Peer, Undelivered};
 use crate::wire::{Resolution, WireFrame};
 
 pub(crate) struct RemoteActor {
@@ -411,6 +411,26 @@ impl RemoteActor {
         b.freeze()
     }
 
+    /// Queues a message frame around `payload` on this ref's route. `None`
+    /// if a forged ref failed to resolve.
+    fn try_send_payload(
+        self: &Arc<Self>,
+        lane: Lane,
+        type_id: u64,
+        payload: &Bytes,
+    ) -> Option<Result<(), Undelivered>> {
+        self.route(|strand, to| {
+            let frame = self.message_to(to, type_id, 0, payload);
+            self.peer.send_frame(Carrier::Lane(lane), strand, frame)
+        })
+    }
+
+    /// A message the peer refused: counted on the peer, a dead letter.
+    fn refused(&self, type_name: &'static str, why: Undelivered) {
+        self.peer.count_refusal(why);
+        self.dead_letter_here(type_name, why.reason());
+    }
+
     fn dead_letter_here(&self, type_name: &'static str, reason: DeadLetterReason) {
         if let Some(inner) = self.inner.upgrade() {
             inner
@@ -494,8 +514,8 @@ impl RemoteEndpoint for RemoteActor {
             } else {
                 self.peer.send_slice(Carrier::Lane(lane), strand, frame)
             };
-            if sent.is_err() {
-                self.dead_letter_here(type_name, DeadLetterReason::MailboxFull);
+            if let Err(why) = sent {
+                self.refused(type_name, why);
             }
             Ok(true)
         })
@@ -507,16 +527,53 @@ impl RemoteEndpoint for RemoteActor {
             self.dead_letter_here(type_name, DeadLetterReason::Undeliverable);
             return;
         };
-        let sent = me.route(|strand, to| {
-            let frame = me.message_to(to, type_id, 0, &payload);
-            self.peer
-                .send_frame(Carrier::Lane(lane), strand, frame)
-                .is_ok()
-        });
-        match sent {
-            Some(true) => {}
-            Some(false) => self.dead_letter_here(type_name, DeadLetterReason::MailboxFull),
+        match me.try_send_payload(lane, type_id, &payload) {
+            Some(Ok(())) => {}
+            Some(Err(why)) => self.refused(type_name, why),
             None => self.dead_letter_here(type_name, DeadLetterReason::Stopped),
+        }
+    }
+
+    fn send_when_room(
+        &self,
+        lane: Lane,
+        type_id: u64,
+        type_name: &'static str,
+        payload: Bytes,
+    ) -> Option<RoomWait<'_>> {
+        let Some(me) = self.arc() else {
+            self.dead_letter_here(type_name, DeadLetterReason::Undeliverable);
+            return None;
+        };
+        match me.try_send_payload(lane, type_id, &payload) {
+            Some(Ok(())) => None,
+            Some(Err(Undelivered::Full)) => Some(Box::pin(async move {
+                // The frame's header and a forged ref's name come on top of
+                // the payload.
+                let len = payload.len() + 64;
+                loop {
+                    me.peer.room(Carrier::Lane(lane), len).await;
+                    if !me.is_alive() {
+                        me.dead_letter_here(type_name, DeadLetterReason::Stopped);
+                        return;
+                    }
+                    match me.try_send_payload(lane, type_id, &payload) {
+                        Some(Ok(())) => return,
+                        // Another sender took the room first.
+                        Some(Err(Undelivered::Full)) => {}
+                        Some(Err(why)) => return me.refused(type_name, why),
+                        None => return me.dead_letter_here(type_name, DeadLetterReason::Stopped),
+                    }
+                }
+            })),
+            Some(Err(why)) => {
+                self.refused(type_name, why);
+                None
+            }
+            None => {
+                self.dead_letter_here(type_name, DeadLetterReason::Stopped);
+                None
+            }
         }
     }
 

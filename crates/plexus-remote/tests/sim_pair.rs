@@ -219,9 +219,11 @@ async fn an_ask_in_flight_when_the_link_is_lost_fails_then_not_at_its_timeout() 
         net.cut_all();
     };
     let (answer, ()) = tokio::join!(asked, cut);
-    // The asked actor is down with its node.
+    // The asked actor's node is unreachable: the ask says so, not that
+    // the actor stopped.
     assert!(
-        matches!(answer, Err(AskError::Stopped { target }) if target == holder.id()),
+        matches!(answer, Err(AskError::NodeUnreachable { target, node, .. })
+            if target == holder.id() && node == holder.id().node()),
         "{answer:?}"
     );
     let waited = started.elapsed();

@@ -391,7 +391,7 @@ async fn messages_held_while_connecting_are_bounded_and_then_dead_letters() {
         assert!(
             matches!(
                 dl.reason,
-                plexus_core::DeadLetterReason::MailboxFull
+                plexus_core::DeadLetterReason::SendBufferFull
                     | plexus_core::DeadLetterReason::Undeliverable
                     | plexus_core::DeadLetterReason::Stopped
             ),

@@ -159,6 +159,26 @@ impl SessionLinks {
         }
     }
 
+    /// Waits until a frame of `len` bytes fits on the link that carries
+    /// `carrier` (on an adaptive lane: on its candidate with the shortest
+    /// queue, which drains first). Returns also when that link closes.
+    pub(crate) async fn room(&self, carrier: Carrier, len: usize) {
+        let sender = match carrier {
+            Carrier::Primary => &self.primary,
+            Carrier::Lane(lane) => match &self.lanes[lane.index()] {
+                LaneRoute::Primary => &self.primary,
+                LaneRoute::Own(l) => &l.sender,
+                LaneRoute::Adaptive(a) => {
+                    match a.candidates.iter().min_by_key(|c| c.sender.queued_bytes()) {
+                        Some(c) => &c.sender,
+                        None => &self.primary,
+                    }
+                }
+            },
+        };
+        let _ = sender.room(len).await;
+    }
+
     /// Queues a session frame (`GOODBYE`) on the primary link.
     pub(crate) fn try_send(&self, frame: Bytes) -> Result<(), LinkTrySendError> {
         self.primary.try_send(frame)

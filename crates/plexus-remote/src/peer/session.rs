@@ -228,7 +228,10 @@ async fn next_received(
         }
         rx.recv_batch(batch)
             .await
-            .map_err(|closed| CloseCause::Transport(closed.reason.to_string()))?;
+            .map_err(|closed| match closed.reason {
+                plexus_transport::CloseReason::IdleTimeout(after) => CloseCause::Idle(after),
+                reason => CloseCause::Transport(reason.to_string()),
+            })?;
     }
 }
 
@@ -509,7 +512,7 @@ impl Peer {
         if cause.is_duplicate() {
             self.superseded(&inner, epoch);
         } else {
-            self.link_down(epoch, &cause.to_string());
+            self.link_down(epoch, &cause);
         }
     }
 

@@ -10,7 +10,8 @@
 //!
 //! ```text
 //!  Idle ──begin_connect──▶ Connecting ──attach──▶ Up(epoch) ──link_lost──▶ Down
-//!   ▲                          │   ▲                 │                      │
+//!   ▲ ▲                        │   ▲                 │                      │
+//!   │ └──────────────────────────────────link_idle───┘                      │
 //!   │                          │   └───superseded────┘ (peer kept its other │
 //!   │                  connect_failed / handle_timeout  link: wait for it)  │
 //!   │                          ▼                                            │
@@ -290,11 +291,25 @@ impl<H: Handles> PeerState<H> {
     /// be told. `None` if `epoch` is not the link that is up (a replaced
     /// or draining link ended).
     pub(crate) fn link_lost(&mut self, epoch: u64, cause: &str) -> Option<Lost<H>> {
+        self.link_ended(epoch, cause, Phase::Down)
+    }
+
+    /// The link of `epoch` was closed because no traffic crossed it for a
+    /// while (a UDP peer's idle timeout): idle, not down. The node is not
+    /// known to be gone, so refs through the peer stay alive and the next
+    /// send dials again; what depended on the link itself (watchers,
+    /// links, requests in flight) is handed back as for a lost link, since
+    /// the peer dropped its side of it too.
+    pub(crate) fn link_idle(&mut self, epoch: u64, cause: &str) -> Option<Lost<H>> {
+        self.link_ended(epoch, cause, Phase::Idle)
+    }
+
+    fn link_ended(&mut self, epoch: u64, cause: &str, next: Phase<H::Sender>) -> Option<Lost<H>> {
         match &self.phase {
             Phase::Up { epoch: e, .. } if *e == epoch => {}
             _ => return None,
         }
-        self.phase = Phase::Down;
+        self.phase = next;
         self.failures = 0;
         self.retry_at = None;
         self.last_error = Some(LinkError::Closed(cause.to_owned()));

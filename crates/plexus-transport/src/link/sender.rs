@@ -238,6 +238,30 @@ impl LinkSender {
         Ok(())
     }
 
+    /// Waits until a message of `len` bytes fits in the send buffer (at
+    /// once if it does now), without queuing anything: for a sender that
+    /// must not lose a message it can only queue with a `try_send_*` call
+    /// (the peer layer routes and numbers frames synchronously). Another
+    /// sender may take the room first, so the caller tries its send and
+    /// waits again if the buffer is full.
+    ///
+    /// # Errors
+    ///
+    /// [`LinkClosed`](crate::LinkClosed) if the link closes meanwhile.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it takes nothing.
+    pub async fn room(&self, len: usize) -> Result<(), crate::LinkClosed> {
+        let cost = self.shared.cost(len);
+        // Taken and given back at once: the wait is the semaphore's queue,
+        // FIFO with other waiting senders.
+        match self.shared.out_space.acquire_many(cost as u32).await {
+            Ok(_permit) => Ok(()),
+            Err(_) => Err(self.shared.closed()),
+        }
+    }
+
     /// Queues `message` on [`Strand::ZERO`] if the send buffer has room,
     /// without waiting.
     ///
