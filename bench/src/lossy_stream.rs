@@ -6,12 +6,24 @@
 //! ```
 //!
 //! on both nodes (so data one way and acks the other way meet the faults).
-//! Both nodes live in this process, each with its own actor system; the
-//! sender pushes the messages with `send` (which waits for room on the
-//! link) as fast as the link takes them, the sink actor checks that they
-//! arrive exactly once and in order, and the time is from the first send
-//! to the last arrival. A message missing, repeated or out of order fails
-//! the run (exit 1), as does a run that does not finish within `--timeout`.
+//! Both nodes live in this process, each with its own actor system.
+//!
+//! With `--mode send` (the default) the sender pushes the messages with
+//! `send`, which waits for room in the link's send buffer, as fast as the
+//! link takes them; the sink actor checks that they arrive exactly once and
+//! in order, and the time is from the first send to the last arrival. A
+//! message missing, repeated or out of order fails the run (exit 1).
+//!
+//! With `--mode tell` the sender tells them, yielding every 1,000, as a
+//! producer that does not wait would: what does not fit the send buffer is
+//! a dead letter (`SendBufferFull`, logged at WARN). The run checks that
+//! every message is accounted for (delivered, once and in order, plus
+//! counted dead letters equals sent) and reports both counts.
+//!
+//! Either way a run that does not finish within `--timeout` fails. With
+//! `--idle S`, after each run the link sits unused for S seconds (long
+//! enough for a UDP peer's idle timeout, 60 s, to close it) and then an
+//! `ask` on a ref resolved before the stream must be answered.
 //!
 //! Unless `--no-reference`, the same stream runs first without faults (the
 //! same controller), and the RESULT line gives the lossy rate as a
@@ -54,6 +66,23 @@ pub struct Args {
     /// Give up (exit 1) after this many seconds per run.
     #[arg(long, default_value_t = 300.0)]
     timeout: f64,
+    /// How the sender sends: `send` (waits for room) or `tell` (never
+    /// waits; what does not fit is a counted dead letter).
+    #[arg(long, value_enum, default_value_t = Mode::Send)]
+    mode: Mode,
+    /// After each run, leave the link idle this many seconds, then ask an
+    /// actor through a ref resolved before the stream.
+    #[arg(long, default_value_t = 0.0)]
+    idle: f64,
+}
+
+/// How the sender sends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Mode {
+    /// `ActorRef::send`: waits for room in the send buffer.
+    Send,
+    /// `ActorRef::tell`, yielding every 1,000: never waits.
+    Tell,
 }
 
 /// Payload bytes beside the sequence number: 8 + 56 = 64.
@@ -63,6 +92,18 @@ const PAD: usize = 56;
 #[derive(Serialize, Deserialize)]
 pub struct Chunk(pub u64, pub Vec<u8>);
 remote_message!(Chunk = "bench.LossyChunk");
+
+/// The question asked after an idle link.
+#[derive(Serialize, Deserialize)]
+pub struct Probe(pub ReplyTo<u64>);
+remote_message!(Probe = "bench.LossyProbe");
+
+/// What one run measured.
+struct Outcome {
+    seconds: f64,
+    delivered: u64,
+    dead: u64,
+}
 
 /// The stack spec of one run.
 fn spec(args: &Args, faults: bool) -> String {
@@ -89,13 +130,25 @@ pub fn run(args: &Args) {
     let rt = nodes::runtime();
     let timeout = Duration::from_secs_f64(args.timeout);
     let lossy = spec(args, true);
-    let measure = |spec: &str| -> f64 {
+    let mut dead_total = 0u64;
+    let mut measure = |spec: &str, mode: Mode| -> f64 {
         let mut times = Vec::new();
         for _ in 0..args.runs.max(1) {
-            match rt.block_on(stream(spec.to_owned(), args.count, timeout)) {
-                Ok(s) => {
-                    println!("RUN spec=\"{spec}\" seconds={s:.3}");
-                    times.push(s);
+            let run = Run {
+                spec: spec.to_owned(),
+                count: args.count,
+                timeout,
+                mode,
+                idle: Duration::from_secs_f64(args.idle),
+            };
+            match rt.block_on(stream(run)) {
+                Ok(o) => {
+                    println!(
+                        "RUN spec=\"{spec}\" mode={mode:?} seconds={:.3} delivered={} dead_letters={}",
+                        o.seconds, o.delivered, o.dead
+                    );
+                    dead_total += o.dead;
+                    times.push(o.seconds);
                 }
                 Err(why) => {
                     eprintln!("lossy-stream: {why} (spec `{spec}`)");
@@ -105,8 +158,8 @@ pub fn run(args: &Args) {
         }
         median(&mut times)
     };
-    let reference = (!args.no_reference).then(|| measure(&spec(args, false)));
-    let seconds = measure(&lossy);
+    let reference = (!args.no_reference).then(|| measure(&spec(args, false), Mode::Send));
+    let seconds = measure(&lossy, args.mode);
     let mut line = ResultLine::new("lossy-stream", "plexus")
         .field("cc", &args.cc)
         .field("drop", args.drop)
@@ -118,7 +171,16 @@ pub fn run(args: &Args) {
             "msgs_per_s",
             format!("{:.0}", args.count as f64 / seconds.max(1e-9)),
         )
-        .field("exactly_once_in_order", true);
+        .field("mode", format!("{:?}", args.mode).to_lowercase())
+        .field("runs", args.runs.max(1))
+        .field("dead_letters", dead_total)
+        .field(
+            match args.mode {
+                Mode::Send => "exactly_once_in_order",
+                Mode::Tell => "every_message_accounted",
+            },
+            true,
+        );
     if let Some(r) = reference {
         line = line
             .field("lossless_seconds", format!("{r:.3}"))
@@ -127,9 +189,69 @@ pub fn run(args: &Args) {
     line.print();
 }
 
-/// One stream of `count` messages over `spec`; the seconds from the first
-/// send to the last arrival.
-async fn stream(spec: String, count: u64, timeout: Duration) -> Result<f64, String> {
+/// One run's settings.
+struct Run {
+    spec: String,
+    count: u64,
+    timeout: Duration,
+    mode: Mode,
+    idle: Duration,
+}
+
+/// What the sink checks: in order, each once; with `tell`, gaps (dead
+/// letters) are allowed.
+struct Sink {
+    mode: Mode,
+    next: u64,
+    delivered: u64,
+    /// Told once `delivered` reaches the target (set by the sender side
+    /// once it knows how many were refused), or on a violation.
+    target: Option<u64>,
+    done: Option<tokio::sync::oneshot::Sender<Result<Instant, String>>>,
+}
+
+impl Sink {
+    fn on_chunk(&mut self, seq: u64) {
+        let verdict = match self.mode {
+            Mode::Send if seq != self.next => {
+                // Lower: a repeat; higher: a gap.
+                Some(Err(format!("expected message {}, got {seq}", self.next)))
+            }
+            Mode::Tell if seq < self.next => Some(Err(format!(
+                "message {seq} after {}: repeated or out of order",
+                self.next - 1
+            ))),
+            _ => {
+                self.next = seq + 1;
+                self.delivered += 1;
+                None
+            }
+        };
+        self.finish(verdict);
+    }
+
+    fn finish(&mut self, verdict: Option<Result<Instant, String>>) {
+        let verdict =
+            verdict.or_else(|| (self.target == Some(self.delivered)).then(|| Ok(Instant::now())));
+        if let Some(v) = verdict {
+            if let Some(tx) = self.done.take() {
+                // The receiver waits until the stream ends or fails.
+                let _ = tx.send(v);
+            }
+        }
+    }
+}
+
+/// One stream of `count` messages over `spec`: the seconds from the first
+/// send to the last arrival, and what arrived.
+async fn stream(run: Run) -> Result<Outcome, String> {
+    let Run {
+        spec,
+        count,
+        timeout,
+        mode,
+        idle,
+    } = run;
     let (cfg_b, listen) = nodes::transport(&spec);
     let system_b = nodes::system(&cfg_b);
     let node_b = Node::start(&system_b, cfg_b).map_err(|e| format!("start the sink node: {e}"))?;
@@ -138,25 +260,24 @@ async fn stream(spec: String, count: u64, timeout: Duration) -> Result<f64, Stri
         .await
         .map_err(|e| format!("listen: {e}"))?;
     let (done_tx, done_rx) = tokio::sync::oneshot::channel::<Result<Instant, String>>();
-    let mut done = Some(done_tx);
-    let mut expected = 0u64;
+    let state = std::sync::Arc::new(std::sync::Mutex::new(Sink {
+        mode,
+        next: 0,
+        delivered: 0,
+        target: (mode == Mode::Send).then_some(count),
+        done: Some(done_tx),
+    }));
+    let at_sink = state.clone();
     let sink = system_b.spawn_fn(move |Chunk(seq, _pad), _ctx| {
-        let verdict = if seq != expected {
-            // Lower: a repeat; higher: a gap.
-            Some(Err(format!("expected message {expected}, got {seq}")))
-        } else {
-            expected += 1;
-            (expected == count).then(|| Ok(Instant::now()))
-        };
-        if let Some(v) = verdict {
-            if let Some(tx) = done.take() {
-                // The receiver waits until the stream ends or fails.
-                let _ = tx.send(v);
-            }
-        }
+        // Poisoned only if this actor panicked before: then it is gone.
+        at_sink.lock().expect("sink state").on_chunk(seq);
     });
     node_b
         .publish(&sink, "sink")
+        .map_err(|e| format!("publish: {e}"))?;
+    let probe = system_b.spawn_fn(|Probe(reply), _ctx| reply.send(42));
+    node_b
+        .publish(&probe, "probe")
         .map_err(|e| format!("publish: {e}"))?;
 
     let (cfg_a, _) = nodes::transport(&spec);
@@ -167,29 +288,78 @@ async fn stream(spec: String, count: u64, timeout: Duration) -> Result<f64, Stri
         .resolve(&format!("{uri}/sink"))
         .await
         .map_err(|e| format!("resolve the sink: {e}"))?;
+    let probe: ActorRef<Probe> = node_a
+        .resolve(&format!("{uri}/probe"))
+        .await
+        .map_err(|e| format!("resolve the probe: {e}"))?;
+    let dead_before = system_a.dead_letters().count();
     let start = Instant::now();
     let sender = tokio::spawn(async move {
         for seq in 0..count {
-            if to.send(Chunk(seq, vec![0x5a; PAD])).await.is_err() {
-                return Err(format!("send {seq} refused: the link is gone"));
+            match mode {
+                Mode::Send => {
+                    if to.send(Chunk(seq, vec![0x5a; PAD])).await.is_err() {
+                        return Err(format!("send {seq} refused: the link is gone"));
+                    }
+                }
+                Mode::Tell => {
+                    to.tell(Chunk(seq, vec![0x5a; PAD]));
+                    if seq % 1_000 == 999 {
+                        tokio::task::yield_now().await;
+                    }
+                }
             }
         }
         Ok(())
     });
+    let sent = match sender.await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(why)) => Err(why),
+        Err(e) => Err(format!("sender task: {e}")),
+    };
+    // Every tell has returned: the dead letters are all counted.
+    let dead = system_a.dead_letters().count() - dead_before;
+    {
+        let mut s = state.lock().expect("sink state");
+        s.target = Some(count - dead);
+        s.finish(None);
+    }
     let outcome = tokio::time::timeout(timeout, done_rx).await;
-    let result = match outcome {
+    let mut result = sent.and(match outcome {
         Err(_) => Err(format!(
             "the stream did not finish within {} s",
             timeout.as_secs_f64()
         )),
         Ok(Err(_)) => Err("the sink stopped before the stream ended".to_owned()),
         Ok(Ok(Err(v))) => Err(format!("not exactly once in order: {v}")),
-        Ok(Ok(Ok(end))) => Ok(end.duration_since(start).as_secs_f64()),
-    };
-    match sender.await {
-        Ok(Ok(())) => {}
-        Ok(Err(why)) => return Err(why),
-        Err(e) => return Err(format!("sender task: {e}")),
+        Ok(Ok(Ok(end))) => Ok(Outcome {
+            seconds: end.duration_since(start).as_secs_f64(),
+            delivered: state.lock().expect("sink state").delivered,
+            dead,
+        }),
+    });
+    if let Ok(o) = &result {
+        if o.delivered + o.dead != count {
+            result = Err(format!(
+                "{} delivered + {} dead letters != {count} sent",
+                o.delivered, o.dead
+            ));
+        }
+    }
+    if result.is_ok() && !idle.is_zero() {
+        tokio::time::sleep(idle).await;
+        let asked = probe.ask(Probe, Duration::from_secs(30)).await;
+        println!(
+            "IDLE seconds={:.0} ask={asked:?} links={}",
+            idle.as_secs_f64(),
+            node_a.link_count()
+        );
+        if asked != Ok(42) {
+            result = Err(format!(
+                "after {} s idle the ask failed: {asked:?}",
+                idle.as_secs_f64()
+            ));
+        }
     }
     node_a.shutdown().await;
     node_b.shutdown().await;

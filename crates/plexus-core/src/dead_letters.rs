@@ -15,8 +15,8 @@
 //! the loss.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::sync::broadcast;
@@ -86,6 +86,8 @@ pub struct DeadLetterOffice {
     /// Refusals since the last `warn` line, and when that line was written.
     unlogged: AtomicU64,
     last_warn: Mutex<Option<Instant>>,
+    /// A timer will write the refusals counted since the last line.
+    flush_scheduled: AtomicBool,
 }
 
 impl DeadLetterOffice {
@@ -95,11 +97,17 @@ impl DeadLetterOffice {
             tx: broadcast::Sender::new(SUBSCRIBER_BUFFER),
             unlogged: AtomicU64::new(0),
             last_warn: Mutex::new(None),
+            flush_scheduled: AtomicBool::new(false),
         }
     }
 
     /// Records one dead letter: count, log, publish.
-    pub fn record(&self, target: ActorId, message_type: &'static str, reason: DeadLetterReason) {
+    pub fn record(
+        self: &Arc<Self>,
+        target: ActorId,
+        message_type: &'static str,
+        reason: DeadLetterReason,
+    ) {
         self.count.fetch_add(1, Ordering::Relaxed);
         if reason.is_refusal() {
             self.warn(target, message_type, reason);
@@ -117,32 +125,82 @@ impl DeadLetterOffice {
     }
 
     /// Logs a refusal at `warn`, unless a line went out less than
-    /// [`WARN_INTERVAL`] ago: then it is counted into the next line.
-    fn warn(&self, target: ActorId, message_type: &'static str, reason: DeadLetterReason) {
-        let since_last = self.unlogged.fetch_add(1, Ordering::Relaxed) + 1;
+    /// [`WARN_INTERVAL`] ago: then it is counted into the next line, which
+    /// a timer writes at the end of the interval if no refusal comes to
+    /// write it (a burst that ends is reported whole, not only its first
+    /// letter).
+    fn warn(
+        self: &Arc<Self>,
+        target: ActorId,
+        message_type: &'static str,
+        reason: DeadLetterReason,
+    ) {
+        self.unlogged.fetch_add(1, Ordering::Relaxed);
         let now = Instant::now();
-        {
+        let due = {
             // A poisoned lock only means a logging thread panicked: the
             // timestamp is still usable.
             let mut last = self.last_warn.lock().unwrap_or_else(|e| e.into_inner());
-            if last.is_some_and(|at| now.duration_since(at) < WARN_INTERVAL) {
-                return;
+            match *last {
+                Some(at) if now.duration_since(at) < WARN_INTERVAL => Some(at + WARN_INTERVAL),
+                _ => {
+                    *last = Some(now);
+                    None
+                }
             }
-            *last = Some(now);
+        };
+        match due {
+            None => self.write_warning(Some((target, message_type, reason))),
+            Some(at) => self.flush_at(at),
         }
-        let since_last = self
-            .unlogged
-            .swap(0, Ordering::Relaxed)
-            .max(since_last.min(1));
-        tracing::warn!(
-            target: "plexus::dead_letters",
-            %target,
-            message_type,
-            %reason,
-            since_last,
-            total = self.count(),
-            "dead letter: {reason} ({since_last} refused since the last such line)"
-        );
+    }
+
+    /// Writes the refusals not logged yet in one line (none: nothing).
+    fn write_warning(&self, last: Option<(ActorId, &'static str, DeadLetterReason)>) {
+        let since_last = self.unlogged.swap(0, Ordering::Relaxed);
+        if since_last == 0 {
+            return;
+        }
+        let total = self.count();
+        match last {
+            Some((target, message_type, reason)) => tracing::warn!(
+                target: "plexus::dead_letters",
+                %target,
+                message_type,
+                %reason,
+                since_last,
+                total,
+                "dead letter: {reason} ({since_last} refused since the last such line)"
+            ),
+            None => tracing::warn!(
+                target: "plexus::dead_letters",
+                since_last,
+                total,
+                "dead letters: {since_last} more refused (see the line before for the reason)"
+            ),
+        }
+    }
+
+    /// Makes sure the refusals counted now are written by `at`: a timer on
+    /// the current runtime, one at a time (without a runtime they wait for
+    /// the next refusal after the interval).
+    fn flush_at(self: &Arc<Self>, at: Instant) {
+        if self.flush_scheduled.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            self.flush_scheduled.store(false, Ordering::Release);
+            return;
+        };
+        let office = Arc::downgrade(self);
+        runtime.spawn(async move {
+            tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await;
+            if let Some(office) = office.upgrade() {
+                office.flush_scheduled.store(false, Ordering::Release);
+                *office.last_warn.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+                office.write_warning(None);
+            }
+        });
     }
 
     pub(crate) fn count(&self) -> u64 {

@@ -41,7 +41,7 @@ pub(crate) struct SystemShared {
     owners: AtomicUsize,
     runtime: Handle,
     pub(crate) registry: Registry,
-    pub(crate) dead_letters: DeadLetterOffice,
+    pub(crate) dead_letters: Arc<DeadLetterOffice>,
 }
 
 impl SystemShared {
@@ -403,7 +403,7 @@ impl ActorSystem {
             owners: AtomicUsize::new(1),
             runtime,
             registry: Registry::default(),
-            dead_letters: DeadLetterOffice::new(),
+            dead_letters: Arc::new(DeadLetterOffice::new()),
         };
         Self {
             handle: SystemRef {
@@ -589,7 +589,7 @@ where
 
 /// The dead-letter office of a system; see [`SystemRef::dead_letters`].
 pub struct DeadLetters<'a> {
-    office: &'a DeadLetterOffice,
+    office: &'a Arc<DeadLetterOffice>,
 }
 
 impl DeadLetters<'_> {

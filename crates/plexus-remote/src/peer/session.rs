@@ -467,7 +467,13 @@ impl Peer {
                 Received::Message(bytes) => {
                     let taken = self.dispatch_run(&inner, remote, bytes, &mut batch, &mut cache);
                     if let Err(cause) = taken {
-                        tracing::warn!(target: "plexus::remote", peer = %remote, "closing the link: {cause}");
+                        // A goodbye is the peer's orderly leave; anything
+                        // else it sent that ends the link is a fault.
+                        if matches!(cause, CloseCause::Goodbye(_)) {
+                            tracing::info!(target: "plexus::remote", peer = %remote, "closing the link: {cause}");
+                        } else {
+                            tracing::warn!(target: "plexus::remote", peer = %remote, "closing the link: {cause}");
+                        }
                         self.close_link(epoch);
                         if matches!(cause, CloseCause::Goodbye(_)) {
                             // On a link with several strands (quic), frames
