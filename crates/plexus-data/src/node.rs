@@ -34,7 +34,7 @@ use crate::replicator::{
     Consistency, Event, GetError, Key, Replicator, ReplicatorConfig, ReplicatorStats, RequestId,
     StoreBatch, UpdateError,
 };
-use crate::store::{DurableStore, StoreError};
+use crate::store::{DurableStore, LoadError, WriteError};
 
 /// The name the replicator's actor is published under on every member.
 pub const ACTOR_NAME: &str = "plexus.data";
@@ -60,7 +60,7 @@ pub struct Changed<T> {
 pub enum StartError {
     /// The durable store could not be read.
     #[error("start replicator: {0}")]
-    Store(#[from] StoreError),
+    Store(#[from] LoadError),
     /// The replicator's actor could not be published.
     #[error("start replicator: publishing `{ACTOR_NAME}`: {0}")]
     Publish(#[from] plexus_remote::PublishError),
@@ -293,7 +293,7 @@ type GetDone = Box<dyn FnOnce(&Replicator, Result<(), GetError>) + Send>;
 /// The store's writer thread: batches in, written batch ids out.
 struct Writer {
     batches: std::sync::mpsc::Sender<StoreBatch>,
-    done: mpsc::UnboundedReceiver<Result<u64, StoreError>>,
+    done: mpsc::UnboundedReceiver<Result<u64, WriteError>>,
     thread: std::thread::JoinHandle<()>,
 }
 

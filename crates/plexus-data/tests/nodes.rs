@@ -8,7 +8,7 @@ use plexus_cluster::{Cluster, ClusterConfig, ClusterUpdate, MemberState};
 use plexus_core::ActorSystem;
 use plexus_data::crdt::{GCounter, ORSet};
 use plexus_data::node::{Changed, Replication};
-use plexus_data::store::DurableStore;
+use plexus_data::store::{DurableStore, OpenMode};
 use plexus_data::{Consistency, Key, ReplicatorConfig};
 use plexus_remote::{Node, NodeConfig};
 use tokio::sync::mpsc;
@@ -95,7 +95,7 @@ async fn three_nodes_replicate_at_every_level_and_a_durable_key_survives_a_resta
     let store_path = dir.join("a.redb");
 
     let systems = [ActorSystem::new(), ActorSystem::new(), ActorSystem::new()];
-    let store = DurableStore::open(&store_path).unwrap();
+    let store = DurableStore::open(&store_path, OpenMode::CreateIfMissing).unwrap();
     let mut a = member(&systems[0], Vec::new(), Some(store), &["visits"]).await;
     let mut b = member(&systems[1], vec![a.uri.clone()], None, &[]).await;
     let mut c = member(&systems[2], vec![a.uri.clone()], None, &[]).await;
@@ -163,7 +163,7 @@ async fn three_nodes_replicate_at_every_level_and_a_durable_key_survives_a_resta
     assert_eq!(stats.members, 3);
     a.data.stop().await;
     drop(a.cluster);
-    let store = DurableStore::open(&store_path).unwrap();
+    let store = DurableStore::open(&store_path, OpenMode::Existing).unwrap();
     let system = ActorSystem::new();
     let again = member(&system, Vec::new(), Some(store), &["visits"]).await;
     let recovered = again
