@@ -380,12 +380,18 @@ fn durable(bin: &Path, acks: usize, guard: Duration) -> Result<(), String> {
         ]
     };
     let mut p = Procs::new(bin, guard);
+    // The first start creates the stores; the restart below must find them.
     let mut first = common(0);
-    first.extend(["--write-durable".into(), KEYS.to_string()]);
+    first.extend([
+        "--create-store".into(),
+        "--write-durable".into(),
+        KEYS.to_string(),
+    ]);
     let seed = p.start(0, &first)?;
     for i in 1..MEMBERS {
         let mut a = common(i);
         a.extend([
+            "--create-store".into(),
             "--write-durable".into(),
             KEYS.to_string(),
             "--seed".into(),

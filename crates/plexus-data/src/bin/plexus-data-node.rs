@@ -5,7 +5,7 @@
 //! ```text
 //! plexus-data-node --listen tcp://127.0.0.1:0 [--seed URI ...]
 //!                  [--cluster-name NAME] [--cookie SECRET]
-//!                  [--store PATH] [--durable PATTERN ...]
+//!                  [--store PATH [--create-store]] [--durable PATTERN ...]
 //!                  [--fill N] [--expect-keys N] [--await-members M]
 //!                  [--latency N] [--write-durable K] [--check-keys K]
 //!                  [--stats-every-ms MS]
@@ -51,14 +51,24 @@
 //!   `All` (a read that failed is said as `READ-ERROR <key> <why>` and
 //!   tried again, up to 3 times), then `CHECK-DONE`.
 //!
+//! The store (`--store`) is opened and verified before anything else
+//! starts: it must exist unless `--create-store` is given (then a missing
+//! or empty file becomes a new, empty store), so a member whose file was
+//! lost does not come up with none of its durable keys. A store that is
+//! missing, empty, damaged, not a store, of a newer format or in use by
+//! another process is refused: one line on stderr naming the file and what
+//! is wrong, exit code 2.
+//!
 //! SIGTERM or Ctrl-C stops the replicator (closing the store) and leaves
 //! the cluster; the process exits 0. If stdout is closed (the parent died),
-//! the process exits. `RUST_LOG` turns on diagnostics on stderr.
+//! the process exits. Any other failure to start exits 1. `RUST_LOG` turns
+//! on diagnostics on stderr.
 #![forbid(unsafe_code)]
 
 use plexus_remote::process::{self, terminated, tick, Lines};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -66,8 +76,8 @@ use clap::Parser;
 use plexus_cluster::{Cluster, ClusterConfig, ClusterUpdate, MemberState};
 use plexus_core::ActorSystem;
 use plexus_data::crdt::GCounter;
-use plexus_data::node::Replication;
-use plexus_data::store::DurableStore;
+use plexus_data::node::{Replication, StartError};
+use plexus_data::store::{DurableStore, OpenError, OpenMode};
 use plexus_data::{Consistency, Key, ReplicatorConfig, ReplicatorStats};
 use plexus_remote::{Node, NodeConfig};
 use tokio::sync::mpsc;
@@ -106,9 +116,13 @@ struct Args {
     /// The replicator's delta interval (default: the replicator's).
     #[arg(long, value_name = "MS")]
     delta_interval_ms: Option<u64>,
-    /// The durable store's file (created if missing).
+    /// The durable store's file; it must exist unless --create-store.
     #[arg(long, value_name = "PATH")]
     store: Option<PathBuf>,
+    /// Create the --store file as a new, empty store if it is missing or
+    /// empty (default: refuse, exit 2).
+    #[arg(long, requires = "store")]
+    create_store: bool,
     /// Durable keys: a name or a prefix ending in `*` (repeatable).
     #[arg(long, value_name = "PATTERN")]
     durable: Vec<String>,
@@ -148,9 +162,7 @@ enum Fail {
     #[error("{0}")]
     Cluster(#[from] plexus_cluster::StartError),
     #[error("{0}")]
-    Store(#[from] plexus_data::store::StoreError),
-    #[error("{0}")]
-    Replication(#[from] plexus_data::node::StartError),
+    Replication(#[from] StartError),
 }
 
 impl Args {
@@ -185,21 +197,58 @@ impl Args {
     }
 }
 
+/// The exit code of a store refused at start.
+const EXIT_STORE: u8 = 2;
+
 fn main() -> ExitCode {
     let args = Args::parse();
-    process::main("plexus-data-node", 2, None, run(args))
+    let store = match open_store(&args) {
+        Ok(store) => store,
+        Err(e) => {
+            eprintln!("plexus-data-node: {e}");
+            if matches!(e, OpenError::Missing { .. } | OpenError::Empty { .. }) {
+                eprintln!("plexus-data-node: pass --create-store to start this member with a new, empty store");
+            }
+            return ExitCode::from(EXIT_STORE);
+        }
+    };
+    // A store that opened but whose records cannot be read is refused
+    // with the same exit code.
+    let unreadable = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&unreadable);
+    let code = process::main("plexus-data-node", 2, None, async move {
+        let result = run(args, store).await;
+        if let Err(Fail::Replication(StartError::Store(_))) = &result {
+            flag.store(true, Ordering::Relaxed);
+        }
+        result
+    });
+    if unreadable.load(Ordering::Relaxed) {
+        ExitCode::from(EXIT_STORE)
+    } else {
+        code
+    }
 }
 
-async fn run(args: Args) -> Result<(), Fail> {
+/// The `--store`, opened and verified.
+fn open_store(args: &Args) -> Result<Option<DurableStore>, OpenError> {
+    let mode = if args.create_store {
+        OpenMode::CreateIfMissing
+    } else {
+        OpenMode::Existing
+    };
+    args.store
+        .as_ref()
+        .map(|path| DurableStore::open(path, mode))
+        .transpose()
+}
+
+async fn run(args: Args, store: Option<DurableStore>) -> Result<(), Fail> {
     let out = Out::new();
     let system = ActorSystem::builder().build()?;
     let node = Node::start(&system, NodeConfig::default().cookie(args.cookie.clone()))?;
     let bound = node.listen(&args.listen).await?;
     out.line(format_args!("LISTENING {bound}"));
-    let store = match &args.store {
-        Some(path) => Some(DurableStore::open(path)?),
-        None => None,
-    };
     let cluster = Cluster::start(&node, &system, args.cluster_config())?;
     let data = Arc::new(Replication::start(
         &node,
