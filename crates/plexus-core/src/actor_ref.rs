@@ -56,6 +56,17 @@ pub trait Sink<M>: Control {
         let _ = lane;
         self.push(msg);
     }
+    /// [`push`](Self::push) for a request whose sender wants to know at
+    /// once that it was not sent ([`ActorRef::ask`]): the reason of the
+    /// dead letter it became. The default pushes and reports success.
+    ///
+    /// # Errors
+    ///
+    /// The [`DeadLetterReason`] of the refused message.
+    fn push_request(&self, msg: M) -> Result<(), DeadLetterReason> {
+        self.push(msg);
+        Ok(())
+    }
     /// [`push_via`](Self::push_via), for a sender that waits for room
     /// ([`ActorRef::send`]): `None` once the message is queued (or dead
     /// lettered), or a future that queues it as soon as the sink has room.
@@ -451,6 +462,8 @@ impl<M: Send + 'static> ActorRef<M> {
     /// - [`AskError::MailboxFull`] at once if its bounded mailbox is full;
     /// - [`AskError::Timeout`] if no reply came within `timeout`;
     /// - [`AskError::NoReply`] if the actor dropped the [`ReplyTo`];
+    /// - [`AskError::NotSent`] at once if a remote actor's request could
+    ///   not be sent (the link's send buffer is full);
     /// - [`AskError::NodeUnreachable`] as soon as the link to a remote
     ///   actor's node is lost (or cannot be made) with the request
     ///   unanswered.
@@ -461,7 +474,11 @@ impl<M: Send + 'static> ActorRef<M> {
         let (tx, rx) = oneshot::channel();
         let target = self.id;
         match self.sink.try_acquire() {
-            Ok(()) => self.sink.push(make(ReplyTo::local(tx))),
+            Ok(()) => {
+                if let Err(reason) = self.sink.push_request(make(ReplyTo::local(tx))) {
+                    return Err(AskError::NotSent { target, reason });
+                }
+            }
             Err(Refusal::Full) => return Err(AskError::MailboxFull { target }),
             Err(Refusal::Stopped) => return Err(AskError::Stopped { target }),
         }
@@ -622,6 +639,10 @@ where
 
     fn push_when_room(&self, msg: S, lane: Lane) -> Option<RoomWait<'_>> {
         self.inner.sink.push_when_room(msg.into(), lane)
+    }
+
+    fn push_request(&self, msg: S) -> Result<(), DeadLetterReason> {
+        self.inner.sink.push_request(msg.into())
     }
 
     fn push_with_receipt_via(&self, msg: S, lane: Lane) -> ReceiptFuture {

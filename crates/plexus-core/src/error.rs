@@ -95,6 +95,16 @@ pub enum AskError {
         /// The target actor.
         target: ActorId,
     },
+    /// The request could not be sent (for a remote actor: the send buffer
+    /// of the link to its node was full, or the request cannot travel); it
+    /// is a dead letter with this reason.
+    #[error("ask actor {target}: request not sent: {reason}")]
+    NotSent {
+        /// The target actor.
+        target: ActorId,
+        /// Why, as the dead letter gives it.
+        reason: crate::DeadLetterReason,
+    },
     /// The link to the target's node was lost (or could not be made) with
     /// the request unanswered. The actor may be alive: the request may or
     /// may not have been handled, and a later ask may succeed once the

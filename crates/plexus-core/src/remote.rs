@@ -328,6 +328,22 @@ pub trait RemoteEndpoint: Control {
         let _ = (lane, type_id, type_name, encode);
         Ok(false)
     }
+    /// [`send`](Self::send), reporting a refused message (already dead
+    /// lettered) to the caller. The default sends and reports success.
+    ///
+    /// # Errors
+    ///
+    /// The [`DeadLetterReason`] of the refused message.
+    fn send_checked(
+        &self,
+        lane: Lane,
+        type_id: u64,
+        type_name: &'static str,
+        payload: Bytes,
+    ) -> Result<(), DeadLetterReason> {
+        self.send(lane, type_id, type_name, payload);
+        Ok(())
+    }
     /// [`send`](Self::send) for a sender that waits for room
     /// ([`ActorRef::send`]): `None` once the message is queued (or dead
     /// lettered), or a future that queues it as soon as the link to the
@@ -659,6 +675,13 @@ impl<M: RemoteMessage> Sink<M> for RemoteSink<M> {
 
     fn reject(&self, _msg: M, reason: DeadLetterReason) {
         self.endpoint.dead_letter(M::TYPE_NAME, reason);
+    }
+
+    fn push_request(&self, msg: M) -> Result<(), DeadLetterReason> {
+        // `encode` dead-letters what it cannot encode.
+        let payload = self.encode(msg).ok_or(DeadLetterReason::Undeliverable)?;
+        self.endpoint
+            .send_checked(M::LANE, M::TYPE_ID, M::TYPE_NAME, payload)
     }
 
     fn push_when_room(&self, msg: M, lane: Lane) -> Option<RoomWait<'_>> {

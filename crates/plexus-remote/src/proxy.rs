@@ -380,7 +380,11 @@ impl RemoteActor {
             Err(why) => {
                 let reason = ExitReason::Failed(format!("resolve {}: {why}", n.uri));
                 let watchers = lock(&n.state).on_failed(reason.clone());
-                tracing::warn!(target: "plexus::remote", uri = %n.uri, "forged ref failed: {why}");
+                // The ref's user learns it (the ref is dead, its watchers
+                // get the reason) and says so in its own words, as often as
+                // it sees fit: a protocol forging refs to a dead peer would
+                // repeat a warning here at every reconnect attempt.
+                tracing::debug!(target: "plexus::remote", uri = %n.uri, cause = %why, "resolving a forged ref failed");
                 self.dead.store(true, Ordering::Release);
                 for (_, w) in watchers {
                     w.notify(Down {
@@ -531,6 +535,30 @@ impl RemoteEndpoint for RemoteActor {
             Some(Ok(())) => {}
             Some(Err(why)) => self.refused(type_name, why),
             None => self.dead_letter_here(type_name, DeadLetterReason::Stopped),
+        }
+    }
+
+    fn send_checked(
+        &self,
+        lane: Lane,
+        type_id: u64,
+        type_name: &'static str,
+        payload: Bytes,
+    ) -> Result<(), DeadLetterReason> {
+        let Some(me) = self.arc() else {
+            self.dead_letter_here(type_name, DeadLetterReason::Undeliverable);
+            return Err(DeadLetterReason::Undeliverable);
+        };
+        match me.try_send_payload(lane, type_id, &payload) {
+            Some(Ok(())) => Ok(()),
+            Some(Err(why)) => {
+                self.refused(type_name, why);
+                Err(why.reason())
+            }
+            None => {
+                self.dead_letter_here(type_name, DeadLetterReason::Stopped);
+                Err(DeadLetterReason::Stopped)
+            }
         }
     }
 

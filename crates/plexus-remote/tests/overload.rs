@@ -79,6 +79,9 @@ async fn pair() -> (
         }
     });
     node_b.publish(&sink, "sink").unwrap();
+    node_b
+        .publish(&sys_b.spawn_fn(|Ping(reply), _ctx| reply.send(7)), "pong")
+        .unwrap();
     let sys_a = ActorSystem::new();
     let node_a = Node::start(&sys_a, config()).unwrap();
     let to: ActorRef<Chunk> = node_a.resolve(&format!("{uri}/sink")).await.unwrap();
@@ -186,6 +189,36 @@ async fn tell_with_receipt_on_a_full_send_buffer_fails_with_send_buffer_full() {
     let receipt = to.tell_with_receipt(Chunk(COUNT, vec![0x5a; PAD])).await;
     assert_eq!(receipt, Err(ReceiptError::SendBufferFull));
     assert!(node_a.link_stats()[0].send_buffer_full > 0);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn an_ask_on_a_full_send_buffer_fails_at_once_as_not_sent() {
+    let ((sys_a, node_a), _b, to, _seen) = pair().await;
+    let uri = node_a.link_stats()[0].peer.clone();
+    let pong: ActorRef<Ping> = node_a
+        .resolve(&format!("{uri}/pong"))
+        .await
+        .expect("resolve pong");
+    for seq in 0..COUNT {
+        to.tell(Chunk(seq, vec![0x5a; PAD]));
+    }
+    // Filled to the last byte: until a message smaller than the request is
+    // refused too.
+    let dead = sys_a.dead_letters().count();
+    let mut seq = COUNT;
+    while sys_a.dead_letters().count() == dead {
+        to.tell(Chunk(seq, Vec::new()));
+        seq += 1;
+    }
+    // Refused at once, not at the ask's (hour-long) timeout.
+    let asked = pong.ask(Ping, Duration::from_secs(3600)).await;
+    assert_eq!(
+        asked,
+        Err(AskError::NotSent {
+            target: pong.id(),
+            reason: DeadLetterReason::SendBufferFull
+        })
+    );
 }
 
 #[tokio::test(flavor = "current_thread")]
