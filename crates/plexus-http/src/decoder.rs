@@ -236,6 +236,7 @@ impl RequestDecoder {
                 expects = version == Version::Http11;
             }
         }
+        check_host(&headers, version)?;
         // Connection: close wins over keep-alive in one request.
         if headers.iter().any(|(n, v)| {
             n.eq_ignore_ascii_case("connection")
@@ -328,6 +329,33 @@ fn framing(
         }),
         Some(n) => Ok(Framing::Length(n as usize)),
     }
+}
+
+/// RFC 9112, 3.2: "A server MUST respond with a 400 (Bad Request) status
+/// code to any HTTP/1.1 request message that lacks a Host header field and
+/// to any request message that contains more than one Host header field
+/// line or a Host header field with an invalid field value." Checked after
+/// the framing, whose refusals (413, 501) say more.
+fn check_host(headers: &[(String, Bytes)], version: Version) -> Result<(), RequestError> {
+    let mut hosts = headers
+        .iter()
+        .filter(|(name, _)| name.eq_ignore_ascii_case("host"));
+    match (hosts.next(), hosts.next()) {
+        (None, _) if version == Version::Http11 => Err(RequestError::MissingHost),
+        (None, _) => Ok(()),
+        (Some(_), Some(_)) => Err(RequestError::RepeatedHost),
+        (Some((_, value)), None) if !is_authority(trim(value)) => Err(RequestError::InvalidHost),
+        (Some(_), None) => Ok(()),
+    }
+}
+
+/// Whether `value` is a `uri-host [ ":" port ]` (RFC 3986, 3.2.2): only
+/// the characters of a registered name, an IP literal and a port; empty is
+/// allowed (RFC 9110, 7.2).
+fn is_authority(value: &[u8]) -> bool {
+    value
+        .iter()
+        .all(|&b| b.is_ascii_alphanumeric() || b"-._~%!$&'()*+,;=:[]".contains(&b))
 }
 
 /// `b` without leading and trailing spaces and tabs.

@@ -44,6 +44,16 @@ pub enum RequestError {
     /// An `Expect` other than `100-continue`.
     #[error("unsupported Expect: {0}")]
     Expectation(String),
+    /// An HTTP/1.1 request without a `Host` field (RFC 9112, 3.2).
+    #[error("HTTP/1.1 request without a Host field")]
+    MissingHost,
+    /// A request with more than one `Host` field (RFC 9112, 3.2).
+    #[error("more than one Host field")]
+    RepeatedHost,
+    /// A `Host` field that is not a host and an optional port (RFC 9112,
+    /// 3.2; RFC 3986, 3.2.2).
+    #[error("invalid Host field")]
+    InvalidHost,
 }
 
 impl RequestError {
@@ -53,7 +63,10 @@ impl RequestError {
             RequestError::MalformedHead(_)
             | RequestError::BadContentLength(_)
             | RequestError::LengthAndEncoding
-            | RequestError::BadChunk(_) => 400,
+            | RequestError::BadChunk(_)
+            | RequestError::MissingHost
+            | RequestError::RepeatedHost
+            | RequestError::InvalidHost => 400,
             RequestError::HeadTooLarge { .. } => 431,
             RequestError::BodyTooLarge { .. } => 413,
             RequestError::UnsupportedEncoding(_) => 501,

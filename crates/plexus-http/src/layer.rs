@@ -33,10 +33,11 @@ use plexus_net::{
 use crate::body::Body;
 use crate::decoder::{Decoded, Limits, RequestDecoder};
 use crate::response::{
-    encode_chunk_size, encode_chunked_head, encode_head, encode_last_chunk, Response,
+    encode_chunk_size, encode_chunked_head_as, encode_head_as, encode_last_chunk, Persistence,
+    Response,
 };
 use crate::wire::{RequestMessage, ResponseMessage};
-use crate::Method;
+use crate::{Method, Version};
 
 /// Configuration of the `http` layer (see the [module docs](self)).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -146,6 +147,7 @@ enum Count {
 #[derive(Debug, Clone, Copy)]
 struct Open {
     id: u64,
+    version: Version,
     keep_alive: bool,
     head_only: bool,
     /// Its chunked response has begun.
@@ -247,6 +249,7 @@ impl HttpLayer {
                     self.count(Count::Request);
                     self.open.push_back(Open {
                         id,
+                        version: request.version,
                         keep_alive: request.keep_alive,
                         head_only: request.method == Method::Head,
                         streaming: false,
@@ -294,7 +297,7 @@ impl HttpLayer {
                 let response = Response::new(status, format!("{why}\n"))
                     .header("content-type", "text/plain; charset=utf-8");
                 // A status and fields of our own: they encode.
-                if let Ok(frame) = response_frame(response, false, false) {
+                if let Ok(frame) = response_frame(response, Persistence::Close, false) {
                     out.push_down(frame);
                 }
                 out.close(LinkError::Layer {
@@ -321,15 +324,15 @@ impl HttpLayer {
         let Some(front) = self.open.front_mut() else {
             return;
         };
-        let keep_alive = front.keep_alive && !last;
+        let persistence = Persistence::of(front.version, front.keep_alive && !last);
         let finished = match part {
             ResponseMessage::Whole { response, .. } => {
-                let frame = response_frame(response, keep_alive, front.head_only).or_else(|e| {
+                let frame = response_frame(response, persistence, front.head_only).or_else(|e| {
                     // The application's response cannot be written:
                     // answer 500 in its place.
                     response_frame(
                         Response::new(500, format!("{e}\n")),
-                        keep_alive,
+                        persistence,
                         front.head_only,
                     )
                 });
@@ -343,8 +346,8 @@ impl HttpLayer {
                 status, headers, ..
             } => {
                 let mut head = BytesMut::new();
-                if encode_chunked_head(&mut head, status, &headers, keep_alive).is_err() {
-                    let _ = encode_chunked_head(&mut head, 500, &[], keep_alive);
+                if encode_chunked_head_as(&mut head, status, &headers, persistence).is_err() {
+                    let _ = encode_chunked_head_as(&mut head, 500, &[], persistence);
                 }
                 front.streaming = true;
                 out.push_down(Frame::from_payload(head.freeze()));
@@ -388,11 +391,11 @@ impl HttpLayer {
 /// own (none for a bodiless status or when `head_only`).
 fn response_frame(
     response: Response,
-    keep_alive: bool,
+    persistence: Persistence,
     head_only: bool,
 ) -> Result<Frame, crate::ResponseError> {
     let mut head = BytesMut::new();
-    let body = encode_head(&mut head, &response, keep_alive)?;
+    let body = encode_head_as(&mut head, &response, persistence)?;
     let mut frame = Frame::from_payload(head.freeze());
     if body && !head_only {
         match response.body {

@@ -34,6 +34,10 @@
 //!   `Content-Length` that is not plain digits, or with a transfer coding
 //!   other than a final `chunked` is refused (RFC 9112, section 6.3), so no
 //!   proxy in front can read a different body length than this decoder.
+//! - **One host**: an HTTP/1.1 request without `Host`, any request with
+//!   two, or a `Host` that is not a host and port, is refused with 400
+//!   (RFC 9112, 3.2); an absolute-form target is read like its origin form
+//!   ([`Request::path`], [`Request::host`]).
 //! - **Pipelining**: requests are decoded one after the other from one
 //!   buffer, in order; the driver answers them in that order.
 //! - **Never panics** on any input (a fuzz target checks it).

@@ -94,8 +94,43 @@ impl Request {
             .map(|(_, v)| v.as_ref())
     }
 
-    /// The path of the target, without its query.
+    /// The path of the target, without its query: of an origin-form target
+    /// (`/a/b?x`) or of an absolute-form one (`http://host/a/b?x`, RFC 9112,
+    /// 3.2.2: served as its origin form would be; an empty path is `/`).
     pub fn path(&self) -> &str {
-        self.target.split(['?', '#']).next().unwrap_or("")
+        let (absolute, target) = match split_absolute(&self.target) {
+            Some((_, rest)) => (true, rest),
+            None => (false, self.target.as_str()),
+        };
+        match target.split(['?', '#']).next().unwrap_or("") {
+            "" if absolute => "/",
+            path => path,
+        }
     }
+
+    /// The host (and port) the request is for: the authority of an
+    /// absolute-form target, which replaces any `Host` field (RFC 9112,
+    /// 3.2.2), or else the `Host` field; `None` without either (HTTP/1.0).
+    pub fn host(&self) -> Option<&[u8]> {
+        match split_absolute(&self.target) {
+            Some((authority, _)) => Some(authority.as_bytes()),
+            None => self.header("host").map(crate::decoder::trim),
+        }
+    }
+}
+
+/// An absolute-form target (`scheme://authority/path?query`, RFC 9112,
+/// 3.2.2) split into its authority and the rest from the path on; `None`
+/// for any other form.
+fn split_absolute(target: &str) -> Option<(&str, &str)> {
+    let (scheme, rest) = target.split_once("://")?;
+    let mut chars = scheme.chars();
+    // RFC 3986, 3.1: scheme = ALPHA *( ALPHA / DIGIT / "+" / "-" / "." )
+    let valid = chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+    if !valid {
+        return None;
+    }
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    Some(rest.split_at(end))
 }

@@ -5,6 +5,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use serde::{Deserialize, Serialize};
 
 use crate::body::Body;
+use crate::message::Version;
 
 /// A response with its whole body.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -103,7 +104,37 @@ fn check_head(status: u16, headers: &[(String, Bytes)]) -> Result<(), ResponseEr
     Ok(())
 }
 
-fn put_head(out: &mut BytesMut, status: u16, headers: &[(String, Bytes)], keep_alive: bool) {
+/// What a response's head says about its connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Persistence {
+    /// `Connection: close`: the connection closes after the response.
+    Close,
+    /// Nothing: an HTTP/1.1 connection persists unless told otherwise
+    /// (RFC 9112, 9.3).
+    Default,
+    /// `Connection: keep-alive`: an HTTP/1.0 client keeps its connection
+    /// only if the response says so (RFC 9112, C.2.2).
+    KeepAlive,
+}
+
+impl Persistence {
+    /// What the response to a request of `version` says, the connection
+    /// staying open or not.
+    pub(crate) fn of(version: Version, keep_alive: bool) -> Self {
+        match (keep_alive, version) {
+            (false, _) => Persistence::Close,
+            (true, Version::Http11) => Persistence::Default,
+            (true, Version::Http10) => Persistence::KeepAlive,
+        }
+    }
+}
+
+fn put_head(
+    out: &mut BytesMut,
+    status: u16,
+    headers: &[(String, Bytes)],
+    persistence: Persistence,
+) {
     out.put_slice(b"HTTP/1.1 ");
     put_decimal(out, u64::from(status));
     out.put_u8(b' ');
@@ -115,8 +146,10 @@ fn put_head(out: &mut BytesMut, status: u16, headers: &[(String, Bytes)], keep_a
         out.put_slice(value);
         out.put_slice(b"\r\n");
     }
-    if !keep_alive {
-        out.put_slice(b"connection: close\r\n");
+    match persistence {
+        Persistence::Close => out.put_slice(b"connection: close\r\n"),
+        Persistence::Default => {}
+        Persistence::KeepAlive => out.put_slice(b"connection: keep-alive\r\n"),
     }
 }
 
@@ -158,10 +191,19 @@ pub fn encode_head(
     response: &Response,
     keep_alive: bool,
 ) -> Result<bool, ResponseError> {
+    encode_head_as(out, response, Persistence::of(Version::Http11, keep_alive))
+}
+
+/// [`encode_head`] saying `persistence` about the connection.
+pub(crate) fn encode_head_as(
+    out: &mut BytesMut,
+    response: &Response,
+    persistence: Persistence,
+) -> Result<bool, ResponseError> {
     check_head(response.status, &response.headers)?;
     let bodiless = matches!(response.status, 100..=199 | 204 | 304);
     out.reserve(64);
-    put_head(out, response.status, &response.headers, keep_alive);
+    put_head(out, response.status, &response.headers, persistence);
     if !bodiless {
         out.put_slice(b"content-length: ");
         put_decimal(out, response.body.len() as u64);
@@ -184,8 +226,23 @@ pub fn encode_chunked_head(
     headers: &[(String, Bytes)],
     keep_alive: bool,
 ) -> Result<(), ResponseError> {
+    encode_chunked_head_as(
+        out,
+        status,
+        headers,
+        Persistence::of(Version::Http11, keep_alive),
+    )
+}
+
+/// [`encode_chunked_head`] saying `persistence` about the connection.
+pub(crate) fn encode_chunked_head_as(
+    out: &mut BytesMut,
+    status: u16,
+    headers: &[(String, Bytes)],
+    persistence: Persistence,
+) -> Result<(), ResponseError> {
     check_head(status, headers)?;
-    put_head(out, status, headers, keep_alive);
+    put_head(out, status, headers, persistence);
     out.put_slice(b"transfer-encoding: chunked\r\n\r\n");
     Ok(())
 }

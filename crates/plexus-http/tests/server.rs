@@ -76,29 +76,40 @@ async fn routes_static_files_and_errors() {
     assert_eq!((r.status, &r.body[..]), (200, &b"hello, ada"[..]));
     assert_eq!(r.header("content-type"), Some("text/plain"));
 
-    let r = ask(addr, b"GET /static/ HTTP/1.1\r\n\r\n").await;
+    let r = ask(addr, b"GET /static/ HTTP/1.1\r\nHost: h\r\n\r\n").await;
     assert_eq!((r.status, &r.body[..]), (200, &b"<h1>plexus</h1>"[..]));
     assert_eq!(r.header("content-type"), Some("text/html; charset=utf-8"));
     let etag = r.header("etag").unwrap().to_owned();
-    let again = format!("GET /static/index.html HTTP/1.1\r\nIf-None-Match: {etag}\r\n\r\n");
+    let again =
+        format!("GET /static/index.html HTTP/1.1\r\nHost: h\r\nIf-None-Match: {etag}\r\n\r\n");
     assert_eq!(ask(addr, again.as_bytes()).await.status, 304);
     let r = ask(
         addr,
-        b"GET /static/css/site.css HTTP/1.1\r\nRange: bytes=0-3\r\n\r\n",
+        b"GET /static/css/site.css HTTP/1.1\r\nHost: h\r\nRange: bytes=0-3\r\n\r\n",
     )
     .await;
     assert_eq!((r.status, &r.body[..]), (206, &b"body"[..]));
     assert_eq!(r.header("content-range"), Some("bytes 0-3/18"));
 
-    assert_eq!(ask(addr, b"GET /nope HTTP/1.1\r\n\r\n").await.status, 404);
     assert_eq!(
-        ask(addr, b"POST /hello/x HTTP/1.1\r\n\r\n").await.status,
+        ask(addr, b"GET /nope HTTP/1.1\r\nHost: h\r\n\r\n")
+            .await
+            .status,
+        404
+    );
+    assert_eq!(
+        ask(addr, b"POST /hello/x HTTP/1.1\r\nHost: h\r\n\r\n")
+            .await
+            .status,
         405
     );
     assert_eq!(
-        ask(addr, b"GET /static/%2e%2e/secret HTTP/1.1\r\n\r\n")
-            .await
-            .status,
+        ask(
+            addr,
+            b"GET /static/%2e%2e/secret HTTP/1.1\r\nHost: h\r\n\r\n"
+        )
+        .await
+        .status,
         400
     );
 }
@@ -117,21 +128,21 @@ fn big_file() -> Vec<u8> {
 async fn large_files_are_sent_from_the_file_whole_in_ranges_and_in_order() {
     let (_system, addr, _) = server(HttpConfig::default()).await;
     let big = big_file();
-    let r = ask(addr, b"GET /static/big.bin HTTP/1.1\r\n\r\n").await;
+    let r = ask(addr, b"GET /static/big.bin HTTP/1.1\r\nHost: h\r\n\r\n").await;
     assert_eq!(r.status, 200);
     assert!(r.body == big, "the whole file");
     let etag = r.header("etag").unwrap().to_owned();
-    let again = format!("GET /static/big.bin HTTP/1.1\r\nIf-None-Match: {etag}\r\n\r\n");
+    let again = format!("GET /static/big.bin HTTP/1.1\r\nHost: h\r\nIf-None-Match: {etag}\r\n\r\n");
     assert_eq!(ask(addr, again.as_bytes()).await.status, 304);
     let r = ask(
         addr,
-        b"GET /static/big.bin HTTP/1.1\r\nRange: bytes=100000-1199999\r\n\r\n",
+        b"GET /static/big.bin HTTP/1.1\r\nHost: h\r\nRange: bytes=100000-1199999\r\n\r\n",
     )
     .await;
     assert_eq!(r.status, 206);
     assert!(r.body == big[100_000..1_200_000], "the range");
     let mut s = TcpStream::connect(addr).await.unwrap();
-    s.write_all(b"HEAD /static/big.bin HTTP/1.1\r\nConnection: close\r\n\r\n")
+    s.write_all(b"HEAD /static/big.bin HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n")
         .await
         .unwrap();
     let mut head = String::new();
@@ -144,8 +155,8 @@ async fn large_files_are_sent_from_the_file_whole_in_ranges_and_in_order() {
 
     let mut s = TcpStream::connect(addr).await.unwrap();
     s.write_all(
-        b"GET /static/big.bin HTTP/1.1\r\n\r\nGET /hello/x HTTP/1.1\r\n\r\n\
-          GET /static/big.bin HTTP/1.1\r\nRange: bytes=-10\r\n\r\nGET /static/big.bin HTTP/1.1\r\n\r\n",
+        b"GET /static/big.bin HTTP/1.1\r\nHost: h\r\n\r\nGET /hello/x HTTP/1.1\r\nHost: h\r\n\r\n\
+          GET /static/big.bin HTTP/1.1\r\nHost: h\r\nRange: bytes=-10\r\n\r\nGET /static/big.bin HTTP/1.1\r\nHost: h\r\n\r\n",
     )
     .await
     .unwrap();
@@ -166,7 +177,7 @@ async fn pipelined_requests_are_answered_in_request_order() {
     let mut s = TcpStream::connect(addr).await.unwrap();
     // The first answer is ready last: after the other two.
     s.write_all(
-        b"GET /held/a HTTP/1.1\r\n\r\nGET /hello/x HTTP/1.1\r\n\r\nGET /release/a HTTP/1.1\r\n\r\n",
+        b"GET /held/a HTTP/1.1\r\nHost: h\r\n\r\nGET /hello/x HTTP/1.1\r\nHost: h\r\n\r\nGET /release/a HTTP/1.1\r\nHost: h\r\n\r\n",
     )
     .await
     .unwrap();
@@ -191,14 +202,14 @@ async fn hostile_clients_get_their_status_and_others_are_served() {
 
     // A slowloris client: a head that never ends.
     let mut slow = TcpStream::connect(addr).await.unwrap();
-    slow.write_all(b"GET /hello/slow HTTP/1.1\r\nX-Slow: a")
+    slow.write_all(b"GET /hello/slow HTTP/1.1\r\nHost: h\r\nX-Slow: a")
         .await
         .unwrap();
 
     // Smuggling: both framings.
     let mut smuggler = TcpStream::connect(addr).await.unwrap();
     smuggler
-        .write_all(b"POST /hello/x HTTP/1.1\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /hello/smuggled HTTP/1.1\r\n\r\n")
+        .write_all(b"POST /hello/x HTTP/1.1\r\nHost: h\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /hello/smuggled HTTP/1.1\r\nHost: h\r\n\r\n")
         .await
         .unwrap();
     let mut buf = Vec::new();
@@ -212,7 +223,11 @@ async fn hostile_clients_get_their_status_and_others_are_served() {
 
     // A well-behaved client meanwhile.
     for i in 0..20 {
-        let r = ask(addr, format!("GET /hello/{i} HTTP/1.1\r\n\r\n").as_bytes()).await;
+        let r = ask(
+            addr,
+            format!("GET /hello/{i} HTTP/1.1\r\nHost: h\r\n\r\n").as_bytes(),
+        )
+        .await;
         assert_eq!(r.status, 200);
     }
 
@@ -223,17 +238,23 @@ async fn hostile_clients_get_their_status_and_others_are_served() {
     assert!(read_response(&mut slow, &mut buf).await.is_none());
 
     // Oversized head: 431.
-    let mut big = b"GET / HTTP/1.1\r\nX: ".to_vec();
+    let mut big = b"GET / HTTP/1.1\r\nHost: h\r\nX: ".to_vec();
     big.extend(std::iter::repeat_n(b'a', 20_000));
     big.extend_from_slice(b"\r\n\r\n");
     assert_eq!(ask(addr, &big).await.status, 431);
     // A malformed request line, an invalid chunk size, a body over the
     // bound: each its status.
-    assert_eq!(ask(addr, b"GET\x01/ HTTP/1.1\r\n\r\n").await.status, 400);
-    let bad_chunk = b"POST /hello/c HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n";
+    assert_eq!(
+        ask(addr, b"GET\x01/ HTTP/1.1\r\nHost: h\r\n\r\n")
+            .await
+            .status,
+        400
+    );
+    let bad_chunk =
+        b"POST /hello/c HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n";
     assert_eq!(ask(addr, bad_chunk).await.status, 400);
     let huge = format!(
-        "POST /hello/b HTTP/1.1\r\nContent-Length: {}\r\n\r\n",
+        "POST /hello/b HTTP/1.1\r\nHost: h\r\nContent-Length: {}\r\n\r\n",
         HttpConfig::default().limits.max_body + 1
     );
     assert_eq!(ask(addr, huge.as_bytes()).await.status, 413);
@@ -244,4 +265,114 @@ async fn hostile_clients_get_their_status_and_others_are_served() {
     let counted = totals.snapshot();
     assert_eq!((counted.refused, counted.timeouts), (5, 1));
     assert_eq!(counted.responses, 20);
+}
+
+/// RFC 9112, 3.2: an HTTP/1.1 request without `Host`, or with two, is
+/// answered 400 and the connection closes; HTTP/1.0 needs none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_or_repeated_host_is_answered_400() {
+    let (_system, addr, totals) = server(HttpConfig::default()).await;
+    for request in [
+        &b"GET /static/ HTTP/1.1\r\n\r\n"[..],
+        b"GET /static/ HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+    ] {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(request).await.unwrap();
+        let mut buf = Vec::new();
+        let r = read_response(&mut s, &mut buf).await.unwrap();
+        assert_eq!(r.status, 400, "{}", String::from_utf8_lossy(request));
+        assert_eq!(r.header("connection"), Some("close"));
+        assert!(read_response(&mut s, &mut buf).await.is_none());
+    }
+    assert_eq!(totals.snapshot().refused, 2);
+    let r = ask(addr, b"GET /static/ HTTP/1.0\r\n\r\n").await;
+    assert_eq!((r.status, &r.body[..]), (200, &b"<h1>plexus</h1>"[..]));
+}
+
+/// An encoded separator (`%2F`, `%5C`) is never decoded into one: such a
+/// path names no nested file (and no route), it is refused 400.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_encoded_slash_does_not_reach_a_nested_file() {
+    let (_system, addr, _) = server(HttpConfig::default()).await;
+    for target in [
+        "/static/css%2fsite.css",
+        "/static/css%2Fsite.css",
+        "/static%2findex.html",
+        "/static/css%5csite.css",
+    ] {
+        let request = format!("GET {target} HTTP/1.1\r\nHost: h\r\n\r\n");
+        let r = ask(addr, request.as_bytes()).await;
+        assert_eq!(r.status, 400, "{target}");
+    }
+    // The file itself is there.
+    let r = ask(
+        addr,
+        b"GET /static/css/site.css HTTP/1.1\r\nHost: h\r\n\r\n",
+    )
+    .await;
+    assert_eq!((r.status, &r.body[..]), (200, &b"body { margin: 0 }"[..]));
+}
+
+/// RFC 9112, 3.2.2: a target in absolute form is served as its path in
+/// origin form would be.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_absolute_form_target_is_served_like_its_origin_form() {
+    let (_system, addr, _) = server(HttpConfig::default()).await;
+    let r = ask(
+        addr,
+        b"GET http://example.org/static/css/site.css HTTP/1.1\r\nHost: example.org\r\n\r\n",
+    )
+    .await;
+    assert_eq!((r.status, &r.body[..]), (200, &b"body { margin: 0 }"[..]));
+    let r = ask(
+        addr,
+        b"GET http://example.org:8080/hello/ada?x=1 HTTP/1.1\r\nHost: example.org:8080\r\n\r\n",
+    )
+    .await;
+    assert_eq!((r.status, &r.body[..]), (200, &b"hello, ada"[..]));
+}
+
+/// An HTTP/1.0 client keeps its connection only if the response says
+/// `Connection: keep-alive` (RFC 9112, C.2.2): the server says it when it
+/// keeps the connection, and serves the next request on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_1_0_keep_alive_response_says_keep_alive() {
+    let (_system, addr, _) = server(HttpConfig::default()).await;
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let mut buf = Vec::new();
+    for _ in 0..2 {
+        s.write_all(b"GET /static/css/site.css HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+            .await
+            .unwrap();
+        let r = read_response(&mut s, &mut buf).await.unwrap();
+        assert_eq!(r.status, 200);
+        assert_eq!(r.header("connection"), Some("keep-alive"));
+    }
+    // Without keep-alive: closed after the response, and said so.
+    s.write_all(b"GET /static/css/site.css HTTP/1.0\r\n\r\n")
+        .await
+        .unwrap();
+    let r = read_response(&mut s, &mut buf).await.unwrap();
+    assert_eq!(r.header("connection"), Some("close"));
+    assert!(read_response(&mut s, &mut buf).await.is_none());
+}
+
+/// RFC 9110, 14.2: an invalid range (last before first) is ignored and
+/// the whole file sent; a range starting past the end is 416.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_range_is_ignored_and_an_unsatisfiable_one_is_416() {
+    let (_system, addr, _) = server(HttpConfig::default()).await;
+    let r = ask(
+        addr,
+        b"GET /static/css/site.css HTTP/1.1\r\nHost: h\r\nRange: bytes=5-2\r\n\r\n",
+    )
+    .await;
+    assert_eq!((r.status, &r.body[..]), (200, &b"body { margin: 0 }"[..]));
+    let r = ask(
+        addr,
+        b"GET /static/css/site.css HTTP/1.1\r\nHost: h\r\nRange: bytes=18-20\r\n\r\n",
+    )
+    .await;
+    assert_eq!(r.status, 416);
+    assert_eq!(r.header("content-range"), Some("bytes */18"));
 }

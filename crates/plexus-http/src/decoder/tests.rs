@@ -46,14 +46,79 @@ fn a_get_decodes_with_its_fields_and_keeps_the_connection() {
 fn keep_alive_follows_the_version_and_connection_field() {
     assert!(!request(b"GET / HTTP/1.0\r\n\r\n").keep_alive);
     assert!(request(b"GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n").keep_alive);
-    assert!(!request(b"GET / HTTP/1.1\r\nConnection: close\r\n\r\n").keep_alive);
-    assert!(!request(b"GET / HTTP/1.1\r\nConnection: keep-alive, close\r\n\r\n").keep_alive);
+    assert!(!request(b"GET / HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n").keep_alive);
+    assert!(
+        !request(b"GET / HTTP/1.1\r\nHost: h\r\nConnection: keep-alive, close\r\n\r\n").keep_alive
+    );
+}
+
+/// RFC 9112, 3.2: an HTTP/1.1 request without `Host`, any request with
+/// two, and a `Host` that is not a host and port, are answered 400.
+#[test]
+fn a_missing_repeated_or_invalid_host_is_refused_400() {
+    let cases: [(&[u8], RequestError); 5] = [
+        (b"GET / HTTP/1.1\r\n\r\n", RequestError::MissingHost),
+        (
+            b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+            RequestError::RepeatedHost,
+        ),
+        (
+            b"GET / HTTP/1.1\r\nHost: a\r\nhost: a\r\n\r\n",
+            RequestError::RepeatedHost,
+        ),
+        (
+            b"GET / HTTP/1.0\r\nHost: a\r\nHOST: b\r\n\r\n",
+            RequestError::RepeatedHost,
+        ),
+        (
+            b"GET / HTTP/1.1\r\nHost: a b/c\r\n\r\n",
+            RequestError::InvalidHost,
+        ),
+    ];
+    for (input, error) in cases {
+        let e = refused(input);
+        assert_eq!(
+            (&e, e.status()),
+            (&error, 400),
+            "{}",
+            String::from_utf8_lossy(input)
+        );
+    }
+    // HTTP/1.0 has no Host requirement; an empty Host is allowed (RFC
+    // 9110, 7.2), and so are ports and IP literals.
+    for input in [
+        &b"GET / HTTP/1.0\r\n\r\n"[..],
+        b"GET / HTTP/1.1\r\nHost:\r\n\r\n",
+        b"GET / HTTP/1.1\r\nHost: example.org:8080\r\n\r\n",
+        b"GET / HTTP/1.1\r\nHost: [::1]:80\r\n\r\n",
+    ] {
+        request(input);
+    }
+}
+
+/// RFC 9112, 3.2.2: an origin server accepts the absolute form of a
+/// target; its path is the path of the URI, and its authority is the host
+/// the request is for, whatever `Host` says.
+#[test]
+fn an_absolute_form_target_has_the_path_and_host_of_its_uri() {
+    let r =
+        request(b"GET http://example.org:8080/static/a.txt?x=1 HTTP/1.1\r\nHost: other\r\n\r\n");
+    assert_eq!(r.target, "http://example.org:8080/static/a.txt?x=1");
+    assert_eq!(r.path(), "/static/a.txt");
+    assert_eq!(r.host(), Some(&b"example.org:8080"[..]));
+    let r = request(b"GET HTTPS://example.org?x HTTP/1.1\r\nHost: example.org\r\n\r\n");
+    assert_eq!((r.path(), r.host()), ("/", Some(&b"example.org"[..])));
+    // Origin form: the Host field.
+    let r = request(b"GET /a?b HTTP/1.1\r\nHost: h\r\n\r\n");
+    assert_eq!((r.path(), r.host()), ("/a", Some(&b"h"[..])));
+    let r = request(b"GET /a HTTP/1.0\r\n\r\n");
+    assert_eq!((r.path(), r.host()), ("/a", None));
 }
 
 #[test]
 fn pipelined_requests_come_out_in_order() {
     let out = decode_all(
-        b"GET /1 HTTP/1.1\r\n\r\nPOST /2 HTTP/1.1\r\nContent-Length: 3\r\n\r\nabcGET /3 HTTP/1.1\r\n\r\n",
+        b"GET /1 HTTP/1.1\r\nHost: h\r\n\r\nPOST /2 HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\n\r\nabcGET /3 HTTP/1.1\r\nHost: h\r\n\r\n",
     )
     .unwrap();
     let targets: Vec<(String, Bytes)> = out
@@ -76,7 +141,7 @@ fn pipelined_requests_come_out_in_order() {
 #[test]
 fn a_chunked_body_with_extensions_and_trailers_decodes() {
     let r = request(
-        b"POST /u HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3;ext=1\r\nabc\r\nA\r\n0123456789\r\n0\r\nX-Sum: 13\r\n\r\n",
+        b"POST /u HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n3;ext=1\r\nabc\r\nA\r\n0123456789\r\n0\r\nX-Sum: 13\r\n\r\n",
     );
     assert_eq!(r.body, Bytes::from_static(b"abc0123456789"));
     assert_eq!(r.header("x-sum"), Some(&b"13"[..]));
@@ -86,7 +151,7 @@ fn a_chunked_body_with_extensions_and_trailers_decodes() {
 fn expect_100_continue_asks_for_the_interim_response_once() {
     let mut d = RequestDecoder::default();
     let mut buf = BytesMut::from(
-        &b"PUT /f HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n"[..],
+        &b"PUT /f HTTP/1.1\r\nHost: h\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n"[..],
     );
     assert_eq!(d.decode(&mut buf), Ok(Some(Decoded::Continue)));
     assert_eq!(d.decode(&mut buf), Ok(None));
@@ -97,11 +162,13 @@ fn expect_100_continue_asks_for_the_interim_response_once() {
         other => panic!("{other:?}"),
     }
     // A body already there needs no interim response.
-    let out = decode_all(b"PUT /f HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\nok")
-        .unwrap();
+    let out = decode_all(
+        b"PUT /f HTTP/1.1\r\nHost: h\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\nok",
+    )
+    .unwrap();
     assert!(matches!(out.as_slice(), [Decoded::Request(_)]));
     assert_eq!(
-        refused(b"PUT /f HTTP/1.1\r\nExpect: magic\r\n\r\n").status(),
+        refused(b"PUT /f HTTP/1.1\r\nHost: h\r\nExpect: magic\r\n\r\n").status(),
         417
     );
 }
@@ -110,23 +177,23 @@ fn expect_100_continue_asks_for_the_interim_response_once() {
 fn smuggling_shapes_are_refused() {
     let cases: &[(&[u8], u16)] = &[
         (
-            b"POST / HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
+            b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
             400,
         ),
         (
-            b"POST / HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n",
+            b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n",
             400,
         ),
-        (b"POST / HTTP/1.1\r\nContent-Length: +3\r\n\r\n", 400),
-        (b"POST / HTTP/1.1\r\nContent-Length: 3, 3\r\n\r\n", 400),
-        (b"POST / HTTP/1.1\r\nContent-Length: 0x10\r\n\r\n", 400),
-        (b"POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n", 501),
+        (b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: +3\r\n\r\n", 400),
+        (b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 3, 3\r\n\r\n", 400),
+        (b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 0x10\r\n\r\n", 400),
+        (b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip\r\n\r\n", 501),
         (
-            b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked, gzip\r\n\r\n",
+            b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked, gzip\r\n\r\n",
             501,
         ),
         (
-            b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
+            b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
             501,
         ),
         (
@@ -134,7 +201,7 @@ fn smuggling_shapes_are_refused() {
             400,
         ),
         (
-            b"POST / HTTP/1.1\r\nContent-Length: 99999999999999999999999\r\n\r\n",
+            b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 99999999999999999999999\r\n\r\n",
             400,
         ),
     ];
@@ -148,13 +215,14 @@ fn smuggling_shapes_are_refused() {
         );
     }
     // The same length twice is one length.
-    let r = request(b"POST / HTTP/1.1\r\nContent-Length: 3\r\ncontent-length: 3\r\n\r\nabc");
+    let r =
+        request(b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\ncontent-length: 3\r\n\r\nabc");
     assert_eq!(r.body, Bytes::from_static(b"abc"));
 }
 
 #[test]
 fn invalid_chunks_are_refused() {
-    let head = b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+    let head = b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
     for (body, why) in [
         (&b"g\r\n"[..], "not hexadecimal"),
         (b"\r\n", "missing"),
@@ -184,20 +252,24 @@ fn sizes_over_the_limits_are_refused_before_they_are_buffered() {
         max_body: 10,
         ..Limits::default()
     };
-    let e = decode_all_with(b"POST / HTTP/1.1\r\nContent-Length: 11\r\n\r\n", limits).unwrap_err();
+    let e = decode_all_with(
+        b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 11\r\n\r\n",
+        limits,
+    )
+    .unwrap_err();
     assert_eq!(e.status(), 413, "declared too large: refused at the head");
     let e = decode_all_with(
-        b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n6\r\nabcdef\r\n6\r\n",
+        b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n6\r\nabcdef\r\n6\r\n",
         limits,
     )
     .unwrap_err();
     assert_eq!(e.status(), 413, "chunks add up past the limit");
-    let mut long = b"GET / HTTP/1.1\r\nX: ".to_vec();
+    let mut long = b"GET / HTTP/1.1\r\nHost: h\r\nX: ".to_vec();
     long.extend(std::iter::repeat_n(b'a', 300));
     let e = decode_all_with(&long, limits).unwrap_err();
     assert_eq!(e.status(), 431, "a head that never ends within the limit");
     let e = decode_all_with(
-        b"GET / HTTP/1.1\r\nA: 1\r\nB: 1\r\nC: 1\r\nD: 1\r\nE: 1\r\n\r\n",
+        b"GET / HTTP/1.1\r\nHost: h\r\nA: 1\r\nB: 1\r\nC: 1\r\nD: 1\r\nE: 1\r\n\r\n",
         limits,
     )
     .unwrap_err();
@@ -208,7 +280,7 @@ fn sizes_over_the_limits_are_refused_before_they_are_buffered() {
 fn malformed_heads_and_versions_are_refused_and_the_refusal_sticks() {
     assert_eq!(refused(b"GET\r\n\r\n").status(), 400);
     assert_eq!(
-        refused(b"GET / HTTP/1.1\r\nBad Name: x\r\n\r\n").status(),
+        refused(b"GET / HTTP/1.1\r\nHost: h\r\nBad Name: x\r\n\r\n").status(),
         400
     );
     assert_eq!(refused(b"GET / HTTP/2.0\r\n\r\n").status(), 505);
@@ -217,7 +289,7 @@ fn malformed_heads_and_versions_are_refused_and_the_refusal_sticks() {
         400
     );
     let mut d = RequestDecoder::default();
-    let mut buf = BytesMut::from(&b"GET / HTTP/9.9\r\n\r\nGET / HTTP/1.1\r\n\r\n"[..]);
+    let mut buf = BytesMut::from(&b"GET / HTTP/9.9\r\n\r\nGET / HTTP/1.1\r\nHost: h\r\n\r\n"[..]);
     let first = d.decode(&mut buf).unwrap_err();
     assert_eq!(
         d.decode(&mut buf).unwrap_err(),
@@ -269,7 +341,7 @@ proptest! {
     ) {
         let mut input = Vec::new();
         if chunked {
-            input.extend_from_slice(b"POST /p HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n");
+            input.extend_from_slice(b"POST /p HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n");
             let mut rest = &body[..];
             let mut sizes = chunk_sizes.iter().cycle();
             let mut enc = BytesMut::new();
@@ -281,11 +353,11 @@ proptest! {
             encode_last_chunk(&mut enc);
             input.extend_from_slice(&enc);
         } else {
-            input.extend_from_slice(format!("POST /p HTTP/1.1\r\nContent-Length: {}\r\n\r\n", body.len()).as_bytes());
+            input.extend_from_slice(format!("POST /p HTTP/1.1\r\nHost: h\r\nContent-Length: {}\r\n\r\n", body.len()).as_bytes());
             input.extend_from_slice(&body);
         }
         // A second, pipelined request behind it.
-        input.extend_from_slice(b"GET /next HTTP/1.1\r\n\r\n");
+        input.extend_from_slice(b"GET /next HTTP/1.1\r\nHost: h\r\n\r\n");
         let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c.min(input.len())).collect();
         cuts.sort_unstable();
         let mut d = RequestDecoder::default();

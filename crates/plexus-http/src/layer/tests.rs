@@ -74,7 +74,7 @@ fn whole(id: u64, body: &'static str) -> ResponseMessage {
 #[test]
 fn pipelined_requests_are_answered_in_order_whatever_order_the_answers_come() {
     let mut c = Conn::new(HttpConfig::default());
-    c.receive(b"GET /0 HTTP/1.1\r\n\r\nGET /1 HTTP/1.1\r\n\r\nGET /2 HTTP/1.1\r\n\r\n");
+    c.receive(b"GET /0 HTTP/1.1\r\nHost: h\r\n\r\nGET /1 HTTP/1.1\r\nHost: h\r\n\r\nGET /2 HTTP/1.1\r\nHost: h\r\n\r\n");
     let got: Vec<(u64, String)> = c
         .requests()
         .into_iter()
@@ -103,7 +103,7 @@ fn pipelined_requests_are_answered_in_order_whatever_order_the_answers_come() {
 #[test]
 fn connection_close_ends_the_link_after_its_response() {
     let mut c = Conn::new(HttpConfig::default());
-    c.receive(b"GET / HTTP/1.1\r\nConnection: close\r\n\r\nGET /ignored HTTP/1.1\r\n\r\n");
+    c.receive(b"GET / HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\nGET /ignored HTTP/1.1\r\nHost: h\r\n\r\n");
     assert_eq!(c.requests().len(), 1, "nothing after close is read");
     assert!(!c.closed());
     c.respond(whole(0, "bye"));
@@ -115,7 +115,7 @@ fn connection_close_ends_the_link_after_its_response() {
 fn a_refused_request_is_answered_after_the_ones_before_it_then_the_link_closes() {
     let mut c = Conn::new(HttpConfig::default());
     c.receive(
-        b"GET /ok HTTP/1.1\r\n\r\nPOST /x HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n",
+        b"GET /ok HTTP/1.1\r\nHost: h\r\n\r\nPOST /x HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n",
     );
     assert_eq!(c.requests().len(), 1);
     assert_eq!(
@@ -160,7 +160,7 @@ fn an_idle_connection_closes_silently_but_not_while_a_response_is_owed() {
         ..HttpConfig::default()
     };
     let mut c = Conn::new(config);
-    c.receive(b"GET / HTTP/1.1\r\n\r\n");
+    c.receive(b"GET / HTTP/1.1\r\nHost: h\r\n\r\n");
     assert_eq!(c.requests().len(), 1);
     c.advance(Duration::from_secs(60));
     assert!(!c.closed(), "the application still owes a response");
@@ -176,7 +176,7 @@ fn an_idle_connection_closes_silently_but_not_while_a_response_is_owed() {
 #[test]
 fn expect_continue_chunked_responses_and_head_requests() {
     let mut c = Conn::new(HttpConfig::default());
-    c.receive(b"PUT /f HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 4\r\n\r\n");
+    c.receive(b"PUT /f HTTP/1.1\r\nHost: h\r\nExpect: 100-continue\r\nContent-Length: 4\r\n\r\n");
     assert_eq!(c.written(), "HTTP/1.1 100 Continue\r\n\r\n");
     c.receive(b"data");
     let put = c.requests().pop().unwrap();
@@ -200,7 +200,7 @@ fn expect_continue_chunked_responses_and_head_requests() {
         "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ntransfer-encoding: chunked\r\n\r\n\
          6\r\nhello \r\n5\r\nworld\r\n0\r\n\r\n"
     );
-    c.receive(b"HEAD /f HTTP/1.1\r\n\r\n");
+    c.receive(b"HEAD /f HTTP/1.1\r\nHost: h\r\n\r\n");
     let head = c.requests().pop().unwrap();
     c.respond(whole(head.id, "not sent"));
     assert_eq!(c.written(), "HTTP/1.1 200 OK\r\ncontent-length: 8\r\n\r\n");
@@ -213,7 +213,7 @@ fn reading_pauses_while_the_pipeline_is_full() {
         ..HttpConfig::default()
     };
     let mut c = Conn::new(config);
-    c.receive(b"GET /0 HTTP/1.1\r\n\r\nGET /1 HTTP/1.1\r\n\r\nGET /2 HTTP/1.1\r\n\r\n");
+    c.receive(b"GET /0 HTTP/1.1\r\nHost: h\r\n\r\nGET /1 HTTP/1.1\r\nHost: h\r\n\r\nGET /2 HTTP/1.1\r\nHost: h\r\n\r\n");
     assert_eq!(c.requests().len(), 2);
     c.respond(whole(0, "a"));
     let next = c.requests();
@@ -236,7 +236,10 @@ fn the_spec_option_parses_and_the_layer_stacks_on_a_byte_stream() {
     let mut stack = spec.build(Instant::now());
     let now = Instant::now();
     stack
-        .handle_receive(now, Bytes::from_static(b"GET /s HTTP/1.1\r\n\r\n"))
+        .handle_receive(
+            now,
+            Bytes::from_static(b"GET /s HTTP/1.1\r\nHost: h\r\n\r\n"),
+        )
         .unwrap();
     let up = stack.poll_receive().unwrap();
     assert_eq!(RequestMessage::decode(up).unwrap().request.target, "/s");
@@ -246,7 +249,7 @@ fn the_spec_option_parses_and_the_layer_stacks_on_a_byte_stream() {
 #[test]
 fn a_head_request_gets_no_body_even_from_the_500_fallback() {
     let mut c = Conn::new(HttpConfig::default());
-    c.receive(b"HEAD /x HTTP/1.1\r\n\r\n");
+    c.receive(b"HEAD /x HTTP/1.1\r\nHost: h\r\n\r\n");
     let [request] = c.requests().try_into().ok().unwrap();
     // A header name that is no token: the response cannot be written.
     c.respond(ResponseMessage::Whole {
@@ -259,4 +262,57 @@ fn a_head_request_gets_no_body_even_from_the_500_fallback() {
         written.ends_with("\r\n\r\n"),
         "no body after the head: {written}"
     );
+}
+
+/// RFC 9112, C.2.2: an HTTP/1.0 client keeps a connection only if the
+/// response says `Connection: keep-alive`; an HTTP/1.1 one needs nothing.
+#[test]
+fn an_http_1_0_response_on_a_kept_connection_says_keep_alive() {
+    let mut c = Conn::new(HttpConfig::default());
+    c.receive(b"GET /a HTTP/1.0\r\nConnection: keep-alive\r\n\r\n");
+    let [a] = c.requests().try_into().ok().unwrap();
+    c.respond(whole(a.id, "a"));
+    assert_eq!(
+        c.written(),
+        "HTTP/1.1 200 OK\r\nconnection: keep-alive\r\ncontent-length: 1\r\n\r\na"
+    );
+    assert!(!c.closed());
+    c.receive(b"GET /b HTTP/1.0\r\nConnection: keep-alive\r\n\r\n");
+    let [b] = c.requests().try_into().ok().unwrap();
+    c.respond(ResponseMessage::ChunkedHead {
+        id: b.id,
+        status: 200,
+        headers: vec![],
+    });
+    assert!(c.written().contains("connection: keep-alive\r\n"));
+    c.respond(ResponseMessage::End { id: b.id });
+    c.written();
+    c.receive(b"GET /c HTTP/1.1\r\nHost: h\r\n\r\n");
+    let [c11] = c.requests().try_into().ok().unwrap();
+    c.respond(whole(c11.id, "c"));
+    assert!(
+        !c.written().contains("connection:"),
+        "HTTP/1.1 keeps by default"
+    );
+    // Without keep-alive, HTTP/1.0 closes, and says so.
+    c.receive(b"GET /d HTTP/1.0\r\n\r\n");
+    let [d] = c.requests().try_into().ok().unwrap();
+    c.respond(whole(d.id, "d"));
+    assert!(c.written().contains("connection: close\r\n"));
+    assert!(c.closed());
+}
+
+/// A keep-alive HTTP/1.0 request whose connection closes anyway (the
+/// request after it was refused) is answered `Connection: close`.
+#[test]
+fn an_http_1_0_keep_alive_request_before_a_close_is_told_close() {
+    let mut c = Conn::new(HttpConfig::default());
+    c.receive(b"GET /a HTTP/1.0\r\nConnection: keep-alive\r\n\r\nGET /b HTTP/1.1\r\nConnection: close\r\nHost: h\r\n\r\n");
+    let ids: Vec<u64> = c.requests().iter().map(|r| r.id).collect();
+    c.respond(whole(ids[0], "a"));
+    let w = c.written();
+    assert!(w.contains("connection: keep-alive\r\n"), "{w}");
+    c.respond(whole(ids[1], "b"));
+    assert!(c.written().contains("connection: close\r\n"));
+    assert!(c.closed());
 }

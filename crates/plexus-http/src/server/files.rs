@@ -289,18 +289,23 @@ fn byte_range(value: &[u8], len: usize) -> Range {
             let Some(start) = num(start) else {
                 return Range::Ignore;
             };
-            let end = if end.is_empty() {
-                Some(len.saturating_sub(1))
+            let last = if end.is_empty() {
+                None
             } else {
                 match num(end) {
-                    Some(e) => Some(e.min(len.saturating_sub(1))),
+                    // RFC 9110, 14.1.1: a range whose last position is
+                    // before its first is invalid; 14.2: an invalid range
+                    // is ignored (the whole file), unlike an unsatisfiable
+                    // one (416).
+                    Some(e) if e < start => return Range::Ignore,
+                    Some(e) => Some(e),
                     None => return Range::Ignore,
                 }
             };
-            match end {
-                Some(end) if start < len && start <= end => Range::Bytes(start, end),
-                _ => Range::Unsatisfiable,
+            if start >= len {
+                return Range::Unsatisfiable;
             }
+            Range::Bytes(start, last.map_or(len - 1, |e| e.min(len - 1)))
         }
     }
 }
@@ -379,7 +384,11 @@ mod tests {
             ("bytes=-3", 206, b"789"),
             ("bytes=8-100", 206, b"89"),
             ("bytes=10-", 416, b""),
-            ("bytes=5-2", 416, b""),
+            // RFC 9110, 14.2: invalid (last before first): ignored.
+            ("bytes=5-2", 200, b"0123456789"),
+            ("bytes=12-11", 200, b"0123456789"),
+            ("bytes=10-12", 416, b""),
+            ("bytes=9-9", 206, b"9"),
             ("bytes=-0", 416, b""),
             ("bytes=1-2,4-5", 200, b"0123456789"),
             ("items=1-2", 200, b"0123456789"),

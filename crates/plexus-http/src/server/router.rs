@@ -94,8 +94,16 @@ impl Pattern {
 }
 
 /// `path` with `%XX` escapes decoded, if that gives UTF-8 without `..` or
-/// empty interior segments (a request cannot name a file outside a
-/// served directory).
+/// `.` segments, NUL or backslashes (a request cannot name a file outside
+/// a served directory).
+///
+/// An encoded separator (`%2F`, `%5C`) is refused, never decoded into one:
+/// RFC 3986 (2.2) makes it data inside a segment, so `/static%2fa.txt` is
+/// one segment, not `/static/a.txt`. No file name holds a separator and a
+/// route's parameters could not tell one from a real one, so the path
+/// names nothing this server can serve; it is refused (400) with the other
+/// paths that could be read two ways (`%2e%2e`, `\`), rather than 404,
+/// which would say the name could exist.
 pub(crate) fn decode_path(path: &str) -> Option<String> {
     let bytes = path.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
@@ -103,7 +111,11 @@ pub(crate) fn decode_path(path: &str) -> Option<String> {
     while i < bytes.len() {
         if bytes[i] == b'%' {
             let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
+            let byte = u8::from_str_radix(hex, 16).ok()?;
+            if matches!(byte, b'/' | b'\\') {
+                return None;
+            }
+            out.push(byte);
             i += 3;
         } else {
             out.push(bytes[i]);
@@ -160,5 +172,22 @@ mod tests {
         assert_eq!(decode_path("/x%00"), None);
         assert_eq!(decode_path("/x%zz"), None);
         assert_eq!(decode_path("/x%e2%82"), None, "not UTF-8");
+    }
+
+    /// `%2F` and `%5C` are data in a segment (RFC 3986, 2.2), never a
+    /// separator: a path that holds one is refused, not read as a nested
+    /// path.
+    #[test]
+    fn encoded_separators_are_refused_not_decoded() {
+        for path in [
+            "/static%2fa.txt",
+            "/static/css%2Fsite.css",
+            "/static%5ca.txt",
+            "/a%5Cb",
+            "/static/%2e%2e%2fsecret",
+        ] {
+            assert_eq!(decode_path(path), None, "{path}");
+        }
+        assert_eq!(decode_path("/a%20b/c%41"), Some("/a b/cA".into()));
     }
 }
