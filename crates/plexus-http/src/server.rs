@@ -115,6 +115,13 @@ pub enum ServeError {
         /// Why.
         source: plexus_net::SpecError,
     },
+    /// Another socket already holds the address: another server serves
+    /// this port (with `SO_REUSEPORT` or not). Nothing was started.
+    #[error("listen {addr}: the address is already in use (another server serves it)")]
+    AddrInUse {
+        /// The address.
+        addr: SocketAddr,
+    },
     /// Binding failed.
     #[error("listen {addr}: {source}")]
     Bind {
@@ -273,13 +280,9 @@ impl WebServer {
             addr: socket,
             source,
         })?;
-        let listener =
-            TcpListener::bind(&spec, socket)
-                .await
-                .map_err(|source| ServeError::Bind {
-                    addr: socket,
-                    source,
-                })?;
+        let listener = TcpListener::bind(&spec, socket)
+            .await
+            .map_err(|source| ServeError::from_bind(socket, source))?;
         let bound = listener.local_addr();
         tokio::spawn(Arc::new(self).accept_loop(listener));
         Ok(bound)
@@ -441,6 +444,21 @@ impl WebServer {
 enum Routed {
     Now(Response),
     Ask(ActorRef<HttpRequest>, Vec<(String, String)>),
+}
+
+impl ServeError {
+    /// [`AddrInUse`](Self::AddrInUse) for a bind that found the address
+    /// taken, [`Bind`](Self::Bind) for any other failure.
+    fn from_bind(addr: SocketAddr, source: plexus_transport::BindError) -> Self {
+        match &source {
+            plexus_transport::BindError::Io { source: io, .. }
+                if io.kind() == std::io::ErrorKind::AddrInUse =>
+            {
+                ServeError::AddrInUse { addr }
+            }
+            _ => ServeError::Bind { addr, source },
+        }
+    }
 }
 
 fn parse_addr(addr: &str) -> Result<SocketAddr, ServeError> {

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::{ask, fresh_dir, read_response};
 use plexus_core::{ActorRef, ActorSystem, ReplyTo};
-use plexus_http::server::{HttpRequest, WebServer};
+use plexus_http::server::{HttpRequest, ServeError, WebServer};
 use plexus_http::ws_transport::WsTransport;
 use plexus_http::{Method, Response};
 use plexus_remote::dev_certs::DevCa;
@@ -177,4 +177,57 @@ fn per_core_mode_serves_from_every_thread_and_stops() {
     server.stop();
     // Stopped: nobody listens on the port any more.
     assert!(std::net::TcpStream::connect(addr).is_err());
+}
+
+/// A port another server already serves is refused with
+/// `ServeError::AddrInUse` naming it, whether that server is another
+/// per-core one (`SO_REUSEPORT`, which would otherwise let the second one
+/// start and take half the connections) or a plain listener; the first
+/// serves on, and once it stops the port can be served again.
+#[test]
+fn a_per_core_server_refuses_a_port_already_served() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let system = runtime.block_on(async { ActorSystem::new() });
+    let page = {
+        let _entered = runtime.enter();
+        system.spawn_fn(|req: HttpRequest, _ctx| {
+            req.reply.send(Response::new(200, "first"));
+        })
+    };
+    let site = WebServer::new().route(Method::Get, "/", page).unwrap();
+    let first = site.clone().listen_per_core("127.0.0.1:0", 2).unwrap();
+    let addr = first.local_addr();
+
+    let second = WebServer::new().listen_per_core(&addr.to_string(), 2);
+    match second {
+        Err(ServeError::AddrInUse { addr: named }) => assert_eq!(named, addr),
+        other => panic!("a second server on {addr}: {other:?}"),
+    }
+    let error = WebServer::new()
+        .listen_per_core(&addr.to_string(), 1)
+        .unwrap_err();
+    assert!(error.to_string().contains(&addr.to_string()), "{error}");
+    // The first one has every connection.
+    runtime.block_on(async {
+        for _ in 0..32 {
+            let got = ask(addr, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await;
+            assert_eq!((got.status, got.body.as_slice()), (200, &b"first"[..]));
+        }
+    });
+
+    // A plain listener (no SO_REUSEPORT) holds another port: refused too,
+    // and so is a plain listen() on the per-core server's port.
+    let plain = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let plain_addr = plain.local_addr().unwrap();
+    assert!(matches!(
+        WebServer::new().listen_per_core(&plain_addr.to_string(), 2),
+        Err(ServeError::AddrInUse { addr: named }) if named == plain_addr
+    ));
+    let listened = runtime.block_on(WebServer::new().listen(&addr.to_string()));
+    assert!(matches!(listened, Err(ServeError::AddrInUse { addr: named }) if named == addr));
+
+    first.stop();
+    let again = site.listen_per_core(&addr.to_string(), 2).unwrap();
+    assert_eq!(again.local_addr(), addr);
+    again.stop();
 }

@@ -356,13 +356,13 @@ impl WebServer {
 }
 
 fn bind_error(addr: SocketAddr, source: io::Error) -> ServeError {
-    ServeError::Bind {
+    ServeError::from_bind(
         addr,
-        source: BindError::Io {
+        BindError::Io {
             addr: format!("https://{addr}"),
             source,
         },
-    }
+    )
 }
 
 /// Starts accepting on `listener` (in the current runtime) and returns

@@ -6,6 +6,19 @@
 //! routes and files (the shared-nothing design of Seastar and of the
 //! Rusty report). An actor route's request still goes to the actor's
 //! mailbox, wherever the actor runs.
+//!
+//! **A port already served is refused.** `SO_REUSEPORT` would let a second
+//! server on the port start without a word and take part of its
+//! connections. So the first listener is bound *without* it: a bind is
+//! atomic, and fails (`EADDRINUSE`) if any socket holds the port, with
+//! `SO_REUSEPORT` or not, whoever owns it; that is
+//! [`ServeError::AddrInUse`]. Only then is `SO_REUSEPORT` set on the bound
+//! socket, before it listens, and the other threads' listeners join it.
+//! From its bind on, the port is this server's: another `plexus serve`
+//! (which binds the same way) is refused however close the two starts are.
+//! What remains possible is what the kernel allows by design: another
+//! program of the same user that binds with `SO_REUSEPORT` itself, after
+//! this one listens, joins the group.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -77,8 +90,10 @@ impl WebServer {
     ///
     /// # Errors
     ///
-    /// [`ServeError`] naming the address and the cause (the port taken by a
-    /// socket without `SO_REUSEPORT`, a runtime that cannot start).
+    /// [`ServeError`] naming the address and the cause:
+    /// [`ServeError::AddrInUse`] if another socket (another server, with
+    /// `SO_REUSEPORT` or not) already holds the port, a runtime that cannot
+    /// start.
     pub fn listen_per_core(self, addr: &str, threads: usize) -> Result<PerCoreServer, ServeError> {
         let socket = parse_addr(addr)?;
         let spec = self.stack_spec().map_err(|source| ServeError::Spec {
@@ -100,9 +115,10 @@ impl WebServer {
 
 /// Starts `threads` threads (`0`: one per core the process may use), each
 /// a single-threaded runtime with its own `SO_REUSEPORT` listener on
-/// `socket` (named `scheme://` in errors). `serve` is called with each
-/// thread's listener inside that thread's runtime and returns what the
-/// thread runs until stopped.
+/// `socket` (named `scheme://` in errors), the first of them bound only if
+/// no other socket holds the port (see the [module docs](self)). `serve` is
+/// called with each thread's listener inside that thread's runtime and
+/// returns what the thread runs until stopped.
 pub(super) fn start<F>(
     mut socket: SocketAddr,
     threads: usize,
@@ -129,7 +145,14 @@ where
                 source,
             },
         };
-        let std_listener = reuse_port_listener(socket).map_err(bind_err)?;
+        let std_listener = if index == 0 {
+            first_listener(socket).map_err(|source| match source.kind() {
+                std::io::ErrorKind::AddrInUse => ServeError::AddrInUse { addr: socket },
+                _ => bind_err(source),
+            })?
+        } else {
+            reuse_port_listener(socket).map_err(bind_err)?
+        };
         // Port 0: the first listener picked the port; the others join it.
         socket = std_listener.local_addr().map_err(bind_err)?;
         running.local = socket;
@@ -157,6 +180,18 @@ where
         running.threads.push(thread);
     }
     Ok(running)
+}
+
+/// The first listener on `addr`: bound without `SO_REUSEPORT`, so that the
+/// bind fails with `AddrInUse` if any socket holds the port; then
+/// `SO_REUSEPORT` is set, before it listens, for the others to join it.
+fn first_listener(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_reuse_address(true)?;
+    socket.bind(&addr.into())?;
+    socket.set_reuse_port(true)?;
+    socket.listen(BACKLOG)?;
+    Ok(socket.into())
 }
 
 /// A listening socket on `addr` that other sockets with `SO_REUSEPORT` may

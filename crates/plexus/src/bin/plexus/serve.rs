@@ -7,7 +7,8 @@ use plexus::http::server::{LoadOptions, WebServer};
 pub struct ServeArgs {
     /// The directory to serve (`DIR/index.html` is `/`).
     dir: std::path::PathBuf,
-    /// Listen address.
+    /// Listen address; refused if another server already holds the port
+    /// (even one sharing it with SO_REUSEPORT).
     #[arg(long, default_value = "127.0.0.1:8080")]
     addr: String,
     /// Threads, each with its own runtime and listener (default: one per
