@@ -5,6 +5,11 @@
 //! new connection per request. A progress line goes to stderr each second;
 //! the summary is a readable block and one `RESULT key=value ...` line for
 //! scripts.
+//!
+//! A connection that fails waits before it tries again (bounded exponential
+//! [`backoff`]): refused and failed connects are counted and reported, and
+//! a run in which nothing succeeded says so
+//! ([`Report::ensure_responses`]).
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,8 +25,10 @@ use tokio::net::TcpStream;
 use crate::decoder::Limits;
 use crate::response_decoder::ResponseDecoder;
 
+pub mod backoff;
 pub mod schedule;
 
+use backoff::Backoff;
 use schedule::Schedule;
 
 /// What to run.
@@ -58,8 +65,13 @@ pub struct Report {
     pub requests: u64,
     /// Responses whose status was not 2xx or 3xx.
     pub non_success: u64,
-    /// Connection or protocol errors.
+    /// Connection or protocol errors, failed connects included.
     pub errors: u64,
+    /// Connects the server refused (nothing listens on the port).
+    pub connects_refused: u64,
+    /// Connects that failed otherwise (unreachable, timed out, out of
+    /// ports).
+    pub connects_failed: u64,
     /// Bytes received (heads and bodies).
     pub bytes: u64,
     /// Time measured.
@@ -81,6 +93,18 @@ pub enum LoadgenError {
     /// The histogram could not be made.
     #[error("loadgen: histogram: {0}")]
     Histogram(String),
+    /// The run got no response at all.
+    #[error(
+        "loadgen: no request succeeded ({refused} connects refused, {failed} connects failed, {errors} errors in all)"
+    )]
+    NoResponses {
+        /// Connects refused.
+        refused: u64,
+        /// Connects failed otherwise.
+        failed: u64,
+        /// Errors of every kind.
+        errors: u64,
+    },
 }
 
 impl Report {
@@ -97,6 +121,23 @@ impl Report {
     /// The latency at quantile `q` (0..=1), in milliseconds.
     pub fn latency_ms(&self, q: f64) -> f64 {
         self.latency.value_at_quantile(q) as f64 / 1e3
+    }
+
+    /// `Ok` if the run got at least one response (whatever its status).
+    ///
+    /// # Errors
+    ///
+    /// [`LoadgenError::NoResponses`] with the failures counted, for a run
+    /// in which nothing succeeded (`plexus loadgen` then exits non-zero).
+    pub fn ensure_responses(&self) -> Result<(), LoadgenError> {
+        if self.requests > 0 {
+            return Ok(());
+        }
+        Err(LoadgenError::NoResponses {
+            refused: self.connects_refused,
+            failed: self.connects_failed,
+            errors: self.errors,
+        })
     }
 
     /// CPU microseconds per response, if the CPU time is known.
@@ -129,7 +170,7 @@ impl Report {
     pub fn result_line(&self) -> String {
         let [p50, p90, p99, p999, max] = self.latencies_ms();
         format!(
-            "RESULT workload=loadgen mode={} rate={} connections={} requests={} rps={:.0} gbps={:.3} p50_ms={p50:.3} p90_ms={p90:.3} p99_ms={p99:.3} p999_ms={p999:.3} max_ms={max:.3} non_2xx={} errors={} cpu_us_per_req={}",
+            "RESULT workload=loadgen mode={} rate={} connections={} requests={} rps={:.0} gbps={:.3} p50_ms={p50:.3} p90_ms={p90:.3} p99_ms={p99:.3} p999_ms={p999:.3} max_ms={max:.3} non_2xx={} errors={} refused={} connect_failed={} cpu_us_per_req={}",
             self.mode(),
             self.rate.map_or("-".to_owned(), |r| format!("{r:.0}")),
             self.connections,
@@ -138,6 +179,8 @@ impl Report {
             self.gbps(),
             self.non_success,
             self.errors,
+            self.connects_refused,
+            self.connects_failed,
             self.cpu_us_per_request()
                 .map_or("-".to_owned(), |c| format!("{c:.2}")),
         )
@@ -147,7 +190,7 @@ impl Report {
     pub fn summary(&self) -> String {
         let [p50, p90, p99, p999, max] = self.latencies_ms();
         format!(
-            "{} loop{}, {} connections, {:.1} s\n  {} responses ({} not 2xx/3xx, {} errors): {:.0} requests/s, {:.3} Gbit/s\n  latency p50 {p50:.3} ms, p90 {p90:.3} ms, p99 {p99:.3} ms, p99.9 {p999:.3} ms, max {max:.3} ms{}\n  loadgen CPU {}",
+            "{} loop{}, {} connections, {:.1} s\n  {} responses ({} not 2xx/3xx, {} errors, of which {} connects refused and {} failed): {:.0} requests/s, {:.3} Gbit/s\n  latency p50 {p50:.3} ms, p90 {p90:.3} ms, p99 {p99:.3} ms, p99.9 {p999:.3} ms, max {max:.3} ms{}\n  loadgen CPU {}",
             self.mode(),
             self.rate
                 .map_or(String::new(), |r| format!(" at {r:.0} requests/s")),
@@ -156,6 +199,8 @@ impl Report {
             self.requests,
             self.non_success,
             self.errors,
+            self.connects_refused,
+            self.connects_failed,
             self.rps(),
             self.gbps(),
             if self.rate.is_some() {
@@ -177,6 +222,8 @@ struct Totals {
     requests: AtomicU64,
     non_success: AtomicU64,
     errors: AtomicU64,
+    connects_refused: AtomicU64,
+    connects_failed: AtomicU64,
     bytes: AtomicU64,
 }
 
@@ -253,6 +300,8 @@ pub async fn run(config: LoadgenConfig) -> Result<Report, LoadgenError> {
         requests: totals.requests.load(Ordering::Relaxed),
         non_success: totals.non_success.load(Ordering::Relaxed),
         errors: totals.errors.load(Ordering::Relaxed),
+        connects_refused: totals.connects_refused.load(Ordering::Relaxed),
+        connects_failed: totals.connects_failed.load(Ordering::Relaxed),
         bytes: totals.bytes.load(Ordering::Relaxed),
         elapsed,
         latency,
@@ -302,7 +351,17 @@ async fn connection(
         ..Limits::default()
     });
     let mut buf = BytesMut::with_capacity(64 << 10);
+    let mut backoff = Backoff::new();
+    // After a failure: not before this.
+    let mut retry_at: Option<Instant> = None;
     loop {
+        if let Some(at) = retry_at.take() {
+            // The run lasts its duration, failing or not.
+            tokio::time::sleep_until(at.min(end).into()).await;
+            if at >= end {
+                return;
+            }
+        }
         let due = schedule.next(Instant::now());
         if due >= end {
             return;
@@ -310,6 +369,13 @@ async fn connection(
         if due > Instant::now() {
             tokio::time::sleep_until(due.into()).await;
         }
+        let mut failed = |kind: Option<&AtomicU64>| {
+            totals.errors.fetch_add(1, Ordering::Relaxed);
+            if let Some(counter) = kind {
+                counter.fetch_add(1, Ordering::Relaxed);
+            }
+            retry_at = Some(Instant::now() + backoff.on_failure());
+        };
         let request = &requests[rng.gen_range(0..requests.len())];
         let s = match stream.take() {
             Some(s) => s,
@@ -323,15 +389,19 @@ async fn connection(
                     buf.clear();
                     s
                 }
-                Err(_) => {
-                    totals.errors.fetch_add(1, Ordering::Relaxed);
+                Err(e) => {
+                    failed(Some(if e.kind() == std::io::ErrorKind::ConnectionRefused {
+                        &totals.connects_refused
+                    } else {
+                        &totals.connects_failed
+                    }));
                     continue;
                 }
             },
         };
         let mut s = s;
         if s.write_all(request).await.is_err() {
-            totals.errors.fetch_add(1, Ordering::Relaxed);
+            failed(None);
             continue;
         }
         let answered = loop {
@@ -348,6 +418,7 @@ async fn connection(
         let done = Instant::now();
         match answered {
             Some(summary) => {
+                backoff.on_success();
                 let _ = hist.record((done - due).as_micros().max(1) as u64);
                 totals.requests.fetch_add(1, Ordering::Relaxed);
                 totals.bytes.fetch_add(
@@ -361,9 +432,7 @@ async fn connection(
                     stream = Some(s);
                 }
             }
-            None => {
-                totals.errors.fetch_add(1, Ordering::Relaxed);
-            }
+            None => failed(None),
         }
     }
 }

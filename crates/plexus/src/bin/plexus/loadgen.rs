@@ -79,5 +79,7 @@ pub fn run(args: LoadgenArgs) -> Result<(), Box<dyn std::error::Error>> {
     let report = runtime.build()?.block_on(loadgen::run(config))?;
     println!("{}", report.summary());
     println!("{}", report.result_line());
+    // Nothing succeeded (a closed port, a wrong address): fail the run.
+    report.ensure_responses()?;
     Ok(())
 }
