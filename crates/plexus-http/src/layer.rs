@@ -12,7 +12,9 @@
 //! and one whose request or response said `Connection: close` once that
 //! response is out. Memory per connection is bounded: the received bytes
 //! not yet decoded by a head and a body (reading pauses while `pipeline`
-//! requests await their responses), held response parts by `max_held`.
+//! requests await their responses), held response parts by `max_held`;
+//! once everything received is decoded, a receive buffer over 4 KiB is
+//! released, so an idle connection does not keep its largest request.
 //! `Expect: 100-continue` is answered with `100 Continue` when the body has
 //! not come.
 //!
@@ -38,6 +40,11 @@ use crate::response::{
 };
 use crate::wire::{RequestMessage, ResponseMessage};
 use crate::{Method, Version};
+
+/// Bytes of receive buffer an idle connection keeps for its next request;
+/// a larger one, or one shared with a body handed up, is released once
+/// everything in it is decoded.
+const KEEP_RECEIVED: usize = 4 << 10;
 
 /// Configuration of the `http` layer (see the [module docs](self)).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -235,6 +242,9 @@ impl HttpLayer {
 
     /// Decodes what was received, as far as the pipeline allows.
     fn read(&mut self, now: Instant, out: &mut Output) {
+        // A body goes up as a slice of the receive buffer, sharing its
+        // allocation.
+        let mut took_body = false;
         while !self.reading_done && self.open.len() < self.config.pipeline {
             match self.decoder.decode(&mut self.received) {
                 Ok(None) => break,
@@ -257,6 +267,7 @@ impl HttpLayer {
                     if !request.keep_alive {
                         self.reading_done = true;
                     }
+                    took_body |= !request.body.is_empty();
                     self.request_started = None;
                     self.idle_since = None;
                     out.push_up(RequestMessage { id, request }.encode());
@@ -267,6 +278,16 @@ impl HttpLayer {
                     self.last_word = Some((e.status(), e.to_string()));
                 }
             }
+        }
+        // Everything received is decoded: a large buffer goes back to the
+        // allocator rather than staying, as large as the largest request
+        // or burst so far, with a connection that may now idle for
+        // `idle_timeout`; a small one stays for the next request. An empty
+        // buffer may still hold all of the allocation its bytes came in:
+        // reclaiming it shows its size (and fails if a body handed up
+        // shares it).
+        if self.received.is_empty() && (took_body || self.received.try_reclaim(KEEP_RECEIVED + 1)) {
+            self.received = BytesMut::new();
         }
         if !self.reading_done && !self.received.is_empty() && self.request_started.is_none() {
             self.request_started = Some(now);
