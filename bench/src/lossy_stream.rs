@@ -312,10 +312,19 @@ async fn stream(run: Run) -> Result<Outcome, String> {
         }
         Ok(())
     });
-    let sent = match sender.await {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(why)) => Err(why),
-        Err(e) => Err(format!("sender task: {e}")),
+    // The timeout covers the sending too: a `send` that waits for room
+    // forever is a failed run, not a hung benchmark.
+    let deadline = tokio::time::Instant::now() + timeout;
+    let sent = match tokio::time::timeout_at(deadline, sender).await {
+        Ok(Ok(Ok(()))) => Ok(()),
+        Ok(Ok(Err(why))) => Err(why),
+        Ok(Err(e)) => Err(format!("sender task: {e}")),
+        Err(_) => Err(format!(
+            "the sender did not finish within {} s ({} delivered, {:?})",
+            timeout.as_secs_f64(),
+            state.lock().expect("sink state").delivered,
+            node_a.link_stats(),
+        )),
     };
     // Every tell has returned: the dead letters are all counted.
     let dead = system_a.dead_letters().count() - dead_before;
@@ -324,7 +333,7 @@ async fn stream(run: Run) -> Result<Outcome, String> {
         s.target = Some(count - dead);
         s.finish(None);
     }
-    let outcome = tokio::time::timeout(timeout, done_rx).await;
+    let outcome = tokio::time::timeout_at(deadline, done_rx).await;
     let mut result = sent.and(match outcome {
         Err(_) => Err(format!(
             "the stream did not finish within {} s",
