@@ -159,7 +159,7 @@ mod tests {
         b.push(Member::joining("a", 1, 1));
         b.push(Member::joining("a", 2, 1));
         assert_eq!(b.len(), 1);
-        assert!(b.take(5, 10, 3, None).is_empty(), "an entry needs 21 bytes");
-        assert_eq!(b.take(21, 10, 3, None)[0].incarnation, 2);
+        assert!(b.take(5, 10, 3, None).is_empty(), "an entry needs 29 bytes");
+        assert_eq!(b.take(29, 10, 3, None)[0].incarnation, 2);
     }
 }

@@ -86,6 +86,12 @@ pub enum DownReason {
     },
     /// Another member's claim said so.
     ReportedBy(Arc<str>),
+    /// A new life of the member (its process restarted at the same
+    /// address, or it rejoined) replaced this one.
+    Restarted {
+        /// The new life's incarnation.
+        incarnation: u64,
+    },
 }
 
 impl fmt::Display for DownReason {
@@ -100,6 +106,75 @@ impl fmt::Display for DownReason {
                 "split-brain resolver ({strategy}): {reachable} of {members} members reachable"
             ),
             Self::ReportedBy(by) => write!(f, "reported down by {by}"),
+            Self::Restarted { incarnation } => {
+                write!(f, "replaced by its new life, incarnation {incarnation}")
+            }
         }
+    }
+}
+
+/// One readable line per event, for logs: `member up: tcp://10.0.0.7:4000
+/// (incarnation 1795000000123, up)`.
+impl fmt::Display for ClusterEvent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Subscribed { local } => write!(f, "subscribed: this member is {local}"),
+            Self::Formed { local } => write!(f, "formed a new cluster: this member is {local}"),
+            Self::Admitted { local, by } => write!(f, "admitted by {by}: this member is {local}"),
+            Self::MemberJoined(m) => write!(f, "member joined: {m}"),
+            Self::MemberUp(m) => write!(f, "member up: {m}"),
+            Self::MemberSuspected(m) => write!(f, "member suspected: {m}"),
+            Self::MemberReachable(m) => write!(f, "member reachable again: {m}"),
+            Self::MemberUnreachable(m) => write!(f, "member unreachable: {m}"),
+            Self::MemberDowned { member, reason } => {
+                write!(f, "member downed: {member}: {reason}")
+            }
+            Self::MemberLeaving(m) => write!(f, "member leaving: {m}"),
+            Self::MemberRemoved(m) => write!(f, "member removed: {m}"),
+            Self::Refuted { incarnation } => write!(
+                f,
+                "refuted a suspicion of this member: now incarnation {incarnation}"
+            ),
+            Self::SelfDowned { reason } => write!(f, "this member is down: {reason}"),
+            Self::Rejoining { incarnation } => {
+                write!(f, "rejoining as a new life, incarnation {incarnation}")
+            }
+            Self::Left => f.write_str("this member left the cluster"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::member::MemberState;
+
+    #[test]
+    fn events_read_as_lines() {
+        let m = Member {
+            state: MemberState::Down,
+            ..Member::joining("tcp://10.0.0.7:4000", 17, 1)
+        };
+        let downed = ClusterEvent::MemberDowned {
+            member: m.clone(),
+            reason: DownReason::Restarted { incarnation: 42 },
+        };
+        assert_eq!(
+            downed.to_string(),
+            "member downed: tcp://10.0.0.7:4000 (incarnation 17, down): \
+             replaced by its new life, incarnation 42"
+        );
+        assert_eq!(
+            ClusterEvent::MemberUp(Member {
+                state: MemberState::Up,
+                ..m
+            })
+            .to_string(),
+            "member up: tcp://10.0.0.7:4000 (incarnation 17, up)"
+        );
+        assert_eq!(
+            ClusterEvent::Left.to_string(),
+            "this member left the cluster"
+        );
     }
 }

@@ -15,6 +15,13 @@
 //!   `Joining` again;
 //! * a member that was never `Up` at an incarnation cannot be `Up` by a
 //!   stale claim once it is `Suspect`, `Leaving` or `Down` there.
+//!
+//! A claim also names the member's *life*: the incarnation its current
+//! process (or its rejoin after being downed) started at. Refutations raise
+//! the incarnation within a life; a restart at the same address is a new
+//! life, and a claim of a new life ends the old one (it is downed and
+//! removed) rather than continuing it (Akka's unique address: host, port
+//! and a uid per start).
 
 use std::cmp::Ordering;
 use std::fmt;
@@ -109,6 +116,11 @@ pub struct Member {
     /// Raised by the member to refute a suspicion, and on every new life
     /// (a restart, or a rejoin after being downed).
     pub incarnation: u64,
+    /// The incarnation this life of the member started at (at most
+    /// `incarnation`): kept through refutations, new on a restart or a
+    /// rejoin. A claim of another life is about another process at the
+    /// address.
+    pub life: u64,
     /// The member's state at that incarnation.
     pub state: MemberState,
     /// Relative share of the ring (virtual nodes = weight × the configured
@@ -120,11 +132,13 @@ pub struct Member {
 }
 
 impl Member {
-    /// A joining member.
+    /// A joining member at the start of a life (its `life` is
+    /// `incarnation`).
     pub fn joining(address: impl Into<Arc<str>>, incarnation: u64, weight: u16) -> Self {
         Self {
             address: address.into(),
             incarnation,
+            life: incarnation,
             state: MemberState::Joining,
             weight,
             up_number: 0,
@@ -140,6 +154,12 @@ impl Member {
     /// Whether this claim replaces `other`.
     pub fn supersedes(&self, other: &Member) -> bool {
         self.precedence(other) == Ordering::Greater
+    }
+
+    /// Whether this claim is about another life of the member than `other`
+    /// (a restarted process, or a rejoin after being downed).
+    pub fn is_other_life(&self, other: &Member) -> bool {
+        self.life != other.life
     }
 }
 
@@ -166,6 +186,7 @@ mod tests {
         (0u64..4, state()).prop_map(|(incarnation, state)| Member {
             address: "a".into(),
             incarnation,
+            life: 0,
             state,
             weight: 1,
             up_number: 0,

@@ -1,10 +1,11 @@
 //! One member's view of the cluster: a sans-IO state machine.
 //!
 //! [`Membership`] is driven like quinn-proto's `Connection`: feed it packets
-//! ([`Membership::handle_packet`]) and deadlines
-//! ([`Membership::handle_timeout`]), then drain
-//! [`Membership::poll_transmit`] and [`Membership::poll_event`], then sleep
-//! until [`Membership::poll_timeout`]. It never reads a clock, opens a
+//! ([`Membership::handle_packet`]), deadlines
+//! ([`Membership::handle_timeout`]) and what the driver learnt about
+//! members it could not reach ([`Membership::handle_unreachable`]), then
+//! drain [`Membership::poll_transmit`] and [`Membership::poll_event`], then
+//! sleep until [`Membership::poll_timeout`]. It never reads a clock, opens a
 //! socket or spawns a task; its randomness comes from
 //! [`ClusterConfig::rng_seed`]. The same code runs under the tokio driver
 //! ([`crate::Cluster`]) and in the simulator (`plexus-sim`).
@@ -14,7 +15,8 @@
 //! ring neighbour and random members; push-pull with digests); failure
 //! detection of its ring predecessors (phi accrual, indirect probes,
 //! refutable suspicion, Lifeguard's local health); split-brain resolution;
-//! graceful leave; rejoining under a new incarnation after being downed.
+//! graceful leave; rejoining under a new incarnation after being downed; a
+//! restarted member's new life replacing its old one ("Restarts").
 
 mod bootstrap;
 mod probe;
@@ -22,6 +24,7 @@ mod resolve;
 mod sync;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -46,6 +49,11 @@ const MAX_SELF_JUMP: u64 = 1 << 20;
 /// Most Lifeguard local-health multiplier.
 const MAX_HEALTH: u32 = 8;
 
+/// At most one warning per member this often about failures to reach it
+/// ([`Membership::handle_unreachable`]); those in between are counted into
+/// the next one.
+pub const UNREACHABLE_WARN_EVERY: Duration = Duration::from_secs(10);
+
 /// A packet to send.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Transmit {
@@ -53,6 +61,13 @@ pub struct Transmit {
     pub to: Arc<str>,
     /// The encoded packet.
     pub packet: Bytes,
+    /// The addressee's life ([`Member::life`]) this member last received a
+    /// packet from; `None` before it heard from it. A driver that keeps a
+    /// route per address (a connection, a forged ref) makes a new one when
+    /// this changes: the old route may lead to a process that died at the
+    /// address, or wait out its reconnect backoff, while the new process
+    /// there has just reached this member.
+    pub heard_life: Option<u64>,
 }
 
 /// Why a packet was not taken.
@@ -91,6 +106,12 @@ pub struct MembershipStats {
     pub packets_sent: u64,
     /// Bytes sent.
     pub bytes_sent: u64,
+    /// Join attempts that failed (no admission before the next one, or the
+    /// driver could not reach the contact).
+    pub join_attempts_failed: u64,
+    /// Failures to reach a member the driver reported
+    /// ([`Membership::handle_unreachable`]).
+    pub unreachable_reports: u64,
 }
 
 /// A record's next step after a fixed delay: down → removed after
@@ -108,6 +129,23 @@ struct Expiry {
 /// An admitted member still joining after this many join retries sends
 /// its join again (its admitter may have gone without promoting it).
 const ADMITTED_RETRY: u32 = 10;
+
+/// The join attempt under way: whom it went to, and whether its failure
+/// was logged already.
+#[derive(Debug, Clone)]
+struct JoinAttempt {
+    to: Arc<str>,
+    logged: bool,
+}
+
+/// Failures to reach one member, for the rate-limited warning.
+#[derive(Debug, Clone)]
+struct Unreachability {
+    /// When the last warning went out.
+    warned_at: Instant,
+    /// Failures since.
+    since: u64,
+}
 
 #[derive(Debug, Clone)]
 struct Suspicion {
@@ -182,6 +220,17 @@ pub struct Membership {
     stats: MembershipStats,
     /// Discovered seeds and the bootstrap rule's count of tried ones.
     bootstrap: bootstrap::Bootstrap,
+    /// The life of each member this member last received a packet from
+    /// (for [`Transmit::heard_life`]); members with a record only.
+    heard: BTreeMap<Arc<str>, u64>,
+    /// The join attempt under way.
+    join_attempt: Option<JoinAttempt>,
+    /// Why join contacts could not be reached, as the driver said (while
+    /// joining).
+    join_causes: BTreeMap<Arc<str>, String>,
+    /// Live members the driver could not reach, since the last warning
+    /// about each.
+    unreachable_log: BTreeMap<Arc<str>, Unreachability>,
 }
 
 impl Membership {
@@ -267,6 +316,10 @@ impl Membership {
             stopped: false,
             stats: MembershipStats::default(),
             bootstrap: bootstrap::Bootstrap::default(),
+            heard: BTreeMap::new(),
+            join_attempt: None,
+            join_causes: BTreeMap::new(),
+            unreachable_log: BTreeMap::new(),
             config,
         };
         if m.join_contacts().is_empty() && !discovering {
@@ -483,6 +536,9 @@ impl Membership {
             return Ok(());
         }
         let from = packet.from;
+        let life = packet.from_life;
+        // Before any answer goes back: it is routed to the life heard.
+        self.note_heard(&from, life);
         match packet.body {
             Body::Ping { seq } => self.send(&from, Body::Ack { seq }, None),
             Body::Ack { seq } => self.on_ack(now, seq),
@@ -495,7 +551,11 @@ impl Membership {
             Body::Gossip => {}
             Body::Join { weight } => {
                 self.apply_claims(now, &from, packet.entries);
-                self.on_join(now, &from, packet.from_incarnation, weight);
+                let joiner = Member {
+                    life,
+                    ..Member::joining(Arc::clone(&from), packet.from_incarnation, weight)
+                };
+                self.on_join(now, &from, joiner);
                 return Ok(());
             }
             Body::Suspect {
@@ -507,12 +567,93 @@ impl Membership {
             } => {
                 let digest_before = self.digest();
                 self.apply_claims(now, &from, packet.entries);
+                self.note_heard(&from, life);
                 self.on_sync(now, &from, mode, page, digest, digest_before);
                 return Ok(());
             }
         }
         self.apply_claims(now, &from, packet.entries);
+        self.note_heard(&from, life);
         Ok(())
+    }
+
+    /// The driver could not deliver packets to `address`: connecting to it
+    /// failed, or the link to it was lost, for `cause` (the transport's
+    /// words). It changes nothing the failure detector decides (probes do
+    /// that); it is logged at WARN: a failed join attempt at once, with the
+    /// contact and the cause, and a member at most once per
+    /// [`UNREACHABLE_WARN_EVERY`], with the failures since the last line.
+    /// Reports about addresses that are neither join contacts nor live
+    /// members (a leaving member's node goes away), or made while this
+    /// member is not live itself, are logged at DEBUG only.
+    pub fn handle_unreachable(&mut self, now: Instant, address: &str, cause: &dyn fmt::Display) {
+        if self.stopped {
+            return;
+        }
+        self.stats.unreachable_reports += 1;
+        if self.me.state == MemberState::Joining && !self.admitted {
+            if let Some(contact) = self.join_contacts().into_iter().find(|c| **c == *address) {
+                let cause = cause.to_string();
+                if let Some(a) = self
+                    .join_attempt
+                    .as_mut()
+                    .filter(|a| a.to == contact && !a.logged)
+                {
+                    a.logged = true;
+                    self.stats.join_attempts_failed += 1;
+                    let retry = self.config.join_retry;
+                    tracing::warn!(target: "plexus::cluster", seed = %contact, %cause, ?retry, "join through {contact} failed: {cause}; trying again");
+                }
+                self.join_causes.insert(contact, cause);
+                return;
+            }
+        }
+        // A member leaving (or gone) is expected to go away, and one that
+        // is leaving itself no longer cares.
+        let live = |m: &Member| m.state.is_live();
+        let member = self.members.get(address).filter(|m| live(m));
+        let Some(member) = member.filter(|_| live(&self.me)) else {
+            tracing::debug!(target: "plexus::cluster", %address, %cause, "cannot reach a member that is not live");
+            return;
+        };
+        let address = Arc::clone(&member.address);
+        // Members no longer live are not warned about any more.
+        self.unreachable_log
+            .retain(|a, _| self.members.get(a).is_some_and(live));
+        match self.unreachable_log.get_mut(&address) {
+            Some(u) if now < u.warned_at + UNREACHABLE_WARN_EVERY => u.since += 1,
+            _ => {
+                let since_last = self
+                    .unreachable_log
+                    .get(&address)
+                    .map_or(1, |u| u.since + 1);
+                if since_last > 1 {
+                    tracing::warn!(target: "plexus::cluster", member = %address, %cause, since_last, "cannot reach member {address}: {cause} ({since_last} failures since the last such line)");
+                } else {
+                    tracing::warn!(target: "plexus::cluster", member = %address, %cause, "cannot reach member {address}: {cause}");
+                }
+                self.unreachable_log.insert(
+                    address,
+                    Unreachability {
+                        warned_at: now,
+                        since: 0,
+                    },
+                );
+            }
+        }
+    }
+
+    /// Notes that a packet came from `from`'s life `life` (for members with
+    /// a record; a later life is never replaced by an earlier one's late
+    /// packet). A member heard from is reachable again.
+    fn note_heard(&mut self, from: &Arc<str>, life: u64) {
+        if !self.members.contains_key(from) {
+            return;
+        }
+        let heard = self.heard.entry(Arc::clone(from)).or_insert(life);
+        *heard = (*heard).max(life);
+        self.unreachable_log.remove(from);
+        self.join_causes.remove(from);
     }
 
     // ---- claims ----------------------------------------------------------
@@ -565,12 +706,20 @@ impl Membership {
         }
     }
 
+    /// A member (or a new life of one) this member did not know. Every
+    /// member reports a new life as joined, then up, whatever state it
+    /// first hears of (a joining one, or one a leader already promoted), so
+    /// all of them report the same sequence.
     fn on_new_member(&mut self, now: Instant, m: &Member) {
         self.membership_changed();
         match m.state {
             MemberState::Joining => self.events.push_back(ClusterEvent::MemberJoined(m.clone())),
-            MemberState::Up => self.events.push_back(ClusterEvent::MemberUp(m.clone())),
+            MemberState::Up => {
+                self.events.push_back(ClusterEvent::MemberJoined(m.clone()));
+                self.events.push_back(ClusterEvent::MemberUp(m.clone()));
+            }
             MemberState::Suspect => {
+                self.events.push_back(ClusterEvent::MemberJoined(m.clone()));
                 self.events.push_back(ClusterEvent::MemberUp(m.clone()));
                 self.events
                     .push_back(ClusterEvent::MemberSuspected(m.clone()));
@@ -585,8 +734,14 @@ impl Membership {
     }
 
     fn on_transition(&mut self, now: Instant, from: &Arc<str>, old: &Member, new: &Member) {
+        if new.is_other_life(old) {
+            self.on_new_life(now, old, new);
+            return;
+        }
         let new_life = new.incarnation > old.incarnation;
         if new_life && matches!(old.state, MemberState::Down | MemberState::Removed) {
+            // A downed member that refuted a suspicion before it heard of
+            // its downing: back, as a member again.
             self.on_new_member(now, new);
             return;
         }
@@ -645,13 +800,56 @@ impl Membership {
         }
     }
 
+    /// A claim of a new life of a member (`new`) replaced the record of
+    /// its earlier one (`old`): its process was restarted at the same
+    /// address, or it rejoins after being downed. The old life ends as if
+    /// it had been downed and removed (those of its events not reported
+    /// yet are, now), and what this member watched or suspected of it is
+    /// dropped: the new life is a new member, with a fresh failure
+    /// detector, not a suspect for the old one's silence. Every member does
+    /// this when it first hears of the new life, whichever of its claims
+    /// that is, so all report the same sequence.
+    fn on_new_life(&mut self, now: Instant, old: &Member, new: &Member) {
+        let address = &new.address;
+        self.suspicions.remove(address);
+        if self.unreachable.remove(address) {
+            self.last_change = now;
+        }
+        if let Some(w) = self.watches.remove(address) {
+            if let Some(seq) = w.indirect {
+                self.indirect.remove(&seq);
+            }
+        }
+        self.membership_changed();
+        if old.state.is_live() {
+            self.events.push_back(ClusterEvent::MemberDowned {
+                member: Member {
+                    state: MemberState::Down,
+                    ..old.clone()
+                },
+                reason: DownReason::Restarted {
+                    incarnation: new.incarnation,
+                },
+            });
+        }
+        if old.state != MemberState::Removed {
+            self.events.push_back(ClusterEvent::MemberRemoved(Member {
+                state: MemberState::Removed,
+                ..old.clone()
+            }));
+        }
+        self.on_new_member(now, new);
+    }
+
     fn claim_about_me(&mut self, now: Instant, from: &Arc<str>, claim: Member) {
         if claim.incarnation > self.me.incarnation.saturating_add(MAX_SELF_JUMP) {
             self.stats.claims_refused += 1;
-            tracing::warn!(from = %from, claim = %claim, "ignored a forged claim about this member");
+            tracing::warn!(target: "plexus::cluster", from = %from, claim = %claim, "ignored a forged claim about this member");
             return;
         }
-        if claim.incarnation < self.me.incarnation {
+        // A claim of another life at this address is about an earlier
+        // process here (a stale one), not this one.
+        if claim.incarnation < self.me.incarnation || claim.is_other_life(&self.me) {
             return;
         }
         let me_alive = matches!(
@@ -702,6 +900,8 @@ impl Membership {
     // ---- joining, leaving, downing ----------------------------------------
 
     fn form(&mut self, now: Instant) {
+        self.join_attempt = None;
+        self.join_causes.clear();
         self.me.state = MemberState::Up;
         self.me.up_number = self.max_up_number() + 1;
         self.ever_joined = true;
@@ -756,19 +956,21 @@ impl Membership {
         }
         if let Some(limit) = self.config.form_after {
             if !self.ever_joined && now >= self.started + limit {
-                tracing::info!("no seed answered for {limit:?}: forming a new cluster");
+                tracing::info!(target: "plexus::cluster", "no seed answered for {limit:?}: forming a new cluster");
                 self.form(now);
                 return;
             }
         }
         if self.bootstrap_forms() {
             tracing::info!(
+                target: "plexus::cluster",
                 seeds = self.bootstrap.seeds.len(),
                 "lowest of the discovered seeds and none admitted it: forming a new cluster"
             );
             self.form(now);
             return;
         }
+        self.join_attempt_over();
         let contacts = self.join_contacts();
         if !contacts.is_empty() {
             let to = Arc::clone(&contacts[self.join_attempts % contacts.len()]);
@@ -776,6 +978,9 @@ impl Membership {
             self.bootstrap_tried(&to);
             let weight = self.me.weight;
             self.send(&to, Body::Join { weight }, None);
+            if !self.admitted {
+                self.join_attempt = Some(JoinAttempt { to, logged: false });
+            }
         }
         let retry = if self.admitted {
             self.config.join_retry * ADMITTED_RETRY
@@ -785,15 +990,37 @@ impl Membership {
         self.next_join = Some(now + retry);
     }
 
-    fn on_join(&mut self, now: Instant, from: &Arc<str>, incarnation: u64, weight: u16) {
-        if self.me.state != MemberState::Up || weight == 0 {
+    /// The last join attempt got no admission before the next one: unless
+    /// its failure was logged already, it is now, with the last cause the
+    /// driver gave for that contact, or as unanswered.
+    fn join_attempt_over(&mut self) {
+        let Some(a) = self.join_attempt.take() else {
+            return;
+        };
+        if a.logged || self.admitted || self.me.state != MemberState::Joining {
             return;
         }
-        self.apply_claim(
-            now,
-            from,
-            Member::joining(Arc::clone(from), incarnation, weight),
-        );
+        self.stats.join_attempts_failed += 1;
+        let retry = self.config.join_retry;
+        let to = a.to;
+        match self.join_causes.get(&to) {
+            Some(cause) => {
+                tracing::warn!(target: "plexus::cluster", seed = %to, %cause, ?retry, "join through {to} failed: {cause}; trying again");
+            }
+            None => {
+                tracing::warn!(target: "plexus::cluster", seed = %to, ?retry, "join through {to} failed: no answer within {retry:?}; trying again");
+            }
+        }
+    }
+
+    fn on_join(&mut self, now: Instant, from: &Arc<str>, joiner: Member) {
+        if self.me.state != MemberState::Up || joiner.weight == 0 {
+            return;
+        }
+        let life = joiner.life;
+        self.apply_claim(now, from, joiner);
+        // The answer goes to the life that asked.
+        self.note_heard(from, life);
         self.send_pages(from, SyncMode::JoinReply);
     }
 
@@ -854,6 +1081,8 @@ impl Membership {
             .map(|r| Arc::clone(&r.address))
             .collect();
         self.members.clear();
+        self.heard.clear();
+        self.unreachable_log.clear();
         self.broadcasts = Broadcasts::default();
         self.broadcasts.push(self.me.clone());
         self.forget_watching();
@@ -1013,6 +1242,7 @@ impl Membership {
             if self.is_current(&e, MemberState::Removed) {
                 self.members.remove(&e.address);
                 self.broadcasts.remove(&e.address);
+                self.heard.remove(&e.address);
             }
         }
     }
@@ -1031,6 +1261,7 @@ impl Membership {
             cluster: Arc::clone(&self.name),
             from: Arc::clone(&self.me.address),
             from_incarnation: self.me.incarnation,
+            from_life: self.me.life,
             body,
             entries: Vec::new(),
         };
@@ -1052,6 +1283,7 @@ impl Membership {
         self.out.push_back(Transmit {
             to: Arc::clone(to),
             packet: bytes,
+            heard_life: self.heard.get(to).copied(),
         });
     }
 
@@ -1072,4 +1304,8 @@ impl Membership {
 #[cfg(test)]
 mod partition_tests;
 #[cfg(test)]
+mod restart_tests;
+#[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod unreachable_tests;

@@ -1,10 +1,11 @@
 //! The membership protocol's packets and their byte format.
 //!
-//! Every packet: `version: u8 (1) | kind: u8 | cluster: str8 |
-//! from: str8 | from_incarnation: u64 | body | count: u8 | entries`, where
-//! `str8` is a length byte and that many UTF-8 bytes, integers are big
-//! endian, and an entry is `address: str8 | incarnation: u64 | state: u8 |
-//! weight: u16 | up_number: u64`. Bodies:
+//! Every packet: `version: u8 (2) | kind: u8 | cluster: str8 |
+//! from: str8 | from_incarnation: u64 | from_life: u64 | body | count: u8 |
+//! entries`, where `str8` is a length byte and that many UTF-8 bytes,
+//! integers are big endian, and an entry is `address: str8 |
+//! incarnation: u64 | life: u64 | state: u8 | weight: u16 |
+//! up_number: u64` (a life is never after its incarnation). Bodies:
 //!
 //! | kind | body | meaning |
 //! | --- | --- | --- |
@@ -27,7 +28,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 
 use crate::member::{Member, MemberState};
 
-const VERSION: u8 = 1;
+const VERSION: u8 = 2;
 
 /// The largest packet [`Packet::decode`] accepts, whatever the configured
 /// limit (the sender's limit is 1,400 bytes by default).
@@ -37,7 +38,7 @@ pub const MAX_PACKET: usize = 64 * 1024;
 pub const MAX_ENTRIES: usize = 255;
 
 /// Fixed bytes of an entry besides its address.
-const ENTRY_FIXED: usize = 1 + 8 + 1 + 2 + 8;
+const ENTRY_FIXED: usize = 1 + 8 + 8 + 1 + 2 + 8;
 
 /// A membership packet. See the [module docs](self).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,6 +49,8 @@ pub struct Packet {
     pub from: Arc<str>,
     /// The sender's incarnation.
     pub from_incarnation: u64,
+    /// The sender's life (see [`Member::life`]).
+    pub from_life: u64,
     /// What the packet asks or answers.
     pub body: Body,
     /// Claims about members (piggybacked gossip, or a page of membership).
@@ -152,6 +155,14 @@ pub enum DecodeError {
     /// Bytes after the last entry.
     #[error("{0} bytes after the packet's end")]
     TrailingBytes(usize),
+    /// A life that starts after the incarnation it is claimed at.
+    #[error("life {life} after incarnation {incarnation}")]
+    Life {
+        /// The claimed life.
+        life: u64,
+        /// The claimed incarnation.
+        incarnation: u64,
+    },
 }
 
 struct Reader<'a> {
@@ -234,7 +245,7 @@ impl Packet {
             Body::Sync { .. } => 1 + 2 + 2 + 8,
             Body::Suspect { target, .. } => 1 + target.len().min(255) + 8,
         };
-        2 + 1 + self.cluster.len().min(255) + 1 + self.from.len().min(255) + 8 + body
+        2 + 1 + self.cluster.len().min(255) + 1 + self.from.len().min(255) + 8 + 8 + body
     }
 
     /// The packet's encoded length.
@@ -251,6 +262,7 @@ impl Packet {
         put_str8(&mut out, &self.cluster);
         put_str8(&mut out, &self.from);
         out.put_u64(self.from_incarnation);
+        out.put_u64(self.from_life);
         match &self.body {
             Body::Ping { seq } | Body::Ack { seq } | Body::Nack { seq } => out.put_u32(*seq),
             Body::PingReq { seq, target } => {
@@ -287,6 +299,7 @@ impl Packet {
         for m in &self.entries[..count] {
             put_str8(&mut out, &m.address);
             out.put_u64(m.incarnation);
+            out.put_u64(m.life);
             out.put_u8(m.state.code());
             out.put_u16(m.weight);
             out.put_u64(m.up_number);
@@ -330,6 +343,7 @@ impl Packet {
         let cluster = r.str8()?;
         let from = r.address()?;
         let from_incarnation = r.u64()?;
+        let from_life = life(r.u64()?, from_incarnation)?;
         let body = match kind {
             0 => Body::Ping { seq: r.u32()? },
             1 => Body::Ack { seq: r.u32()? },
@@ -370,11 +384,13 @@ impl Packet {
         for _ in 0..count {
             let address = r.address()?;
             let incarnation = r.u64()?;
+            let life = life(r.u64()?, incarnation)?;
             let code = r.u8()?;
             let state = MemberState::from_code(code).ok_or(DecodeError::State(code))?;
             entries.push(Member {
                 address,
                 incarnation,
+                life,
                 state,
                 weight: r.u16()?,
                 up_number: r.u64()?,
@@ -387,10 +403,19 @@ impl Packet {
             cluster,
             from,
             from_incarnation,
+            from_life,
             body,
             entries,
         })
     }
+}
+
+/// `life`, checked against the `incarnation` it is claimed at.
+fn life(life: u64, incarnation: u64) -> Result<u64, DecodeError> {
+    if life > incarnation {
+        return Err(DecodeError::Life { life, incarnation });
+    }
+    Ok(life)
 }
 
 #[cfg(test)]
@@ -403,15 +428,24 @@ mod tests {
     }
 
     fn member() -> impl Strategy<Value = Member> {
-        (name(), any::<u64>(), 0u8..6, any::<u16>(), any::<u64>()).prop_map(
-            |(address, incarnation, code, weight, up_number)| Member {
-                address,
-                incarnation,
-                state: MemberState::from_code(code).expect("codes 0..6 exist"),
-                weight,
-                up_number,
-            },
+        (
+            name(),
+            any::<u64>(),
+            any::<u64>(),
+            0u8..6,
+            any::<u16>(),
+            any::<u64>(),
         )
+            .prop_map(
+                |(address, incarnation, back, code, weight, up_number)| Member {
+                    address,
+                    incarnation,
+                    life: incarnation.saturating_sub(back),
+                    state: MemberState::from_code(code).expect("codes 0..6 exist"),
+                    weight,
+                    up_number,
+                },
+            )
     }
 
     fn body() -> impl Strategy<Value = Body> {
@@ -444,10 +478,12 @@ mod tests {
             cluster in "[a-z]{0,20}",
             from in name(),
             from_incarnation in any::<u64>(),
+            back in any::<u64>(),
             body in body(),
             entries in proptest::collection::vec(member(), 0..30),
         ) {
-            let p = Packet { cluster: cluster.into(), from, from_incarnation, body, entries };
+            let from_life = from_incarnation.saturating_sub(back);
+            let p = Packet { cluster: cluster.into(), from, from_incarnation, from_life, body, entries };
             let bytes = p.encode();
             prop_assert_eq!(bytes.len(), p.encoded_len());
             prop_assert_eq!(Packet::decode(&bytes), Ok(p));
@@ -465,6 +501,7 @@ mod tests {
             cluster: "c".into(),
             from: "a".into(),
             from_incarnation: 1,
+            from_life: 1,
             body: Body::Gossip,
             entries: vec![Member::joining("b", 1, 1)],
         };
@@ -484,10 +521,20 @@ mod tests {
         v[state_at] = 9;
         assert_eq!(Packet::decode(&v), Err(DecodeError::State(9)));
         let mut v = good.clone();
+        let life_at = v.len() - 11 - 8;
+        v[life_at] = 1;
+        assert_eq!(
+            Packet::decode(&v),
+            Err(DecodeError::Life {
+                life: 1 << 56 | 1,
+                incarnation: 1
+            })
+        );
+        let mut v = good.clone();
         v.push(0);
         assert_eq!(Packet::decode(&v), Err(DecodeError::TrailingBytes(1)));
         let mut v = good;
-        let count_at = v.len() - 21 - 1;
+        let count_at = v.len() - 29 - 1;
         v[count_at] = 200;
         assert_eq!(Packet::decode(&v), Err(DecodeError::Truncated));
         assert_eq!(

@@ -80,6 +80,7 @@ impl Membership {
             .collect();
         if seeds.len() < before {
             tracing::warn!(
+                target: "plexus::cluster",
                 dropped = before - seeds.len(),
                 "ignored discovered seeds that are empty or longer than 255 bytes"
             );

@@ -92,6 +92,7 @@ impl Membership {
             let silent = self.sweep.take().map(|s| s.waiting).unwrap_or_default();
             let decision = self.decide_on(Some(&silent));
             tracing::info!(
+                target: "plexus::cluster",
                 silent = silent.len(),
                 "split-brain resolver counted the members that answered"
             );
@@ -194,7 +195,7 @@ impl Membership {
             reachable,
             members,
         };
-        tracing::info!(?decision, %reason, "split-brain resolver decided");
+        tracing::info!(target: "plexus::cluster", ?decision, %reason, "split-brain resolver decided");
         (decision, reason)
     }
 

@@ -54,6 +54,7 @@ impl Membership {
             cluster: Arc::clone(&self.name),
             from: Arc::clone(&self.me.address),
             from_incarnation: self.me.incarnation,
+            from_life: self.me.life,
             body: Body::Sync {
                 mode,
                 page: 0,
@@ -114,10 +115,22 @@ impl Membership {
                     // downs itself), it asks again, slowly.
                     self.next_join = Some(now + self.config.join_retry * ADMITTED_RETRY);
                     self.ever_joined = true;
+                    self.join_attempt = None;
+                    self.join_causes.clear();
                     self.events.push_back(ClusterEvent::Admitted {
                         local: self.me.clone(),
                         by: Arc::clone(from),
                     });
+                    // This life introduces itself to the members that will
+                    // watch it: a driver makes a new route to an address
+                    // when a new life there first speaks to it
+                    // (`Transmit::heard_life`), so their first probes reach
+                    // this process, not the one that was here before.
+                    self.refresh_live(now);
+                    let me = Arc::clone(&self.me.address);
+                    for w in self.watchers(&me) {
+                        self.send(&w, Body::Gossip, None);
+                    }
                 }
             }
             SyncMode::Push => {
@@ -158,6 +171,7 @@ impl Membership {
             cluster: Arc::clone(&self.name),
             from: Arc::clone(&self.me.address),
             from_incarnation: self.me.incarnation,
+            from_life: self.me.life,
             body: Body::Sync {
                 mode: SyncMode::Push,
                 page: 0,

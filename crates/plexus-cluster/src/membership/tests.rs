@@ -249,6 +249,7 @@ fn bad_packets_are_refused_with_typed_errors() {
         cluster: "other".into(),
         from: "sim:9".into(),
         from_incarnation: 1,
+        from_life: 1,
         body: Body::Gossip,
         entries: vec![Member::joining("sim:9", 1, 1)],
     };
@@ -271,6 +272,7 @@ fn forged_claims_about_this_member_are_ignored() {
         cluster: "plexus".into(),
         from: "sim:9".into(),
         from_incarnation: 1,
+        from_life: 1,
         body: Body::Gossip,
         entries: vec![Member {
             state: MemberState::Down,
@@ -308,6 +310,7 @@ fn memory_is_bounded_by_max_members() {
             cluster: "plexus".into(),
             from: "sim:9".into(),
             from_incarnation: 1,
+            from_life: 1,
             body: Body::Gossip,
             entries: (0..20)
                 .map(|i| Member::joining(format!("x{batch}-{i}"), 1, 1))
