@@ -5,7 +5,8 @@
 //!            ▲                                        │ commands
 //!   ─────────┼────────────────────────────────────────▼──────────────────
 //!   driver task: packets and deadlines into the Membership, its packets
-//!   out through refs forged to `<member address>/plexus.cluster`
+//!   out through refs forged to `<member address>/plexus.cluster` (one per
+//!   member life, watched: a failure to reach a member goes back in)
 //!   ─────────────────────────────────────────────────────────────────────
 //!   Node: the actor `plexus.cluster` receives packets over the node's
 //!   links, on whatever scheme the member addresses use (tcp, udp with its
@@ -26,8 +27,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 
-use plexus_core::{ActorRef, SystemRef};
-use plexus_remote::{ForgedRefs, Node};
+use plexus_core::{ActorRef, ExitReason, SystemRef};
+use plexus_remote::Node;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::config::{ClusterConfig, ConfigError};
@@ -37,6 +38,10 @@ use crate::event::ClusterEvent;
 use crate::member::{Member, MemberState};
 use crate::membership::{Membership, MembershipStats};
 use crate::ring::Ring;
+
+mod routes;
+
+use routes::{Failure, Routes};
 
 /// The name the cluster's actor is published under on every member node.
 pub const ACTOR_NAME: &str = "plexus.cluster";
@@ -186,16 +191,17 @@ impl Cluster {
             stats: membership.stats(),
         }));
         let (commands, commands_rx) = mpsc::unbounded_channel();
+        let (failures_tx, failures) = mpsc::unbounded_channel();
         let driver = Driver {
             membership,
             node: node.clone(),
-            refs: ForgedRefs::default(),
+            routes: Routes::new(failures_tx),
             subscribers: Vec::new(),
             snapshot: Arc::clone(&snapshot),
             leaving: Vec::new(),
             inbox,
         };
-        let task = tokio::spawn(driver.run(packets, commands_rx, rerun)).abort_handle();
+        let task = tokio::spawn(driver.run(packets, commands_rx, failures, rerun)).abort_handle();
         Ok(Cluster {
             commands,
             snapshot,
@@ -257,7 +263,7 @@ impl Cluster {
 struct Driver {
     membership: Membership,
     node: Node,
-    refs: ForgedRefs<ClusterPacket>,
+    routes: Routes,
     subscribers: Vec<ActorRef<ClusterUpdate>>,
     snapshot: Arc<Mutex<Snapshot>>,
     leaving: Vec<oneshot::Sender<()>>,
@@ -270,6 +276,7 @@ impl Driver {
         mut self,
         mut packets: mpsc::UnboundedReceiver<Bytes>,
         mut commands: mpsc::UnboundedReceiver<Command>,
+        mut failures: mpsc::UnboundedReceiver<Failure>,
         mut rerun: Option<Rerun>,
     ) {
         loop {
@@ -314,6 +321,12 @@ impl Driver {
                         }
                     }
                 }
+                Some((address, number, down)) = failures.recv() => {
+                    if self.routes.is_current(&address, number) {
+                        let now = tokio::time::Instant::now().into_std();
+                        self.on_route_failed(now, &address, down.reason);
+                    }
+                }
                 packet = packets.recv() => {
                     let Some(bytes) = packet else { return };
                     let now = tokio::time::Instant::now().into_std();
@@ -341,19 +354,34 @@ impl Driver {
         }
     }
 
+    /// The ref kept for a member died: tell the membership why, if the
+    /// link failed (a member whose cluster actor stopped left, or its node
+    /// shut down: not a failure).
+    fn on_route_failed(&mut self, now: std::time::Instant, address: &str, reason: ExitReason) {
+        match reason {
+            ExitReason::NodeDown { cause, .. } => {
+                self.membership.handle_unreachable(
+                    now,
+                    address,
+                    &format_args!("link lost: {cause}"),
+                );
+            }
+            ExitReason::Failed(why) => self.membership.handle_unreachable(now, address, &why),
+            other => {
+                tracing::debug!(target: "plexus::cluster", member = %address, reason = %other, "a member's cluster actor stopped");
+            }
+        }
+    }
+
     fn flush(&mut self) {
         while let Some(t) = self.membership.poll_transmit() {
-            let to = match self
-                .refs
-                .get(&self.node, &t.to, || format!("{}/{ACTOR_NAME}", t.to))
-            {
-                Ok(r) => r,
+            match self.routes.get(&self.node, &t.to, t.heard_life) {
+                Ok(to) => to.tell(ClusterPacket(t.packet)),
                 Err(e) => {
-                    tracing::warn!(target: "plexus::cluster", to = %t.to, error = %e, "cannot reach a member");
-                    continue;
+                    let now = tokio::time::Instant::now().into_std();
+                    self.membership.handle_unreachable(now, &t.to, &e);
                 }
-            };
-            to.tell(ClusterPacket(t.packet));
+            }
         }
         let stats = self.membership.stats();
         self.snapshot
@@ -368,7 +396,7 @@ impl Driver {
                 refreshed = true;
                 self.refresh_snapshot();
             }
-            tracing::info!(target: "plexus::cluster", ?event, "cluster event");
+            tracing::info!(target: "plexus::cluster", "{event}");
             for s in &self.subscribers {
                 self.publish_to(s, event.clone());
             }

@@ -32,8 +32,10 @@
 //! [`ClusterEvent`] variants in kebab case; for events about this member
 //! (`subscribed`, `formed`, `admitted`, `refuted`, `self-downed`,
 //! `rejoining`, `left`) the address and incarnation are its own (after the
-//! event). A reason is `split-brain:<strategy>:<reachable>/<members>` or
-//! `reported-by:<address>`. `MEMBERS up=<n>` follows an event that changed
+//! event). A reason is `split-brain:<strategy>:<reachable>/<members>`,
+//! `reported-by:<address>` or `restarted:<incarnation>` (a member's old
+//! life, replaced by its restarted process at the same address, whose
+//! incarnation it names). `MEMBERS up=<n>` follows an event that changed
 //! the number of members up. `STATS` comes every `--stats-every-ms` with the
 //! member's counters ([`MembershipStats`]) and `t_ms`, the milliseconds
 //! since the process started.
@@ -41,8 +43,10 @@
 //! Timings default to [`ClusterConfig`]'s; the `--*-ms` flags are for tests
 //! that want a quick cluster. SIGTERM or Ctrl-C makes the member leave
 //! gracefully (`EVENT left ...`), then the process exits 0. If stdout is
-//! closed (the parent died), the process exits. `RUST_LOG` turns on
-//! diagnostics on stderr.
+//! closed (the parent died), the process exits. Warnings (a join attempt
+//! that failed, with the seed and the cause; a member that cannot be
+//! reached) go to stderr; `RUST_LOG` sets what else is logged there (the
+//! events as readable lines at `plexus::cluster=info`).
 #![forbid(unsafe_code)]
 
 use plexus_remote::process::{self, terminated, tick, Lines};
@@ -262,7 +266,7 @@ impl Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    process::main("plexus-cluster-node", 2, None, run(args))
+    process::main("plexus-cluster-node", 2, Some("warn"), run(args))
 }
 
 async fn run(args: Args) -> Result<(), Fail> {
@@ -391,7 +395,8 @@ impl Out {
     fn stats(&mut self, started: Instant, s: MembershipStats, up: usize) {
         self.line(format_args!(
             "STATS t_ms={} bytes_sent={} packets_sent={} members_up={up} suspicions_raised={} \
-             refutations={} stalls_noticed={} packets_refused={} claims_refused={}",
+             refutations={} stalls_noticed={} packets_refused={} claims_refused={} \
+             join_attempts_failed={} unreachable_reports={}",
             started.elapsed().as_millis(),
             s.bytes_sent,
             s.packets_sent,
@@ -400,12 +405,14 @@ impl Out {
             s.stalls_noticed,
             s.packets_refused,
             s.claims_refused,
+            s.join_attempts_failed,
+            s.unreachable_reports,
         ));
     }
 }
 
-/// A reason as one token: `split-brain:<strategy>:<reachable>/<members>` or
-/// `reported-by:<address>`.
+/// A reason as one token: `split-brain:<strategy>:<reachable>/<members>`,
+/// `reported-by:<address>` or `restarted:<new incarnation>`.
 fn reason_token(reason: &DownReason) -> String {
     match reason {
         DownReason::SplitBrain {
@@ -414,6 +421,7 @@ fn reason_token(reason: &DownReason) -> String {
             members,
         } => format!("split-brain:{strategy}:{reachable}/{members}"),
         DownReason::ReportedBy(by) => format!("reported-by:{by}"),
+        DownReason::Restarted { incarnation } => format!("restarted:{incarnation}"),
         _ => "other".to_owned(),
     }
 }

@@ -1,12 +1,13 @@
 //! `plexus-cluster-node` processes for tests: start one, follow its stdout
-//! lines through a channel, kill it with SIGKILL. Every process is killed
+//! lines through a channel (each with the time it was read) and keep its
+//! stderr (its warnings), kill it with SIGKILL. Every process is killed
 //! when its [`Proc`] is dropped, so a failing test leaves none behind.
 
 #![allow(dead_code)] // Each test file uses a part of it.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// The binary under test.
@@ -68,9 +69,13 @@ pub struct Proc {
     /// A name for messages (`m2`).
     pub name: String,
     child: Child,
-    lines: mpsc::Receiver<String>,
+    lines: mpsc::Receiver<(Instant, String)>,
     /// Every line read so far.
     pub seen: Vec<String>,
+    /// When each line of `seen` was read from the process.
+    pub seen_at: Vec<Instant>,
+    /// Its stderr lines so far (its log: warnings).
+    stderr: Arc<Mutex<Vec<String>>>,
     /// Its address (from `LISTENING`).
     pub address: String,
     /// Its incarnation (from `EVENT subscribed`).
@@ -83,6 +88,7 @@ impl Proc {
     pub fn start(name: &str, mut command: Command) -> Proc {
         let mut child = command
             .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
             .stdin(Stdio::null())
             .spawn()
             .expect("the member process starts");
@@ -91,9 +97,18 @@ impl Proc {
         let (tx, lines) = mpsc::channel();
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
+                if tx.send((Instant::now(), line)).is_err() {
                     return;
                 }
+            }
+        });
+        // Piped above.
+        let stderr_pipe = child.stderr.take().expect("stderr is piped");
+        let stderr = Arc::new(Mutex::new(Vec::new()));
+        let keep = Arc::clone(&stderr);
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr_pipe).lines().map_while(Result::ok) {
+                keep.lock().unwrap_or_else(|e| e.into_inner()).push(line);
             }
         });
         let mut p = Proc {
@@ -101,6 +116,8 @@ impl Proc {
             child,
             lines,
             seen: Vec::new(),
+            seen_at: Vec::new(),
+            stderr,
             address: String::new(),
             incarnation: 0,
         };
@@ -119,20 +136,48 @@ impl Proc {
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.lines.recv_timeout(left) {
-                Ok(line) => {
+                Ok((at, line)) => {
                     self.seen.push(line.clone());
+                    self.seen_at.push(at);
                     if wanted(&line) {
                         return line;
                     }
                 }
                 Err(e) => panic!(
-                    "{} ({}): no {what} ({e:?}); its lines:\n{}",
+                    "{} ({}): no {what} ({e:?}); its lines:\n{}\nits log:\n{}",
                     self.name,
                     self.address,
-                    self.seen.join("\n")
+                    self.seen.join("\n"),
+                    self.stderr_lines().join("\n")
                 ),
             }
         }
+    }
+
+    /// Reads lines until one that was read at `moment` or later (a member
+    /// printing `STATS` lines prints one soon); returns its index in
+    /// `seen`: the lines before it were printed before `moment`.
+    pub fn mark(&mut self, moment: Instant) -> usize {
+        if let Some(i) = self.seen_at.iter().position(|at| *at >= moment) {
+            return i;
+        }
+        let what = format!("a line read after {moment:?}");
+        self.expect_line(&what, |_| true);
+        loop {
+            // A line was just read.
+            if *self.seen_at.last().expect("a line was read") >= moment {
+                return self.seen.len() - 1;
+            }
+            self.expect_line(&what, |_| true);
+        }
+    }
+
+    /// Its stderr lines so far.
+    pub fn stderr_lines(&self) -> Vec<String> {
+        self.stderr
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// The next event that satisfies `wanted`.
