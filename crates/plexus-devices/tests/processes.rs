@@ -190,3 +190,35 @@ fn a_second_driver_of_one_device_stops_the_first() {
         l.starts_with("DEVICE duplicate-stopped d5 ")
     });
 }
+
+/// A member's log written to a pipe (a file, a collector) is plain text:
+/// colour codes only on a terminal.
+#[test]
+fn logs_to_a_pipe_carry_no_colour_codes() {
+    let mut child = Command::new(SERVER)
+        .args(["--listen", "tcp://127.0.0.1:0"])
+        .args(QUICK)
+        .env("RUST_LOG", "debug")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("the process starts");
+    // Piped above.
+    let stderr = child.stderr.take().expect("stderr is piped");
+    let mut lines = BufReader::new(stderr).lines().map_while(Result::ok);
+    // The first log line comes as the member starts; the process keeps
+    // running until killed.
+    let first = lines.next().expect("a log line");
+    child.kill().expect("kill the server");
+    let _ = child.wait();
+    let all: Vec<String> = std::iter::once(first).chain(lines).collect();
+    assert!(
+        all.iter()
+            .any(|l| l.contains("DEBUG") || l.contains("INFO")),
+        "{all:?}"
+    );
+    for line in &all {
+        assert!(!line.contains('\u{1b}'), "escape code in {line:?}");
+    }
+}
