@@ -89,7 +89,9 @@ pub(crate) struct Live;
 
 impl state::Handles for Live {
     type Sender = SessionLinks;
-    type Held = (Carrier, Strand, Bytes);
+    /// A held frame, and the node it was meant for if one was known when
+    /// it was queued (see [`flush`]).
+    type Held = (Carrier, Strand, Bytes, Option<NodeId>);
     type Waiter = oneshot::Sender<Result<NodeId, LinkError>>;
     type Resolve = oneshot::Sender<Result<Resolution, LinkError>>;
     type Receipt = oneshot::Sender<Result<(), ReceiptError>>;
@@ -512,7 +514,8 @@ impl Peer {
                 })) => {
                     // The reader will mark the link down; hold the frame
                     // for the reconnect like any other.
-                    st.pending.push_back((carrier, strand, message));
+                    let meant_for = st.remote;
+                    st.pending.push_back((carrier, strand, message, meant_for));
                     Ok(())
                 }
                 Err(_) => Err(Undelivered::Refused),
@@ -522,7 +525,8 @@ impl Peer {
         if st.pending.len() >= bound {
             return Err(Undelivered::Full);
         }
-        st.pending.push_back((carrier, strand, frame));
+        let meant_for = st.remote;
+        st.pending.push_back((carrier, strand, frame, meant_for));
         drop(st);
         p.ensure_connected();
         Ok(())
@@ -787,19 +791,30 @@ impl Peer {
 }
 
 /// Sends the frames held while no link was up; what no longer fits the
-/// link's send buffer is a dead letter.
+/// link's send buffer is a dead letter. So is a frame meant for another
+/// node than the one that answers now (the node at the address restarted
+/// while the frame waited): its actor ids name the old node's actors, and
+/// the new one's actors with the same serials are others.
 fn flush(
     inner: &NodeInner,
     links: &SessionLinks,
-    pending: VecDeque<(Carrier, Strand, Bytes)>,
+    pending: VecDeque<<Live as state::Handles>::Held>,
     node: NodeId,
 ) {
-    for (carrier, strand, frame) in pending {
+    for (carrier, strand, frame, meant_for) in pending {
+        if let Some(old) = meant_for.filter(|n| *n != node) {
+            inner.system.dead_letters().record(
+                ActorId::new(old, 0),
+                "remote message (another node answers at its node's address now)",
+                DeadLetterReason::Undeliverable,
+            );
+            continue;
+        }
         if links.try_send_on(carrier, strand, frame).is_err() {
             inner.system.dead_letters().record(
                 ActorId::new(node, 0),
                 "remote message (send buffer full when the link came up)",
-                DeadLetterReason::Undeliverable,
+                DeadLetterReason::SendBufferFull,
             );
         }
     }

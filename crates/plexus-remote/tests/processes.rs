@@ -2,7 +2,7 @@
 //! 127.0.0.1 (and a Unix socket), for each scheme; over `quic` with
 //! certificates from PEM files, and a child whose certificate is from
 //! another CA refused with the reason.
-#![cfg(feature = "tls")]
+#![cfg(all(feature = "tls", feature = "process"))]
 
 mod common;
 
@@ -12,7 +12,7 @@ use std::time::Duration;
 use common::certified::certified_node;
 use common::process::NodeProcess;
 use common::service::{Counter, Total};
-use plexus_core::{ActorRef, ActorSystem, ExitReason};
+use plexus_core::{ActorRef, ActorSystem, AskError, ExitReason};
 use plexus_remote::dev_certs::DevCa;
 use plexus_remote::{Node, NodeConfig, ResolveError};
 use plexus_transport::quic::QuicConfig;
@@ -276,4 +276,63 @@ fn free_port() -> u16 {
         .local_addr()
         .unwrap()
         .port()
+}
+
+/// Built-in transports, UDP peers dropped after `idle` of silence.
+fn transports_with_udp_idle(idle: Duration) -> plexus_transport::TransportRegistry {
+    use plexus_transport::builtin::{MemTransport, TcpTransport, UdpTransport, UdsTransport};
+    let mut registry = plexus_transport::TransportRegistry::empty();
+    registry.register(TcpTransport).unwrap();
+    registry.register(UdsTransport).unwrap();
+    registry.register(MemTransport::default()).unwrap();
+    registry
+        .register(UdpTransport {
+            config: plexus_transport::udp::UdpConfig {
+                idle_timeout: idle,
+                ..Default::default()
+            },
+        })
+        .unwrap();
+    registry
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_held_for_a_node_restarted_behind_an_idle_link_reaches_no_new_actor() {
+    // No heartbeat: the link closes as idle here after 300 ms, the ref
+    // stays alive, and the next send dials the address again.
+    const SPEC: &str = "udp / slicing / delivery / ordering / batching";
+    let system = ActorSystem::new();
+    let node = Node::start(
+        &system,
+        NodeConfig::default()
+            .cookie("proc-test")
+            .scheme("udp", SPEC)
+            .transports(transports_with_udp_idle(Duration::from_millis(300))),
+    )
+    .unwrap();
+    let scheme = format!("udp={SPEC}");
+    let listen = format!("udp://127.0.0.1:{}", free_udp_port());
+    let mut remote = start_node_with(&[listen.as_str()], "proc-test", &["--scheme", &scheme]);
+    let uri = format!("{}/counter", remote.uris[0]);
+    let counter: ActorRef<Counter> = node.resolve(&uri).await.unwrap();
+    let old_node = counter.ask(Counter::Whoami, T).await.unwrap();
+    let down = counter.monitor();
+    tokio::time::timeout(T, down).await.expect("closed as idle");
+    assert!(counter.is_alive(), "an idle link leaves the ref alive");
+
+    // The node restarts at the same address; its counter has the same
+    // serial as the old one.
+    remote.kill9();
+    let restarted = start_node_with(&[listen.as_str()], "proc-test", &["--scheme", &scheme]);
+    counter.tell(Counter::Add(5));
+    match counter.ask(Counter::Whoami, T).await {
+        Err(AskError::NodeUnreachable { node, .. }) => assert_eq!(node.as_u64(), old_node),
+        other => panic!("expected NodeUnreachable, got {other:?}"),
+    }
+    assert!(!counter.is_alive(), "the old node is gone");
+    // Nothing meant for the old counter reached the new one.
+    let fresh: ActorRef<Counter> = node.resolve(&uri).await.unwrap();
+    assert_eq!(fresh.ask(Counter::Get, T).await, Ok(0));
+    assert_ne!(fresh.ask(Counter::Whoami, T).await.unwrap(), old_node);
+    drop(restarted);
 }

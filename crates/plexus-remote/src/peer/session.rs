@@ -297,6 +297,7 @@ impl Peer {
         let (primary, receiver) = link.split();
         let (sender, lane_receivers) = session_links(inner, primary, lanes);
         let mut st = lock(&self.state);
+        let before = st.remote;
         let attached = st.attach(sender.clone(), hs.node, dialed_by);
         self.mirror(&st);
         let (epoch, waiters) = match attached {
@@ -341,10 +342,20 @@ impl Peer {
                 replaced,
                 node_changed,
             } => {
+                self.remote_node.store(hs.node.as_u64(), Ordering::Release);
                 if node_changed {
                     tracing::info!(target: "plexus::remote", new = %hs.node, "a different node answers at this address");
+                    // Asks of the old node cannot be answered: their
+                    // requests, if still held, are not sent to the new one.
+                    // After the store above: an asker woken here sees the
+                    // old node's refs dead.
+                    if let Some(old) = before {
+                        inner.fail_replies_of(
+                            old,
+                            "the node restarted: another node answers at its address",
+                        );
+                    }
                 }
-                self.remote_node.store(hs.node.as_u64(), Ordering::Release);
                 // Flush while holding the lock, so nothing sent meanwhile
                 // overtakes.
                 flush(inner, &sender, pending, hs.node);
