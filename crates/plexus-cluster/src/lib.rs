@@ -31,6 +31,7 @@ pub mod node;
 pub mod ring;
 pub mod sim;
 pub mod split_brain;
+pub mod view;
 pub mod wire;
 
 pub use config::{ClusterConfig, ConfigError};
@@ -42,3 +43,4 @@ pub use membership::{Membership, MembershipStats, PacketError, Transmit};
 pub use node::{Cluster, ClusterPacket, ClusterUpdate, StartError};
 pub use ring::Ring;
 pub use split_brain::SplitBrainStrategy;
+pub use view::View;

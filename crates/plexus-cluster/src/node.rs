@@ -38,6 +38,7 @@ use crate::event::ClusterEvent;
 use crate::member::{Member, MemberState};
 use crate::membership::{Membership, MembershipStats};
 use crate::ring::Ring;
+use crate::view::View;
 
 mod routes;
 
@@ -54,8 +55,13 @@ plexus_core::bytes_message! {
 }
 
 /// What a subscriber receives: an event with the member list and ring as
-/// they are after it (Aurum's contract). The first update a subscriber gets
-/// is [`ClusterEvent::Subscribed`], telling it the local member.
+/// they are after it and before any later event (Aurum's contract: a
+/// member is listed `Up` from its [`ClusterEvent::MemberUp`] on, the local
+/// one included; see [`View`]). The first update a subscriber gets is
+/// [`ClusterEvent::Subscribed`], telling it the local member; if this
+/// member formed the cluster before the subscription, the next is that
+/// [`ClusterEvent::Formed`] (with the members as they are then), so every
+/// subscriber of a member that formed a cluster sees `Formed` once.
 #[derive(Debug, Clone)]
 pub struct ClusterUpdate {
     /// What changed.
@@ -105,6 +111,7 @@ pub struct Cluster {
     snapshot: Arc<Mutex<Snapshot>>,
     task: tokio::task::AbortHandle,
     replication_factor: usize,
+    name: Arc<str>,
 }
 
 impl Drop for Cluster {
@@ -172,6 +179,7 @@ impl Cluster {
             config.rng_seed = incarnation;
         }
         let replication_factor = config.replication_factor;
+        let name = Arc::from(config.name.as_str());
         let now = tokio::time::Instant::now().into_std();
         let join_retry = config.join_retry;
         let mut membership = match discovery {
@@ -190,6 +198,13 @@ impl Cluster {
             ring: Arc::clone(membership.ring()),
             stats: membership.stats(),
         }));
+        let view = View::new(
+            membership.local().clone(),
+            membership.members(),
+            Arc::clone(membership.ring()),
+            membership.config().vnodes_per_weight,
+            membership.config().lookup_probes,
+        );
         let (commands, commands_rx) = mpsc::unbounded_channel();
         let (failures_tx, failures) = mpsc::unbounded_channel();
         let driver = Driver {
@@ -198,6 +213,8 @@ impl Cluster {
             routes: Routes::new(failures_tx),
             subscribers: Vec::new(),
             snapshot: Arc::clone(&snapshot),
+            view,
+            formed: None,
             leaving: Vec::new(),
             inbox,
         };
@@ -207,11 +224,17 @@ impl Cluster {
             snapshot,
             task,
             replication_factor,
+            name,
         })
     }
 
     fn snapshot(&self) -> std::sync::MutexGuard<'_, Snapshot> {
         self.snapshot.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The cluster's name ([`ClusterConfig::name`]).
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
     /// This member as it is now.
@@ -245,7 +268,8 @@ impl Cluster {
     }
 
     /// Sends `subscriber` a [`ClusterUpdate`] for every change, starting
-    /// with [`ClusterEvent::Subscribed`].
+    /// with [`ClusterEvent::Subscribed`], then [`ClusterEvent::Formed`] if
+    /// this member formed the cluster already (in its current life).
     pub fn subscribe(&self, subscriber: ActorRef<ClusterUpdate>) {
         let _ = self.commands.send(Command::Subscribe(subscriber));
     }
@@ -266,6 +290,10 @@ struct Driver {
     routes: Routes,
     subscribers: Vec<ActorRef<ClusterUpdate>>,
     snapshot: Arc<Mutex<Snapshot>>,
+    /// The members as the updates sent so far left them.
+    view: View,
+    /// The `Formed` event of this life, replayed to later subscribers.
+    formed: Option<ClusterEvent>,
     leaving: Vec<oneshot::Sender<()>>,
     /// Kept alive as long as the driver runs.
     inbox: ActorRef<ClusterPacket>,
@@ -338,6 +366,9 @@ impl Driver {
                     Some(Command::Subscribe(s)) => {
                         let local = self.membership.local().clone();
                         self.publish_to(&s, ClusterEvent::Subscribed { local });
+                        if let Some(formed) = &self.formed {
+                            self.publish_to(&s, formed.clone());
+                        }
                         self.subscribers.push(s);
                     }
                     Some(Command::Leave(done)) => {
@@ -388,20 +419,50 @@ impl Driver {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .stats = stats;
-        let mut refreshed = false;
-        while let Some(event) = self.membership.poll_event() {
-            // Events are drained after the state machine applied them all,
-            // so one snapshot serves every event of this batch.
-            if !refreshed {
-                refreshed = true;
-                self.refresh_snapshot();
-            }
+        let events: Vec<ClusterEvent> =
+            std::iter::from_fn(|| self.membership.poll_event()).collect();
+        let Some(last) = events.len().checked_sub(1) else {
+            return;
+        };
+        // The state machine applied the whole batch before its events are
+        // drained: the handle's snapshot is as of the last one, and each
+        // event goes out with the view as it leaves it (`View`).
+        self.refresh_snapshot();
+        for (i, event) in events.into_iter().enumerate() {
             tracing::info!(target: "plexus::cluster", "{event}");
-            for s in &self.subscribers {
-                self.publish_to(s, event.clone());
+            match event {
+                ClusterEvent::Formed { .. } => self.formed = Some(event.clone()),
+                ClusterEvent::SelfDowned { .. }
+                | ClusterEvent::Rejoining { .. }
+                | ClusterEvent::Left => self.formed = None,
+                _ => {}
             }
-            self.subscribers.retain(ActorRef::is_alive);
+            let update = if i == last {
+                let s = self.snapshot.lock().unwrap_or_else(PoisonError::into_inner);
+                self.view
+                    .reset(s.local.clone(), s.members.to_vec(), Arc::clone(&s.ring));
+                ClusterUpdate {
+                    event,
+                    local: s.local.clone(),
+                    members: Arc::clone(&s.members),
+                    ring: Arc::clone(&s.ring),
+                }
+            } else if self.subscribers.is_empty() {
+                continue;
+            } else {
+                self.view.apply(&event);
+                ClusterUpdate {
+                    event,
+                    local: self.view.local().clone(),
+                    members: self.view.members().into(),
+                    ring: Arc::clone(self.view.ring()),
+                }
+            };
+            for s in &self.subscribers {
+                s.tell(update.clone());
+            }
         }
+        self.subscribers.retain(ActorRef::is_alive);
     }
 
     fn refresh_snapshot(&mut self) {

@@ -132,3 +132,74 @@ async fn a_seed_at_a_non_plexus_port_is_survived() {
     assert_eq!(formed.local.state, MemberState::Up);
     stranger.abort();
 }
+
+/// The member without seeds forms the cluster as it starts, before anyone
+/// could subscribe: a subscriber still gets `Formed`, right after
+/// `Subscribed`, and only once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriber_after_start_receives_formed() {
+    let system = ActorSystem::new();
+    let (_node, cluster, a) = member(&system, 0, Vec::new()).await;
+    let mut rx = common::updates::subscribe(&system, &cluster);
+    let first = next_until(&mut rx, |_| true).await;
+    assert!(matches!(first.event, ClusterEvent::Subscribed { .. }));
+    let formed = next_until(&mut rx, |_| true).await;
+    assert!(
+        matches!(&formed.event, ClusterEvent::Formed { local } if *local.address == *a && local.state == MemberState::Up),
+        "{:?}",
+        formed.event
+    );
+    assert_eq!(common::updates::ups(&formed), 1);
+
+    // A joiner's Up reaches this subscriber; Formed came once before it.
+    let sb = ActorSystem::new();
+    let (_nb, _cb, b) = member(&sb, 0, vec![a.clone()]).await;
+    let mut formed_again = false;
+    next_until(&mut rx, |u| {
+        formed_again |= matches!(u.event, ClusterEvent::Formed { .. });
+        matches!(&u.event, ClusterEvent::MemberUp(m) if *m.address == *b)
+    })
+    .await;
+    assert!(!formed_again);
+}
+
+/// A joiner's subscriber sees each member listed up only from that
+/// member's `MemberUp` on, itself included, though the join reply brings
+/// the whole cluster in one packet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_joiner_lists_itself_up_only_from_its_own_member_up() {
+    let (sa, sb, sc) = (ActorSystem::new(), ActorSystem::new(), ActorSystem::new());
+    let (_na, _ca, a) = member(&sa, 0, Vec::new()).await;
+    let (_nb, cb, _b) = member(&sb, 0, vec![a.clone()]).await;
+    let mut rb = common::updates::subscribe(&sb, &cb);
+    next_until(&mut rb, |u| common::updates::ups(u) == 2).await;
+
+    let (_nc, cc, c) = member(&sc, 0, vec![a.clone()]).await;
+    let mut rc = common::updates::subscribe(&sc, &cc);
+    let mut reported: Vec<String> = Vec::new();
+    let own = next_until(&mut rc, |u| {
+        match &u.event {
+            ClusterEvent::MemberUp(m) => reported.push(m.address.to_string()),
+            // What the subscription starts from.
+            ClusterEvent::Subscribed { .. } => reported.extend(
+                u.members
+                    .iter()
+                    .filter(|m| m.state == MemberState::Up)
+                    .map(|m| m.address.to_string()),
+            ),
+            _ => {}
+        }
+        for m in u.members.iter().filter(|m| m.state == MemberState::Up) {
+            assert!(
+                reported.iter().any(|r| **r == *m.address),
+                "{} listed up before its member-up, with {:?}",
+                m.address,
+                u.event
+            );
+        }
+        matches!(&u.event, ClusterEvent::MemberUp(m) if *m.address == *c)
+    })
+    .await;
+    assert_eq!(common::updates::ups(&own), 3);
+    assert_eq!(own.local.state, MemberState::Up);
+}
