@@ -35,6 +35,8 @@ pub use crdt::{
     CausalContext, Crdt, Dot, Element, EwFlag, Flag, GCounter, GSet, InvalidState, LwwRegister,
     MvRegister, ORMap, ORSet, PNCounter, ReplicaId,
 };
+#[cfg(feature = "node")]
+pub use node::Changed;
 pub use registry::{type_tag, DecodeError, TypeTag};
 pub use replicator::{
     Consistency, Event, GetError, Key, PacketError, Replicator, ReplicatorConfig, ReplicatorStats,

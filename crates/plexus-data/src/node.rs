@@ -64,6 +64,18 @@ pub enum StartError {
     /// The replicator's actor could not be published.
     #[error("start replicator: publishing `{ACTOR_NAME}`: {0}")]
     Publish(#[from] plexus_remote::PublishError),
+    /// [`ReplicatorConfig::cluster`] names another cluster than the
+    /// member's ([`plexus_cluster::ClusterConfig::name`]); nothing started.
+    #[error(
+        "start replicator: its cluster name `{replicator}` is not the cluster's `{cluster}`; \
+         leave `ReplicatorConfig::cluster` at its default to take the cluster's"
+    )]
+    OtherCluster {
+        /// The name in the replicator's settings.
+        replicator: String,
+        /// The cluster's name.
+        cluster: String,
+    },
 }
 
 type Job = Box<dyn FnOnce(&mut Driver, Instant) + Send>;
@@ -92,9 +104,14 @@ impl Replication {
     /// recovered first (those of types registered later wait for
     /// [`Replication::register`]) and durable keys are written to it.
     ///
+    /// The replicator belongs to the cluster's name
+    /// ([`Cluster::name`]): a `config` whose [`ReplicatorConfig::cluster`]
+    /// is left at its default (`"plexus"`) takes it.
+    ///
     /// # Errors
     ///
-    /// [`StartError`] says why.
+    /// [`StartError`] says why; [`StartError::OtherCluster`] if `config`
+    /// names another cluster than `cluster`'s.
     pub fn start(
         node: &Node,
         system: &SystemRef,
@@ -102,6 +119,16 @@ impl Replication {
         config: ReplicatorConfig,
         store: Option<DurableStore>,
     ) -> Result<Self, StartError> {
+        let mut config = config;
+        if config.cluster != cluster.name() {
+            if config.cluster != ReplicatorConfig::default().cluster {
+                return Err(StartError::OtherCluster {
+                    replicator: config.cluster,
+                    cluster: cluster.name().to_string(),
+                });
+            }
+            config.cluster = cluster.name().to_string();
+        }
         let local = cluster.local();
         let now = tokio::time::Instant::now().into_std();
         let mut replicator =

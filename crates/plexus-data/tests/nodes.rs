@@ -7,8 +7,9 @@ use std::time::Duration;
 use plexus_cluster::{Cluster, ClusterConfig, ClusterUpdate, MemberState};
 use plexus_core::ActorSystem;
 use plexus_data::crdt::{GCounter, ORSet};
-use plexus_data::node::{Changed, Replication};
+use plexus_data::node::{Replication, StartError};
 use plexus_data::store::{DurableStore, OpenMode};
+use plexus_data::Changed;
 use plexus_data::{Consistency, Key, ReplicatorConfig};
 use plexus_remote::{Node, NodeConfig};
 use tokio::sync::mpsc;
@@ -175,4 +176,37 @@ async fn three_nodes_replicate_at_every_level_and_a_durable_key_survives_a_resta
     assert_eq!(recovered.value(), 3);
     let _ = again.cluster;
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The replicator belongs to its member's cluster: settings naming another
+/// cluster are refused before anything starts; left at the default, they
+/// take the cluster's name, and the replicator starts.
+#[tokio::test]
+async fn a_replicator_naming_another_cluster_is_refused() {
+    let system = ActorSystem::new();
+    let node =
+        Node::start(&system, NodeConfig::default().cookie("data-test")).expect("node starts");
+    node.listen("tcp://127.0.0.1:0").await.expect("listens");
+    let cluster = Cluster::start(&node, &system, quick(Vec::new())).expect("cluster starts");
+    assert_eq!(cluster.name(), "data-test");
+
+    let other = ReplicatorConfig {
+        cluster: "shop".into(),
+        ..ReplicatorConfig::default()
+    };
+    let e = Replication::start(&node, &system, &cluster, other, None).expect_err("refused");
+    assert!(
+        matches!(&e, StartError::OtherCluster { replicator, cluster }
+            if replicator == "shop" && cluster == "data-test"),
+        "{e}"
+    );
+    // Nothing was published: a replicator with the default settings starts.
+    let data = Replication::start(&node, &system, &cluster, ReplicatorConfig::default(), None)
+        .expect("the default takes the cluster's name");
+    let key = Key::<GCounter>::new("visits");
+    data.update(&key, Consistency::Local, TIMEOUT, |v, me| {
+        v.increment(me, 1)
+    })
+    .await
+    .expect("local update");
 }

@@ -7,7 +7,9 @@ use std::time::Duration;
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReplicatorConfig {
     /// The cluster's name: packets from a replicator of another cluster are
-    /// refused.
+    /// refused. On a cluster member leave it at its default: the
+    /// replicator takes the cluster's (`ClusterConfig::name`), and
+    /// `Replication::start` refuses another name. Default `"plexus"`.
     pub cluster: String,
     /// How often deltas go out to peers that have not acknowledged them
     /// (and how long a write or a read waits before it is sent again to
