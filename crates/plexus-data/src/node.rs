@@ -45,7 +45,15 @@ plexus_core::bytes_message! {
 }
 
 /// What a subscriber of a key receives: its state after a change (changes
-/// close together may arrive as one).
+/// close together may arrive as one). Also at `plexus::data::Changed`.
+///
+/// ```
+/// use plexus_data::{Changed, GCounter};
+///
+/// fn on_change(changed: Changed<GCounter>) -> String {
+///     format!("{} = {}", changed.key, changed.value.value())
+/// }
+/// ```
 #[derive(Debug, Clone)]
 pub struct Changed<T> {
     /// The key.
