@@ -242,7 +242,10 @@ impl Cluster {
         self.snapshot().local.clone()
     }
 
-    /// Every member known (tombstones included), sorted by address.
+    /// Every member known (tombstones included), sorted by address, as of
+    /// the driver's last step: it may be ahead of the updates a subscriber
+    /// has yet to handle, so a subscriber reads [`ClusterUpdate::members`]
+    /// (the list as its event left it).
     pub fn members(&self) -> Arc<[Member]> {
         Arc::clone(&self.snapshot().members)
     }
