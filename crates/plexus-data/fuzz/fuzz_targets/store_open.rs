@@ -19,6 +19,15 @@
 //!   offset (up to the page's end);
 //! - 5: the file truncated at the page's start plus `[off_lo, off_hi]`;
 //! - 6: `[off_lo, off_hi, len]` zeroed from that offset.
+//!
+//! Built with debug assertions (cargo fuzz's default, and CI's short run),
+//! the region geometry in redb's header (bytes 16..24: header pages and
+//! data pages per region) is left intact: changed in a crashed store, it
+//! makes redb 4.6 fail a `debug_assert!` (`regional_start < region_size`,
+//! `page_store/base.rs`) in its integrity check. Without debug assertions
+//! (`cargo fuzz run -O`, as the node is built) that is a typed error, and
+//! in a debug build the store contains the panic; the campaign runs `-O`
+//! with the geometry damaged too.
 #![no_main]
 
 use std::collections::BTreeMap;
@@ -32,6 +41,9 @@ use plexus_data::store::{DurableStore, OpenError, OpenMode};
 
 /// redb's page size.
 const PAGE: usize = 4096;
+
+/// The region geometry in redb's header (see the module docs).
+const GEOMETRY: std::ops::Range<usize> = 16..24;
 
 type Records = Vec<(String, Vec<u8>)>;
 
@@ -189,7 +201,10 @@ fuzz_target!(|data: &[u8]| {
     let fixture = fixture();
     let mut input = Input(data);
     let image = &fixture.images[usize::from(input.byte() & 1)];
-    let damaged = damage(image.bytes.clone(), &mut input);
+    let mut damaged = damage(image.bytes.clone(), &mut input);
+    if cfg!(debug_assertions) && damaged.len() >= GEOMETRY.end {
+        damaged[GEOMETRY].copy_from_slice(&image.bytes[GEOMETRY]);
+    }
     std::fs::write(&fixture.file, &damaged).expect("the damaged copy written");
 
     let loaded = match DurableStore::open(&fixture.file, OpenMode::Existing) {

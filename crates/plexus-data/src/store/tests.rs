@@ -141,6 +141,20 @@ fn every_page_of_a_crashed_store_damaged_is_refused_or_loads_intact() {
 }
 
 #[test]
+fn a_crashed_store_whose_region_geometry_is_damaged_is_refused() {
+    // Found by the fuzz target `store_open`: redb 4.6 fails a debug
+    // assertion on it (`page_store/base.rs`), which the store contains in
+    // a debug build; without debug assertions redb refuses it.
+    let (mut bytes, _) = valid_store("geometry-src", true);
+    bytes[20..28].copy_from_slice(&[8, 0, 0, 0, 0, 0, 0, 0]);
+    let path = dir("geometry").join("data.redb");
+    std::fs::write(&path, &bytes).unwrap();
+    let err = DurableStore::open(&path, OpenMode::Existing).unwrap_err();
+    assert!(matches!(err, OpenError::Damaged { .. }), "{err}");
+    assert!(err.to_string().contains(&*path.to_string_lossy()), "{err}");
+}
+
+#[test]
 fn batches_written_are_loaded_after_reopening() {
     let path = dir("reopen").join("data.redb");
     {
