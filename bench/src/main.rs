@@ -183,7 +183,7 @@ enum Workload {
 fn main() {
     let cli = Cli::parse();
     // Warnings (a refused message, a lost link) always, more on demand
-    // (`RUST_LOG=plexus_transport=debug`), to stderr, for every role process
+    // (`RUST_LOG=plexus::transport=debug`), to stderr, for every role process
     // alike; colour only on a terminal.
     let filter = match std::env::var_os("RUST_LOG") {
         Some(_) => tracing_subscriber::EnvFilter::from_default_env(),

@@ -135,7 +135,7 @@ where
                     last: Box::new(reason),
                 };
             };
-            tracing::debug!(actor = %cell.ctx.id(), %reason, ?delay, "restarting actor");
+            tracing::debug!(target: "plexus::core", actor = %cell.ctx.id(), %reason, ?delay, "restarting actor");
             if let Some(stop) = Box::pin(wait_backoff(&cell.ctx.mailbox, delay)).await {
                 break stop;
             }
@@ -147,7 +147,7 @@ where
             cell.ctx.pending_stop = None;
         };
         if reason.is_abnormal() {
-            tracing::debug!(actor = %cell.ctx.id(), %reason, "actor stopped");
+            tracing::debug!(target: "plexus::core", actor = %cell.ctx.id(), %reason, "actor stopped");
         }
         cell.finish(&reason);
     }

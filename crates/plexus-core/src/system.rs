@@ -200,7 +200,7 @@ impl SystemRef {
                 {
                     Ok(rt) => rt.block_on(task),
                     // Dropping the unstarted task tears the actor down.
-                    Err(e) => tracing::error!(actor = %id, "cannot start a detached actor's runtime: {e}"),
+                    Err(e) => tracing::error!(target: "plexus::core", actor = %id, "cannot start a detached actor's runtime: {e}"),
                 });
             if let Err(e) = started {
                 // The closure, and with it the task and its teardown, is

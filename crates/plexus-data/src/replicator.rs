@@ -410,7 +410,7 @@ impl Replicator {
             };
             if let Err(error) = result {
                 self.stats.entries_refused += 1;
-                tracing::warn!(%error, "a state held until its type was registered was refused");
+                tracing::warn!(target: "plexus::data", %error, "a state held until its type was registered was refused");
             }
         }
     }
@@ -852,7 +852,7 @@ impl Replicator {
             Ok(Merged::Held) => false,
             Err(error) => {
                 self.stats.entries_refused += 1;
-                tracing::warn!(%error, from = %from, "replicated state refused");
+                tracing::warn!(target: "plexus::data", %error, from = %from, "replicated state refused");
                 false
             }
         }

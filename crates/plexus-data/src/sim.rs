@@ -299,7 +299,7 @@ impl DataSim {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         for error in r.recover(records) {
-            tracing::warn!(%error, "simulated replica: record not recovered");
+            tracing::warn!(target: "plexus::data", %error, "simulated replica: record not recovered");
         }
         self.sim
             .restart(i, SimReplica::new(r, Rc::clone(&self.disks[i])));

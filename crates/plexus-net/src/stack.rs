@@ -440,7 +440,7 @@ impl Stack {
 
     fn close(&mut self, reason: LinkError) {
         if self.closed.is_none() {
-            tracing::debug!(%reason, "link closed");
+            tracing::debug!(target: "plexus::net", %reason, "link closed");
             self.closed = Some(reason);
         }
         // Every queue between two layers; not the transmit queue
@@ -469,7 +469,7 @@ impl Stack {
                 while let Some(frame) = take_front(&mut self.outs[i + 1].down) {
                     if let Err(error) = self.layers[i].handle_send(now, frame, &mut self.outs[i]) {
                         self.stats.send_failures += 1;
-                        tracing::debug!(layer = self.layers[i].name(), %error, "send dropped");
+                        tracing::debug!(target: "plexus::net", layer = self.layers[i].name(), %error, "send dropped");
                     }
                     self.after_call(i);
                 }
@@ -497,7 +497,7 @@ impl Stack {
                 self.outs[i].close(LinkError::Corrupt(error));
             } else {
                 self.stats.dropped += 1;
-                tracing::trace!(layer = self.layers[i].name(), %error, "frame dropped");
+                tracing::trace!(target: "plexus::net", layer = self.layers[i].name(), %error, "frame dropped");
             }
         }
     }
@@ -545,7 +545,7 @@ impl Stack {
                             self.layers[i].handle_send(now, frame, &mut self.outs[i])
                         {
                             self.stats.send_failures += 1;
-                            tracing::debug!(layer = self.layers[i].name(), %error, "send dropped");
+                            tracing::debug!(target: "plexus::net", layer = self.layers[i].name(), %error, "send dropped");
                         }
                         self.after_call(i);
                         up |= !self.outs[i].up.is_empty();

@@ -83,11 +83,11 @@ impl Alarm {
             #[cfg(target_os = "linux")]
             Clock::TimerFd(timer) => {
                 if !tokio_clock_is_os_clock() {
-                    tracing::debug!("tokio's clock is paused or advanced; a tokio timer instead");
+                    tracing::debug!(target: "plexus::transport", "tokio's clock is paused or advanced; a tokio timer instead");
                     self.clock = Some(Clock::sleep(at));
                 } else if let Err(error) = timer.set(at) {
                     // EINVAL for a deadline beyond what a timespec holds.
-                    tracing::debug!(%error, "timerfd: cannot arm; a tokio timer instead");
+                    tracing::debug!(target: "plexus::transport", %error, "timerfd: cannot arm; a tokio timer instead");
                     self.clock = Some(Clock::sleep(at));
                 }
             }
@@ -111,7 +111,7 @@ impl Alarm {
                 Err(error) => {
                     // The reactor lost the descriptor: nothing would wake
                     // us for it again.
-                    tracing::debug!(%error, "timerfd failed; a tokio timer instead");
+                    tracing::debug!(target: "plexus::transport", %error, "timerfd failed; a tokio timer instead");
                     self.clock = Some(Clock::sleep(at));
                     return self.poll_ring(cx);
                 }
@@ -146,7 +146,9 @@ impl Clock {
         #[cfg(target_os = "linux")]
         match timerfd::Timer::new() {
             Ok(timer) => return Clock::TimerFd(timer),
-            Err(error) => tracing::debug!(%error, "no timerfd; a tokio timer instead"),
+            Err(error) => {
+                tracing::debug!(target: "plexus::transport", %error, "no timerfd; a tokio timer instead")
+            }
         }
         Clock::sleep(Instant::now())
     }

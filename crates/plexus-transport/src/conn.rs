@@ -127,7 +127,7 @@ impl Conn {
             Err(error) => {
                 // TooLarge is checked by LinkSender; a custom layer may
                 // refuse a frame for its own reasons.
-                tracing::warn!(peer = %self.shared.peer, %error, "stack refused a message; dropped");
+                tracing::warn!(target: "plexus::transport", peer = %self.shared.peer, %error, "stack refused a message; dropped");
             }
         }
     }
@@ -238,9 +238,9 @@ impl Conn {
         self.deliver();
         let unsent = self.unsent();
         if unsent > 0 {
-            tracing::warn!(peer = %self.shared.peer, unsent, "link closed with messages not sent");
+            tracing::warn!(target: "plexus::transport", peer = %self.shared.peer, unsent, "link closed with messages not sent");
         }
-        tracing::debug!(peer = %self.shared.peer, %reason, "link closed");
+        tracing::debug!(target: "plexus::transport", peer = %self.shared.peer, %reason, "link closed");
         self.shared.close(reason);
     }
 }

@@ -151,7 +151,7 @@ async fn accept_loop<H, F>(
             }
         };
         if let Err(error) = socket.set_nodelay(true) {
-            tracing::debug!(%peer, %error, "set_nodelay failed");
+            tracing::debug!(target: "plexus::transport", %peer, %error, "set_nodelay failed");
         }
         let link_id = next_link;
         next_link += 1;

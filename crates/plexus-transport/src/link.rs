@@ -363,7 +363,7 @@ impl Shared {
         };
         self.close_inbound(reason);
         if unsent > 0 {
-            tracing::warn!(peer = %self.peer, unsent, "link closed with messages not sent");
+            tracing::warn!(target: "plexus::transport", peer = %self.peer, unsent, "link closed with messages not sent");
         }
         unsent
     }
@@ -460,7 +460,7 @@ impl Shared {
                 }
                 inb.bytes += bytes;
             } else {
-                tracing::trace!(peer = %self.peer, n = staged.len(), "receiver dropped; discarding");
+                tracing::trace!(target: "plexus::transport", peer = %self.peer, n = staged.len(), "receiver dropped; discarding");
                 staged.clear();
             }
             let full = inb.bytes >= self.config.recv_buffer;

@@ -149,7 +149,7 @@ impl TcpListener {
                 source,
             })?;
         if let Err(error) = socket.set_nodelay(true) {
-            tracing::debug!(%peer, %error, "set_nodelay failed");
+            tracing::debug!(target: "plexus::transport", %peer, %error, "set_nodelay failed");
         }
         let link_id = self.next_link.fetch_add(1, Ordering::Relaxed);
         let stack = self.spec.build_link(LinkContext {
@@ -202,7 +202,7 @@ pub async fn connect_with(
             source,
         })?;
     if let Err(error) = socket.set_nodelay(true) {
-        tracing::debug!(%addr, %error, "set_nodelay failed");
+        tracing::debug!(target: "plexus::transport", %addr, %error, "set_nodelay failed");
     }
     let stack = spec.build(now());
     Ok(stream::spawn(

@@ -432,7 +432,7 @@ pub async fn connect(
             source,
         })?;
     if let Err(error) = socket.set_nodelay(true) {
-        tracing::debug!(%addr, %error, "set_nodelay failed");
+        tracing::debug!(target: "plexus::transport", %addr, %error, "set_nodelay failed");
     }
     let (socket, identity) = tls
         .connect_named(socket, name)

@@ -267,7 +267,7 @@ impl UdpEndpoint {
             state.set_send_buffer_size(socket.get_ref().into(), SOCKET_BUFFER),
         ] {
             if let Err(error) = result {
-                tracing::debug!(%error, "udp socket buffer size not set");
+                tracing::debug!(target: "plexus::transport", %error, "udp socket buffer size not set");
             }
         }
         let shared = Arc::new(EpShared {
@@ -464,7 +464,7 @@ impl Dispatcher {
             tokio::select! {
                 r = poll_fn(|cx| self.socket.poll_readable(cx)) => {
                     if let Err(error) = r {
-                        tracing::warn!(%error, "udp socket failed");
+                        tracing::warn!(target: "plexus::transport", %error, "udp socket failed");
                         break;
                     }
                     if let Some(t) = self.read(&mut rbuf) {
@@ -477,7 +477,7 @@ impl Dispatcher {
                 }
                 r = self.socket.writable(), if !self.tx.is_empty() => {
                     if let Err(error) = r {
-                        tracing::warn!(%error, "udp socket failed");
+                        tracing::warn!(target: "plexus::transport", %error, "udp socket failed");
                         break;
                     }
                 }
@@ -551,7 +551,7 @@ impl Dispatcher {
                 Err(error) => {
                     // ICMP errors of earlier sends surface here (Linux
                     // reports connection refused); they concern one peer.
-                    tracing::debug!(%error, "udp receive error");
+                    tracing::debug!(target: "plexus::transport", %error, "udp receive error");
                 }
             }
         }
@@ -606,12 +606,12 @@ impl Dispatcher {
         let counters = &ep.counters;
         if self.peers.len() >= self.config.max_peers {
             counters.refused_peers.fetch_add(1, Relaxed);
-            tracing::debug!(%src, max = self.config.max_peers, "peer table full; datagram refused");
+            tracing::debug!(target: "plexus::transport", %src, max = self.config.max_peers, "peer table full; datagram refused");
             return;
         }
         let Ok(permit) = self.accept_tx.clone().try_reserve_owned() else {
             counters.refused_peers.fetch_add(1, Relaxed);
-            tracing::debug!(%src, "accept backlog full; datagram refused");
+            tracing::debug!(target: "plexus::transport", %src, "accept backlog full; datagram refused");
             return;
         };
         let mut stack = self.spec.build_link(LinkContext {
@@ -621,7 +621,7 @@ impl Dispatcher {
         let accepted = stack.handle_receive(t, datagram).is_ok() && stack.stats().dropped == 0;
         if !accepted {
             counters.rejected_datagrams.fetch_add(1, Relaxed);
-            tracing::trace!(%src, "garbage from a new source; no peer created");
+            tracing::trace!(target: "plexus::transport", %src, "garbage from a new source; no peer created");
             return;
         }
         let (id, link) = self.insert(src, stack, t);
@@ -880,7 +880,7 @@ impl Dispatcher {
                         .counters
                         .send_errors
                         .fetch_add(n as u64, Relaxed);
-                    tracing::debug!(%addr, %error, n, "udp send failed; datagrams dropped");
+                    tracing::debug!(target: "plexus::transport", %addr, %error, n, "udp send failed; datagrams dropped");
                 }
             }
             for _ in 0..n {

@@ -541,7 +541,7 @@ impl Encryption {
     }
 
     fn close(&mut self, error: EncryptionError, out: &mut Output) {
-        tracing::debug!(%error, "encryption closes the link");
+        tracing::debug!(target: "plexus::net", %error, "encryption closes the link");
         out.close(LinkError::Encryption(error));
         self.state = State::Closed;
         self.pending.clear();
@@ -619,7 +619,7 @@ impl Encryption {
             State::Initiating { message, .. } => {
                 // Simultaneous initiation: the lower ephemeral key wins.
                 if message[1..33] <= msg[1..33] {
-                    tracing::trace!("simultaneous handshake: ours wins, theirs ignored");
+                    tracing::trace!(target: "plexus::net", "simultaneous handshake: ours wins, theirs ignored");
                     return Ok(());
                 }
             }
@@ -820,7 +820,7 @@ impl Layer for Encryption {
         };
         if let Err(error) = &result {
             self.count(error);
-            tracing::debug!(%error, "encryption dropped a datagram");
+            tracing::debug!(target: "plexus::net", %error, "encryption dropped a datagram");
         }
         Ok(result?)
     }

@@ -631,7 +631,7 @@ impl Layer for Slicing {
             if now.saturating_duration_since(self.partials[i].started) >= timeout {
                 let p = self.partials.swap_remove(i);
                 self.held -= p.cost();
-                tracing::trace!(id = p.id, "partial message timed out");
+                tracing::trace!(target: "plexus::net", id = p.id, "partial message timed out");
             } else {
                 i += 1;
             }

@@ -156,7 +156,7 @@ impl LinkReceiver {
             match self.local.pop_front() {
                 Some(Received::Message(m)) => return Poll::Ready(Ok(m)),
                 Some(Received::Event(event)) => {
-                    tracing::debug!(peer = %self.shared.peer, ?event, "link event skipped");
+                    tracing::debug!(target: "plexus::transport", peer = %self.shared.peer, ?event, "link event skipped");
                 }
                 None => {
                     if let Err(closed) = ready!(self.poll_refill(cx, true)) {

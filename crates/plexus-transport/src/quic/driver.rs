@@ -237,7 +237,7 @@ impl Driver {
         self.writer_tasks.abort_all();
         let text = &text.as_bytes()[..text.len().min(256)];
         self.conn.close(VarInt::from_u32(code), text);
-        tracing::debug!(peer = %self.shared.peer, %reason, "link closed");
+        tracing::debug!(target: "plexus::transport", peer = %self.shared.peer, %reason, "link closed");
         self.shared.close(reason);
     }
 
@@ -436,7 +436,7 @@ impl Driver {
             return;
         }
         if inbox_full(&self.shared) {
-            tracing::trace!(peer = %self.shared.peer, "receive buffer full; datagram dropped");
+            tracing::trace!(target: "plexus::transport", peer = %self.shared.peer, "receive buffer full; datagram dropped");
             return;
         }
         push(
@@ -564,7 +564,7 @@ impl Handoff {
                 // Its writer ended: the connection failed. The driver
                 // finds out and closes the link, counting what is still
                 // queued as unsent; this one is lost with the connection.
-                tracing::debug!(peer = %shared.peer, "quic strand writer gone; message dropped");
+                tracing::debug!(target: "plexus::transport", peer = %shared.peer, "quic strand writer gone; message dropped");
                 return false;
             }
         }

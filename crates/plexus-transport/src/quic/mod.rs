@@ -140,7 +140,7 @@ fn bind_socket(addr: SocketAddr) -> io::Result<std::net::UdpSocket> {
         state.set_send_buffer_size((&socket).into(), crate::udp::SOCKET_BUFFER),
     ] {
         if let Err(error) = result {
-            tracing::debug!(%error, "quic socket buffer size not set");
+            tracing::debug!(target: "plexus::transport", %error, "quic socket buffer size not set");
         }
     }
     Ok(socket)

@@ -165,7 +165,7 @@ impl UdpPoller for WritablePoller {
                     Err(error) => {
                         // An error here would end quinn's connection
                         // driver: poll again shortly instead.
-                        tracing::debug!(%error, "quic: cannot watch writability; polling");
+                        tracing::debug!(target: "plexus::transport", %error, "quic: cannot watch writability; polling");
                         this.retry = Some(Box::pin(tokio::time::sleep(RETRY)));
                         return Pin::new(this).poll_writable(cx);
                     }

@@ -132,7 +132,7 @@ pub(super) fn sender_turn(ep: &EpShared, cell: &PeerCell, addr: SocketAddr) -> b
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => st.spill.push_back(frame),
             Err(error) => {
                 ep.counters.send_errors.fetch_add(1, Relaxed);
-                tracing::debug!(%addr, %error, "udp send failed; datagram dropped");
+                tracing::debug!(target: "plexus::transport", %addr, %error, "udp send failed; datagram dropped");
             }
         }
     }

@@ -60,7 +60,7 @@ pub(crate) fn skip_unused_ancillary_data(socket: &UdpSocket) {
             results.push(setsockopt(socket, sockopt::Ipv6RecvTClass, &false));
         }
         for error in results.into_iter().filter_map(Result::err) {
-            tracing::debug!(%error, "udp ancillary data left on");
+            tracing::debug!(target: "plexus::transport", %error, "udp ancillary data left on");
         }
     }
     #[cfg(not(target_os = "linux"))]
@@ -153,7 +153,7 @@ impl EndpointSocket {
                     match watch_writable(self.socket.get_ref()) {
                         Ok(watch) => self.blocked = Some(watch),
                         Err(error) => {
-                            tracing::debug!(%error, "udp: cannot watch writability; polling");
+                            tracing::debug!(target: "plexus::transport", %error, "udp: cannot watch writability; polling");
                             self.retry = true;
                         }
                     }
