@@ -30,6 +30,7 @@ use bytes::Bytes;
 use plexus_core::{ActorRef, ExitReason, SystemRef};
 use plexus_remote::Node;
 use tokio::sync::{mpsc, oneshot};
+use tracing::Instrument as _;
 
 use crate::config::{ClusterConfig, ConfigError};
 use crate::discovery::rerun::Rerun;
@@ -218,7 +219,20 @@ impl Cluster {
             leaving: Vec::new(),
             inbox,
         };
-        let task = tokio::spawn(driver.run(packets, commands_rx, failures, rerun)).abort_handle();
+        // Joins, member state changes and split-brain decisions are logged
+        // in this span: which node and which member decided.
+        let span = tracing::info_span!(
+            target: "plexus::cluster",
+            "cluster",
+            node = %node.id(),
+            member = %driver.membership.local().address,
+        );
+        let task = tokio::spawn(
+            driver
+                .run(packets, commands_rx, failures, rerun)
+                .instrument(span),
+        )
+        .abort_handle();
         Ok(Cluster {
             commands,
             snapshot,

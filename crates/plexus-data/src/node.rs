@@ -28,6 +28,7 @@ use plexus_cluster::{Cluster, ClusterUpdate, MemberState};
 use plexus_core::{ActorRef, SystemRef};
 use plexus_remote::{ForgedRefs, Node};
 use tokio::sync::{mpsc, oneshot};
+use tracing::Instrument as _;
 
 use crate::crdt::{Crdt, ReplicaId};
 use crate::replicator::{
@@ -175,7 +176,10 @@ impl Replication {
             inbox,
             watcher,
         };
-        let task = tokio::spawn(driver.run(packets, updates, jobs_rx)).abort_handle();
+        // Rounds, refusals and store failures are logged in this span.
+        let span = tracing::info_span!(target: "plexus::data", "replicator", node = %node.id());
+        let task =
+            tokio::spawn(driver.run(packets, updates, jobs_rx).instrument(span)).abort_handle();
         Ok(Self {
             jobs,
             _task: Arc::new(TaskGuard(task)),

@@ -11,6 +11,7 @@ use plexus_net::StackSpec;
 use plexus_transport::{AcceptError, Dialer, LinkStats, Strand, Transport};
 use rustc_hash::FxHashMap;
 use tokio::task::AbortHandle;
+use tracing::Instrument as _;
 
 use crate::config::NodeConfig;
 use crate::error::{LinkError, NodeError, PublishError, ResolveError};
@@ -271,7 +272,19 @@ impl Node {
                     Ok(link) => {
                         let inner = inner.clone();
                         let scheme = scheme.clone();
-                        tokio::spawn(async move { peer::accept(inner, scheme, link).await });
+                        // The handshake and the session's setup, not the
+                        // session's traffic (its tasks are spawned outside
+                        // this span).
+                        let span = tracing::info_span!(
+                            target: "plexus::remote",
+                            "accept",
+                            node = %inner.id,
+                            %scheme,
+                            peer = %link.peer(),
+                        );
+                        tokio::spawn(
+                            async move { peer::accept(inner, scheme, link).await }.instrument(span),
+                        );
                     }
                     // A peer refused during its security handshake or its
                     // protocol upgrade (logged by the transport) costs only
@@ -362,6 +375,16 @@ impl Node {
     /// OS error), handshake failed (why), no such name, wrong message type
     /// (expected vs actual), timed out.
     pub async fn resolve<M: RemoteMessage>(&self, uri: &str) -> Result<ActorRef<M>, ResolveError> {
+        let span =
+            tracing::info_span!(target: "plexus::remote", "resolve", node = %self.inner.id, %uri);
+        self.resolve_in_span(uri).instrument(span).await
+    }
+
+    /// [`resolve`](Self::resolve), in its span.
+    async fn resolve_in_span<M: RemoteMessage>(
+        &self,
+        uri: &str,
+    ) -> Result<ActorRef<M>, ResolveError> {
         let (parsed, name) = self.actor_uri(uri)?;
         let peer = self.inner.dial_peer(&parsed.scheme, &parsed.addr, None);
         let link_err = |source| ResolveError::Link {

@@ -81,6 +81,13 @@ impl Replicator {
             .filter(|(_, d)| **d != 0)
             .map(|(b, d)| (b as u32, *d))
             .collect();
+        tracing::debug!(
+            target: "plexus::data",
+            with = %target,
+            round = self.stats.anti_entropy_rounds,
+            buckets = digests.len(),
+            "anti-entropy round started"
+        );
         self.send(
             &target,
             Body::Digests {
@@ -94,6 +101,7 @@ impl Replicator {
     /// The round with `address` this member started ended; `more`: start
     /// the next at once.
     fn round_ended(&mut self, now: Instant, address: &Arc<str>, more: bool) {
+        tracing::debug!(target: "plexus::data", with = %address, more, "anti-entropy round ended");
         if let Some(peer) = self.peers.get_mut(address) {
             peer.asking = None;
             if !more {
@@ -268,7 +276,7 @@ impl Replicator {
                 Ok(Merged::Held) => continue,
                 Err(error) => {
                     self.stats.entries_refused += 1;
-                    tracing::warn!(%error, from = %from, "replicated state refused");
+                    tracing::warn!(target: "plexus::data", %error, from = %from, "replicated state refused");
                     continue;
                 }
             };
