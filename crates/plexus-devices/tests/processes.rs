@@ -222,3 +222,90 @@ fn logs_to_a_pipe_carry_no_colour_codes() {
         assert!(!line.contains('\u{1b}'), "escape code in {line:?}");
     }
 }
+
+/// The lines a server writes to stderr, started with `log_args` and no
+/// `RUST_LOG`, up to the first that satisfies `until`; and its first
+/// stdout line (its address: stdout carries only the lines a parent
+/// reads, logs go to stderr).
+fn log_lines(log_args: &[&str], until: impl Fn(&str) -> bool) -> (Vec<String>, String) {
+    let mut child = Command::new(SERVER)
+        .args(["--listen", "tcp://127.0.0.1:0"])
+        .args(QUICK)
+        .args(log_args)
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("the process starts");
+    // Both piped above.
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let stderr = child.stderr.take().expect("stderr is piped");
+    let first_out = BufReader::new(stdout).lines().next();
+    // The member logs as it starts listening and forms its cluster; it
+    // runs until killed.
+    let mut lines = Vec::new();
+    for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+        let done = until(&line);
+        lines.push(line);
+        if done {
+            break;
+        }
+    }
+    child.kill().expect("kill the server");
+    let _ = child.wait();
+    let first_out = first_out.expect("a stdout line").expect("utf-8");
+    (lines, first_out)
+}
+
+#[test]
+fn a_member_logs_at_info_by_default_to_stderr() {
+    let (lines, out) = log_lines(&[], |_| true);
+    let log = &lines[0];
+    assert!(log.contains(" INFO "), "{log}");
+    assert!(log.contains("plexus::"), "a plexus::<area> target: {log}");
+    assert!(out.starts_with("LISTENING "), "{out}");
+}
+
+#[test]
+fn log_format_json_writes_one_json_object_per_line() {
+    // Up to the first cluster line: the cluster's events are logged in a
+    // span naming the node and the member.
+    let (lines, out) = log_lines(&["--log-format", "json"], |l| {
+        l.contains("\"target\":\"plexus::cluster\"")
+    });
+    for log in &lines {
+        let v: serde_json::Value = serde_json::from_str(log).expect("a JSON log line");
+        assert_eq!(v["level"], "INFO", "{log}");
+        let target = v["target"].as_str().unwrap_or_default();
+        assert!(target.starts_with("plexus::"), "{log}");
+        assert!(v["fields"]["message"].is_string(), "{log}");
+    }
+    // The loop stopped at the cluster line, or the process ended first.
+    let last = lines.last().expect("a log line");
+    let cluster: serde_json::Value = serde_json::from_str(last).expect("a JSON log line");
+    assert_eq!(cluster["target"], "plexus::cluster", "{lines:?}");
+    assert_eq!(cluster["span"]["name"], "cluster", "{lines:?}");
+    assert!(cluster["span"]["node"].is_string(), "{lines:?}");
+    assert_eq!(
+        cluster["span"]["member"].as_str(),
+        out.strip_prefix("LISTENING "),
+        "{lines:?}"
+    );
+}
+
+#[test]
+fn a_log_filter_that_does_not_parse_exits_2() {
+    let out = Command::new(SERVER)
+        .args([
+            "--listen",
+            "tcp://127.0.0.1:0",
+            "--log",
+            "plexus=[[nonsense",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .expect("the process runs");
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(out.stdout.is_empty(), "it started: {out:?}");
+}

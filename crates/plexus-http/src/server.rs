@@ -146,6 +146,7 @@ pub struct WebServer {
     http: HttpConfig,
     ask_timeout: Duration,
     totals: Arc<HttpTotals>,
+    access_log: bool,
 }
 
 /// The `http` layer as a server builds it: the server's settings (no
@@ -187,6 +188,7 @@ impl WebServer {
             http: HttpConfig::default(),
             ask_timeout: Duration::from_secs(10),
             totals: Arc::default(),
+            access_log: false,
         }
     }
 
@@ -265,6 +267,15 @@ impl WebServer {
     /// How long a route's actor may take to reply (then 504).
     pub fn ask_timeout(mut self, timeout: Duration) -> Self {
         self.ask_timeout = timeout;
+        self
+    }
+
+    /// Logs one line per request under the target `plexus::http::access`
+    /// at INFO: `method`, `path`, `status`, `bytes` (of the body) and, for
+    /// an actor's route, `micros` (until its answer). Default: off (a
+    /// `tracing` filter still decides whether a line is written).
+    pub fn access_log(mut self, on: bool) -> Self {
+        self.access_log = on;
         self
     }
 
@@ -386,11 +397,23 @@ impl WebServer {
             return false;
         };
         match self.dispatch(&request) {
-            Routed::Now(response) => respond_now(tx, id, response),
+            Routed::Now(response) => {
+                if self.access_log {
+                    access(&request, &response);
+                }
+                respond_now(tx, id, response);
+            }
             Routed::Ask(actor, params) => {
                 let tx = tx.clone();
                 let timeout = self.ask_timeout;
+                let access_log = self.access_log;
                 tokio::spawn(async move {
+                    // The request moves into the ask; the access line needs
+                    // its method and path.
+                    let line = access_log.then(|| {
+                        let at = std::time::Instant::now();
+                        (request.method.clone(), request.path().to_owned(), at)
+                    });
                     let asked = actor
                         .ask(
                             |reply| HttpRequest {
@@ -408,6 +431,16 @@ impl WebServer {
                         }
                         Err(e) => Response::new(503, format!("{e}\n")),
                     };
+                    if let Some((method, path, at)) = line {
+                        tracing::info!(
+                            target: "plexus::http::access",
+                            method = method.as_str(),
+                            path,
+                            status = response.status,
+                            bytes = response.body.len(),
+                            micros = at.elapsed().as_micros() as u64,
+                        );
+                    }
                     respond(&tx, id, response).await;
                 });
             }
@@ -439,6 +472,17 @@ impl WebServer {
             Response::new(404, "not found\n")
         })
     }
+}
+
+/// The access line of a request answered at once.
+fn access(request: &Request, response: &Response) {
+    tracing::info!(
+        target: "plexus::http::access",
+        method = request.method.as_str(),
+        path = request.path(),
+        status = response.status,
+        bytes = response.body.len(),
+    );
 }
 
 enum Routed {

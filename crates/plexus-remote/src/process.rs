@@ -1,7 +1,9 @@
-//! What the node binaries share (`plexus-cluster-node`, `plexus-data-node`,
-//! `plexus-device`, `plexus-device-server`): a runtime with logging to
-//! stderr, one flushed line per event on stdout (a parent reads them as they
-//! come), SIGTERM as a future, and an optional ticker.
+//! What the node binaries share (`plexus`, `plexus-node`,
+//! `plexus-cluster-node`, `plexus-data-node`, `plexus-device`,
+//! `plexus-device-server`): logging to stderr ([`init_logging`], the
+//! `--log` and `--log-format` flags of [`LogOptions`]), a runtime, one
+//! flushed line per event on stdout (a parent reads them as they come),
+//! SIGTERM as a future, and an optional ticker.
 //!
 //! Feature `process`.
 
@@ -12,26 +14,110 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+/// How a binary logs: which events (`--log`, else `RUST_LOG`, else
+/// `info`) and in which format (`--log-format`), always to stderr; colour
+/// only when stderr is a terminal.
+///
+/// The command-line flags of the binaries; with the default (`info`, text)
+/// an operator sees members coming up and going down, refused peers,
+/// suspicions and downings without asking for them.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct LogOptions {
+    /// Which events to log, as `RUST_LOG` takes them (`debug`,
+    /// `plexus::cluster=debug,info`); overrides `RUST_LOG` [default:
+    /// `RUST_LOG` if set, else `info`].
+    #[arg(long = "log", value_name = "FILTER", global = true)]
+    pub filter: Option<String>,
+    /// The format of log lines on stderr: `text`, or `json` (one JSON
+    /// object per line).
+    #[arg(long, value_name = "FORMAT", default_value = "text", global = true)]
+    pub log_format: LogFormat,
+}
+
+/// The format of log lines.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines (colour only on a terminal).
+    #[default]
+    Text,
+    /// One JSON object per line: `timestamp`, `level`, `target`, `fields`
+    /// (with `message`) and the enclosing `spans`.
+    Json,
+}
+
+impl std::str::FromStr for LogFormat {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "text" => Ok(Self::Text),
+            "json" => Ok(Self::Json),
+            other => Err(format!("unknown log format `{other}` (text or json)")),
+        }
+    }
+}
+
+/// A log filter that does not parse.
+#[derive(Debug, thiserror::Error)]
+#[error("log filter `{filter}`: {cause}")]
+#[non_exhaustive]
+pub struct LogError {
+    /// The filter as given.
+    pub filter: String,
+    /// Why it does not parse.
+    pub cause: String,
+}
+
+/// The filter used when neither `--log` nor `RUST_LOG` is given.
+pub const DEFAULT_LOG_FILTER: &str = "info";
+
+/// Installs the process's `tracing` subscriber as `options` say, writing
+/// to stderr (stdout stays for the binaries' own lines). Nothing is
+/// installed if a subscriber already is.
+///
+/// # Errors
+///
+/// [`LogError`] if the filter (from `--log` or `RUST_LOG`) does not parse;
+/// nothing is installed then.
+pub fn init_logging(options: &LogOptions) -> Result<(), LogError> {
+    let filter = match &options.filter {
+        Some(f) => f.clone(),
+        None => std::env::var("RUST_LOG")
+            .ok()
+            .filter(|f| !f.trim().is_empty())
+            .unwrap_or_else(|| DEFAULT_LOG_FILTER.to_owned()),
+    };
+    let env_filter = tracing_subscriber::EnvFilter::builder()
+        .parse(&filter)
+        .map_err(|e| LogError {
+            filter: filter.clone(),
+            cause: e.to_string(),
+        })?;
+    // Colour only on a terminal: a log file or a collector gets plain
+    // text, not escape codes.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(env_filter)
+        .with_writer(std::io::stderr);
+    // An error means a subscriber is installed already (a test harness, a
+    // host application): that one stays.
+    let _ = match options.log_format {
+        LogFormat::Text => builder.with_ansi(ansi).try_init(),
+        LogFormat::Json => builder.json().with_ansi(false).try_init(),
+    };
+    Ok(())
+}
+
 /// Runs `run` on a multi-thread runtime of `threads` workers (at least 1),
-/// logging to stderr as `RUST_LOG` says, or `default_filter` if it is unset
-/// (`None`: no logging); prints `name: error` and fails if `run` does.
-pub fn main<Fut, E>(name: &str, threads: usize, default_filter: Option<&str>, run: Fut) -> ExitCode
+/// logging as `log` says ([`init_logging`]); prints `name: error` and fails
+/// if `run` does. A log filter that does not parse exits with code 2.
+pub fn main<Fut, E>(name: &str, threads: usize, log: &LogOptions, run: Fut) -> ExitCode
 where
     Fut: Future<Output = Result<(), E>>,
     E: fmt::Display,
 {
-    let filter = match std::env::var_os("RUST_LOG") {
-        Some(_) => Some(tracing_subscriber::EnvFilter::from_default_env()),
-        None => default_filter.map(tracing_subscriber::EnvFilter::new),
-    };
-    if let Some(filter) = filter {
-        // Colour only on a terminal: a log file or a collector gets plain
-        // text, not escape codes.
-        tracing_subscriber::fmt()
-            .with_env_filter(filter)
-            .with_writer(std::io::stderr)
-            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .init();
+    if let Err(e) = init_logging(log) {
+        eprintln!("{name}: {e}");
+        return ExitCode::from(2);
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads.max(1))
@@ -64,6 +150,43 @@ pub async fn terminated() {
         }
     }
     std::future::pending().await
+}
+
+/// Listens for SIGTERM and SIGINT (Ctrl-C) from now on, and resolves on
+/// the first of them (never where there are no such signals). Call it
+/// before saying the process is ready, so that a signal sent as soon as a
+/// parent reads that line is not missed.
+///
+/// # Panics
+///
+/// Outside a tokio runtime with its I/O driver enabled.
+pub fn stop_signal() -> impl Future<Output = ()> + Send + 'static {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let term = signal(SignalKind::terminate()).ok();
+        let int = signal(SignalKind::interrupt()).ok();
+        async move {
+            let recv = |s: Option<tokio::signal::unix::Signal>| async move {
+                match s {
+                    Some(mut s) => {
+                        s.recv().await;
+                    }
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = recv(term) => {}
+                () = recv(int) => {}
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        async {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
 }
 
 /// The next tick of `interval`, or never without one.

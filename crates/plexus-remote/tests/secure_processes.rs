@@ -1,7 +1,7 @@
 //! Multi-process tests of the secure transports, a `plexus-node` child per
 //! remote node: `tls` (mutual TLS; node ids bound to certificates) and
 //! encrypted UDP (`udp / slicing / encryption / delivery / ordering`).
-#![cfg(feature = "tls")]
+#![cfg(all(feature = "tls", feature = "process"))]
 
 mod common;
 

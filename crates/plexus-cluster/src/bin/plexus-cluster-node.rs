@@ -69,7 +69,10 @@ use tokio::sync::mpsc;
 #[derive(Debug, Parser)]
 #[command(
     name = "plexus-cluster-node",
-    about = "One Plexus cluster member as a process; prints its cluster events to stdout"
+    about = "One Plexus cluster member as a process; prints its cluster events to stdout",
+    after_help = "Logs go to stderr: `info` by default; --log FILTER (or RUST_LOG, which --log \
+                  overrides) chooses; --log-format json writes one JSON object per line. \
+                  Stdout carries only the lines a parent reads."
 )]
 struct Args {
     /// URI to listen on; the bound URI is the member's address.
@@ -157,6 +160,8 @@ struct Args {
     /// Print a STATS line this often.
     #[arg(long, value_name = "MS")]
     stats_every_ms: Option<u64>,
+    #[command(flatten)]
+    log: process::LogOptions,
 }
 
 /// A `--split-brain` value that names no strategy.
@@ -266,7 +271,7 @@ impl Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    process::main("plexus-cluster-node", 2, Some("warn"), run(args))
+    process::main("plexus-cluster-node", 2, &args.log.clone(), run(args))
 }
 
 async fn run(args: Args) -> Result<(), Fail> {

@@ -86,7 +86,10 @@ use tokio::sync::mpsc;
 #[derive(Debug, Parser)]
 #[command(
     name = "plexus-data-node",
-    about = "One Plexus cluster member with its replicator as a process; prints its events to stdout"
+    about = "One Plexus cluster member with its replicator as a process; prints its events to stdout",
+    after_help = "Logs go to stderr: `info` by default; --log FILTER (or RUST_LOG, which --log \
+                  overrides) chooses; --log-format json writes one JSON object per line. \
+                  Stdout carries only the lines a parent reads."
 )]
 struct Args {
     /// URI to listen on; the bound URI is the member's address.
@@ -150,6 +153,8 @@ struct Args {
     /// Print a STATS line this often.
     #[arg(long, value_name = "MS")]
     stats_every_ms: Option<u64>,
+    #[command(flatten)]
+    log: process::LogOptions,
 }
 
 /// Why the member could not start.
@@ -216,7 +221,7 @@ fn main() -> ExitCode {
     // with the same exit code.
     let unreadable = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&unreadable);
-    let code = process::main("plexus-data-node", 2, None, async move {
+    let code = process::main("plexus-data-node", 2, &args.log.clone(), async move {
         let result = run(args, store).await;
         if let Err(Fail::Replication(StartError::Store(_))) = &result {
             flag.store(true, Ordering::Relaxed);
@@ -314,7 +319,9 @@ async fn run(args: Args, store: Option<DurableStore>) -> Result<(), Fail> {
     let _ = work.await;
     match Arc::try_unwrap(data) {
         Ok(data) => data.stop().await,
-        Err(_) => tracing::warn!("the replicator is still in use; not stopped cleanly"),
+        Err(_) => {
+            tracing::warn!(target: "plexus::data", "the replicator is still in use; not stopped cleanly")
+        }
     }
     cluster.leave().await;
     node.shutdown().await;
@@ -377,7 +384,7 @@ async fn fill(data: &Arc<Replication>, n: u64) {
         }
         while let Some(r) = set.join_next().await {
             if let Ok(Err(e)) = r {
-                tracing::warn!(error = %e, "fill update failed");
+                tracing::warn!(target: "plexus::data", error = %e, "fill update failed");
             }
         }
         from = to;

@@ -52,7 +52,10 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[derive(Debug, Parser)]
 #[command(
     name = "plexus-device-server",
-    about = "A Plexus cluster member tracking devices; prints device events to stdout"
+    about = "A Plexus cluster member tracking devices; prints device events to stdout",
+    after_help = "Logs go to stderr: `info` by default; --log FILTER (or RUST_LOG, which --log \
+                  overrides) chooses; --log-format json writes one JSON object per line. \
+                  Stdout carries only the lines a parent reads."
 )]
 struct Args {
     /// URI to listen on; the bound URI is the member's address.
@@ -98,6 +101,8 @@ struct Args {
     /// Keep device states in this server's table only (no replicator).
     #[arg(long)]
     local_directory: bool,
+    #[command(flatten)]
+    log: process::LogOptions,
 }
 
 impl Args {
@@ -145,7 +150,7 @@ fn main() -> ExitCode {
     process::main(
         "plexus-device-server",
         args.threads,
-        Some("plexus::devices=warn"),
+        &args.log.clone(),
         run(args),
     )
 }

@@ -43,7 +43,10 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[derive(Debug, Parser)]
 #[command(
     name = "plexus-device",
-    about = "Plexus device clients in one process; prints their events to stdout"
+    about = "Plexus device clients in one process; prints their events to stdout",
+    after_help = "Logs go to stderr: `info` by default; --log FILTER (or RUST_LOG, which --log \
+                  overrides) chooses; --log-format json writes one JSON object per line. \
+                  Stdout carries only the lines a parent reads."
 )]
 struct Args {
     /// A seed server's URI (repeatable, at least one).
@@ -77,6 +80,8 @@ struct Args {
     /// Tokio worker threads.
     #[arg(long, default_value_t = 1)]
     threads: usize,
+    #[command(flatten)]
+    log: process::LogOptions,
 }
 
 /// Why the device process could not start.
@@ -92,12 +97,7 @@ enum Fail {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    process::main(
-        "plexus-device",
-        args.threads,
-        Some("plexus::devices=warn"),
-        run(args),
-    )
+    process::main("plexus-device", args.threads, &args.log.clone(), run(args))
 }
 
 async fn run(args: Args) -> Result<(), Fail> {

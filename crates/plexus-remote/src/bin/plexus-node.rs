@@ -6,14 +6,19 @@
 //!             [--cookie SECRET] [--name counter]
 //!             [--scheme NAME=SPEC ...]
 //!             [--tls-cert n1.pem --tls-key n1.key --tls-ca ca.pem]   # tls:// and quic://
+//!             [--log FILTER] [--log-format text|json]
 //! ```
 //!
 //! `--scheme` adds a scheme, e.g.
 //! `--scheme 'eudp=udp / slicing / encryption(psk=<64 hex>) / delivery / ordering'`.
 //! With `--tls-*` the node's id is the one its certificate certifies.
 //!
+//! Logs to stderr: `info` by default, `--log FILTER` (or `RUST_LOG`) to
+//! choose, `--log-format json` for one JSON object per line.
+//!
 //! Prints `LISTENING <uri>` for each bound URI, then `NODE <id>`, then
-//! serves until killed.
+//! serves until SIGTERM (or Ctrl-C): it says goodbye to its peers and
+//! exits 0.
 //!
 //! **Test-only knob** (not for real use): `--danger-claim-node-id HEX`
 //! makes the node claim that node id in its handshakes even though its TLS
@@ -24,14 +29,21 @@
 mod service;
 
 use plexus_core::{ActorSystem, NodeId};
+use plexus_remote::process::{self, LogFormat, LogOptions};
 use plexus_remote::{Node, NodeConfig};
 use plexus_transport::tls::TlsConfig;
 
+const USAGE: &str = "usage: plexus-node --listen URI [--listen URI ...] [--cookie SECRET] \
+     [--name NAME] [--scheme NAME=SPEC ...] [--tls-cert PEM --tls-key PEM --tls-ca PEM] \
+     [--log FILTER] [--log-format text|json]
+
+Logs go to stderr: `info` by default; --log FILTER (or RUST_LOG, which --log
+overrides) chooses, e.g. --log plexus::remote=debug,info; --log-format json
+writes one JSON object per line. SIGTERM or Ctrl-C: goodbye to the peers,
+exit 0.";
+
 fn usage() -> ! {
-    eprintln!(
-        "usage: plexus-node --listen URI [--listen URI ...] [--cookie SECRET] [--name NAME] \
-         [--scheme NAME=SPEC ...] [--tls-cert PEM --tls-key PEM --tls-ca PEM]"
-    );
+    eprintln!("{USAGE}");
     std::process::exit(2);
 }
 
@@ -48,6 +60,7 @@ async fn main() {
     let mut schemes = Vec::new();
     let (mut cert, mut key, mut ca) = (None, None, None);
     let mut claim = None;
+    let mut log = LogOptions::default();
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut value = || args.next().unwrap_or_else(|| usage());
@@ -60,11 +73,26 @@ async fn main() {
             "--tls-key" => key = Some(value()),
             "--tls-ca" => ca = Some(value()),
             "--danger-claim-node-id" => claim = Some(value()),
+            "--log" => log.filter = Some(value()),
+            "--log-format" => {
+                log.log_format = value().parse::<LogFormat>().unwrap_or_else(|e| {
+                    eprintln!("plexus-node: {e}");
+                    usage()
+                });
+            }
+            "--help" | "-h" => {
+                println!("{USAGE}");
+                return;
+            }
             _ => usage(),
         }
     }
     if listen.is_empty() {
         usage();
+    }
+    if let Err(e) = process::init_logging(&log) {
+        eprintln!("plexus-node: {e}");
+        std::process::exit(2);
     }
     let mut config = NodeConfig::default().cookie(cookie);
     for s in schemes {
@@ -103,7 +131,12 @@ async fn main() {
     if let Err(e) = node.publish(&counter, &name) {
         fail(e);
     }
+    // Listening for SIGTERM before the line that says it serves.
+    let stopped = process::stop_signal();
     println!("NODE {}", node.id());
-    // Serve until killed.
-    std::future::pending::<()>().await;
+    stopped.await;
+    tracing::info!(target: "plexus::remote", node = %node.id(), "shutting down");
+    // Peers are told goodbye (they see NodeDown now, not after a timeout).
+    node.shutdown().await;
+    system.shutdown().await;
 }

@@ -63,8 +63,13 @@ pub async fn run(args: NodeArgs) -> Result<(), Box<dyn std::error::Error>> {
         println!("LISTENING {}", node.listen(uri).await?);
     }
     node.publish(&system.spawn(CounterActor::default()), &args.name)?;
+    // Listening for SIGTERM before the line that says it serves.
+    let stopped = plexus_remote::process::stop_signal();
     println!("NODE {}", node.id());
-    // Serves until killed.
-    std::future::pending::<()>().await;
+    stopped.await;
+    tracing::info!(target: "plexus::remote", node = %node.id(), "shutting down");
+    // Peers are told goodbye (they see NodeDown now, not after a timeout).
+    node.shutdown().await;
+    system.shutdown().await;
     Ok(())
 }

@@ -29,17 +29,23 @@ pub struct ServeArgs {
     /// The certificate's private key (PEM).
     #[arg(long, requires = "tls_cert")]
     tls_key: Option<std::path::PathBuf>,
+    /// Log one line per request (target `plexus::http::access`, INFO:
+    /// method, path, status, bytes) [default: off].
+    #[arg(long)]
+    access_log: bool,
 }
 
 pub fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
-    let site = WebServer::new().static_dir_with(
-        "/",
-        &args.dir,
-        LoadOptions {
-            max_in_memory: args.max_bytes,
-            sendfile_from: args.sendfile_from,
-        },
-    )?;
+    let site = WebServer::new()
+        .access_log(args.access_log)
+        .static_dir_with(
+            "/",
+            &args.dir,
+            LoadOptions {
+                max_in_memory: args.max_bytes,
+                sendfile_from: args.sendfile_from,
+            },
+        )?;
     let (server, scheme) = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => {
             #[cfg(feature = "tls")]
@@ -56,14 +62,23 @@ pub fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         }
         _ => (site.listen_per_core(&args.addr, args.threads)?, "http"),
     };
+    // Listening for SIGTERM and Ctrl-C before the line that says it serves,
+    // on this thread's own small runtime (the server's threads have theirs).
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let stopped = {
+        let _entered = runtime.enter();
+        plexus_remote::process::stop_signal()
+    };
     println!(
         "serving {} on {scheme}://{} ({} threads)",
         args.dir.display(),
         server.local_addr(),
         server.threads()
     );
-    // Serves until killed.
-    loop {
-        std::thread::park();
-    }
+    runtime.block_on(stopped);
+    tracing::info!(target: "plexus::http", addr = %server.local_addr(), "shutting down");
+    server.stop();
+    Ok(())
 }
