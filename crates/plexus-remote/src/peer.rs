@@ -23,6 +23,7 @@ use plexus_net::LinkEvent;
 use plexus_transport::{Link, LinkStats, LinkTrySendError, Received, Strand};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
+use tracing::Instrument as _;
 
 use crate::context::PeerContext;
 use crate::error::LinkError;
@@ -368,9 +369,17 @@ impl Peer {
         let peer = p.clone();
         // A tell from any thread may get here: spawn on the node's runtime.
         if let Some(inner) = p.inner.upgrade() {
+            // The connect and handshake, not the session's traffic (its
+            // tasks are spawned outside this span).
+            let span = tracing::info_span!(
+                target: "plexus::remote",
+                "connect",
+                node = %inner.id,
+                peer = %p.dial_uri(),
+            );
             inner
                 .system_runtime()
-                .spawn(async move { peer.connect(delay).await });
+                .spawn(async move { peer.connect(delay).await }.instrument(span));
         }
     }
 
