@@ -49,7 +49,7 @@
 //! events as readable lines at `plexus::cluster=info`).
 #![forbid(unsafe_code)]
 
-use plexus_remote::process::{self, terminated, tick, Lines};
+use plexus_remote::process::{self, tick, Lines};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -285,6 +285,9 @@ async fn run(args: Args) -> Result<(), Fail> {
     let node = Node::start(&system, node_config)?;
     let bound = node.listen(&args.listen).await?;
     let mut out = Out::default();
+    // SIGTERM or Ctrl-C: listened for before the line a parent waits for,
+    // so that one sent as soon as it is read is not missed.
+    let stop = process::stop_signal();
     out.line(format_args!("LISTENING {bound}"));
     let cluster = match args.discovery()? {
         Some(d) => Cluster::start_with_discovery(&node, &system, args.cluster_config(), d)?,
@@ -298,12 +301,6 @@ async fn run(args: Args) -> Result<(), Fail> {
         let every = Duration::from_millis(ms.max(1));
         tokio::time::interval_at(tokio::time::Instant::now() + every, every)
     });
-    let stop = async {
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            () = terminated() => {}
-        }
-    };
     tokio::pin!(stop);
     loop {
         tokio::select! {

@@ -65,7 +65,7 @@
 //! on diagnostics on stderr.
 #![forbid(unsafe_code)]
 
-use plexus_remote::process::{self, terminated, tick, Lines};
+use plexus_remote::process::{self, tick, Lines};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -253,6 +253,9 @@ async fn run(args: Args, store: Option<DurableStore>) -> Result<(), Fail> {
     let system = ActorSystem::builder().build()?;
     let node = Node::start(&system, NodeConfig::default().cookie(args.cookie.clone()))?;
     let bound = node.listen(&args.listen).await?;
+    // SIGTERM or Ctrl-C: listened for before the line a parent waits for,
+    // so that one sent as soon as it is read is not missed.
+    let stop = process::stop_signal();
     out.line(format_args!("LISTENING {bound}"));
     let cluster = Cluster::start(&node, &system, args.cluster_config())?;
     let data = Arc::new(Replication::start(
@@ -290,12 +293,6 @@ async fn run(args: Args, store: Option<DurableStore>) -> Result<(), Fail> {
         let every = Duration::from_millis(ms.max(1));
         tokio::time::interval_at(tokio::time::Instant::now() + every, every)
     });
-    let stop = async {
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            () = terminated() => {}
-        }
-    };
     tokio::pin!(stop);
     let mut up = 0;
     loop {

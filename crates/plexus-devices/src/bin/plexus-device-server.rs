@@ -29,7 +29,7 @@
 //! Ctrl-C leaves the cluster and exits; so does a closed stdout.
 #![forbid(unsafe_code)]
 
-use plexus_remote::process::{self, terminated, tick, Lines};
+use plexus_remote::process::{self, tick, Lines};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -170,6 +170,9 @@ async fn run(args: Args) -> Result<(), Fail> {
     let node = Node::start(&system, config)?;
     let bound = node.listen(&args.listen).await?;
     let mut out = Out::default();
+    // SIGTERM or Ctrl-C: listened for before the line a parent waits for,
+    // so that one sent as soon as it is read is not missed.
+    let stop = process::stop_signal();
     out.line(format_args!("LISTENING {bound}"));
     let cluster = Cluster::start(&node, &system, args.cluster_config())?;
     let (server, _replication) = if args.local_directory {
@@ -195,12 +198,6 @@ async fn run(args: Args) -> Result<(), Fail> {
         let every = Duration::from_millis(ms.max(1));
         tokio::time::interval_at(tokio::time::Instant::now() + every, every)
     });
-    let stop = async {
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            () = terminated() => {}
-        }
-    };
     tokio::pin!(stop);
     let mut up = 0;
     loop {

@@ -26,7 +26,7 @@
 //! SIGTERM, Ctrl-C or a closed stdout ends it.
 #![forbid(unsafe_code)]
 
-use plexus_remote::process::{self, terminated, tick, Lines};
+use plexus_remote::process::{self, tick, Lines};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -119,6 +119,9 @@ async fn run(args: Args) -> Result<(), Fail> {
     let node = Node::start(&system, config)?;
     let bound = node.listen(&listen).await?;
     let out = Out::default();
+    // SIGTERM or Ctrl-C: listened for before the line a parent waits for,
+    // so that one sent as soon as it is read is not missed.
+    let stop = process::stop_signal();
     out.line(format_args!("LISTENING {bound}"));
     let mut session = SessionConfig::default();
     session.liveness.heartbeat_interval = Duration::from_millis(args.heartbeat_ms.max(1));
@@ -135,12 +138,6 @@ async fn run(args: Args) -> Result<(), Fail> {
         let every = Duration::from_millis(ms.max(1));
         tokio::time::interval_at(tokio::time::Instant::now() + every, every)
     });
-    let stop = async {
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            () = terminated() => {}
-        }
-    };
     tokio::pin!(stop);
     loop {
         tokio::select! {
