@@ -223,3 +223,28 @@ impl Lines {
         self.closed.load(Ordering::Relaxed)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_filter_that_does_not_parse_is_refused_naming_it() {
+        let options = LogOptions {
+            filter: Some("plexus=[[nonsense".to_owned()),
+            log_format: LogFormat::Json,
+        };
+        let e = init_logging(&options).expect_err("a malformed filter");
+        assert_eq!(e.filter, "plexus=[[nonsense");
+        assert!(e
+            .to_string()
+            .starts_with("log filter `plexus=[[nonsense`: "));
+    }
+
+    #[test]
+    fn log_formats_parse_by_name() {
+        assert_eq!("text".parse::<LogFormat>(), Ok(LogFormat::Text));
+        assert_eq!("json".parse::<LogFormat>(), Ok(LogFormat::Json));
+        assert!("yaml".parse::<LogFormat>().is_err());
+    }
+}
