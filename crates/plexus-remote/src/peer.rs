@@ -793,7 +793,10 @@ impl Peer {
                 control.unwatch(t);
             }
         }
-        if let Some(n) = node {
+        // A link closed as idle carried nothing for a while: an ask still
+        // open was sent before that and its reply can still come, over the
+        // link either side dials next. A lost link fails them.
+        if let Some(n) = node.filter(|_| !idle) {
             inner.fail_replies_of(n, cause);
         }
     }

@@ -259,11 +259,12 @@ fn transports_with_udp_idle(idle: Duration) -> TransportRegistry {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_ref_works_after_its_udp_link_was_closed_as_idle() {
     // No heartbeat layer: nothing crosses an unused link, so each side
-    // drops it after the idle timeout.
+    // drops it after the idle timeout (2 s: long enough that a handshake
+    // on a loaded machine is not cut short as idle).
     let config = || {
         NodeConfig::default()
             .scheme("udp", "udp / slicing / delivery / ordering / batching")
-            .transports(transports_with_udp_idle(Duration::from_millis(300)))
+            .transports(transports_with_udp_idle(Duration::from_secs(2)))
     };
     let (sys_a, sys_b) = (ActorSystem::new(), ActorSystem::new());
     let node_a = Node::start(&sys_a, config()).unwrap();
@@ -296,7 +297,7 @@ async fn an_ask_to_a_node_that_cannot_be_reached_fails_with_node_unreachable() {
     let config = || {
         NodeConfig::default()
             .scheme("udp", "udp / slicing / delivery / ordering / batching")
-            .transports(transports_with_udp_idle(Duration::from_millis(300)))
+            .transports(transports_with_udp_idle(Duration::from_secs(2)))
             .connect_timeout(Duration::from_millis(300))
     };
     let (sys_a, sys_b) = (ActorSystem::new(), ActorSystem::new());

@@ -298,7 +298,7 @@ fn transports_with_udp_idle(idle: Duration) -> plexus_transport::TransportRegist
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_held_for_a_node_restarted_behind_an_idle_link_reaches_no_new_actor() {
-    // No heartbeat: the link closes as idle here after 300 ms, the ref
+    // No heartbeat: the link closes as idle here after 2 s, the ref
     // stays alive, and the next send dials the address again.
     const SPEC: &str = "udp / slicing / delivery / ordering / batching";
     let system = ActorSystem::new();
@@ -307,7 +307,7 @@ async fn a_message_held_for_a_node_restarted_behind_an_idle_link_reaches_no_new_
         NodeConfig::default()
             .cookie("proc-test")
             .scheme("udp", SPEC)
-            .transports(transports_with_udp_idle(Duration::from_millis(300))),
+            .transports(transports_with_udp_idle(Duration::from_secs(2))),
     )
     .unwrap();
     let scheme = format!("udp={SPEC}");
