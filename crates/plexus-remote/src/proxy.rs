@@ -526,16 +526,8 @@ impl RemoteEndpoint for RemoteActor {
     }
 
     fn send(&self, lane: Lane, type_id: u64, type_name: &'static str, payload: Bytes) {
-        // Called through an Arc, so the upgrade succeeds; never drop silently.
-        let Some(me) = self.arc() else {
-            self.dead_letter_here(type_name, DeadLetterReason::Undeliverable);
-            return;
-        };
-        match me.try_send_payload(lane, type_id, &payload) {
-            Some(Ok(())) => {}
-            Some(Err(why)) => self.refused(type_name, why),
-            None => self.dead_letter_here(type_name, DeadLetterReason::Stopped),
-        }
+        // A refused message is dead-lettered there.
+        let _ = self.send_checked(lane, type_id, type_name, payload);
     }
 
     fn send_checked(
@@ -545,6 +537,7 @@ impl RemoteEndpoint for RemoteActor {
         type_name: &'static str,
         payload: Bytes,
     ) -> Result<(), DeadLetterReason> {
+        // Called through an Arc, so the upgrade succeeds; never drop silently.
         let Some(me) = self.arc() else {
             self.dead_letter_here(type_name, DeadLetterReason::Undeliverable);
             return Err(DeadLetterReason::Undeliverable);

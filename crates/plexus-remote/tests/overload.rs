@@ -14,11 +14,13 @@ use std::time::Duration;
 use plexus_core::remote::ReceiptError;
 use plexus_core::{ActorRef, ActorSystem, AskError, DeadLetterReason, ExitReason, ReplyTo};
 use plexus_remote::{Node, NodeConfig};
-use plexus_transport::builtin::{MemTransport, TcpTransport, UdpTransport, UdsTransport};
-use plexus_transport::udp::UdpConfig;
-use plexus_transport::{LinkConfig, TransportRegistry};
+use plexus_transport::LinkConfig;
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
+
+#[path = "common/udp_idle.rs"]
+mod udp_idle;
+use udp_idle::transports_with_udp_idle;
 
 /// Only guards against a hang; no test waits for it to pass.
 const T: Duration = Duration::from_secs(60);
@@ -237,23 +239,6 @@ async fn send_waits_for_room_and_loses_nothing() {
     assert_eq!(delivered, COUNT);
     assert_eq!(sys_a.dead_letters().count(), before, "no dead letter");
     assert_eq!(node_a.link_stats()[0].send_buffer_full, 0);
-}
-
-/// Built-in transports, UDP peers dropped after `idle` of silence.
-fn transports_with_udp_idle(idle: Duration) -> TransportRegistry {
-    let mut registry = TransportRegistry::empty();
-    registry.register(TcpTransport).unwrap();
-    registry.register(UdsTransport).unwrap();
-    registry.register(MemTransport::default()).unwrap();
-    registry
-        .register(UdpTransport {
-            config: UdpConfig {
-                idle_timeout: idle,
-                ..UdpConfig::default()
-            },
-        })
-        .unwrap();
-    registry
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,6 +5,8 @@
 #![cfg(all(feature = "tls", feature = "process"))]
 
 mod common;
+#[path = "common/udp_idle.rs"]
+mod udp_idle;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -17,6 +19,7 @@ use plexus_remote::dev_certs::DevCa;
 use plexus_remote::{Node, NodeConfig, ResolveError};
 use plexus_transport::quic::QuicConfig;
 use plexus_transport::tls::TlsConfig;
+use udp_idle::transports_with_udp_idle;
 
 const T: Duration = Duration::from_secs(10);
 
@@ -276,24 +279,6 @@ fn free_port() -> u16 {
         .local_addr()
         .unwrap()
         .port()
-}
-
-/// Built-in transports, UDP peers dropped after `idle` of silence.
-fn transports_with_udp_idle(idle: Duration) -> plexus_transport::TransportRegistry {
-    use plexus_transport::builtin::{MemTransport, TcpTransport, UdpTransport, UdsTransport};
-    let mut registry = plexus_transport::TransportRegistry::empty();
-    registry.register(TcpTransport).unwrap();
-    registry.register(UdsTransport).unwrap();
-    registry.register(MemTransport::default()).unwrap();
-    registry
-        .register(UdpTransport {
-            config: plexus_transport::udp::UdpConfig {
-                idle_timeout: idle,
-                ..Default::default()
-            },
-        })
-        .unwrap();
-    registry
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
