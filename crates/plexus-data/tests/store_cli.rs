@@ -19,10 +19,11 @@ fn dir(name: &str) -> PathBuf {
     d
 }
 
-/// Runs the member on `store` (with `extra` flags) to its end: it must
-/// end by itself, since it refuses the store before it listens.
-fn refused(store: &Path, extra: &[&str]) -> Output {
-    Command::new(EXE)
+/// A member on 127.0.0.1 keeping `d/*` durable in `store`, with `extra`
+/// flags.
+fn member(store: &Path, extra: &[&str]) -> Command {
+    let mut command = Command::new(EXE);
+    command
         .args([
             "--listen",
             "tcp://127.0.0.1:0",
@@ -32,7 +33,14 @@ fn refused(store: &Path, extra: &[&str]) -> Output {
         ])
         .arg(store)
         .args(extra)
-        .stdin(Stdio::null())
+        .stdin(Stdio::null());
+    command
+}
+
+/// Runs the member on `store` (with `extra` flags) to its end: it must
+/// end by itself, since it refuses the store before it listens.
+fn refused(store: &Path, extra: &[&str]) -> Output {
+    member(store, extra)
         .output()
         .expect("runs plexus-data-node")
 }
@@ -101,17 +109,7 @@ fn a_file_that_is_not_a_store_exits_2_even_with_create_store() {
 #[test]
 fn create_store_starts_a_member_with_a_new_store() {
     let path = dir("create").join("m0.redb");
-    let mut child = Command::new(EXE)
-        .args([
-            "--listen",
-            "tcp://127.0.0.1:0",
-            "--durable",
-            "d/*",
-            "--store",
-        ])
-        .arg(&path)
-        .arg("--create-store")
-        .stdin(Stdio::null())
+    let mut child = member(&path, &["--create-store"])
         .stdout(Stdio::piped())
         .spawn()
         .expect("runs plexus-data-node");
