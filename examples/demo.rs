@@ -304,7 +304,7 @@ async fn tls_tour() -> Result<(), Box<dyn std::error::Error>> {
     use plexus::dev_certs::DevCa;
     use plexus::transport::tls::TlsConfig;
 
-    println!("\n12. tls: a dev CA and node certificates (what `plexus-certs` writes)");
+    println!("\n12. tls: a dev CA and node certificates (what `plexus certs` writes)");
     let dir = std::env::temp_dir().join(format!("plexus-demo-certs-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let ca = DevCa::generate()?;

@@ -1,7 +1,7 @@
 //! `cluster-procs`: the cluster as real processes on this machine
 //! (`docs/CLUSTER.md`, "Run it as processes").
 //!
-//! For each size N it starts N `plexus-cluster-node` processes on
+//! For each size N it starts N `plexus member` processes on
 //! 127.0.0.1 with the default timings (probes 1 s, gossip 200 ms), all
 //! joining through the first, and measures from their stdout lines:
 //!
@@ -19,7 +19,7 @@
 //! The binary is not built by `cargo run -p plexus-bench`; build it first:
 //!
 //! ```text
-//! cargo build --release -p plexus-cluster --bin plexus-cluster-node
+//! cargo build --release -p plexus-bench -p plexus
 //! cargo run --release -p plexus-bench -- cluster-procs --members 5,32
 //! ```
 //!
@@ -29,7 +29,7 @@
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -44,9 +44,9 @@ pub struct Args {
     /// Seconds of the steady window the traffic is measured over.
     #[arg(long, default_value_t = 30)]
     seconds: u64,
-    /// The `plexus-cluster-node` binary (default: beside this one).
+    /// The `plexus` command (default: beside this binary).
     #[arg(long)]
-    node_bin: Option<PathBuf>,
+    plexus: Option<PathBuf>,
 }
 
 /// Gives up on a phase after this long (a hang is reported, not waited
@@ -59,24 +59,7 @@ const SETTLE: Duration = Duration::from_secs(10);
 
 /// Runs `cluster-procs`.
 pub fn run(args: &Args) {
-    let bin = match &args.node_bin {
-        Some(b) => b.clone(),
-        None => match std::env::current_exe() {
-            Ok(exe) => exe.with_file_name("plexus-cluster-node"),
-            Err(e) => {
-                eprintln!("cluster-procs: path of this binary: {e}");
-                std::process::exit(1);
-            }
-        },
-    };
-    if !bin.exists() {
-        eprintln!(
-            "cluster-procs: {} not found; build it with `cargo build --release -p plexus-cluster \
-             --bin plexus-cluster-node` or pass --node-bin",
-            bin.display()
-        );
-        std::process::exit(1);
-    }
+    let bin = crate::plexus_cmd::binary("cluster-procs", args.plexus.as_deref());
     for &n in &args.members {
         if n < 3 {
             eprintln!("cluster-procs: --members {n}: at least 3 (one is killed, a majority stays)");
@@ -200,7 +183,7 @@ impl Cluster {
     /// `listen`, joining through `seed`; returns once it said its address
     /// and incarnation.
     fn start(&mut self, i: usize, listen: &str, seed: Option<&str>) -> Result<(), String> {
-        let mut cmd = Command::new(&self.bin);
+        let mut cmd = crate::plexus_cmd::role(&self.bin, "member");
         cmd.args(["--cluster-name", "bench", "--listen", listen])
             .args(["--stats-every-ms", &STATS_EVERY_MS.to_string()])
             .stdin(Stdio::null())

@@ -1,5 +1,5 @@
 //! `data-procs`: the replicator as real processes on this machine
-//! (`plexus-data-node`, over TCP on 127.0.0.1, default cluster and
+//! (`plexus data`, over TCP on 127.0.0.1, default cluster and
 //! replicator settings).
 //!
 //! - `latency`: 5 members; member 0 runs `--latency-n` updates of a
@@ -22,17 +22,17 @@
 //! set, so nothing is built twice):
 //!
 //! ```text
-//! cargo build --release -p plexus-bench -p plexus-data --features plexus-data/cli
+//! cargo build --release -p plexus-bench -p plexus
 //! target/release/plexus-bench data-procs --scenario all
 //! ```
 //!
 //! It is looked for beside the benchmark binary (the same target
-//! directory), or given with `--node-bin PATH`.
+//! directory), or given with `--plexus PATH`.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -54,31 +54,14 @@ pub struct Args {
     /// Gives up on a phase after this many seconds.
     #[arg(long, default_value_t = 300)]
     guard_s: u64,
-    /// The `plexus-data-node` binary (default: beside this one).
+    /// The `plexus` command (default: beside this binary).
     #[arg(long)]
-    node_bin: Option<PathBuf>,
+    plexus: Option<PathBuf>,
 }
 
 /// Runs `data-procs`.
 pub fn run(args: &Args) {
-    let bin = match &args.node_bin {
-        Some(b) => b.clone(),
-        None => match std::env::current_exe() {
-            Ok(exe) => exe.with_file_name("plexus-data-node"),
-            Err(e) => {
-                eprintln!("data-procs: path of this binary: {e}");
-                std::process::exit(1);
-            }
-        },
-    };
-    if !bin.exists() {
-        eprintln!(
-            "data-procs: {} not found; build it with `cargo build --release -p plexus-bench -p \
-             plexus-data --features plexus-data/cli` or pass --node-bin",
-            bin.display()
-        );
-        std::process::exit(1);
-    }
+    let bin = crate::plexus_cmd::binary("data-procs", args.plexus.as_deref());
     let guard = Duration::from_secs(args.guard_s);
     let all = args.scenario == "all";
     let mut failed = false;
@@ -150,7 +133,7 @@ impl Procs {
     /// Starts process `i` (a new one if `i` is the next index) with
     /// `args`; returns its address once it said it.
     fn start(&mut self, i: usize, args: &[String]) -> Result<String, String> {
-        let mut child = Command::new(&self.bin)
+        let mut child = crate::plexus_cmd::role(&self.bin, "data")
             .args(args)
             .args(["--cluster-name", "data-bench"])
             .stdin(Stdio::null())

@@ -24,6 +24,7 @@ mod data_sim;
 mod lossy_stream;
 mod lossy_stream_linkem;
 mod nodes;
+mod plexus_cmd;
 mod report;
 mod runner;
 mod side_proc;
@@ -68,7 +69,7 @@ enum Workload {
     /// into docs/benchmarks.md and the plots into docs/img/.
     W4Report(w4_report::Args),
     /// W5 devices: device processes reporting to a cluster of server
-    /// processes (`plexus-device`, `plexus-device-server`, built first).
+    /// processes (`plexus device`, `plexus device-server`, built first).
     W5(w5::Args),
     /// The W5 figures (docs/img/w5.png) from a log of `w5` RESULT lines.
     W5Plot(w5_plot::Args),
@@ -99,13 +100,13 @@ enum Workload {
     /// The cluster's figures at full size in the simulator (convergence,
     /// crash detection, traffic per member; stalls with Lifeguard on/off).
     ClusterSim(cluster_sim::Args),
-    /// The cluster as real processes on 127.0.0.1 (`plexus-cluster-node`,
+    /// The cluster as real processes on 127.0.0.1 (`plexus member`,
     /// built first): convergence, traffic per member, kill -9 and restart.
     ClusterProcs(cluster_procs::Args),
     /// The replicator's figures in the simulator (bytes of a churned set
     /// against full-state sync; convergence under faults).
     DataSim(data_sim::Args),
-    /// The replicator as real processes on 127.0.0.1 (`plexus-data-node`,
+    /// The replicator as real processes on 127.0.0.1 (`plexus data`,
     /// built first): latency per consistency level, a joiner's catch-up,
     /// durable keys across a whole-cluster SIGKILL.
     DataProcs(data_procs::Args),

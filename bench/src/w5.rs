@@ -1,5 +1,5 @@
-//! W5 devices (`bench/WORKLOADS.md`): S `plexus-device-server` processes
-//! forming a cluster, D `plexus-device` processes hosting the devices, on
+//! W5 devices (`bench/WORKLOADS.md`): S `plexus device-server` processes
+//! forming a cluster, D `plexus device` processes hosting the devices, on
 //! 127.0.0.1.
 //!
 //! Each server requests a report from each device it is responsible for;
@@ -26,7 +26,7 @@
 //! The binaries are not built by `cargo run -p plexus-bench`:
 //!
 //! ```text
-//! cargo build --release -p plexus-devices --bins
+//! cargo build --release -p plexus-bench -p plexus
 //! cargo run --release -p plexus-bench -- w5 --servers 1 --devices 32 --seconds 10
 //! ```
 
@@ -81,10 +81,9 @@ pub struct Args {
     /// Tokio worker threads of each server and device process.
     #[arg(long, default_value_t = 1)]
     threads: usize,
-    /// Directory of `plexus-device-server` and `plexus-device` (default:
-    /// beside this binary).
+    /// The `plexus` command (default: beside this binary).
     #[arg(long)]
-    bin_dir: Option<PathBuf>,
+    plexus: Option<PathBuf>,
 }
 
 /// Gives up waiting after this long.
@@ -110,28 +109,14 @@ const CLUSTER: &[&str] = &[
 
 /// Runs `w5`.
 pub fn run(args: &Args) {
-    let dir = match &args.bin_dir {
-        Some(d) => d.clone(),
-        None => match std::env::current_exe() {
-            Ok(exe) => exe.with_file_name(""),
-            Err(e) => fail(&format!("path of this binary: {e}")),
-        },
-    };
-    for bin in ["plexus-device-server", "plexus-device"] {
-        if !dir.join(bin).exists() {
-            fail(&format!(
-                "{} not found; build it with `cargo build --release -p plexus-devices --bins` or pass --bin-dir",
-                dir.join(bin).display()
-            ));
-        }
-    }
+    let bin = crate::plexus_cmd::binary("w5", args.plexus.as_deref());
     if args.servers == 0 || args.devices == 0 || args.device_procs == 0 {
         fail("--servers, --devices and --device-procs must be at least 1");
     }
     if args.mttr && args.servers < 2 {
         fail("--mttr needs at least 2 servers (the devices move to another)");
     }
-    let mut w = World::new(&dir, args);
+    let mut w = World::new(&bin, args);
     let r = if args.mttr {
         w.mttr(args)
     } else {
@@ -162,7 +147,8 @@ struct Proc {
 }
 
 struct World {
-    dir: PathBuf,
+    /// The `plexus` command.
+    bin: PathBuf,
     scheme: String,
     server_spec: Option<String>,
     device_spec: Option<String>,
@@ -191,7 +177,7 @@ impl Drop for World {
 }
 
 impl World {
-    fn new(dir: &Path, args: &Args) -> World {
+    fn new(bin: &Path, args: &Args) -> World {
         // A plain scheme runs bare (`udp`: the device protocol resends
         // itself) or with its framing (`tcp / framing`); a spec as given.
         let base = match args.transport.as_str() {
@@ -219,7 +205,7 @@ impl World {
         let device_spec = Some(device_spec);
         let (tx, lines) = mpsc::channel();
         World {
-            dir: dir.to_owned(),
+            bin: bin.to_owned(),
             server_spec: base,
             device_spec,
             scheme,
@@ -302,7 +288,7 @@ impl World {
     }
 
     fn start_server(&mut self, i: usize, listen: &str, seed: Option<&str>) -> Result<(), String> {
-        let mut cmd = Command::new(self.dir.join("plexus-device-server"));
+        let mut cmd = crate::plexus_cmd::role(&self.bin, "device-server");
         cmd.args(CLUSTER).args(["--listen", listen]);
         if let Some(s) = &self.server_spec {
             cmd.args(["--spec", s]);
@@ -315,7 +301,7 @@ impl World {
 
     fn start_devices(&mut self, k: usize) -> Result<(), String> {
         let i = self.servers + k;
-        let mut cmd = Command::new(self.dir.join("plexus-device"));
+        let mut cmd = crate::plexus_cmd::role(&self.bin, "device");
         cmd.args(["--cookie", "w5", "--stats-every-ms", "1000"])
             .args(["--devices", &self.per_proc.to_string()])
             .args(["--first-id", &(k as u64 * self.per_proc).to_string()]);

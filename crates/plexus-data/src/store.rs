@@ -98,7 +98,7 @@ pub enum OpenMode {
     Existing,
     /// A missing or empty file becomes a new, empty store; an existing
     /// store is opened as with [`OpenMode::Existing`] (never replaced). For
-    /// a member's first start (`plexus-data-node --create-store`).
+    /// a member's first start (`plexus data --create-store`).
     CreateIfMissing,
 }
 

@@ -39,7 +39,7 @@
 //! events) and the remote layer, but neither needs devices: putting them
 //! in `plexus-cluster` would make every member carry a second protocol and
 //! its binaries. A device process depends only on this crate's session
-//! and a node; its binaries (`plexus-device`, `plexus-device-server`) and
+//! and a node; its binaries (`plexus device`, `plexus device-server`) and
 //! benchmark (W5) live here too.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]

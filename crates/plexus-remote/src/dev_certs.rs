@@ -1,5 +1,5 @@
 //! A development certificate authority for the `tls` and `quic`
-//! transports (rcgen): what the `plexus-certs` binary writes to files, for
+//! transports (rcgen): what the `plexus certs` binary writes to files, for
 //! tests and demos that make their certificates in-process.
 //!
 //! Not for production: keys are generated and held unencrypted in memory.
@@ -135,6 +135,23 @@ impl DevCa {
     ///
     /// [`DevCertError`] if `name` is not a valid DNS name or signing fails.
     pub fn node(&self, name: &str, days: i64) -> Result<NodeCert, DevCertError> {
+        self.node_for(name, &SubjectNames::default(), days)
+    }
+
+    /// As [`node`](DevCa::node), also valid for the DNS names and IP
+    /// addresses of `also`: a pod's DNS name
+    /// (`plexus-0.plexus.default.svc.cluster.local`) and its IP, so peers
+    /// dialling it by either accept its certificate.
+    ///
+    /// # Errors
+    ///
+    /// [`DevCertError`] if a name is not a valid DNS name or signing fails.
+    pub fn node_for(
+        &self,
+        name: &str,
+        also: &SubjectNames,
+        days: i64,
+    ) -> Result<NodeCert, DevCertError> {
         let now = SystemTime::now();
         let day = Duration::from_secs(86_400);
         // Within a century: `time` refuses dates past year 9999.
@@ -144,7 +161,8 @@ impl DevCa {
         } else {
             now - day * days.unsigned_abs() as u32
         };
-        self.node_valid(name, now - Duration::from_secs(3600), not_after)
+        let key = KeyPair::generate().map_err(failed("generate node key"))?;
+        self.sign(name, also, key, now - Duration::from_secs(3600), not_after)
     }
 
     /// As [`node`](DevCa::node), valid from `not_before` to `not_after`
@@ -160,7 +178,7 @@ impl DevCa {
         not_after: SystemTime,
     ) -> Result<NodeCert, DevCertError> {
         let key = KeyPair::generate().map_err(failed("generate node key"))?;
-        self.sign(name, key, not_before, not_after)
+        self.sign(name, &SubjectNames::default(), key, not_before, not_after)
     }
 
     /// As [`node`](DevCa::node) for an existing key (`key_pem`, as in
@@ -180,12 +198,14 @@ impl DevCa {
         let key = KeyPair::from_pem(key_pem).map_err(failed("node key"))?;
         let now = SystemTime::now();
         let not_after = now + Duration::from_secs(86_400) * days.min(36_500);
-        self.sign(name, key, now - Duration::from_secs(3600), not_after)
+        let also = SubjectNames::default();
+        self.sign(name, &also, key, now - Duration::from_secs(3600), not_after)
     }
 
     fn sign(
         &self,
         name: &str,
+        also: &SubjectNames,
         key: KeyPair,
         not_before: SystemTime,
         not_after: SystemTime,
@@ -195,6 +215,13 @@ impl DevCa {
         params
             .subject_alt_names
             .push(SanType::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST)));
+        for dns in &also.dns {
+            let dns = dns.clone().try_into().map_err(failed("DNS name"))?;
+            params.subject_alt_names.push(SanType::DnsName(dns));
+        }
+        for ip in &also.ips {
+            params.subject_alt_names.push(SanType::IpAddress(*ip));
+        }
         params.distinguished_name.push(DnType::CommonName, name);
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
         params.extended_key_usages = vec![
@@ -211,6 +238,16 @@ impl DevCa {
             key_pem: key.serialize_pem(),
         })
     }
+}
+
+/// Names a node certificate is valid for besides the node's name,
+/// `localhost` and `127.0.0.1` ([`DevCa::node_for`]).
+#[derive(Debug, Clone, Default)]
+pub struct SubjectNames {
+    /// More DNS names.
+    pub dns: Vec<String>,
+    /// IP addresses.
+    pub ips: Vec<IpAddr>,
 }
 
 impl NodeCert {

@@ -15,7 +15,7 @@
 //!   that key cannot be claimed by anyone else, whatever their CA lets them
 //!   do: peers check it ([`certifies`]).
 //! - **Any PKI works.** Nothing special has to be written into the
-//!   certificate: certificates from `plexus-certs`, a corporate CA or an
+//!   certificate: certificates from `plexus certs`, a corporate CA or an
 //!   ACME issuer all give a node id, and two certificates never share one
 //!   unless they share a key.
 //!

@@ -1,6 +1,7 @@
-//! What the node binaries share (`plexus`, `plexus-node`,
-//! `plexus-cluster-node`, `plexus-data-node`, `plexus-device`,
-//! `plexus-device-server`): logging to stderr ([`init_logging`], the
+//! What the roles of the `plexus` command share (`plexus node`, `plexus
+//! member`, `plexus data`, `plexus device-server`, `plexus device`, `plexus
+//! serve`), and what an application's own binary can use the same way:
+//! logging to stderr ([`init_logging`], the
 //! `--log` and `--log-format` flags of [`LogOptions`]), a runtime, one
 //! flushed line per event on stdout (a parent reads them as they come),
 //! SIGTERM as a future, and an optional ticker.
@@ -22,6 +23,8 @@ use std::sync::Arc;
 /// an operator sees members coming up and going down, refused peers,
 /// suspicions and downings without asking for them.
 #[derive(Debug, Clone, Default, clap::Args)]
+// The doc above is the type's, not a command's `about`.
+#[command(about = None, long_about = None)]
 pub struct LogOptions {
     /// Which events to log, as `RUST_LOG` takes them (`debug`,
     /// `plexus::cluster=debug,info`); overrides `RUST_LOG` [default:
@@ -107,18 +110,14 @@ pub fn init_logging(options: &LogOptions) -> Result<(), LogError> {
     Ok(())
 }
 
-/// Runs `run` on a multi-thread runtime of `threads` workers (at least 1),
-/// logging as `log` says ([`init_logging`]); prints `name: error` and fails
-/// if `run` does. A log filter that does not parse exits with code 2.
-pub fn main<Fut, E>(name: &str, threads: usize, log: &LogOptions, run: Fut) -> ExitCode
+/// Runs `run` on a multi-thread runtime of `threads` workers (at least 1);
+/// prints `name: error` and fails if `run` does. Logging is the caller's
+/// ([`init_logging`], once per process).
+pub fn block_on<Fut, E>(name: &str, threads: usize, run: Fut) -> ExitCode
 where
     Fut: Future<Output = Result<(), E>>,
     E: fmt::Display,
 {
-    if let Err(e) = init_logging(log) {
-        eprintln!("{name}: {e}");
-        return ExitCode::from(2);
-    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads.max(1))
         .enable_all()

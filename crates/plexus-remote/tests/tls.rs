@@ -12,7 +12,6 @@ use common::certified::{self, certified_node};
 use plexus_core::{Actor, ActorSystem, Context, ReplyTo};
 use plexus_remote::dev_certs::DevCa;
 use plexus_remote::{Node, NodeConfig};
-use plexus_transport::tls::TlsConfig;
 use serde::{Deserialize, Serialize};
 
 #[derive(Serialize, Deserialize)]
@@ -93,41 +92,4 @@ async fn tls_listen_without_certificate_says_what_is_missing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn node_with_certificate_from_another_ca_is_refused() {
     certified::another_ca_is_refused_and_the_endpoint_serves_on("tls", T).await;
-}
-
-/// What the `plexus-certs` binary writes is what a node loads: two nodes
-/// with its certificates resolve and ask over `tls://`.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn plexus_certs_output_serves_two_nodes() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let d = dir.path();
-    let run = |args: &[&str]| {
-        let status = std::process::Command::new(env!("CARGO_BIN_EXE_plexus-certs"))
-            .args(args)
-            .stdout(std::process::Stdio::null())
-            .status()
-            .expect("run plexus-certs");
-        assert!(status.success(), "plexus-certs {args:?}: {status}");
-    };
-    let out = d.to_str().expect("utf-8 temp path");
-    run(&["ca", "--out", out]);
-    run(&[
-        "node", "--ca", out, "--name", "n1", "--out", out, "--days", "2",
-    ]);
-    run(&["node", "--ca", out, "--name", "n2", "--out", out]);
-    let load = |name: &str| {
-        let tls = TlsConfig::from_pem_files(
-            d.join(format!("{name}.pem")),
-            d.join(format!("{name}.key")),
-            d.join("ca.pem"),
-        )
-        .expect("load plexus-certs output");
-        NodeConfig::default().cookie("certs-test").tls(tls)
-    };
-    let (_a, na) = certified_node(load("n2"));
-    let (b, nb) = certified_node(load("n1"));
-    // Its certificate is valid for 127.0.0.1 too.
-    let echo = echo_over_tls(&b, &nb).await;
-    let remote = na.resolve::<Echo>(&echo).await.expect("resolve over tls");
-    assert_eq!(remote.ask(|r| Echo::Twice(4, r), T).await, Ok(8));
 }

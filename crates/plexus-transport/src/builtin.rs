@@ -407,7 +407,7 @@ impl MemTransport {
 #[cfg(feature = "tls")]
 const NEEDS_CERTIFICATE: &str = "tls and quic need a certificate: \
      TlsConfig::from_pem_files(cert, key, ca) given to the transport (on a node: \
-     NodeConfig::tls); make development ones with `plexus-certs`";
+     NodeConfig::tls); make development ones with `plexus certs`";
 
 /// `tls`: TLS 1.3 over TCP with mutual authentication; see
 /// [`crate::tls`]. A dialled peer's certificate must be valid for the

@@ -27,13 +27,13 @@
 //!
 //! # Development certificates
 //!
-//! The `plexus-certs` binary of `plexus-remote` makes a dev CA and node
+//! The `plexus certs` binary of `plexus-remote` makes a dev CA and node
 //! certificates (valid for the node's name, `localhost` and `127.0.0.1`,
 //! for both server and client authentication):
 //!
 //! ```text
-//! plexus-certs ca --out certs/                       # certs/ca.pem, certs/ca.key
-//! plexus-certs node --ca certs/ --name n1 --out certs/n1 [--days 365]
+//! plexus certs ca --out certs/                       # certs/ca.pem, certs/ca.key
+//! plexus certs node --ca certs/ --name n1 --out certs/n1 [--days 365]
 //!                                                    # certs/n1/n1.pem, certs/n1/n1.key
 //! ```
 //!

@@ -51,7 +51,7 @@ pub mod selector {
 /// Node identities certified by TLS certificates.
 pub use plexus_remote::identity;
 
-/// A development certificate authority (what the `plexus-certs` binary
+/// A development certificate authority (what the `plexus certs` binary
 /// writes), for tests and demos.
 #[cfg(feature = "tls")]
 pub use plexus_remote::dev_certs;

@@ -1,5 +1,6 @@
 //! Shared by the multi-process tests.
 #[cfg(feature = "tls")]
 pub mod certified;
-pub mod process;
+/// The counter `plexus node` serves (one definition for both).
+#[path = "../../../plexus/src/bin/plexus/counter.rs"]
 pub mod service;

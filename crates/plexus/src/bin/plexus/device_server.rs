@@ -1,8 +1,8 @@
-//! `plexus-device-server`: a cluster member that tracks devices, as a
+//! `plexus device-server`: a cluster member that tracks devices, as a
 //! process (for the multi-process tests and `plexus-bench w5`).
 //!
 //! ```text
-//! plexus-device-server --listen udp://127.0.0.1:4000 [--spec 'udp / delivery / ordering']
+//! plexus device-server --listen udp://127.0.0.1:4000 [--spec 'udp / delivery / ordering']
 //!                      [--seed URI ...] [--cookie SECRET] [--stats-every-ms MS]
 //!                      [--probe-interval-ms MS ...] [--threads N]
 //! ```
@@ -27,14 +27,12 @@
 //!
 //! Refused device packets are logged on stderr (warnings). SIGTERM or
 //! Ctrl-C leaves the cluster and exits; so does a closed stdout.
-#![forbid(unsafe_code)]
 
 use plexus_remote::process::{self, tick, Lines};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use clap::Parser;
 use plexus_cluster::{Cluster, ClusterConfig, ClusterUpdate, MemberState};
 use plexus_core::ActorSystem;
 use plexus_data::node::Replication;
@@ -45,19 +43,9 @@ use plexus_devices::{TrackerConfig, TrackerEvent};
 use plexus_remote::{Node, NodeConfig};
 use tokio::sync::mpsc;
 
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 /// The flags.
-#[derive(Debug, Parser)]
-#[command(
-    name = "plexus-device-server",
-    about = "A Plexus cluster member tracking devices; prints device events to stdout",
-    after_help = "Logs go to stderr: `info` by default; --log FILTER (or RUST_LOG, which --log \
-                  overrides) chooses; --log-format json writes one JSON object per line. \
-                  Stdout carries only the lines a parent reads."
-)]
-struct Args {
+#[derive(Debug, clap::Args)]
+pub struct Args {
     /// URI to listen on; the bound URI is the member's address.
     #[arg(long, default_value = "tcp://127.0.0.1:0")]
     listen: String,
@@ -101,8 +89,6 @@ struct Args {
     /// Keep device states in this server's table only (no replicator).
     #[arg(long)]
     local_directory: bool,
-    #[command(flatten)]
-    log: process::LogOptions,
 }
 
 impl Args {
@@ -145,14 +131,8 @@ enum Fail {
     BadListen(String),
 }
 
-fn main() -> ExitCode {
-    let args = Args::parse();
-    process::main(
-        "plexus-device-server",
-        args.threads,
-        &args.log.clone(),
-        run(args),
-    )
+pub fn main(args: Args) -> ExitCode {
+    process::block_on("plexus device-server", args.threads, run(args))
 }
 
 async fn run(args: Args) -> Result<(), Fail> {

@@ -1,10 +1,10 @@
-//! A `plexus-node` child process, for the multi-process tests.
+//! A `plexus node` child process, for the multi-process tests.
 #![allow(dead_code)] // each includer uses a different part
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 
-/// A `plexus-node` child; killed (SIGKILL) when dropped.
+/// A `plexus node` child; killed (SIGKILL) when dropped.
 pub struct NodeProcess {
     child: Child,
     /// The URIs it listens on (`LISTENING` lines).
@@ -14,22 +14,23 @@ pub struct NodeProcess {
 }
 
 impl NodeProcess {
-    /// Starts `plexus-node` with `args` and waits until it serves.
+    /// Starts `plexus node` with `args` and waits until it serves.
     ///
     /// # Panics
     ///
     /// If it exits before printing its `NODE` line.
     pub fn start(args: &[String]) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_plexus-node"))
+        let mut child = Command::new(env!("CARGO_BIN_EXE_plexus"))
+            .arg("node")
             .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
-            .expect("start plexus-node");
+            .expect("start plexus node");
         let lines = BufReader::new(child.stdout.take().expect("piped stdout")).lines();
         let mut uris = Vec::new();
         for line in lines {
-            let line = line.expect("read plexus-node output");
+            let line = line.expect("read plexus node output");
             if let Some(uri) = line.strip_prefix("LISTENING ") {
                 uris.push(uri.to_owned());
             }
@@ -42,7 +43,7 @@ impl NodeProcess {
             }
         }
         let status = child.wait();
-        panic!("plexus-node {args:?} exited before serving: {status:?}");
+        panic!("plexus node {args:?} exited before serving: {status:?}");
     }
 
     /// Kills it (SIGKILL) and reaps it.

@@ -1,4 +1,4 @@
-//! Five `plexus-cluster-node` processes across an emulated link
+//! Five `plexus member` processes across an emulated link
 //! (`plexus-linkem`: two network namespaces joined through TUN devices,
 //! addresses 198.51.100.1 and .2): three on side a, two on side b. Cutting
 //! the link (100 % loss both ways) is resolved by keep-majority: side a
@@ -15,7 +15,8 @@ use common::procs::{Event, Proc, EXE, QUICK};
 use plexus_linkem::{netns, Link, LinkConfig, Side};
 
 fn member(link: &Link, name: &str, side: Side, seed: Option<&str>) -> Proc {
-    let mut args: Vec<String> = QUICK.iter().map(|s| (*s).to_owned()).collect();
+    let mut args: Vec<String> = vec!["member".to_owned()];
+    args.extend(QUICK.iter().map(|s| (*s).to_owned()));
     args.extend(["--listen".to_owned(), format!("tcp://{}:0", side.address())]);
     if let Some(seed) = seed {
         args.extend(["--seed".to_owned(), seed.to_owned()]);

@@ -1,4 +1,4 @@
-//! Five `plexus-cluster-node` processes at the default timings. One member
+//! Five `plexus member` processes at the default timings. One member
 //! at a time is killed with SIGKILL and restarted at its address 0.1 s,
 //! 1 s and 12 s after the kill (the last once every other member has
 //! downed it). Every other member must report the same events about it:
@@ -15,18 +15,17 @@
 
 mod common;
 
-use std::process::Command;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use common::procs::{port, Event, Proc, EXE};
+use common::procs::{member_command, port, Event, Proc};
 
 /// How long after its start a new life is watched for suspicions.
 const WATCH_MS: u64 = 8_000;
 
 /// A member at the default timings, printing `STATS` twice a second.
 fn member(name: &str, listen: &str, seed: Option<&str>) -> Proc {
-    let mut cmd = Command::new(EXE);
+    let mut cmd = member_command();
     cmd.args(["--cluster-name", "restarts", "--cookie", "restarts-test"])
         .args(["--stats-every-ms", "500", "--listen", listen]);
     if let Some(s) = seed {

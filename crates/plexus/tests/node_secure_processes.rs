@@ -1,7 +1,7 @@
-//! Multi-process tests of the secure transports, a `plexus-node` child per
+//! Multi-process tests of the secure transports, a `plexus node` child per
 //! remote node: `tls` (mutual TLS; node ids bound to certificates) and
 //! encrypted UDP (`udp / slicing / encryption / delivery / ordering`).
-#![cfg(all(feature = "tls", feature = "process"))]
+#![cfg(feature = "tls")]
 
 mod common;
 
@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use common::process::NodeProcess;
+use common::node_process::NodeProcess;
 use common::service::{Counter, Total};
 use plexus_core::{ActorRef, ActorSystem, NodeId};
 use plexus_remote::dev_certs::{DevCa, NodeCert};
@@ -39,7 +39,7 @@ impl CertDir {
         path.display().to_string()
     }
 
-    /// `plexus-node` arguments presenting `cert` and trusting `trust`.
+    /// `plexus node` arguments presenting `cert` and trusting `trust`.
     fn tls_args(&self, name: &str, cert: &NodeCert, trust: &DevCa) -> Vec<String> {
         vec![
             "--tls-cert".into(),

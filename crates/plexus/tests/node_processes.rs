@@ -1,18 +1,18 @@
-//! Multi-process tests: a `plexus-node` child process per remote node, on
+//! Multi-process tests: a `plexus node` child process per remote node, on
 //! 127.0.0.1 (and a Unix socket), for each scheme; over `quic` with
 //! certificates from PEM files, and a child whose certificate is from
 //! another CA refused with the reason.
-#![cfg(all(feature = "tls", feature = "process"))]
+#![cfg(feature = "tls")]
 
 mod common;
-#[path = "common/udp_idle.rs"]
+#[path = "../../plexus-remote/tests/common/udp_idle.rs"]
 mod udp_idle;
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use common::certified::certified_node;
-use common::process::NodeProcess;
+use common::node_process::NodeProcess;
 use common::service::{Counter, Total};
 use plexus_core::{ActorRef, ActorSystem, AskError, ExitReason};
 use plexus_remote::dev_certs::DevCa;
@@ -23,7 +23,7 @@ use udp_idle::transports_with_udp_idle;
 
 const T: Duration = Duration::from_secs(10);
 
-/// Starts a `plexus-node` child listening on `listen` with `cookie`.
+/// Starts a `plexus node` child listening on `listen` with `cookie`.
 fn start_node(listen: &[&str], cookie: &str) -> NodeProcess {
     start_node_with(listen, cookie, &[])
 }
@@ -36,7 +36,7 @@ fn start_node_with(listen: &[&str], cookie: &str, extra: &[&str]) -> NodeProcess
     }
     args.extend(["--cookie".to_owned(), cookie.to_owned()]);
     let node = NodeProcess::start(&args);
-    assert_eq!(node.uris.len(), listen.len(), "plexus-node did not start");
+    assert_eq!(node.uris.len(), listen.len(), "plexus node did not start");
     node
 }
 
@@ -100,8 +100,8 @@ async fn full_cycle_with(system: &ActorSystem, node: &Node, scheme_listen: &str,
         Err(ResolveError::WrongType {
             expected, actual, ..
         }) => {
-            assert_eq!(expected, "plexus.test.Total");
-            assert_eq!(actual, "plexus.test.Counter");
+            assert_eq!(expected, "plexus.cli.Total");
+            assert_eq!(actual, "plexus.cli.Counter");
         }
         other => panic!("expected WrongType, got {other:?}"),
     }
@@ -172,7 +172,7 @@ impl Certs {
     }
 
     /// Writes `name.pem` and `name.key` signed by `signer` (this CA if
-    /// `None`); returns the `plexus-node` arguments to load them.
+    /// `None`); returns the `plexus node` arguments to load them.
     fn node_args(&self, name: &str, signer: Option<&DevCa>) -> Vec<String> {
         let cert = signer.unwrap_or(&self.ca).node(name, 1).unwrap();
         let path = |ext: &str| self.dir.join(format!("{name}.{ext}"));

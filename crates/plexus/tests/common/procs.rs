@@ -1,4 +1,4 @@
-//! `plexus-cluster-node` processes for tests: start one, follow its stdout
+//! `plexus member` processes for tests: start one, follow its stdout
 //! lines through a channel (each with the time it was read) and keep its
 //! stderr (its warnings), kill it with SIGKILL. Every process is killed
 //! when its [`Proc`] is dropped, so a failing test leaves none behind.
@@ -10,8 +10,15 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// The binary under test.
-pub const EXE: &str = env!("CARGO_BIN_EXE_plexus-cluster-node");
+/// The binary under test: `plexus`, run as `plexus member ...`.
+pub const EXE: &str = env!("CARGO_BIN_EXE_plexus");
+
+/// `plexus member` (the command; arguments follow).
+pub fn member_command() -> std::process::Command {
+    let mut cmd = std::process::Command::new(EXE);
+    cmd.arg("member");
+    cmd
+}
 
 /// A guard that turns a hang into a failure; assertions wait for lines.
 pub const GUARD: Duration = Duration::from_secs(120);

@@ -1,9 +1,9 @@
-//! `plexus-data-node`: a cluster member with its replicator as its own OS
+//! `plexus data`: a cluster member with its replicator as its own OS
 //! process, for the `plexus-bench data-procs` benchmark and for trying the
 //! replicator from a shell.
 //!
 //! ```text
-//! plexus-data-node --listen tcp://127.0.0.1:0 [--seed URI ...]
+//! plexus data --listen tcp://127.0.0.1:0 [--seed URI ...]
 //!                  [--cluster-name NAME] [--cookie SECRET]
 //!                  [--store PATH [--create-store]] [--durable PATTERN ...]
 //!                  [--fill N] [--expect-keys N] [--await-members M]
@@ -63,7 +63,6 @@
 //! the cluster; the process exits 0. If stdout is closed (the parent died),
 //! the process exits. Any other failure to start exits 1. `RUST_LOG` turns
 //! on diagnostics on stderr.
-#![forbid(unsafe_code)]
 
 use plexus_remote::process::{self, tick, Lines};
 use std::path::PathBuf;
@@ -72,7 +71,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use clap::Parser;
 use plexus_cluster::{Cluster, ClusterConfig, ClusterUpdate, MemberState};
 use plexus_core::ActorSystem;
 use plexus_data::crdt::GCounter;
@@ -83,15 +81,8 @@ use plexus_remote::{Node, NodeConfig};
 use tokio::sync::mpsc;
 
 /// Every flag of the binary.
-#[derive(Debug, Parser)]
-#[command(
-    name = "plexus-data-node",
-    about = "One Plexus cluster member with its replicator as a process; prints its events to stdout",
-    after_help = "Logs go to stderr: `info` by default; --log FILTER (or RUST_LOG, which --log \
-                  overrides) chooses; --log-format json writes one JSON object per line. \
-                  Stdout carries only the lines a parent reads."
-)]
-struct Args {
+#[derive(Debug, clap::Args)]
+pub struct Args {
     /// URI to listen on; the bound URI is the member's address.
     #[arg(long, default_value = "tcp://127.0.0.1:0")]
     listen: String,
@@ -153,8 +144,6 @@ struct Args {
     /// Print a STATS line this often.
     #[arg(long, value_name = "MS")]
     stats_every_ms: Option<u64>,
-    #[command(flatten)]
-    log: process::LogOptions,
 }
 
 /// Why the member could not start.
@@ -205,14 +194,15 @@ impl Args {
 /// The exit code of a store refused at start.
 const EXIT_STORE: u8 = 2;
 
-fn main() -> ExitCode {
-    let args = Args::parse();
+pub fn main(args: Args) -> ExitCode {
     let store = match open_store(&args) {
         Ok(store) => store,
         Err(e) => {
-            eprintln!("plexus-data-node: {e}");
+            eprintln!("plexus data: {e}");
             if matches!(e, OpenError::Missing { .. } | OpenError::Empty { .. }) {
-                eprintln!("plexus-data-node: pass --create-store to start this member with a new, empty store");
+                eprintln!(
+                    "plexus data: pass --create-store to start this member with a new, empty store"
+                );
             }
             return ExitCode::from(EXIT_STORE);
         }
@@ -221,7 +211,7 @@ fn main() -> ExitCode {
     // with the same exit code.
     let unreadable = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&unreadable);
-    let code = process::main("plexus-data-node", 2, &args.log.clone(), async move {
+    let code = process::block_on("plexus data", 2, async move {
         let result = run(args, store).await;
         if let Err(Fail::Replication(StartError::Store(_))) = &result {
             flag.store(true, Ordering::Relaxed);
@@ -576,9 +566,18 @@ impl Out {
 mod tests {
     use super::*;
 
+    fn parse<const N: usize>(argv: [&str; N]) -> Args {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: Args,
+        }
+        <Cli as clap::Parser>::parse_from(argv).args
+    }
+
     #[test]
     fn flags_left_out_keep_the_default_settings() {
-        let args = Args::parse_from(["plexus-data-node", "--seed", "tcp://a:1"]);
+        let args = parse(["plexus data", "--seed", "tcp://a:1"]);
         let d = args.data_config();
         assert_eq!(
             d.gossip_interval,
@@ -586,8 +585,8 @@ mod tests {
         );
         assert!(d.durable.is_empty());
         assert_eq!(args.cluster_config().seeds, vec!["tcp://a:1".to_owned()]);
-        let quick = Args::parse_from([
-            "plexus-data-node",
+        let quick = parse([
+            "plexus data",
             "--data-gossip-interval-ms",
             "200",
             "--durable",

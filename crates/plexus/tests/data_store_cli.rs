@@ -1,4 +1,4 @@
-//! `plexus-data-node --store` refuses a store it cannot use with exit code
+//! `plexus data --store` refuses a store it cannot use with exit code
 //! 2 and one readable line naming the file, before it listens; it creates
 //! one only with `--create-store`.
 
@@ -10,7 +10,7 @@ use bytes::Bytes;
 use plexus_data::replicator::StoreBatch;
 use plexus_data::store::{DurableStore, OpenMode};
 
-const EXE: &str = env!("CARGO_BIN_EXE_plexus-data-node");
+const EXE: &str = env!("CARGO_BIN_EXE_plexus");
 
 fn dir(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("plexus-store-cli-{}-{name}", std::process::id()));
@@ -23,6 +23,7 @@ fn dir(name: &str) -> PathBuf {
 /// flags.
 fn member(store: &Path, extra: &[&str]) -> Command {
     let mut command = Command::new(EXE);
+    command.arg("data");
     command
         .args([
             "--listen",
@@ -40,9 +41,7 @@ fn member(store: &Path, extra: &[&str]) -> Command {
 /// Runs the member on `store` (with `extra` flags) to its end: it must
 /// end by itself, since it refuses the store before it listens.
 fn refused(store: &Path, extra: &[&str]) -> Output {
-    member(store, extra)
-        .output()
-        .expect("runs plexus-data-node")
+    member(store, extra).output().expect("runs plexus data")
 }
 
 fn stderr(out: &Output) -> String {
@@ -112,7 +111,7 @@ fn create_store_starts_a_member_with_a_new_store() {
     let mut child = member(&path, &["--create-store"])
         .stdout(Stdio::piped())
         .spawn()
-        .expect("runs plexus-data-node");
+        .expect("runs plexus data");
     let stdout = child.stdout.take().expect("piped");
     let first = BufReader::new(stdout).lines().next();
     child.kill().expect("kills it");

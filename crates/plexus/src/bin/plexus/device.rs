@@ -1,8 +1,8 @@
-//! `plexus-device`: a process hosting device clients (for the
+//! `plexus device`: a process hosting device clients (for the
 //! multi-process tests and `plexus-bench w5`).
 //!
 //! ```text
-//! plexus-device --seed udp://127.0.0.1:4000 [--seed URI ...] [--devices C] [--first-id N]
+//! plexus device --seed udp://127.0.0.1:4000 [--seed URI ...] [--devices C] [--first-id N]
 //!               [--spec 'udp / faults(drop=0.05,seed=1,direction=both)']
 //!               [--listen udp://127.0.0.1:0] [--cookie SECRET] [--values 1000]
 //! ```
@@ -24,31 +24,19 @@
 //! ```
 //!
 //! SIGTERM, Ctrl-C or a closed stdout ends it.
-#![forbid(unsafe_code)]
 
 use plexus_remote::process::{self, tick, Lines};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use clap::Parser;
 use plexus_core::ActorSystem;
 use plexus_devices::device::DeviceHost;
 use plexus_devices::{DeviceEvent, DeviceId, SessionConfig};
 use plexus_remote::{Node, NodeConfig};
 
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 /// The flags.
-#[derive(Debug, Parser)]
-#[command(
-    name = "plexus-device",
-    about = "Plexus device clients in one process; prints their events to stdout",
-    after_help = "Logs go to stderr: `info` by default; --log FILTER (or RUST_LOG, which --log \
-                  overrides) chooses; --log-format json writes one JSON object per line. \
-                  Stdout carries only the lines a parent reads."
-)]
-struct Args {
+#[derive(Debug, clap::Args)]
+pub struct Args {
     /// A seed server's URI (repeatable, at least one).
     #[arg(long = "seed", value_name = "URI", required = true)]
     seeds: Vec<String>,
@@ -80,8 +68,6 @@ struct Args {
     /// Tokio worker threads.
     #[arg(long, default_value_t = 1)]
     threads: usize,
-    #[command(flatten)]
-    log: process::LogOptions,
 }
 
 /// Why the device process could not start.
@@ -95,9 +81,8 @@ enum Fail {
     BadUri(String),
 }
 
-fn main() -> ExitCode {
-    let args = Args::parse();
-    process::main("plexus-device", args.threads, &args.log.clone(), run(args))
+pub fn main(args: Args) -> ExitCode {
+    process::block_on("plexus device", args.threads, run(args))
 }
 
 async fn run(args: Args) -> Result<(), Fail> {

@@ -1,4 +1,4 @@
-//! Five `plexus-cluster-node` processes on 127.0.0.1 form a cluster; one is
+//! Five `plexus member` processes on 127.0.0.1 form a cluster; one is
 //! killed with SIGKILL and every other one downs it; restarted on the same
 //! port it rejoins under a higher incarnation; one leaves on SIGTERM and
 //! the others see it leave, not fail.
@@ -9,13 +9,12 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::Instant;
 
-use common::procs::{port, Proc, EXE, QUICK};
+use common::procs::{member_command, port, Proc, QUICK};
 
 fn member(name: &str, listen: &str, seeds: &[&str]) -> Proc {
-    let mut cmd = Command::new(EXE);
+    let mut cmd = member_command();
     cmd.args(QUICK).args(["--listen", listen]);
     for s in seeds {
         cmd.args(["--seed", s]);
@@ -100,20 +99,20 @@ fn five_processes_see_a_kill_a_rejoin_and_a_leave() {
 
 #[test]
 fn bad_flags_are_refused_with_a_message() {
-    let out = Command::new(EXE)
+    let out = member_command()
         .args(["--split-brain", "majority"])
         .output()
         .expect("runs");
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("static-quorum=N"));
-    let out = Command::new(EXE)
+    let out = member_command()
         .args(["--tls-cert", "n1.pem"])
         .output()
         .expect("runs");
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr)
         .contains("--tls-cert, --tls-key and --tls-ca go together"));
-    let out = Command::new(EXE)
+    let out = member_command()
         .args(["--listen", "nope://x"])
         .output()
         .expect("runs");

@@ -1,5 +1,5 @@
-//! Servers (`plexus-device-server`, a cluster of three) and device
-//! processes (`plexus-device`) on 127.0.0.1: a device reports to the
+//! Servers (`plexus device-server`, a cluster of three) and device
+//! processes (`plexus device`) on 127.0.0.1: a device reports to the
 //! server the ring gives it; killed with SIGKILL, that server is replaced
 //! by the ring's next owner and the device reports again; a second driver
 //! of one device id stops the first.
@@ -16,8 +16,21 @@ use std::time::{Duration, Instant};
 use plexus_cluster::Ring;
 use plexus_devices::DeviceId;
 
-const SERVER: &str = env!("CARGO_BIN_EXE_plexus-device-server");
-const DEVICE: &str = env!("CARGO_BIN_EXE_plexus-device");
+const EXE: &str = env!("CARGO_BIN_EXE_plexus");
+
+/// `plexus device-server` (arguments follow).
+fn server_command() -> Command {
+    let mut cmd = Command::new(EXE);
+    cmd.arg("device-server");
+    cmd
+}
+
+/// `plexus device` (arguments follow).
+fn device_command() -> Command {
+    let mut cmd = Command::new(EXE);
+    cmd.arg("device");
+    cmd
+}
 const GUARD: Duration = Duration::from_secs(120);
 
 /// Cluster timings quick enough for a test.
@@ -108,7 +121,7 @@ impl Drop for Proc {
 }
 
 fn server(name: &str, scheme: &str, seeds: &[&str]) -> Proc {
-    let mut cmd = Command::new(SERVER);
+    let mut cmd = server_command();
     cmd.args(QUICK)
         .args(["--listen", &format!("{scheme}://127.0.0.1:0")]);
     for s in seeds {
@@ -118,7 +131,7 @@ fn server(name: &str, scheme: &str, seeds: &[&str]) -> Proc {
 }
 
 fn device(name: &str, id: u64, seeds: &[&str]) -> Proc {
-    let mut cmd = Command::new(DEVICE);
+    let mut cmd = device_command();
     cmd.args(["--cookie", "devices-test", "--first-id", &id.to_string()]);
     for s in seeds {
         cmd.args(["--seed", s]);
@@ -195,7 +208,7 @@ fn a_second_driver_of_one_device_stops_the_first() {
 /// colour codes only on a terminal.
 #[test]
 fn logs_to_a_pipe_carry_no_colour_codes() {
-    let mut child = Command::new(SERVER)
+    let mut child = server_command()
         .args(["--listen", "tcp://127.0.0.1:0"])
         .args(QUICK)
         .env("RUST_LOG", "debug")
@@ -228,7 +241,7 @@ fn logs_to_a_pipe_carry_no_colour_codes() {
 /// stdout line (its address: stdout carries only the lines a parent
 /// reads, logs go to stderr).
 fn log_lines(log_args: &[&str], until: impl Fn(&str) -> bool) -> (Vec<String>, String) {
-    let mut child = Command::new(SERVER)
+    let mut child = server_command()
         .args(["--listen", "tcp://127.0.0.1:0"])
         .args(QUICK)
         .args(log_args)
@@ -296,7 +309,7 @@ fn log_format_json_writes_one_json_object_per_line() {
 
 #[test]
 fn a_log_filter_that_does_not_parse_exits_2() {
-    let out = Command::new(SERVER)
+    let out = server_command()
         .args([
             "--listen",
             "tcp://127.0.0.1:0",

@@ -1,10 +1,10 @@
-//! `plexus-cluster-node`: one cluster member as its own OS process, for
+//! `plexus member`: one cluster member as its own OS process, for
 //! running a cluster from a shell, across machines, and for the
 //! multi-process tests and benchmarks (`tests/processes.rs`,
 //! `tests/partition.rs`, `plexus-bench cluster-procs`).
 //!
 //! ```text
-//! plexus-cluster-node --listen tcp://10.0.0.7:4000 [--cookie SECRET]
+//! plexus member --listen tcp://10.0.0.7:4000 [--cookie SECRET]
 //!                     [--cluster-name NAME] [--seed URI ...]
 //!                     [--discover-dns-srv NAME | --discover-dns NAME --discover-port PORT]
 //!                     [--discover-scheme tcp] [--bootstrap-min-seeds N]
@@ -47,14 +47,12 @@
 //! that failed, with the seed and the cause; a member that cannot be
 //! reached) go to stderr; `RUST_LOG` sets what else is logged there (the
 //! events as readable lines at `plexus::cluster=info`).
-#![forbid(unsafe_code)]
 
 use plexus_remote::process::{self, tick, Lines};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use clap::Parser;
 use plexus_cluster::discovery::{Discovery, DnsDiscovery};
 use plexus_cluster::{
     Cluster, ClusterConfig, ClusterEvent, ClusterUpdate, DownReason, MemberState, MembershipStats,
@@ -66,15 +64,8 @@ use plexus_transport::tls::TlsConfig;
 use tokio::sync::mpsc;
 
 /// Every flag of the binary (one struct, so new ones go in one place).
-#[derive(Debug, Parser)]
-#[command(
-    name = "plexus-cluster-node",
-    about = "One Plexus cluster member as a process; prints its cluster events to stdout",
-    after_help = "Logs go to stderr: `info` by default; --log FILTER (or RUST_LOG, which --log \
-                  overrides) chooses; --log-format json writes one JSON object per line. \
-                  Stdout carries only the lines a parent reads."
-)]
-struct Args {
+#[derive(Debug, clap::Args)]
+pub struct Args {
     /// URI to listen on; the bound URI is the member's address.
     #[arg(long, default_value = "tcp://127.0.0.1:0")]
     listen: String,
@@ -160,8 +151,6 @@ struct Args {
     /// Print a STATS line this often.
     #[arg(long, value_name = "MS")]
     stats_every_ms: Option<u64>,
-    #[command(flatten)]
-    log: process::LogOptions,
 }
 
 /// A `--split-brain` value that names no strategy.
@@ -269,9 +258,8 @@ impl Args {
     }
 }
 
-fn main() -> ExitCode {
-    let args = Args::parse();
-    process::main("plexus-cluster-node", 2, &args.log.clone(), run(args))
+pub fn main(args: Args) -> ExitCode {
+    process::block_on("plexus member", 2, run(args))
 }
 
 async fn run(args: Args) -> Result<(), Fail> {
@@ -432,6 +420,15 @@ fn reason_token(reason: &DownReason) -> String {
 mod tests {
     use super::*;
 
+    fn parse<const N: usize>(argv: [&str; N]) -> Args {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: Args,
+        }
+        <Cli as clap::Parser>::parse_from(argv).args
+    }
+
     #[test]
     fn split_brain_names_parse_and_bad_ones_are_refused() {
         assert_eq!(
@@ -453,15 +450,15 @@ mod tests {
 
     #[test]
     fn flags_left_out_keep_the_default_timings() {
-        let args = Args::parse_from(["plexus-cluster-node", "--seed", "tcp://a:1"]);
+        let args = parse(["plexus member", "--seed", "tcp://a:1"]);
         let c = args.cluster_config();
         let d = ClusterConfig::default();
         assert_eq!(c.probe_interval, d.probe_interval);
         assert_eq!(c.stable_after, d.stable_after);
         assert_eq!(c.split_brain, d.split_brain);
         assert_eq!(c.seeds, vec!["tcp://a:1".to_owned()]);
-        let quick = Args::parse_from([
-            "plexus-cluster-node",
+        let quick = parse([
+            "plexus member",
             "--probe-interval-ms",
             "200",
             "--split-brain",
@@ -477,7 +474,7 @@ mod tests {
 
     #[test]
     fn partial_tls_flags_are_refused() {
-        let args = Args::parse_from(["plexus-cluster-node", "--tls-cert", "c.pem"]);
+        let args = parse(["plexus member", "--tls-cert", "c.pem"]);
         assert!(matches!(args.node_config(), Err(Fail::PartialTls)));
     }
 }
