@@ -183,7 +183,7 @@ impl Cluster {
     /// `listen`, joining through `seed`; returns once it said its address
     /// and incarnation.
     fn start(&mut self, i: usize, listen: &str, seed: Option<&str>) -> Result<(), String> {
-        let mut cmd = crate::plexus_cmd::role(&self.bin, "member");
+        let mut cmd = crate::plexus_cmd::role(&self.bin, "member", "bench");
         cmd.args(["--cluster-name", "bench", "--listen", listen])
             .args(["--stats-every-ms", &STATS_EVERY_MS.to_string()])
             .stdin(Stdio::null())

@@ -133,7 +133,7 @@ impl Procs {
     /// Starts process `i` (a new one if `i` is the next index) with
     /// `args`; returns its address once it said it.
     fn start(&mut self, i: usize, args: &[String]) -> Result<String, String> {
-        let mut child = crate::plexus_cmd::role(&self.bin, "data")
+        let mut child = crate::plexus_cmd::role(&self.bin, "data", "data-bench")
             .args(args)
             .args(["--cluster-name", "data-bench"])
             .stdin(Stdio::null())

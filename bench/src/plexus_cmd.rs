@@ -29,9 +29,13 @@ pub fn binary(bench: &str, given: Option<&Path>) -> PathBuf {
     bin
 }
 
-/// `plexus <role>` (its arguments follow).
-pub fn role(bin: &Path, role: &str) -> Command {
+/// `plexus <role>` (its arguments follow), with `cookie` and its
+/// management endpoint on a free port (a benchmark runs many members on
+/// one machine).
+pub fn role(bin: &Path, role: &str, cookie: &str) -> Command {
     let mut cmd = Command::new(bin);
-    cmd.arg(role);
+    cmd.arg(role)
+        .env("PLEXUS_NODE__COOKIE", cookie)
+        .env("PLEXUS_MANAGEMENT__BIND", "127.0.0.1:0");
     cmd
 }

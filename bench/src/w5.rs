@@ -91,8 +91,6 @@ const GUARD: Duration = Duration::from_secs(120);
 /// Cluster timings of the servers: probes every 200 ms, so a killed
 /// server leaves the ring in a few seconds.
 const CLUSTER: &[&str] = &[
-    "--cookie",
-    "w5",
     "--probe-interval-ms",
     "200",
     "--probe-timeout-ms",
@@ -288,7 +286,7 @@ impl World {
     }
 
     fn start_server(&mut self, i: usize, listen: &str, seed: Option<&str>) -> Result<(), String> {
-        let mut cmd = crate::plexus_cmd::role(&self.bin, "device-server");
+        let mut cmd = crate::plexus_cmd::role(&self.bin, "device-server", "w5");
         cmd.args(CLUSTER).args(["--listen", listen]);
         if let Some(s) = &self.server_spec {
             cmd.args(["--spec", s]);
@@ -301,8 +299,8 @@ impl World {
 
     fn start_devices(&mut self, k: usize) -> Result<(), String> {
         let i = self.servers + k;
-        let mut cmd = crate::plexus_cmd::role(&self.bin, "device");
-        cmd.args(["--cookie", "w5", "--stats-every-ms", "1000"])
+        let mut cmd = crate::plexus_cmd::role(&self.bin, "device", "w5");
+        cmd.args(["--stats-every-ms", "1000"])
             .args(["--devices", &self.per_proc.to_string()])
             .args(["--first-id", &(k as u64 * self.per_proc).to_string()]);
         if let Some(s) = &self.device_spec {

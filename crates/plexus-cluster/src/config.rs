@@ -6,7 +6,8 @@ use crate::split_brain::SplitBrainStrategy;
 
 /// Settings of a cluster member. Every member of a cluster should use the
 /// same timings; the defaults suit a LAN of up to a few thousand members.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct ClusterConfig {
     /// The cluster's name; packets from another cluster are refused.
@@ -19,8 +20,13 @@ pub struct ClusterConfig {
     /// Form a new cluster if no seed answered for this long (only on first
     /// start, never after being downed). Default `None`: keep trying, so
     /// two halves never form two clusters by accident.
+    #[serde(
+        with = "plexus_net::units::opt_duration",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub form_after: Option<Duration>,
     /// Between join attempts. Default 1 s.
+    #[serde(with = "plexus_net::units::duration")]
     pub join_retry: Duration,
     /// With seeds from a discovery ([`crate::Membership::set_seeds`]), how
     /// many addresses (this member's included) the discovery must have
@@ -42,32 +48,39 @@ pub struct ClusterConfig {
     /// [`crate::Membership::owners`] returns by default). Default 3.
     pub replication_factor: usize,
     /// Between probes of a watched member. Default 1 s.
+    #[serde(with = "plexus_net::units::duration")]
     pub probe_interval: Duration,
     /// How long an indirect probe waits for an answer. Default 500 ms.
+    #[serde(with = "plexus_net::units::duration")]
     pub probe_timeout: Duration,
     /// Members asked to probe a silent member (SWIM's k). Default 3.
     pub indirect_probes: usize,
     /// Phi at which a silent watched member is probed indirectly. Default 8.
     pub suspect_phi: f64,
     /// Lower bound of the detector's deviation. Default 200 ms.
+    #[serde(with = "plexus_net::units::duration")]
     pub phi_min_std_dev: Duration,
     /// Pause of a watched member that is not suspicious. Default 0.
+    #[serde(with = "plexus_net::units::duration")]
     pub phi_acceptable_pause: Duration,
     /// Inter-arrival samples the detector keeps per watched member.
     /// Default 100 (800 bytes).
     pub phi_window: usize,
     /// Between gossip rounds (only sent when there is news). Default 200 ms.
+    #[serde(with = "plexus_net::units::duration")]
     pub gossip_interval: Duration,
     /// Members gossiped to per round: one ring neighbour, the rest at
     /// random. Default 3.
     pub gossip_fanout: usize,
     /// Between push-pull exchanges with one random member (digests first).
     /// Default 10 s.
+    #[serde(with = "plexus_net::units::duration")]
     pub push_pull_interval: Duration,
     /// A claim is gossiped `retransmit_mult × ⌈log10(members + 1)⌉` times.
     /// Default 4.
     pub retransmit_mult: u32,
     /// Largest packet sent. Default 1,400 bytes.
+    #[serde(with = "plexus_net::units::bytes")]
     pub max_packet: usize,
     /// Minimum suspicion before a suspect is unreachable:
     /// `suspicion_mult × max(1, log10(members)) × probe_interval`.
@@ -87,17 +100,22 @@ pub struct ClusterConfig {
     pub split_brain: SplitBrainStrategy,
     /// The unreachable set must be unchanged this long before the
     /// split-brain resolver acts. Default 4 s.
+    #[serde(with = "plexus_net::units::duration")]
     pub stable_after: Duration,
     /// A down member is removed after this long. Default 10 s.
+    #[serde(with = "plexus_net::units::duration")]
     pub remove_after: Duration,
     /// A removed member's tombstone is forgotten after this long. Default
     /// 60 s.
+    #[serde(with = "plexus_net::units::duration")]
     pub tombstone_ttl: Duration,
     /// Rejoin under a new incarnation after being downed. Default on.
     pub rejoin_when_downed: bool,
     /// Wait before rejoining. Default 1 s.
+    #[serde(with = "plexus_net::units::duration")]
     pub rejoin_delay: Duration,
     /// How long a leaving member keeps gossiping its departure. Default 2 s.
+    #[serde(with = "plexus_net::units::duration")]
     pub leave_timeout: Duration,
     /// Most members (tombstones included) kept; claims about more are
     /// refused, so memory is bounded. Default 10,000.
@@ -181,14 +199,26 @@ impl ClusterConfig {
         if self.max_packet < 256 {
             return bad("max_packet", "must be at least 256 bytes");
         }
-        if self.probe_interval.is_zero()
-            || self.gossip_interval.is_zero()
-            || self.join_retry.is_zero()
+        for (setting, d) in [
+            ("probe_interval", self.probe_interval),
+            ("probe_timeout", self.probe_timeout),
+            ("gossip_interval", self.gossip_interval),
+            ("push_pull_interval", self.push_pull_interval),
+            ("join_retry", self.join_retry),
+        ] {
+            if d.is_zero() {
+                return bad(setting, "must be longer than 0s");
+            }
+        }
+        if !(self.suspicion_mult > 0.0 && self.suspicion_mult.is_finite()) {
+            return bad("suspicion_mult", "must be a number above 0");
+        }
+        if !(self.suspicion_max_mult >= self.suspicion_mult && self.suspicion_max_mult.is_finite())
         {
-            return bad(
-                "probe_interval/gossip_interval/join_retry",
-                "must not be zero",
-            );
+            return bad("suspicion_max_mult", "must be at least suspicion_mult");
+        }
+        if !(self.suspect_phi > 0.0 && self.suspect_phi.is_finite()) {
+            return bad("suspect_phi", "must be a number above 0");
         }
         if self.bootstrap_min_seeds == 0 {
             return bad("bootstrap_min_seeds", "must be at least 1");

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::member::Member;
+use crate::member::{Member, MemberState};
 use crate::split_brain::SplitBrainStrategy;
 
 /// A change of the cluster as one member sees it.
@@ -92,6 +92,28 @@ pub enum DownReason {
         /// The new life's incarnation.
         incarnation: u64,
     },
+    /// An operator downed it (a management call on this member).
+    Operator,
+}
+
+/// Why a member could not be downed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DownError {
+    /// No member has that address.
+    #[error("no member has the address {0}")]
+    UnknownMember(String),
+    /// The member is not joining, up or suspected.
+    #[error("{member} is {state:?} already")]
+    NotUp {
+        /// The member.
+        member: String,
+        /// Its state.
+        state: MemberState,
+    },
+    /// This member left or stopped.
+    #[error("this member has stopped")]
+    Stopped,
 }
 
 impl fmt::Display for DownReason {
@@ -106,6 +128,7 @@ impl fmt::Display for DownReason {
                 "split-brain resolver ({strategy}): {reachable} of {members} members reachable"
             ),
             Self::ReportedBy(by) => write!(f, "reported down by {by}"),
+            Self::Operator => f.write_str("downed by an operator"),
             Self::Restarted { incarnation } => {
                 write!(f, "replaced by its new life, incarnation {incarnation}")
             }

@@ -36,11 +36,11 @@ pub mod wire;
 
 pub use config::{ClusterConfig, ConfigError};
 pub use discovery::{Discovery, DiscoveryError, StaticSeeds};
-pub use event::{ClusterEvent, DownReason};
+pub use event::{ClusterEvent, DownError, DownReason};
 pub use member::{Member, MemberState};
 pub use membership::{Membership, MembershipStats, PacketError, Transmit};
 #[cfg(feature = "node")]
 pub use node::{Cluster, ClusterPacket, ClusterUpdate, StartError};
 pub use ring::Ring;
-pub use split_brain::SplitBrainStrategy;
+pub use split_brain::{SplitBrainStrategy, UnknownStrategy};
 pub use view::View;

@@ -35,7 +35,7 @@ use rand::SeedableRng;
 
 use crate::broadcast::Broadcasts;
 use crate::config::{ClusterConfig, ConfigError};
-use crate::event::{ClusterEvent, DownReason};
+use crate::event::{ClusterEvent, DownError, DownReason};
 use crate::member::{Member, MemberState};
 use crate::ring::{hash64, Ring};
 use crate::wire::{Body, DecodeError, Packet, SyncMode};
@@ -420,6 +420,51 @@ impl Membership {
             .push_back(ClusterEvent::MemberLeaving(self.me.clone()));
         // Tell a few members at once rather than at the next round.
         self.gossip_round();
+    }
+
+    /// Downs `address` on an operator's word (a management call): it is
+    /// `Down` here at once, and the claim spreads like the split-brain
+    /// resolver's; this member itself goes down (and rejoins if
+    /// configured) if it is the one named.
+    ///
+    /// # Errors
+    ///
+    /// [`DownError::UnknownMember`] if no member has that address,
+    /// [`DownError::NotUp`] if it is down, leaving or removed already.
+    pub fn down(&mut self, now: Instant, address: &str) -> Result<(), DownError> {
+        if self.stopped {
+            return Err(DownError::Stopped);
+        }
+        tracing::info!(target: "plexus::cluster", member = address, "downed by an operator");
+        if *self.me.address == *address {
+            self.go_down(now, DownReason::Operator);
+            return Ok(());
+        }
+        let Some(r) = self.members.get_mut(address) else {
+            return Err(DownError::UnknownMember(address.to_owned()));
+        };
+        if !matches!(
+            r.state,
+            MemberState::Joining | MemberState::Up | MemberState::Suspect
+        ) {
+            return Err(DownError::NotUp {
+                member: address.to_owned(),
+                state: r.state,
+            });
+        }
+        r.state = MemberState::Down;
+        let m = r.clone();
+        self.unreachable.remove(address);
+        self.suspicions.remove(address);
+        self.entered(now, &m);
+        self.broadcasts.push(m.clone());
+        self.events.push_back(ClusterEvent::MemberDowned {
+            member: m,
+            reason: DownReason::Operator,
+        });
+        self.membership_changed();
+        self.last_change = now;
+        Ok(())
     }
 
     /// The next packet to send.

@@ -35,7 +35,7 @@ use tracing::Instrument as _;
 use crate::config::{ClusterConfig, ConfigError};
 use crate::discovery::rerun::Rerun;
 use crate::discovery::Discovery;
-use crate::event::ClusterEvent;
+use crate::event::{ClusterEvent, DownError};
 use crate::member::{Member, MemberState};
 use crate::membership::{Membership, MembershipStats};
 use crate::ring::Ring;
@@ -93,6 +93,7 @@ pub enum StartError {
 enum Command {
     Subscribe(ActorRef<ClusterUpdate>),
     Leave(oneshot::Sender<()>),
+    Down(Arc<str>, oneshot::Sender<Result<(), DownError>>),
 }
 
 #[derive(Debug)]
@@ -299,6 +300,22 @@ impl Cluster {
             let _ = rx.await;
         }
     }
+
+    /// Downs the member at `address` on an operator's word (see
+    /// [`Membership::down`](crate::Membership::down)); this member itself
+    /// if it is the one named.
+    ///
+    /// # Errors
+    ///
+    /// [`DownError`] if no member has that address, it is not up, or this
+    /// member has stopped.
+    pub async fn down(&self, address: &str) -> Result<(), DownError> {
+        let (tx, rx) = oneshot::channel();
+        self.commands
+            .send(Command::Down(address.into(), tx))
+            .map_err(|_| DownError::Stopped)?;
+        rx.await.unwrap_or(Err(DownError::Stopped))
+    }
 }
 
 struct Driver {
@@ -391,6 +408,10 @@ impl Driver {
                     Some(Command::Leave(done)) => {
                         self.leaving.push(done);
                         self.membership.leave(tokio::time::Instant::now().into_std());
+                    }
+                    Some(Command::Down(address, done)) => {
+                        let now = tokio::time::Instant::now().into_std();
+                        let _ = done.send(self.membership.down(now, &address));
                     }
                     // The Cluster handle was dropped: stop without leaving.
                     None => return,

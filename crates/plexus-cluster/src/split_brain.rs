@@ -53,6 +53,70 @@ impl fmt::Display for SplitBrainStrategy {
     }
 }
 
+impl SplitBrainStrategy {
+    /// The strategy's name in configuration files and on the command line:
+    /// `keep-majority`, `static-quorum=N`, `keep-oldest`,
+    /// `keep-oldest-down-if-alone`, `down-all`.
+    pub fn config_name(&self) -> String {
+        match self {
+            Self::KeepMajority => "keep-majority".into(),
+            Self::StaticQuorum { size } => format!("static-quorum={size}"),
+            Self::KeepOldest {
+                down_if_alone: false,
+            } => "keep-oldest".into(),
+            Self::KeepOldest {
+                down_if_alone: true,
+            } => "keep-oldest-down-if-alone".into(),
+            Self::DownAll => "down-all".into(),
+        }
+    }
+}
+
+/// A strategy name that names no strategy.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "`{0}` is not a split-brain strategy; expected keep-majority, keep-oldest, \
+     keep-oldest-down-if-alone, down-all or static-quorum=N (N >= 1)"
+)]
+pub struct UnknownStrategy(pub String);
+
+impl std::str::FromStr for SplitBrainStrategy {
+    type Err = UnknownStrategy;
+
+    fn from_str(s: &str) -> Result<Self, UnknownStrategy> {
+        Ok(match s {
+            "keep-majority" => Self::KeepMajority,
+            "keep-oldest" => Self::KeepOldest {
+                down_if_alone: false,
+            },
+            "keep-oldest-down-if-alone" => Self::KeepOldest {
+                down_if_alone: true,
+            },
+            "down-all" => Self::DownAll,
+            _ => match s
+                .strip_prefix("static-quorum=")
+                .and_then(|n| n.parse::<usize>().ok())
+            {
+                Some(size) if size >= 1 => Self::StaticQuorum { size },
+                _ => return Err(UnknownStrategy(s.to_owned())),
+            },
+        })
+    }
+}
+
+impl serde::Serialize for SplitBrainStrategy {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.config_name())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for SplitBrainStrategy {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        name.parse().map_err(serde::de::Error::custom)
+    }
+}
+
 /// One member as the resolver sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Seen<'a> {

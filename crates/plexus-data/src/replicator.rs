@@ -84,7 +84,7 @@ use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
 pub use chunks::{ChunkError, MAX_TRANSFERS_PER_PEER};
-pub use config::ReplicatorConfig;
+pub use config::{ConfigError, ReplicatorConfig};
 pub use durable::{decode_record, encode_record, StoreBatch, RECORD_VERSION};
 pub use envelope::{Pruning, PruningMarkers};
 pub use error::{EntryError, GetError, PacketError, RecordError, UpdateError};

@@ -5,14 +5,18 @@ use std::time::Duration;
 use plexus_net::phi::{delay_for_phi, PhiConfig};
 
 /// The failure detector both sides run on the other's heartbeats.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct Liveness {
     /// Between heartbeats sent. Default 100 ms.
+    #[serde(with = "plexus_net::units::duration")]
     pub heartbeat_interval: Duration,
     /// Added to the mean inter-arrival time (a pause this long is not
     /// suspicious). Default 200 ms.
+    #[serde(with = "plexus_net::units::duration")]
     pub acceptable_pause: Duration,
     /// Lower bound of the fitted deviation. Default 50 ms.
+    #[serde(with = "plexus_net::units::duration")]
     pub min_std_dev: Duration,
     /// Phi at which the peer counts as failed. Default 8.
     pub threshold: f64,
@@ -58,15 +62,18 @@ impl Liveness {
 }
 
 /// Settings of a [`DeviceSession`](crate::DeviceSession).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct SessionConfig {
     /// Heartbeats and the detector watching the server.
     pub liveness: Liveness,
     /// Between registration attempts (to every seed) while unattached.
     /// Default 100 ms.
+    #[serde(with = "plexus_net::units::duration")]
     pub register_retry: Duration,
     /// Between attempts after a server refused for load
     /// (`RateLimited`, `TableFull`). Default 1 s.
+    #[serde(with = "plexus_net::units::duration")]
     pub refused_backoff: Duration,
 }
 
@@ -81,7 +88,8 @@ impl Default for SessionConfig {
 }
 
 /// Settings of a [`Tracker`](crate::Tracker).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct TrackerConfig {
     /// Heartbeats and the detector watching each device.
     pub liveness: Liveness,
@@ -89,9 +97,11 @@ pub struct TrackerConfig {
     /// request, the report, the next request at once). Default true.
     pub poll_reports: bool,
     /// A request unanswered this long is sent again. Default 3 ms.
+    #[serde(with = "plexus_net::units::duration")]
     pub request_resend: Duration,
     /// A device silent past its phi threshold is kept (as lost) this long,
     /// then forgotten. Default 30 s.
+    #[serde(with = "plexus_net::units::duration")]
     pub forget_after: Duration,
     /// Devices tracked at most (about 400 bytes each); registrations beyond
     /// are refused with `TableFull`. Default 65,536.
@@ -107,6 +117,7 @@ pub struct TrackerConfig {
     pub max_sources: usize,
     /// How often report counts and totals are written to the directory.
     /// Default 1 s.
+    #[serde(with = "plexus_net::units::duration")]
     pub record_interval: Duration,
 }
 

@@ -46,6 +46,8 @@ pub mod registry;
 pub mod sim;
 pub mod spec;
 pub mod stack;
+#[cfg(feature = "config")]
+pub mod units;
 mod wire;
 
 pub use error::{LinkError, ReceiveError, StackSendError};

@@ -201,6 +201,14 @@ impl NodeConfig {
         self
     }
 
+    /// The TLS material given with [`tls`](Self::tls), if any (for a
+    /// transport of one's own that should present the same certificate,
+    /// e.g. `wss://`).
+    #[cfg(feature = "tls")]
+    pub fn tls_config(&self) -> Option<&TlsConfig> {
+        self.tls.as_ref()
+    }
+
     /// The node id for this configuration's TLS certificate (see
     /// [`identity`](crate::identity)): the part the certificate certifies
     /// and an incarnation picked when [`tls`](Self::tls) took it, so a

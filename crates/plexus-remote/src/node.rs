@@ -302,6 +302,18 @@ impl Node {
         Ok(bound_uri)
     }
 
+    /// The names published on this node, sorted, each with the message
+    /// types its actor takes (what a management endpoint lists).
+    pub fn published(&self) -> Vec<(String, Vec<&'static str>)> {
+        let published = lock(&self.inner.published);
+        let mut names: Vec<(String, Vec<&'static str>)> = published
+            .iter()
+            .map(|(name, p)| (name.clone(), p.types.iter().map(|(_, t)| *t).collect()))
+            .collect();
+        names.sort();
+        names
+    }
+
     /// Publishes `actor` under `name`, so other nodes can resolve
     /// `scheme://this-node/name` as `ActorRef<M>`. Publishing the same
     /// actor again under the same name with another message type (e.g. a

@@ -94,6 +94,9 @@ pub mod sim {
     pub use plexus_sim::*;
 }
 
+pub mod config;
+pub mod management;
+
 /// Re-exported for [`remote_message!`] users.
 pub use serde;
 /// The composable network stack: sans-IO protocol layers, stack specs and

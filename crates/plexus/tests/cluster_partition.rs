@@ -21,7 +21,10 @@ fn member(link: &Link, name: &str, side: Side, seed: Option<&str>) -> Proc {
     if let Some(seed) = seed {
         args.extend(["--seed".to_owned(), seed.to_owned()]);
     }
-    Proc::start(name, link.command(side, EXE, &args))
+    let mut cmd = link.command(side, EXE, &args);
+    cmd.env(common::COOKIE_VAR, "cluster-test")
+        .env("PLEXUS_MANAGEMENT__BIND", "127.0.0.1:0");
+    Proc::start(name, cmd)
 }
 
 fn cut() -> LinkConfig {

@@ -26,7 +26,8 @@ const WATCH_MS: u64 = 8_000;
 /// A member at the default timings, printing `STATS` twice a second.
 fn member(name: &str, listen: &str, seed: Option<&str>) -> Proc {
     let mut cmd = member_command();
-    cmd.args(["--cluster-name", "restarts", "--cookie", "restarts-test"])
+    cmd.args(["--cluster-name", "restarts"])
+        .env(common::COOKIE_VAR, "restarts-test")
         .args(["--stats-every-ms", "500", "--listen", listen]);
     if let Some(s) = seed {
         cmd.args(["--seed", s]);

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use plexus_data::replicator::StoreBatch;
 use plexus_data::store::{DurableStore, OpenMode};
 
-const EXE: &str = env!("CARGO_BIN_EXE_plexus");
+mod common;
 
 fn dir(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("plexus-store-cli-{}-{name}", std::process::id()));
@@ -22,8 +22,7 @@ fn dir(name: &str) -> PathBuf {
 /// A member on 127.0.0.1 keeping `d/*` durable in `store`, with `extra`
 /// flags.
 fn member(store: &Path, extra: &[&str]) -> Command {
-    let mut command = Command::new(EXE);
-    command.arg("data");
+    let mut command = common::plexus("data");
     command
         .args([
             "--listen",

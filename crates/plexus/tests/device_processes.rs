@@ -16,27 +16,23 @@ use std::time::{Duration, Instant};
 use plexus_cluster::Ring;
 use plexus_devices::DeviceId;
 
-const EXE: &str = env!("CARGO_BIN_EXE_plexus");
+mod common;
 
 /// `plexus device-server` (arguments follow).
 fn server_command() -> Command {
-    let mut cmd = Command::new(EXE);
-    cmd.arg("device-server");
+    let mut cmd = common::plexus("device-server");
+    cmd.env(common::COOKIE_VAR, "devices-test");
     cmd
 }
 
 /// `plexus device` (arguments follow).
 fn device_command() -> Command {
-    let mut cmd = Command::new(EXE);
-    cmd.arg("device");
-    cmd
+    common::plexus("device")
 }
 const GUARD: Duration = Duration::from_secs(120);
 
 /// Cluster timings quick enough for a test.
 const QUICK: &[&str] = &[
-    "--cookie",
-    "devices-test",
     "--probe-interval-ms",
     "200",
     "--probe-timeout-ms",
@@ -132,7 +128,8 @@ fn server(name: &str, scheme: &str, seeds: &[&str]) -> Proc {
 
 fn device(name: &str, id: u64, seeds: &[&str]) -> Proc {
     let mut cmd = device_command();
-    cmd.args(["--cookie", "devices-test", "--first-id", &id.to_string()]);
+    cmd.env(common::COOKIE_VAR, "devices-test")
+        .args(["--first-id", &id.to_string()]);
     for s in seeds {
         cmd.args(["--seed", s]);
     }

@@ -24,6 +24,8 @@ fn terminate(
     let mut child: Child = Command::new(env!("CARGO_BIN_EXE_plexus"))
         .args(args)
         .env_remove("RUST_LOG")
+        // Tests run in parallel: the default 8558 would be taken.
+        .env("PLEXUS_MANAGEMENT__BIND", "127.0.0.1:0")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -3,15 +3,15 @@
 //! plain HTTP reverse proxy (with the upgrade headers) between them.
 #![cfg(feature = "tls")]
 
-#[path = "../src/bin/plexus/counter.rs"]
-mod counter;
+
+mod common;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use counter::Counter;
+use common::service::Counter;
 use plexus::dev_certs::DevCa;
 use plexus::http::ws_transport::WsTransport;
 use plexus::transport::TransportRegistry;
@@ -34,9 +34,7 @@ impl Drop for Process {
 
 /// `plexus node` with `args`; its listen URIs once it serves.
 fn plexus_node(args: &[&str]) -> (Process, Vec<String>) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_plexus"))
-        .arg("node")
-        .args(args)
+    let mut child = common::plexus_with("node", args)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()

@@ -8,3 +8,31 @@ pub mod node_process;
 pub mod procs;
 #[path = "../../src/bin/plexus/counter.rs"]
 pub mod service;
+
+/// The variable a role reads its cookie from (secrets never go on argv).
+pub const COOKIE_VAR: &str = "PLEXUS_NODE__COOKIE";
+
+/// `plexus ROLE` (arguments follow), its management endpoint on a free
+/// port: tests run in parallel, and the default 8558 would be taken.
+pub fn plexus(role: &str) -> std::process::Command {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_plexus"));
+    cmd.arg(role).env("PLEXUS_MANAGEMENT__BIND", "127.0.0.1:0");
+    cmd
+}
+
+/// [`plexus`] with `args`, a `--cookie X` among them moved to the
+/// environment, where a role reads its cookie from.
+pub fn plexus_with<S: AsRef<str>>(role: &str, args: &[S]) -> std::process::Command {
+    let mut cmd = plexus(role);
+    let mut rest = args.iter();
+    while let Some(a) = rest.next() {
+        if a.as_ref() == "--cookie" {
+            if let Some(cookie) = rest.next() {
+                cmd.env(COOKIE_VAR, cookie.as_ref());
+            }
+        } else {
+            cmd.arg(a.as_ref());
+        }
+    }
+    cmd
+}

@@ -2,7 +2,7 @@
 #![allow(dead_code)] // each includer uses a different part
 
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 
 /// A `plexus node` child; killed (SIGKILL) when dropped.
 pub struct NodeProcess {
@@ -14,15 +14,15 @@ pub struct NodeProcess {
 }
 
 impl NodeProcess {
-    /// Starts `plexus node` with `args` and waits until it serves.
+    /// Starts `plexus node` with `args` and waits until it serves; a
+    /// `--cookie X` among them goes in the environment, where a role reads
+    /// its cookie from.
     ///
     /// # Panics
     ///
     /// If it exits before printing its `NODE` line.
     pub fn start(args: &[String]) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_plexus"))
-            .arg("node")
-            .args(args)
+        let mut child = super::plexus_with("node", args)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()

@@ -13,10 +13,10 @@ use std::time::{Duration, Instant};
 /// The binary under test: `plexus`, run as `plexus member ...`.
 pub const EXE: &str = env!("CARGO_BIN_EXE_plexus");
 
-/// `plexus member` (the command; arguments follow).
+/// `plexus member` (arguments follow), with the tests' cookie.
 pub fn member_command() -> std::process::Command {
-    let mut cmd = std::process::Command::new(EXE);
-    cmd.arg("member");
+    let mut cmd = super::plexus("member");
+    cmd.env(super::COOKIE_VAR, "cluster-test");
     cmd
 }
 
@@ -27,8 +27,6 @@ pub const GUARD: Duration = Duration::from_secs(120);
 pub const QUICK: &[&str] = &[
     "--cluster-name",
     "test",
-    "--cookie",
-    "cluster-test",
     "--probe-interval-ms",
     "200",
     "--probe-timeout-ms",

@@ -71,53 +71,47 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use plexus_cluster::{Cluster, ClusterConfig, ClusterUpdate, MemberState};
+use plexus::config::Config;
+use plexus::management::Management;
+use plexus_cluster::{Cluster, ClusterUpdate, MemberState};
 use plexus_core::ActorSystem;
 use plexus_data::crdt::GCounter;
 use plexus_data::node::{Replication, StartError};
 use plexus_data::store::{DurableStore, OpenError, OpenMode};
-use plexus_data::{Consistency, Key, ReplicatorConfig, ReplicatorStats};
-use plexus_remote::{Node, NodeConfig};
+use plexus_data::{Consistency, Key, ReplicatorStats};
+use plexus_remote::Node;
 use tokio::sync::mpsc;
+
+use crate::settings::{self, ClusterFlags, ConfigFlags};
 
 /// Every flag of the binary.
 #[derive(Debug, clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct Args {
-    /// URI to listen on; the bound URI is the member's address.
-    #[arg(long, default_value = "tcp://127.0.0.1:0")]
-    listen: String,
-    /// The node's cookie (every member must use the same).
-    #[arg(long, default_value = "plexus")]
-    cookie: String,
-    /// The cluster's name (also the replicator's).
-    #[arg(long, default_value = "plexus")]
-    cluster_name: String,
-    /// A member to join through (repeatable); none: form a new cluster.
-    #[arg(long = "seed", value_name = "URI")]
-    seeds: Vec<String>,
-    /// The cluster's probe interval (default: the cluster's).
-    #[arg(long, value_name = "MS")]
-    probe_interval_ms: Option<u64>,
-    /// The cluster's gossip interval (default: the cluster's).
-    #[arg(long, value_name = "MS")]
-    gossip_interval_ms: Option<u64>,
-    /// Between join attempts (default: the cluster's).
-    #[arg(long, value_name = "MS")]
-    join_retry_ms: Option<u64>,
-    /// The replicator's anti-entropy interval (default: the replicator's).
+    /// Operator calls against a running member's management endpoint
+    /// (`plexus data get KEY`); without one, this runs a member.
+    #[command(subcommand)]
+    call: Option<crate::ops::DataCall>,
+    #[command(flatten)]
+    config: ConfigFlags,
+    #[command(flatten)]
+    cluster: ClusterFlags,
+    /// The replicator's anti-entropy interval (`data.gossip_interval`).
     #[arg(long, value_name = "MS")]
     data_gossip_interval_ms: Option<u64>,
-    /// The replicator's delta interval (default: the replicator's).
+    /// The replicator's delta interval (`data.delta_interval`).
     #[arg(long, value_name = "MS")]
     delta_interval_ms: Option<u64>,
-    /// The durable store's file; it must exist unless --create-store.
+    /// The durable store's file (`store.path`); it must exist unless
+    /// --create-store.
     #[arg(long, value_name = "PATH")]
     store: Option<PathBuf>,
-    /// Create the --store file as a new, empty store if it is missing or
-    /// empty (default: refuse, exit 2).
-    #[arg(long, requires = "store")]
+    /// Create the store file as a new, empty store if it is missing or
+    /// empty (`store.create`; default: refuse, exit 2).
+    #[arg(long)]
     create_store: bool,
-    /// Durable keys: a name or a prefix ending in `*` (repeatable).
+    /// Durable keys: a name or a prefix ending in `*` (repeatable;
+    /// `data.durable`).
     #[arg(long, value_name = "PATTERN")]
     durable: Vec<String>,
     /// Fill the GCounters `k/0` .. `k/<N-1>` here.
@@ -150,58 +144,62 @@ pub struct Args {
 #[derive(Debug, thiserror::Error)]
 enum Fail {
     #[error("{0}")]
+    Config(#[from] plexus::config::ConfigError),
+    #[error("{0}")]
     System(#[from] plexus_core::SystemError),
     #[error("{0}")]
     Node(#[from] plexus_remote::NodeError),
     #[error("{0}")]
     Cluster(#[from] plexus_cluster::StartError),
     #[error("{0}")]
+    Discovery(#[from] plexus_cluster::DiscoveryError),
+    #[error("{0}")]
     Replication(#[from] StartError),
+    #[error("{0}")]
+    Management(#[from] plexus::management::ManagementError),
 }
 
 impl Args {
-    fn cluster_config(&self) -> ClusterConfig {
-        let mut c = ClusterConfig::default()
-            .name(self.cluster_name.clone())
-            .seeds(self.seeds.iter().cloned());
-        let set = |field: &mut Duration, value: Option<u64>| {
-            if let Some(v) = value {
-                *field = Duration::from_millis(v);
-            }
-        };
-        set(&mut c.probe_interval, self.probe_interval_ms);
-        set(&mut c.gossip_interval, self.gossip_interval_ms);
-        set(&mut c.join_retry, self.join_retry_ms);
-        c
-    }
-
-    fn data_config(&self) -> ReplicatorConfig {
-        let mut c = ReplicatorConfig {
-            cluster: self.cluster_name.clone(),
-            durable: self.durable.clone(),
-            ..ReplicatorConfig::default()
-        };
+    /// Writes the flags given over `config`.
+    fn apply(&self, config: &mut Config) {
+        self.cluster.apply(config);
         if let Some(ms) = self.data_gossip_interval_ms {
-            c.gossip_interval = Duration::from_millis(ms);
+            config.data.gossip_interval = Duration::from_millis(ms);
         }
         if let Some(ms) = self.delta_interval_ms {
-            c.delta_interval = Duration::from_millis(ms);
+            config.data.delta_interval = Duration::from_millis(ms);
         }
-        c
+        if !self.durable.is_empty() {
+            config.data.durable.clone_from(&self.durable);
+        }
+        if let Some(path) = &self.store {
+            config.store.path = Some(path.clone());
+        }
+        if self.create_store {
+            config.store.create = true;
+        }
     }
 }
 
 /// The exit code of a store refused at start.
 const EXIT_STORE: u8 = 2;
 
-pub fn main(args: Args) -> ExitCode {
-    let store = match open_store(&args) {
+pub fn main(mut args: Args) -> ExitCode {
+    if let Some(call) = args.call.take() {
+        return crate::ops::data(call);
+    }
+    let config = match args.config.load(|c| args.apply(c)) {
+        Ok(config) => config,
+        Err(e) => return settings::refused("data", &e),
+    };
+    let store = match open_store(&config) {
         Ok(store) => store,
         Err(e) => {
             eprintln!("plexus data: {e}");
             if matches!(e, OpenError::Missing { .. } | OpenError::Empty { .. }) {
                 eprintln!(
-                    "plexus data: pass --create-store to start this member with a new, empty store"
+                    "plexus data: pass --create-store (or set store.create) to start this member \
+                     with a new, empty store"
                 );
             }
             return ExitCode::from(EXIT_STORE);
@@ -212,7 +210,7 @@ pub fn main(args: Args) -> ExitCode {
     let unreadable = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&unreadable);
     let code = process::block_on("plexus data", 2, async move {
-        let result = run(args, store).await;
+        let result = run(args, config, store).await;
         if let Err(Fail::Replication(StartError::Store(_))) = &result {
             flag.store(true, Ordering::Relaxed);
         }
@@ -225,37 +223,62 @@ pub fn main(args: Args) -> ExitCode {
     }
 }
 
-/// The `--store`, opened and verified.
-fn open_store(args: &Args) -> Result<Option<DurableStore>, OpenError> {
-    let mode = if args.create_store {
+/// The store (`store.path`), opened and verified.
+fn open_store(config: &Config) -> Result<Option<DurableStore>, OpenError> {
+    let mode = if config.store.create {
         OpenMode::CreateIfMissing
     } else {
         OpenMode::Existing
     };
-    args.store
+    config
+        .store
+        .path
         .as_ref()
         .map(|path| DurableStore::open(path, mode))
         .transpose()
 }
 
-async fn run(args: Args, store: Option<DurableStore>) -> Result<(), Fail> {
+async fn run(args: Args, config: Config, store: Option<DurableStore>) -> Result<(), Fail> {
     let out = Out::new();
-    let system = ActorSystem::builder().build()?;
-    let node = Node::start(&system, NodeConfig::default().cookie(args.cookie.clone()))?;
-    let bound = node.listen(&args.listen).await?;
+    let node_config = config.node_config()?;
+    let mut system = ActorSystem::builder();
+    if let Some(id) = node_config.certified_node_id() {
+        system = system.node_id(id);
+    }
+    let system = system.build()?;
+    let node = Node::start(&system, node_config)?;
+    let mut bound = Vec::new();
+    for uri in &config.node.listen {
+        bound.push(node.listen(uri).await?);
+    }
     // SIGTERM or Ctrl-C: listened for before the line a parent waits for,
     // so that one sent as soon as it is read is not missed.
     let stop = process::stop_signal();
-    out.line(format_args!("LISTENING {bound}"));
-    let cluster = Cluster::start(&node, &system, args.cluster_config())?;
+    for b in &bound {
+        out.line(format_args!("LISTENING {b}"));
+    }
+    let cluster = Arc::new(match config.discovery.build()? {
+        Some(d) => Cluster::start_with_discovery(&node, &system, config.cluster.clone(), d)?,
+        None => Cluster::start(&node, &system, config.cluster.clone())?,
+    });
     let data = Arc::new(Replication::start(
         &node,
         &system,
         &cluster,
-        args.data_config(),
+        config.data.clone(),
         store,
     )?);
     data.register::<GCounter>();
+    if config.management.enabled {
+        let at = Management::new(&config.management)
+            .node(&node)
+            .cluster(Arc::clone(&cluster))
+            .data(&data)
+            .metrics(crate::metrics::render(&node, Some(&cluster), Some(&data)))
+            .start(&system)
+            .await?;
+        out.line(format_args!("MANAGEMENT http://{at}"));
+    }
     let (tx, mut updates) = mpsc::unbounded_channel();
     cluster.subscribe(system.spawn_fn(move |u: ClusterUpdate, _ctx| {
         let _ = tx.send(u);
@@ -565,6 +588,7 @@ impl Out {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use plexus_data::ReplicatorConfig;
 
     fn parse<const N: usize>(argv: [&str; N]) -> Args {
         #[derive(clap::Parser)]
@@ -576,24 +600,23 @@ mod tests {
     }
 
     #[test]
-    fn flags_left_out_keep_the_default_settings() {
-        let args = parse(["plexus data", "--seed", "tcp://a:1"]);
-        let d = args.data_config();
-        assert_eq!(
-            d.gossip_interval,
-            ReplicatorConfig::default().gossip_interval
-        );
-        assert!(d.durable.is_empty());
-        assert_eq!(args.cluster_config().seeds, vec!["tcp://a:1".to_owned()]);
-        let quick = parse([
+    fn flags_win_over_the_defaults_and_the_replicator_takes_the_cluster_name() {
+        let args = parse([
             "plexus data",
+            "--cluster-name",
+            "shop",
             "--data-gossip-interval-ms",
             "200",
             "--durable",
             "d/*",
         ]);
-        let q = quick.data_config();
-        assert_eq!(q.gossip_interval, Duration::from_millis(200));
-        assert!(q.is_durable("d/3"));
+        let c = args.config.load(|c| args.apply(c)).expect("valid flags");
+        assert_eq!(c.data.gossip_interval, Duration::from_millis(200));
+        assert!(c.data.is_durable("d/3"));
+        assert_eq!(c.data.cluster, "shop");
+        assert_eq!(
+            c.data.delta_interval,
+            ReplicatorConfig::default().delta_interval
+        );
     }
 }

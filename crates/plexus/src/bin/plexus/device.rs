@@ -4,7 +4,7 @@
 //! ```text
 //! plexus device --seed udp://127.0.0.1:4000 [--seed URI ...] [--devices C] [--first-id N]
 //!               [--spec 'udp / faults(drop=0.05,seed=1,direction=both)']
-//!               [--listen udp://127.0.0.1:0] [--cookie SECRET] [--values 1000]
+//!               [--listen udp://127.0.0.1:0] [--config FILE ...] [--values 1000]
 //! ```
 //!
 //! It starts a node (not a cluster member) listening on `--listen`
@@ -31,8 +31,12 @@ use std::time::{Duration, Instant};
 
 use plexus_core::ActorSystem;
 use plexus_devices::device::DeviceHost;
-use plexus_devices::{DeviceEvent, DeviceId, SessionConfig};
-use plexus_remote::{Node, NodeConfig};
+use plexus_devices::{DeviceEvent, DeviceId};
+use plexus_remote::Node;
+
+use plexus::config::Config;
+
+use crate::settings::{self, ConfigFlags};
 
 /// The flags.
 #[derive(Debug, clap::Args)]
@@ -46,22 +50,18 @@ pub struct Args {
     /// Id of the first device; the others follow.
     #[arg(long, default_value_t = 0)]
     first_id: u64,
-    /// URI to listen on (servers reach the devices there); default the
-    /// first seed's scheme on 127.0.0.1, any port.
-    #[arg(long)]
-    listen: Option<String>,
+    #[command(flatten)]
+    config: ConfigFlags,
     /// Stack spec of the scheme (e.g. `udp / faults(drop=0.05,seed=1,direction=both)`).
     #[arg(long)]
     spec: Option<String>,
-    /// The node's cookie.
-    #[arg(long, default_value = "plexus")]
-    cookie: String,
     /// Values per report (1..=V).
     #[arg(long, default_value_t = 1000)]
     values: i64,
-    /// Heartbeats to the server (and expected from it).
-    #[arg(long, value_name = "MS", default_value_t = 100)]
-    heartbeat_ms: u64,
+    /// Heartbeats to the server, and expected from it
+    /// (`device.liveness.heartbeat_interval`).
+    #[arg(long, value_name = "MS")]
+    heartbeat_ms: Option<u64>,
     /// Print a STATS line this often.
     #[arg(long, value_name = "MS")]
     stats_every_ms: Option<u64>,
@@ -77,40 +77,50 @@ enum Fail {
     Node(#[from] plexus_remote::NodeError),
     #[error("{0}")]
     Host(#[from] plexus_devices::device::HostError),
-    #[error("`{0}`: expected scheme://host:port")]
-    BadUri(String),
+    #[error("{0}")]
+    Config(#[from] plexus::config::ConfigError),
+}
+
+impl Args {
+    /// Writes the flags given over `config`.
+    fn apply(&self, config: &mut Config) {
+        // clap requires a seed.
+        let scheme = self.seeds[0]
+            .split_once("://")
+            .map_or("tcp", |(scheme, _)| scheme)
+            .to_owned();
+        if self.config.listen.is_empty() {
+            // Servers reach the devices on the seeds' scheme.
+            config.node.listen = vec![format!("{scheme}://127.0.0.1:0")];
+        }
+        if let Some(spec) = &self.spec {
+            config.node.schemes.insert(scheme, spec.clone());
+        }
+        if let Some(ms) = self.heartbeat_ms {
+            config.device.liveness.heartbeat_interval = Duration::from_millis(ms.max(1));
+        }
+    }
 }
 
 pub fn main(args: Args) -> ExitCode {
-    process::block_on("plexus device", args.threads, run(args))
+    let config = match args.config.load(|c| args.apply(c)) {
+        Ok(config) => config,
+        Err(e) => return settings::refused("device", &e),
+    };
+    process::block_on("plexus device", args.threads, run(args, config))
 }
 
-async fn run(args: Args) -> Result<(), Fail> {
+async fn run(args: Args, config: Config) -> Result<(), Fail> {
     let started = Instant::now();
-    let scheme = args.seeds[0]
-        .split_once("://")
-        .ok_or_else(|| Fail::BadUri(args.seeds[0].clone()))?
-        .0
-        .to_owned();
-    let listen = args
-        .listen
-        .clone()
-        .unwrap_or_else(|| format!("{scheme}://127.0.0.1:0"));
     let system = ActorSystem::new();
-    let mut config = NodeConfig::default().cookie(args.cookie.clone());
-    if let Some(spec) = &args.spec {
-        config = config.scheme(scheme, spec.clone());
-    }
-    let node = Node::start(&system, config)?;
-    let bound = node.listen(&listen).await?;
+    let node = Node::start(&system, config.node_config()?)?;
+    let bound = node.listen(&config.node.listen[0]).await?;
     let out = Out::default();
     // SIGTERM or Ctrl-C: listened for before the line a parent waits for,
     // so that one sent as soon as it is read is not missed.
     let stop = process::stop_signal();
     out.line(format_args!("LISTENING {bound}"));
-    let mut session = SessionConfig::default();
-    session.liveness.heartbeat_interval = Duration::from_millis(args.heartbeat_ms.max(1));
-    let host = DeviceHost::start(&node, &system, session, args.seeds.clone())?;
+    let host = DeviceHost::start(&node, &system, config.device.clone(), args.seeds.clone())?;
     let mut events = host.subscribe();
     let count = args.values.max(0);
     for i in 0..args.devices {

@@ -2,8 +2,9 @@
 //! process (for the multi-process tests and `plexus-bench w5`).
 //!
 //! ```text
-//! plexus device-server --listen udp://127.0.0.1:4000 [--spec 'udp / delivery / ordering']
-//!                      [--seed URI ...] [--cookie SECRET] [--stats-every-ms MS]
+//! plexus device-server [--config FILE ...] --listen udp://127.0.0.1:4000
+//!                      [--spec 'udp / delivery / ordering']
+//!                      [--seed URI ...] [--stats-every-ms MS]
 //!                      [--probe-interval-ms MS ...] [--threads N]
 //! ```
 //!
@@ -33,53 +34,34 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use plexus_cluster::{Cluster, ClusterConfig, ClusterUpdate, MemberState};
+use plexus::config::Config;
+use plexus::management::Management;
+use plexus_cluster::{Cluster, ClusterUpdate, MemberState};
 use plexus_core::ActorSystem;
 use plexus_data::node::Replication;
-use plexus_data::ReplicatorConfig;
 use plexus_devices::replicated::ReplicatedDirectory;
 use plexus_devices::server::DeviceServer;
-use plexus_devices::{TrackerConfig, TrackerEvent};
-use plexus_remote::{Node, NodeConfig};
+use plexus_devices::TrackerEvent;
+use plexus_remote::Node;
 use tokio::sync::mpsc;
+
+use crate::settings::{self, ClusterFlags, ConfigFlags};
 
 /// The flags.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// URI to listen on; the bound URI is the member's address.
-    #[arg(long, default_value = "tcp://127.0.0.1:0")]
-    listen: String,
+    #[command(flatten)]
+    config: ConfigFlags,
+    #[command(flatten)]
+    cluster: ClusterFlags,
     /// Stack spec of the listen URI's scheme (e.g. `udp / delivery /
-    /// ordering`); default: the scheme's built-in stack.
+    /// ordering`; `node.schemes`); default: the scheme's built-in stack.
     #[arg(long)]
     spec: Option<String>,
-    /// The node's cookie (members and devices use the same).
-    #[arg(long, default_value = "plexus")]
-    cookie: String,
-    /// The cluster's name.
-    #[arg(long, default_value = "plexus")]
-    cluster_name: String,
-    /// A member to join through (repeatable); none: form the cluster.
-    #[arg(long = "seed", value_name = "URI")]
-    seeds: Vec<String>,
-    /// Between cluster probes.
+    /// Heartbeats to each device, and expected from it
+    /// (`devices.liveness.heartbeat_interval`).
     #[arg(long, value_name = "MS")]
-    probe_interval_ms: Option<u64>,
-    /// How long an indirect probe waits.
-    #[arg(long, value_name = "MS")]
-    probe_timeout_ms: Option<u64>,
-    /// Between gossip rounds.
-    #[arg(long, value_name = "MS")]
-    gossip_interval_ms: Option<u64>,
-    /// Stable time before the split-brain resolver acts.
-    #[arg(long, value_name = "MS")]
-    stable_after_ms: Option<u64>,
-    /// Between join attempts.
-    #[arg(long, value_name = "MS")]
-    join_retry_ms: Option<u64>,
-    /// Heartbeats to each device (and expected from it).
-    #[arg(long, value_name = "MS", default_value_t = 100)]
-    heartbeat_ms: u64,
+    heartbeat_ms: Option<u64>,
     /// Print a STATS line this often.
     #[arg(long, value_name = "MS")]
     stats_every_ms: Option<u64>,
@@ -92,27 +74,20 @@ pub struct Args {
 }
 
 impl Args {
-    fn cluster_config(&self) -> ClusterConfig {
-        let mut c = ClusterConfig::default()
-            .name(self.cluster_name.clone())
-            .seeds(self.seeds.iter().cloned());
-        let set = |field: &mut Duration, value: Option<u64>| {
-            if let Some(v) = value {
-                *field = Duration::from_millis(v);
+    /// Writes the flags given over `config`.
+    fn apply(&self, config: &mut Config) {
+        self.cluster.apply(config);
+        if let Some(ms) = self.heartbeat_ms {
+            config.devices.liveness.heartbeat_interval = Duration::from_millis(ms.max(1));
+        }
+        if let Some(spec) = &self.spec {
+            // The scheme of every URI listened on takes the spec.
+            for uri in &config.node.listen {
+                if let Some((scheme, _)) = uri.split_once("://") {
+                    config.node.schemes.insert(scheme.to_owned(), spec.clone());
+                }
             }
-        };
-        set(&mut c.probe_interval, self.probe_interval_ms);
-        set(&mut c.probe_timeout, self.probe_timeout_ms);
-        set(&mut c.gossip_interval, self.gossip_interval_ms);
-        set(&mut c.stable_after, self.stable_after_ms);
-        set(&mut c.join_retry, self.join_retry_ms);
-        c
-    }
-
-    fn tracker_config(&self) -> TrackerConfig {
-        let mut c = TrackerConfig::default();
-        c.liveness.heartbeat_interval = Duration::from_millis(self.heartbeat_ms.max(1));
-        c
+        }
     }
 }
 
@@ -127,48 +102,79 @@ enum Fail {
     Devices(#[from] plexus_devices::server::ServerStartError),
     #[error("{0}")]
     Data(#[from] plexus_data::node::StartError),
-    #[error("--listen {0}: expected scheme://host:port")]
-    BadListen(String),
+    #[error("{0}")]
+    Config(#[from] plexus::config::ConfigError),
+    #[error("{0}")]
+    System(#[from] plexus_core::SystemError),
+    #[error("{0}")]
+    Discovery(#[from] plexus_cluster::DiscoveryError),
+    #[error("{0}")]
+    Management(#[from] plexus::management::ManagementError),
 }
 
 pub fn main(args: Args) -> ExitCode {
-    process::block_on("plexus device-server", args.threads, run(args))
+    let config = match args.config.load(|c| args.apply(c)) {
+        Ok(config) => config,
+        Err(e) => return settings::refused("device-server", &e),
+    };
+    process::block_on("plexus device-server", args.threads, run(args, config))
 }
 
-async fn run(args: Args) -> Result<(), Fail> {
+async fn run(args: Args, config: Config) -> Result<(), Fail> {
     let started = Instant::now();
-    let system = ActorSystem::new();
-    let mut config = NodeConfig::default().cookie(args.cookie.clone());
-    if let Some(spec) = &args.spec {
-        let scheme = args
-            .listen
-            .split_once("://")
-            .ok_or_else(|| Fail::BadListen(args.listen.clone()))?
-            .0;
-        config = config.scheme(scheme, spec.clone());
+    let node_config = config.node_config()?;
+    let mut system = ActorSystem::builder();
+    if let Some(id) = node_config.certified_node_id() {
+        system = system.node_id(id);
     }
-    let node = Node::start(&system, config)?;
-    let bound = node.listen(&args.listen).await?;
+    let system = system.build()?;
+    let node = Node::start(&system, node_config)?;
+    let mut bound = Vec::new();
+    for uri in &config.node.listen {
+        bound.push(node.listen(uri).await?);
+    }
     let mut out = Out::default();
     // SIGTERM or Ctrl-C: listened for before the line a parent waits for,
     // so that one sent as soon as it is read is not missed.
     let stop = process::stop_signal();
-    out.line(format_args!("LISTENING {bound}"));
-    let cluster = Cluster::start(&node, &system, args.cluster_config())?;
-    let (server, _replication) = if args.local_directory {
-        let server = DeviceServer::start(&node, &system, &cluster, args.tracker_config())?;
+    for b in &bound {
+        out.line(format_args!("LISTENING {b}"));
+    }
+    let cluster = Arc::new(match config.discovery.build()? {
+        Some(d) => Cluster::start_with_discovery(&node, &system, config.cluster.clone(), d)?,
+        None => Cluster::start(&node, &system, config.cluster.clone())?,
+    });
+    let (server, replication) = if args.local_directory {
+        let server = DeviceServer::start(&node, &system, &cluster, config.devices.clone())?;
         (Server::Local(server), None)
     } else {
-        let config = ReplicatorConfig {
-            cluster: args.cluster_name.clone(),
-            ..ReplicatorConfig::default()
-        };
-        let replication = Arc::new(Replication::start(&node, &system, &cluster, config, None)?);
+        let replication = Arc::new(Replication::start(
+            &node,
+            &system,
+            &cluster,
+            config.data.clone(),
+            None,
+        )?);
         let directory = ReplicatedDirectory::start(&system, Arc::clone(&replication));
         let server =
-            DeviceServer::start_with(&node, &system, &cluster, args.tracker_config(), directory)?;
+            DeviceServer::start_with(&node, &system, &cluster, config.devices.clone(), directory)?;
         (Server::Replicated(server), Some(replication))
     };
+    if config.management.enabled {
+        let mut management = Management::new(&config.management)
+            .node(&node)
+            .cluster(Arc::clone(&cluster))
+            .metrics(crate::metrics::render(
+                &node,
+                Some(&cluster),
+                replication.as_deref(),
+            ));
+        if let Some(r) = &replication {
+            management = management.data(r);
+        }
+        let at = management.start(&system).await?;
+        out.line(format_args!("MANAGEMENT http://{at}"));
+    }
     let mut events = server.subscribe();
     let (tx, mut updates) = mpsc::unbounded_channel();
     cluster.subscribe(system.spawn_fn(move |u: ClusterUpdate, _ctx| {

@@ -1,6 +1,8 @@
 //! `plexus`: the one command of the framework. Its subcommands run every
 //! role (`node`, `member`, `data`, `device-server`, `device`, `serve`,
-//! `loadgen`, `certs`).
+//! `loadgen`, `certs`) and talk to running members through their
+//! management endpoint (`members`, `leave`, `down`, `data get|incr|add`);
+//! `config defaults` prints every configuration key.
 //!
 //! Every subcommand logs to stderr through `tracing`: `info` by default,
 //! `--log FILTER` (or `RUST_LOG`) to choose, `--log-format json` for one
@@ -14,8 +16,11 @@ mod device;
 mod device_server;
 mod loadgen;
 mod member;
+mod metrics;
 mod node;
+mod ops;
 mod serve;
+mod settings;
 
 use std::process::ExitCode;
 
@@ -46,6 +51,8 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
+// Parsed once at start; the size of a variant does not matter.
+#[allow(clippy::large_enum_variant)]
 enum Command {
     /// Starts a node that serves a counter actor (`Counter` of
     /// `plexus.cli.Counter`) on the URIs given; prints `LISTENING <uri>` for
@@ -71,6 +78,17 @@ enum Command {
     /// `quic://` and `wss://`.
     #[command(subcommand)]
     Certs(certs::Args),
+    /// Prints the reference configuration, or checks files.
+    #[command(subcommand)]
+    Config(ops::ConfigCall),
+    /// Lists the members as a running member's management endpoint sees
+    /// them.
+    Members(ops::MembersArgs),
+    /// Makes the member behind the management endpoint leave gracefully
+    /// (ADDR must be that member's address).
+    Leave(ops::MemberCall),
+    /// Downs a member (any member's address) through a management endpoint.
+    Down(ops::MemberCall),
 }
 
 fn main() -> ExitCode {
@@ -86,7 +104,11 @@ fn main() -> ExitCode {
         Command::Device(args) => return device::main(args),
         Command::Loadgen(args) => ("loadgen", loadgen::run(args)),
         Command::Serve(args) => ("serve", serve::run(args)),
-        Command::Node(args) => ("node", node::run(args)),
+        Command::Node(args) => return node::main(args),
+        Command::Config(call) => return ops::config(call),
+        Command::Members(args) => return ops::members(args),
+        Command::Leave(args) => return ops::change_member(args, false),
+        Command::Down(args) => return ops::change_member(args, true),
         Command::Certs(args) => ("certs", certs::run(args).map_err(Into::into)),
     };
     match result {

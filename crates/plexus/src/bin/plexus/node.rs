@@ -7,21 +7,22 @@
 //! serves until SIGTERM (or Ctrl-C): it says goodbye to its peers and
 //! exits 0.
 
+use std::process::ExitCode;
+
+use plexus::config::Config;
 use plexus::http::ws_transport::WsTransport;
+use plexus::management::Management;
 use plexus::transport::TransportRegistry;
-use plexus::{ActorSystem, Node, NodeConfig, NodeId};
+use plexus::{ActorSystem, Node, NodeId};
 
 use crate::counter::CounterActor;
+use crate::settings::{self, ConfigFlags};
 
 /// The flags of `plexus node`.
 #[derive(clap::Args)]
 pub struct NodeArgs {
-    /// A URI to listen on (`tcp://127.0.0.1:4000`, `ws://...`); repeatable.
-    #[arg(long, required = true)]
-    listen: Vec<String>,
-    /// The cluster cookie.
-    #[arg(long, default_value = "plexus")]
-    cookie: String,
+    #[command(flatten)]
+    config: ConfigFlags,
     /// The counter's published name.
     #[arg(long, default_value = "counter")]
     name: String,
@@ -32,16 +33,6 @@ pub struct NodeArgs {
     /// The path WebSocket upgrades are asked on.
     #[arg(long, default_value = "/plexus")]
     ws_path: String,
-    /// The node's certificate (PEM), for `tls`, `quic` and `wss`; the
-    /// node's id is the one it certifies.
-    #[arg(long, requires_all = ["tls_key", "tls_ca"])]
-    tls_cert: Option<std::path::PathBuf>,
-    /// Its private key (PEM).
-    #[arg(long, requires_all = ["tls_cert", "tls_ca"])]
-    tls_key: Option<std::path::PathBuf>,
-    /// The CA roots peers' certificates must chain to (PEM).
-    #[arg(long, requires_all = ["tls_cert", "tls_key"])]
-    tls_ca: Option<std::path::PathBuf>,
     /// TEST KNOB, not for real use: claim this node id (hex) in handshakes
     /// whatever the certificate certifies, so tests can check that peers
     /// refuse a forged identity.
@@ -62,26 +53,25 @@ fn parse_hex_id(s: &str) -> Result<u64, String> {
     u64::from_str_radix(s, 16).map_err(|e| format!("`{s}`: not a hex node id: {e}"))
 }
 
-#[tokio::main]
-pub async fn run(args: NodeArgs) -> Result<(), Box<dyn std::error::Error>> {
+pub fn main(args: NodeArgs) -> ExitCode {
+    let config = match args.config.load(|c| {
+        for (scheme, spec) in &args.schemes {
+            c.node.schemes.insert(scheme.clone(), spec.clone());
+        }
+    }) {
+        Ok(config) => config,
+        Err(e) => return settings::refused("node", &e),
+    };
+    plexus_remote::process::block_on("plexus node", 2, run(args, config))
+}
+
+async fn run(args: NodeArgs, settings: Config) -> Result<(), Box<dyn std::error::Error>> {
     let mut transports = TransportRegistry::default();
     transports.register(WsTransport::new().path(&args.ws_path))?;
-    let mut config = NodeConfig::default().cookie(&args.cookie);
-    for (scheme, spec) in &args.schemes {
-        config = config.scheme(scheme, spec);
-    }
-    if let (Some(cert), Some(key), Some(ca)) = (&args.tls_cert, &args.tls_key, &args.tls_ca) {
-        #[cfg(feature = "tls")]
-        {
-            let tls = plexus::transport::tls::TlsConfig::from_pem_files(cert, key, ca)?;
-            transports.register(WsTransport::secure(tls.clone()).path(&args.ws_path))?;
-            config = config.tls(tls);
-        }
-        #[cfg(not(feature = "tls"))]
-        {
-            let _ = (cert, key, ca);
-            return Err("this plexus was built without the tls feature".into());
-        }
+    let config = settings.node_config()?;
+    #[cfg(feature = "tls")]
+    if let Some(tls) = config.tls_config() {
+        transports.register(WsTransport::secure(tls.clone()).path(&args.ws_path))?;
     }
     let mut config = config.transports(transports);
     let mut system = ActorSystem::builder();
@@ -95,10 +85,18 @@ pub async fn run(args: NodeArgs) -> Result<(), Box<dyn std::error::Error>> {
     }
     let system = system.build()?;
     let node = Node::start(&system, config)?;
-    for uri in &args.listen {
+    for uri in &settings.node.listen {
         println!("LISTENING {}", node.listen(uri).await?);
     }
     node.publish(&system.spawn(CounterActor::default()), &args.name)?;
+    if settings.management.enabled {
+        let at = Management::new(&settings.management)
+            .node(&node)
+            .metrics(crate::metrics::render(&node, None, None))
+            .start(&system)
+            .await?;
+        println!("MANAGEMENT http://{at}");
+    }
     // Listening for SIGTERM before the line that says it serves.
     let stopped = plexus_remote::process::stop_signal();
     println!("NODE {}", node.id());
