@@ -145,10 +145,7 @@ fn workloads() -> Vec<(&'static str, Value, &'static str)> {
 fn the_statefulsets_discover_each_other_through_their_headless_service() {
     for (manifest, scheme) in [(PLAIN, "tcp"), (TLS, "tls")] {
         let docs = documents(manifest);
-        let kinds: Vec<&str> = docs
-            .iter()
-            .map(|d| str_of(&d["kind"], "kind"))
-            .collect();
+        let kinds: Vec<&str> = docs.iter().map(|d| str_of(&d["kind"], "kind")).collect();
         assert_eq!(
             kinds,
             ["ConfigMap", "Service", "StatefulSet", "PodDisruptionBudget"]
@@ -167,7 +164,10 @@ fn the_statefulsets_discover_each_other_through_their_headless_service() {
         let port = ports[0]["port"].as_u64().expect("a port number");
 
         assert_eq!(set["spec"]["serviceName"], service_name);
-        assert!(selects(&set["spec"]["selector"]["matchLabels"], pod_labels(&set)));
+        assert!(selects(
+            &set["spec"]["selector"]["matchLabels"],
+            pod_labels(&set)
+        ));
         assert!(selects(&service["spec"]["selector"], pod_labels(&set)));
 
         let pod = pod_spec(&set);
@@ -393,7 +393,10 @@ fn each_tls_pod_gets_a_certificate_for_its_own_name_and_ip_and_no_ca_key() {
     assert_eq!(items[0]["key"], "ca.pem");
     assert_eq!(items[0]["path"].as_str(), Some(inside.as_str()));
     for m in seq(&main["volumeMounts"], "volumeMounts") {
-        assert_ne!(m["name"], ca_signing["name"], "the member mounts the CA key");
+        assert_ne!(
+            m["name"], ca_signing["name"],
+            "the member mounts the CA key"
+        );
     }
 }
 
