@@ -207,7 +207,7 @@ fn the_statefulsets_discover_each_other_through_their_headless_service() {
         // Every member waits for all replicas before the lowest forms.
         let replicas = set["spec"]["replicas"].as_u64().expect("replicas");
         assert_eq!(
-            config["discovery"]["bootstrap_min_seeds"].as_integer(),
+            config["cluster"]["bootstrap_min_seeds"].as_integer(),
             Some(replicas as i64)
         );
         assert_eq!(set["spec"]["podManagementPolicy"], "Parallel");

@@ -48,6 +48,10 @@ pub mod selector {
     pub use plexus_remote::selector::*;
 }
 
+/// What a binary of one's own shares with the `plexus` command: logging
+/// (`--log`, `--log-format`, `RUST_LOG`), SIGTERM as a future, a runtime.
+pub use plexus_remote::process;
+
 /// Node identities certified by TLS certificates.
 pub use plexus_remote::identity;
 

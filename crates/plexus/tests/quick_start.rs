@@ -75,15 +75,12 @@ fn three_members_from_toml_agree_on_members_and_data_and_see_a_downing() {
     );
 
     // Written on a at majority, read on b at majority: they agree.
+    let on_b = ["--management", "http://127.0.0.1:8559"];
     stdout(&plexus(&["data", "incr", "visits"]));
+    let got = stdout(&plexus(&[&["data", "get", "visits"][..], &on_b].concat()));
+    assert_eq!(got.trim(), "1");
     stdout(&plexus(&["data", "add", "visits", "2"]));
-    let got = stdout(&plexus(&[
-        "data",
-        "get",
-        "visits",
-        "--management",
-        "http://127.0.0.1:8559",
-    ]));
+    let got = stdout(&plexus(&[&["data", "get", "visits"][..], &on_b].concat()));
     assert_eq!(got.trim(), "3");
 
     // Refused, with the reason.

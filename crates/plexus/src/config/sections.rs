@@ -20,7 +20,9 @@ pub const DEFAULT_COOKIE: &str = "plexus";
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct NodeSettings {
-    /// URIs to listen on; the first bound one is a member's address.
+    /// URIs to listen on; the first bound one is a member's address. One
+    /// URI may be given as a string (`PLEXUS_NODE__LISTEN=tcp://...`).
+    #[serde(deserialize_with = "one_or_many")]
     pub listen: Vec<String>,
     /// The cluster cookie, shared by every node of a deployment. A secret:
     /// prefer `PLEXUS_NODE__COOKIE` or `cookie_file`.
@@ -270,6 +272,21 @@ impl ManagementSettings {
         }
         Ok(())
     }
+}
+
+/// A list, or one string as a list of one (what an environment variable
+/// gives).
+fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(String),
+        Many(Vec<String>),
+    }
+    Ok(match OneOrMany::deserialize(d)? {
+        OneOrMany::One(s) => vec![s],
+        OneOrMany::Many(v) => v,
+    })
 }
 
 /// The trimmed content of a secret's file.

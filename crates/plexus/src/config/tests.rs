@@ -182,6 +182,17 @@ fn layers_files_in_order_then_the_environment() {
             c.cluster.probe_interval,
             std::time::Duration::from_millis(300)
         );
+        // One URI for a list, and a key of a nested table.
+        jail.set_env("PLEXUS_NODE__LISTEN", "tcp://127.0.0.1:4000");
+        jail.set_env("PLEXUS_NODE__TLS__CERT", "n.pem");
+        jail.set_env("PLEXUS_NODE__TLS__KEY", "n.key");
+        jail.set_env("PLEXUS_NODE__TLS__CA", "ca.pem");
+        let c = Config::load(&["a.toml"]).map_err(|e| e.to_string())?;
+        assert_eq!(c.node.listen, ["tcp://127.0.0.1:4000"]);
+        assert_eq!(
+            c.node.tls.map(|t| t.key),
+            Some(std::path::PathBuf::from("n.key"))
+        );
         jail.set_env("PLEXUS_CLUSTER__PROBE_INTERVALL", "300ms");
         let e = Config::load(&["a.toml"]).expect_err("unknown key from the environment");
         let text = e.to_string();
