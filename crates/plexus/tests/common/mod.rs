@@ -36,3 +36,27 @@ pub fn plexus_with<S: AsRef<str>>(role: &str, args: &[S]) -> std::process::Comma
     }
     cmd
 }
+
+/// `GET url` (`http://host:port/path`) on a connection of its own: the
+/// status and the body.
+pub fn http_get(url: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let rest = url.strip_prefix("http://").expect("an http URL");
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let path = if path.is_empty() { "/" } else { path };
+    let mut stream = std::net::TcpStream::connect(authority).expect("connect");
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n"
+    )
+    .expect("send");
+    let mut raw = String::new();
+    stream.read_to_string(&mut raw).expect("read");
+    let (head, body) = raw.split_once("\r\n\r\n").expect("an HTTP answer");
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("a status");
+    (status, body.to_owned())
+}

@@ -213,6 +213,15 @@ impl Proc {
         got
     }
 
+    /// Its management endpoint (from `MANAGEMENT http://...`).
+    pub fn management(&self) -> String {
+        self.seen
+            .iter()
+            .find_map(|l| l.strip_prefix("MANAGEMENT "))
+            .expect("the member printed its management endpoint")
+            .to_owned()
+    }
+
     /// Every event read so far.
     pub fn events(&self) -> Vec<Event> {
         self.seen.iter().filter_map(|l| Event::parse(l)).collect()
