@@ -458,12 +458,17 @@ impl Membership {
         self.suspicions.remove(address);
         self.entered(now, &m);
         self.broadcasts.push(m.clone());
+        // Gossip goes to live members only: the downed one is told at once,
+        // its own claim first, so it learns it is down (and rejoins in a
+        // new life if configured) rather than running on unaware.
+        let to = Arc::clone(&m.address);
         self.events.push_back(ClusterEvent::MemberDowned {
             member: m,
             reason: DownReason::Operator,
         });
         self.membership_changed();
         self.last_change = now;
+        self.send(&to, Body::Gossip, Some(&to));
         Ok(())
     }
 

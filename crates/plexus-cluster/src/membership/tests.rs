@@ -198,6 +198,62 @@ fn a_leaving_member_is_removed_without_being_downed() {
 }
 
 #[test]
+fn an_operator_downs_a_member_everyone_agrees_and_it_rejoins() {
+    check_seeds(0..3, |seed| {
+        let mut c = cluster(4, seed);
+        let now = c.sim.now();
+        let old = c
+            .member_view(0)
+            .and_then(|v| v.member("sim:3"))
+            .map(|m| m.incarnation)
+            .expect("member 3 is known");
+        let downed = c
+            .sim
+            .process_mut(0)
+            .map(|p| p.membership.down(now, "sim:3"));
+        assert_eq!(downed, Some(Ok(())));
+        c.sim.wake(0);
+        c.run_for(Duration::from_secs(5));
+        // Every member heard it; member 3 learnt it was down and, rejoining
+        // by default, came back in a new life.
+        for i in 1..3 {
+            assert!(
+                first_event_at(&c, i, |e| matches!(e,
+                    ClusterEvent::MemberDowned { member, .. }
+                        if &*member.address == "sim:3" && member.incarnation == old))
+                .is_some(),
+                "seed {seed}: member {i} did not hear of the downing"
+            );
+        }
+        assert!(first_event_at(&c, 3, |e| matches!(e, ClusterEvent::SelfDowned { .. })).is_some());
+        assert!(c.run_until_converged(Duration::from_secs(30)));
+        assert!(c
+            .member_view(0)
+            .and_then(|v| v.member("sim:3"))
+            .is_some_and(|m| m.incarnation > old && m.state == MemberState::Up));
+    });
+}
+
+#[test]
+fn downing_an_unknown_or_down_member_is_refused() {
+    let mut c = cluster(3, 4);
+    let now = c.sim.now();
+    let p = c.sim.process_mut(0).expect("runs");
+    assert_eq!(
+        p.membership.down(now, "sim:9"),
+        Err(DownError::UnknownMember("sim:9".into()))
+    );
+    assert_eq!(p.membership.down(now, "sim:2"), Ok(()));
+    assert!(matches!(
+        p.membership.down(now, "sim:2"),
+        Err(DownError::NotUp {
+            state: MemberState::Down,
+            ..
+        })
+    ));
+}
+
+#[test]
 fn a_restarted_member_rejoins_under_a_new_incarnation() {
     let mut c = cluster(4, 2);
     c.crash(2);
