@@ -8,6 +8,7 @@
 //!
 //! Run with `cargo run --release --example demo`.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use plexus::cluster::{Cluster, ClusterConfig, ClusterEvent, ClusterUpdate, MemberState};
@@ -408,6 +409,8 @@ async fn cluster_member(
 async fn cluster_tour() -> Result<(), Box<dyn std::error::Error>> {
     println!("\n16. a cluster: three nodes join through a seed (gossip membership, phi accrual, SWIM + Lifeguard)");
     let (seed_sys, seed_node, seed, seed_uri) = cluster_member(0, Vec::new()).await?;
+    // Shared with the management endpoint (17b).
+    let seed = Arc::new(seed);
     let (tx, mut updates) = tokio::sync::mpsc::unbounded_channel();
     seed.subscribe(seed_sys.spawn_fn(move |u: ClusterUpdate, _ctx| {
         let _ = tx.send(u);
@@ -494,6 +497,24 @@ async fn cluster_tour() -> Result<(), Box<dyn std::error::Error>> {
     println!(
         "  each node added 1 and a colour at majority; read at all: visits = {}, colours = {set:?}",
         total.map_or(0, |t| t.value())
+    );
+    println!("\n17b. operate: the seed's management endpoint (what `plexus members`, probes and Prometheus use)");
+    let settings =
+        plexus::config::Config::from_toml("[management]\nbind = \"127.0.0.1:0\"\n")?.management;
+    let at = plexus::management::Management::new(&settings)
+        .node(&seed_node)
+        .cluster(Arc::clone(&seed))
+        .data(&replicas[0])
+        .start(&seed_sys)
+        .await?;
+    for path in ["/ready", "/data/visits"] {
+        let (status, body) = http_get(at, path).await?;
+        println!("  GET {path}: {status} {}", body.trim());
+    }
+    let (_, members) = http_get(at, "/cluster/members").await?;
+    println!(
+        "  GET /cluster/members: {} members up",
+        members.matches("\"state\":\"up\"").count()
     );
     drop(replicas);
 
@@ -639,4 +660,24 @@ async fn devices_tour() -> Result<(), Box<dyn std::error::Error>> {
         if killed.elapsed() < bound { "yes" } else { "no" }
     );
     Ok(())
+}
+
+/// `GET path` from the management endpoint at `at`: status and body.
+async fn http_get(
+    at: std::net::SocketAddr,
+    path: &str,
+) -> Result<(u16, String), Box<dyn std::error::Error>> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(at).await?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {at}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await?;
+    let mut raw = String::new();
+    stream.read_to_string(&mut raw).await?;
+    let (head, body) = raw.split_once("\r\n\r\n").ok_or("not HTTP")?;
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or("no status")?;
+    Ok((status, body.to_owned()))
 }
