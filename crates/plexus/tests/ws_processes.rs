@@ -3,7 +3,6 @@
 //! plain HTTP reverse proxy (with the upgrade headers) between them.
 #![cfg(feature = "tls")]
 
-
 mod common;
 
 use std::io::{BufRead, BufReader};
