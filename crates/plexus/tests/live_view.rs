@@ -8,8 +8,8 @@
 //!   up; after kill -9 of member 2 and member 0's `member-suspected` line,
 //!   the socket pushes it suspect and the page shows it suspect; after its
 //!   `member-downed` line, down, within the configured detection bound.
-//!   The three-up page is screenshotted (to `LIVE_VIEW_SCREENSHOT` if set:
-//!   `docs/img/live-view.png` was taken so).
+//!   The three-up page is screenshotted (to `LIVE_VIEW_SCREENSHOT` if set,
+//!   relative to the workspace: `docs/img/live-view.png` was taken so).
 //!
 //! No sleeps: the test waits for the members' own lines, then looks.
 
@@ -259,8 +259,12 @@ fn the_page_shows_three_up_then_a_killed_member_suspect_then_down() {
     assert_eq!(shown, expected, "{dom}");
     socket_not_refused(&dom);
 
-    let shot = std::env::var_os("LIVE_VIEW_SCREENSHOT")
-        .map_or_else(|| dir.path().join("live-view.png"), PathBuf::from);
+    // A relative path is the workspace's (`docs/img/live-view.png`).
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let shot = std::env::var_os("LIVE_VIEW_SCREENSHOT").map_or_else(
+        || dir.path().join("live-view.png"),
+        |p| workspace.join(p),
+    );
     let out = chromium_run(
         dir.path(),
         &url,
