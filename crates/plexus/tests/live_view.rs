@@ -261,10 +261,8 @@ fn the_page_shows_three_up_then_a_killed_member_suspect_then_down() {
 
     // A relative path is the workspace's (`docs/img/live-view.png`).
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let shot = std::env::var_os("LIVE_VIEW_SCREENSHOT").map_or_else(
-        || dir.path().join("live-view.png"),
-        |p| workspace.join(p),
-    );
+    let shot = std::env::var_os("LIVE_VIEW_SCREENSHOT")
+        .map_or_else(|| dir.path().join("live-view.png"), |p| workspace.join(p));
     let out = chromium_run(
         dir.path(),
         &url,
