@@ -489,6 +489,59 @@ mod tests {
         }
     }
 
+    /// Holds its first message until told, so the rest queue up.
+    struct Stuck(Arc<Notify>);
+
+    impl plexus_core::Actor for Stuck {
+        type Msg = ();
+
+        async fn handle(&mut self, (): (), _ctx: &mut plexus_core::Context<()>) {
+            self.0.notified().await;
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_snapshot_of_a_bare_node_counts_actors_and_lists_the_deepest_mailboxes_first() {
+        let system = ActorSystem::new();
+        let release = Arc::new(Notify::new());
+        let (deep, shallow) = (
+            system.spawn(Stuck(Arc::clone(&release))),
+            system.spawn(Stuck(Arc::clone(&release))),
+        );
+        for _ in 0..10 {
+            deep.tell(());
+        }
+        for _ in 0..5 {
+            shallow.tell(());
+        }
+        let parts = Parts {
+            token: None,
+            node: None,
+            cluster: None,
+            data: None,
+            metrics: None,
+        };
+        let made = make(&parts, &system, &mut Shares::default()).await;
+        let v = serde_json::to_value(&made).expect("a snapshot encodes");
+        assert_eq!(v["actors"]["live"], 2);
+        assert!(v["members"].as_array().is_some_and(Vec::is_empty), "{v}");
+        assert!(v["ring"].is_null() && v["replicator"].is_null(), "{v}");
+        let deepest = v["actors"]["deepest"].as_array().expect("a list");
+        // Each has taken its first message, or is about to.
+        assert_eq!(deepest.len(), 2, "{v}");
+        assert_eq!(deepest[0]["actor"], deep.id().to_string());
+        assert!(
+            (9..=10).contains(&deepest[0]["queued"].as_u64().unwrap_or(0)),
+            "{v}"
+        );
+        assert_eq!(deepest[1]["actor"], shallow.id().to_string());
+        assert!(
+            (4..=5).contains(&deepest[1]["queued"].as_u64().unwrap_or(0)),
+            "{v}"
+        );
+        release.notify_waiters();
+    }
+
     #[test]
     fn the_page_loads_only_its_own_assets() {
         for asset in [PAGE, SCRIPT, STYLE] {
