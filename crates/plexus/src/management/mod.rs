@@ -32,8 +32,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use plexus_cluster::Member;
-use plexus_cluster::{Cluster, DownError, MemberState};
+use plexus_cluster::{Cluster, DownError, Member, MemberState};
 use plexus_core::{ActorSystem, SystemRef};
 use plexus_data::crdt::{GCounter, PNCounter};
 use plexus_data::node::Replication;
@@ -94,19 +93,22 @@ impl Management {
         }
     }
 
-    /// The node: `/actors`, and `/ready` for a node that is not a member.
+    /// The node: `/actors`, `/ready` for a node that is not a member, and
+    /// the live view's links, lanes and published names.
     pub fn node(mut self, node: &Node) -> Self {
         self.node = Some(node.clone());
         self
     }
 
-    /// The cluster member: `/ready`, `/cluster/members`.
+    /// The cluster member: `/ready`, `/cluster/members`, and the live
+    /// view's members and ring (and a snapshot on each of its events).
     pub fn cluster(mut self, cluster: Arc<Cluster>) -> Self {
         self.cluster = Some(cluster);
         self
     }
 
-    /// The replicator: `/data/{key}`.
+    /// The replicator: `/data/{key}`, and the live view's replicator
+    /// counters.
     pub fn data(mut self, data: &Replication) -> Self {
         self.data = Some(data.clone());
         self
@@ -119,6 +121,8 @@ impl Management {
     }
 
     /// Serves the endpoint on `settings.bind`; returns the bound address.
+    /// It serves, and the live view's snapshots are pushed to its sockets,
+    /// until the runtime stops.
     ///
     /// # Errors
     ///
