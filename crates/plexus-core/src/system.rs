@@ -277,6 +277,25 @@ impl SystemRef {
         self.shared.live_count.load(Ordering::Acquire)
     }
 
+    /// The `n` local actors with the most messages waiting, deepest first
+    /// (ties by id), with how many wait; empty mailboxes are left out.
+    ///
+    /// A scan of every live actor (each live-actor shard's lock, then each
+    /// mailbox's lock, one at a time): for an operator's view refreshed
+    /// every second or so, not for a hot path.
+    pub fn deepest_mailboxes(&self, n: usize) -> Vec<(ActorId, usize)> {
+        let mut depths: Vec<(ActorId, usize)> = self
+            .shared
+            .live_controls()
+            .iter()
+            .map(|c| (c.id(), c.queued()))
+            .filter(|(_, queued)| *queued > 0)
+            .collect();
+        depths.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        depths.truncate(n);
+        depths
+    }
+
     /// Whether [`shutdown`](Self::shutdown) has begun.
     pub fn is_shutting_down(&self) -> bool {
         self.shared.shutting_down.load(Ordering::Acquire)

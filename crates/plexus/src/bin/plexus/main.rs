@@ -1,7 +1,8 @@
 //! `plexus`: the one command of the framework. Its subcommands run every
 //! role (`node`, `member`, `data`, `device-server`, `device`, `serve`,
 //! `loadgen`, `certs`) and talk to running members through their
-//! management endpoint (`members`, `leave`, `down`, `data get|incr|add`);
+//! management endpoint (`members`, `top`, `leave`, `down`, `data
+//! get|incr|add`);
 //! `config defaults` prints every configuration key.
 //!
 //! Every subcommand logs to stderr through `tracing`: `info` by default,
@@ -21,6 +22,7 @@ mod node;
 mod ops;
 mod serve;
 mod settings;
+mod top;
 
 use std::process::ExitCode;
 
@@ -84,6 +86,10 @@ enum Command {
     /// Lists the members as a running member's management endpoint sees
     /// them.
     Members(ops::MembersArgs),
+    /// A live terminal view of the cluster through a management endpoint:
+    /// members, states, incarnations, ring shares and that node's figures,
+    /// redrawn every second (--once: one frame).
+    Top(top::TopArgs),
     /// Makes the member behind the management endpoint leave gracefully
     /// (ADDR must be that member's address).
     Leave(ops::MemberCall),
@@ -107,6 +113,7 @@ fn main() -> ExitCode {
         Command::Node(args) => return node::main(args),
         Command::Config(call) => return ops::config(call),
         Command::Members(args) => return ops::members(args),
+        Command::Top(args) => return top::run(args),
         Command::Leave(args) => return ops::change_member(args, false),
         Command::Down(args) => return ops::change_member(args, true),
         Command::Certs(args) => ("certs", certs::run(args).map_err(Into::into)),

@@ -18,7 +18,8 @@
 //! file, never a flag); a configuration that is refused exits 2 before
 //! anything starts. It starts a node listening on `node.listen`, the
 //! cluster member on it (its address is the first bound URI) and the
-//! management endpoint (`MANAGEMENT http://...`), and prints one line per
+//! management endpoint (`MANAGEMENT http://...`; its live view at `/`,
+//! `plexus top` in a terminal), and prints one line per
 //! happening to stdout, flushed at once, so a parent process can follow
 //! it:
 //!

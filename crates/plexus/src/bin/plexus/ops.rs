@@ -91,7 +91,7 @@ pub struct MemberCall {
 
 /// Why a call did not get an answer.
 #[derive(Debug, thiserror::Error)]
-enum CallError {
+pub(crate) enum CallError {
     #[error("management URL `{0}`: expected http://HOST:PORT")]
     Url(String),
     #[error("{url}: {source}")]
@@ -105,9 +105,12 @@ enum CallError {
     },
 }
 
-struct Answer {
-    status: u16,
-    body: String,
+/// An endpoint's answer.
+pub(crate) struct Answer {
+    /// The HTTP status.
+    pub(crate) status: u16,
+    /// The body, as text.
+    pub(crate) body: String,
 }
 
 impl Endpoint {
@@ -125,8 +128,13 @@ impl Endpoint {
         }
     }
 
+    /// The endpoint's URL, as given.
+    pub(crate) fn url(&self) -> &str {
+        &self.url
+    }
+
     /// One HTTP/1.1 request on a connection of its own.
-    fn call(&self, method: &str, path: &str, body: &str) -> Result<Answer, CallError> {
+    pub(crate) fn call(&self, method: &str, path: &str, body: &str) -> Result<Answer, CallError> {
         let io = |source| CallError::Io {
             url: self.url.clone(),
             source,

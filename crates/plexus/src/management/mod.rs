@@ -12,6 +12,15 @@
 //! | `GET /actors` | the names published on the node, with their message types |
 //! | `GET /data/{key}?type=gcounter` | a replicated counter's value (read at majority) |
 //! | `POST /data/{key}?type=gcounter` | body `add=N`: adds N (written at majority); needs the token |
+//! | `GET /` | the live view: a page that shows the members, the ring and this node's figures, live |
+//! | `GET /view/snapshot` | what the live view shows, as JSON, made now |
+//! | WebSocket `/view/ws` | the live view's snapshots, pushed every second and on every cluster event |
+//!
+//! The live view is in [`view`]. One port serves the calls and the live
+//! view's WebSocket: the listener is a `ws` transport's
+//! ([`WsTransport`]) with the web server attached, so an upgrade on
+//! `/view/ws` becomes a socket and every other request goes to the web
+//! server, as `plexus_http::ws_transport` describes.
 //!
 //! What it guarantees: the state-changing calls need `Authorization:
 //! Bearer <management.token>` (401 without it, 403 with another, 403 if no
@@ -23,17 +32,21 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use plexus_cluster::{Cluster, DownError, MemberState};
+use plexus_cluster::{Cluster, DownError, Member, MemberState};
 use plexus_core::{ActorSystem, SystemRef};
 use plexus_data::crdt::{GCounter, PNCounter};
 use plexus_data::node::Replication;
 use plexus_data::{Consistency, Crdt, GetError, Key, UpdateError};
-use plexus_http::server::{HttpRequest, ServeError, WebServer};
+use plexus_http::server::{HttpRequest, WebServer};
+use plexus_http::ws_transport::WsTransport;
 use plexus_http::{Method, Response};
 use plexus_remote::Node;
+use plexus_transport::{LinkConfig, Transport};
 use serde::Serialize;
 
 use crate::config::ManagementSettings;
+
+pub mod view;
 
 /// Renders the metrics text for `GET /metrics`.
 pub type MetricsRender = Arc<dyn Fn() -> String + Send + Sync>;
@@ -64,7 +77,7 @@ pub enum ManagementError {
         /// The address asked for.
         bind: SocketAddr,
         /// The cause.
-        source: Box<ServeError>,
+        source: Box<plexus_transport::BindError>,
     },
 }
 
@@ -80,19 +93,22 @@ impl Management {
         }
     }
 
-    /// The node: `/actors`, and `/ready` for a node that is not a member.
+    /// The node: `/actors`, `/ready` for a node that is not a member, and
+    /// the live view's links, lanes and published names.
     pub fn node(mut self, node: &Node) -> Self {
         self.node = Some(node.clone());
         self
     }
 
-    /// The cluster member: `/ready`, `/cluster/members`.
+    /// The cluster member: `/ready`, `/cluster/members`, and the live
+    /// view's members and ring (and a snapshot on each of its events).
     pub fn cluster(mut self, cluster: Arc<Cluster>) -> Self {
         self.cluster = Some(cluster);
         self
     }
 
-    /// The replicator: `/data/{key}`.
+    /// The replicator: `/data/{key}`, and the live view's replicator
+    /// counters.
     pub fn data(mut self, data: &Replication) -> Self {
         self.data = Some(data.clone());
         self
@@ -105,6 +121,8 @@ impl Management {
     }
 
     /// Serves the endpoint on `settings.bind`; returns the bound address.
+    /// It serves, and the live view's snapshots are pushed to its sockets,
+    /// until the runtime stops.
     ///
     /// # Errors
     ///
@@ -141,14 +159,31 @@ impl Management {
         server = route(server, Method::Get, "/actors", actors)?;
         server = route(server, Method::Get, "/data/:key", data_get)?;
         server = route(server, Method::Post, "/data/:key", data_add)?;
-        let bound =
-            server
-                .listen(&bind.to_string())
-                .await
-                .map_err(|source| ManagementError::Serve {
-                    bind,
-                    source: Box::new(source),
-                })?;
+        server = route(server, Method::Get, "/", view::page)?;
+        server = route(server, Method::Get, "/view/view.js", view::script)?;
+        server = route(server, Method::Get, "/view/view.css", view::style)?;
+        server = route(server, Method::Get, "/view/snapshot", view::snapshot)?;
+        let serve = |source| ManagementError::Serve {
+            bind,
+            source: Box::new(source),
+        };
+        // The spec of the view's sockets: the transport alone (no layers
+        // over the WebSocket), which always parses.
+        let spec: plexus_net::StackSpec = "ws"
+            .parse()
+            .map_err(|e: plexus_net::SpecError| ManagementError::Route(e.to_string()))?;
+        let transport = WsTransport::new().path(view::SOCKET_PATH).web(server);
+        let listener = transport
+            .listen(&spec, &bind.to_string(), LinkConfig::default())
+            .await
+            .map_err(serve)?;
+        let bound = listener.local_addr().parse().map_err(|_| {
+            serve(plexus_transport::BindError::Address {
+                addr: listener.local_addr(),
+                why: "the listener's address is not host:port".into(),
+            })
+        })?;
+        view::start_feed(parts, system, listener);
         tracing::info!(target: "plexus::management", %bound, "management endpoint serving");
         Ok(bound)
     }
@@ -214,18 +249,30 @@ struct MembersJson<'a> {
     members: Vec<MemberJson<'a>>,
 }
 
+/// This member, and every member known sorted by address, with this
+/// member as it is now (the list may lag it by a step of the driver).
+fn member_list(cluster: &Cluster) -> (Member, Vec<Member>) {
+    let local = cluster.local();
+    let mut list: Vec<Member> = cluster
+        .members()
+        .iter()
+        .filter(|m| *m.address != *local.address)
+        .chain(std::iter::once(&local))
+        .cloned()
+        .collect();
+    list.sort_by(|a, b| a.address.cmp(&b.address));
+    (local, list)
+}
+
 fn members(parts: Arc<Parts>, req: HttpRequest, _: SystemRef) {
     let Some(cluster) = &parts.cluster else {
         req.reply
             .send(text(404, "this node is not a cluster member"));
         return;
     };
-    let local = cluster.local();
-    let all = cluster.members();
-    let mut list: Vec<MemberJson<'_>> = all
+    let (local, all) = member_list(cluster);
+    let list: Vec<MemberJson<'_>> = all
         .iter()
-        .filter(|m| *m.address != *local.address)
-        .chain(std::iter::once(&local))
         .map(|m| MemberJson {
             address: &m.address,
             state: state_name(m.state),
@@ -235,7 +282,6 @@ fn members(parts: Arc<Parts>, req: HttpRequest, _: SystemRef) {
             weight: m.weight,
         })
         .collect();
-    list.sort_by(|a, b| a.address.cmp(b.address));
     req.reply.send(json(
         200,
         &MembersJson {
