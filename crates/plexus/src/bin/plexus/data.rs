@@ -73,13 +73,11 @@ use std::time::{Duration, Instant};
 
 use plexus::config::Config;
 use plexus::management::Management;
-use plexus_cluster::{Cluster, ClusterUpdate, MemberState};
-use plexus_core::ActorSystem;
+use plexus_cluster::{ClusterUpdate, MemberState};
 use plexus_data::crdt::GCounter;
 use plexus_data::node::{Replication, StartError};
 use plexus_data::store::{DurableStore, OpenError, OpenMode};
 use plexus_data::{Consistency, Key, ReplicatorStats};
-use plexus_remote::Node;
 use tokio::sync::mpsc;
 
 use crate::settings::{self, ClusterFlags, ConfigFlags};
@@ -144,15 +142,7 @@ pub struct Args {
 #[derive(Debug, thiserror::Error)]
 enum Fail {
     #[error("{0}")]
-    Config(#[from] plexus::config::ConfigError),
-    #[error("{0}")]
-    System(#[from] plexus_core::SystemError),
-    #[error("{0}")]
-    Node(#[from] plexus_remote::NodeError),
-    #[error("{0}")]
-    Cluster(#[from] plexus_cluster::StartError),
-    #[error("{0}")]
-    Discovery(#[from] plexus_cluster::DiscoveryError),
+    Start(#[from] settings::StartError),
     #[error("{0}")]
     Replication(#[from] StartError),
     #[error("{0}")]
@@ -240,27 +230,15 @@ fn open_store(config: &Config) -> Result<Option<DurableStore>, OpenError> {
 
 async fn run(args: Args, config: Config, store: Option<DurableStore>) -> Result<(), Fail> {
     let out = Out::new();
-    let node_config = config.node_config()?;
-    let mut system = ActorSystem::builder();
-    if let Some(id) = node_config.certified_node_id() {
-        system = system.node_id(id);
-    }
-    let system = system.build()?;
-    let node = Node::start(&system, node_config)?;
-    let mut bound = Vec::new();
-    for uri in &config.node.listen {
-        bound.push(node.listen(uri).await?);
-    }
+    let node_started = settings::start_node(&config).await?;
     // SIGTERM or Ctrl-C: listened for before the line a parent waits for,
     // so that one sent as soon as it is read is not missed.
     let stop = process::stop_signal();
-    for b in &bound {
+    for b in &node_started.bound {
         out.line(format_args!("LISTENING {b}"));
     }
-    let cluster = Arc::new(match config.discovery.build()? {
-        Some(d) => Cluster::start_with_discovery(&node, &system, config.cluster.clone(), d)?,
-        None => Cluster::start(&node, &system, config.cluster.clone())?,
-    });
+    let cluster = settings::start_cluster(&node_started, &config)?;
+    let settings::Started { system, node, .. } = node_started;
     let data = Arc::new(Replication::start(
         &node,
         &system,

@@ -60,12 +60,8 @@ use std::time::{Duration, Instant};
 
 use plexus::config::Config;
 use plexus::management::Management;
-use plexus_cluster::{
-    Cluster, ClusterEvent, ClusterUpdate, DownReason, MemberState, MembershipStats,
-};
-use plexus_core::ActorSystem;
+use plexus_cluster::{ClusterEvent, ClusterUpdate, DownReason, MemberState, MembershipStats};
 use plexus_data::node::Replication;
-use plexus_remote::Node;
 use tokio::sync::mpsc;
 
 use crate::settings::{self, ClusterFlags, ConfigFlags};
@@ -87,15 +83,7 @@ pub struct Args {
 #[derive(Debug, thiserror::Error)]
 enum Fail {
     #[error("{0}")]
-    Config(#[from] plexus::config::ConfigError),
-    #[error("{0}")]
-    System(#[from] plexus_core::SystemError),
-    #[error("{0}")]
-    Node(#[from] plexus_remote::NodeError),
-    #[error("{0}")]
-    Cluster(#[from] plexus_cluster::StartError),
-    #[error("{0}")]
-    Discovery(#[from] plexus_cluster::DiscoveryError),
+    Start(#[from] settings::StartError),
     #[error("{0}")]
     Management(#[from] plexus::management::ManagementError),
     #[error("{0}")]
@@ -113,28 +101,16 @@ pub fn main(args: Args) -> ExitCode {
 
 async fn run(args: Args, config: Config) -> Result<(), Fail> {
     let started = Instant::now();
-    let node_config = config.node_config()?;
-    let mut system = ActorSystem::builder();
-    if let Some(id) = node_config.certified_node_id() {
-        system = system.node_id(id);
-    }
-    let system = system.build()?;
-    let node = Node::start(&system, node_config)?;
-    let mut bound = Vec::new();
-    for uri in &config.node.listen {
-        bound.push(node.listen(uri).await?);
-    }
+    let node_started = settings::start_node(&config).await?;
     let mut out = Out::default();
     // SIGTERM or Ctrl-C: listened for before the line a parent waits for,
     // so that one sent as soon as it is read is not missed.
     let stop = process::stop_signal();
-    for b in &bound {
+    for b in &node_started.bound {
         out.line(format_args!("LISTENING {b}"));
     }
-    let cluster = Arc::new(match config.discovery.build()? {
-        Some(d) => Cluster::start_with_discovery(&node, &system, config.cluster.clone(), d)?,
-        None => Cluster::start(&node, &system, config.cluster.clone())?,
-    });
+    let cluster = settings::start_cluster(&node_started, &config)?;
+    let settings::Started { system, node, .. } = node_started;
     // Replicated data on every member, so `plexus data get|incr` works
     // against any of them; durable keys need `plexus data` and its store.
     let data = Replication::start(&node, &system, &cluster, config.data.clone(), None)?;

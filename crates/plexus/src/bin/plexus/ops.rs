@@ -227,8 +227,8 @@ pub fn members(args: MembersArgs) -> ExitCode {
             "{:<40} {:<8} {:>20} {:>4}{this}",
             m["address"].as_str().unwrap_or("?"),
             m["state"].as_str().unwrap_or("?"),
-            m["incarnation"],
-            m["up_number"],
+            m["incarnation"].to_string(),
+            m["up_number"].to_string(),
         );
     }
     ExitCode::SUCCESS

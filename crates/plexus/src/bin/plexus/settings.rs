@@ -194,3 +194,69 @@ impl ClusterFlags {
         }
     }
 }
+
+/// Why a role's node or cluster member did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The TLS files could not be loaded.
+    #[error("{0}")]
+    Config(#[from] ConfigError),
+    /// The actor system could not be built.
+    #[error("{0}")]
+    System(#[from] plexus_core::SystemError),
+    /// The node could not start or listen.
+    #[error("{0}")]
+    Node(#[from] plexus_remote::NodeError),
+    /// The discovery could not be set up.
+    #[error("{0}")]
+    Discovery(#[from] plexus_cluster::DiscoveryError),
+    /// The cluster member could not start.
+    #[error("{0}")]
+    Cluster(#[from] plexus_cluster::StartError),
+}
+
+/// A node started from `[node]`, listening on every `node.listen` URI.
+pub struct Started {
+    /// Its actor system (with the id its certificate certifies, if any).
+    pub system: plexus_core::ActorSystem,
+    /// The node.
+    pub node: plexus_remote::Node,
+    /// The bound URIs, in the order of `node.listen`.
+    pub bound: Vec<String>,
+}
+
+/// Starts the node `config` describes and listens.
+pub async fn start_node(config: &Config) -> Result<Started, StartError> {
+    let node_config = config.node_config()?;
+    let mut system = plexus_core::ActorSystem::builder();
+    if let Some(id) = node_config.certified_node_id() {
+        system = system.node_id(id);
+    }
+    let system = system.build()?;
+    let node = plexus_remote::Node::start(&system, node_config)?;
+    let mut bound = Vec::new();
+    for uri in &config.node.listen {
+        bound.push(node.listen(uri).await?);
+    }
+    Ok(Started {
+        system,
+        node,
+        bound,
+    })
+}
+
+/// Starts the cluster member on `started`'s node: `[cluster]`, through
+/// `[discovery]` if configured.
+pub fn start_cluster(
+    started: &Started,
+    config: &Config,
+) -> Result<std::sync::Arc<plexus_cluster::Cluster>, StartError> {
+    let (node, system) = (&started.node, &started.system);
+    let cluster = match config.discovery.build()? {
+        Some(d) => {
+            plexus_cluster::Cluster::start_with_discovery(node, system, config.cluster.clone(), d)?
+        }
+        None => plexus_cluster::Cluster::start(node, system, config.cluster.clone())?,
+    };
+    Ok(std::sync::Arc::new(cluster))
+}
