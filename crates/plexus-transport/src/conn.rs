@@ -7,6 +7,7 @@
 //! path.
 
 use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -48,6 +49,9 @@ pub(crate) struct Conn {
     inbound_ended: bool,
     /// `stack.stats().dropped` when [`Shared::stats`] was last refreshed.
     dropped: u64,
+    /// Messages and bytes that entered the stack (added to
+    /// [`Shared::traffic`] once per [`pump`](Self::pump)).
+    sent: (u64, u64),
 }
 
 impl Conn {
@@ -62,6 +66,7 @@ impl Conn {
             receiver_alive: true,
             inbound_ended: false,
             dropped: 0,
+            sent: (0, 0),
         }
     }
 
@@ -73,6 +78,7 @@ impl Conn {
     pub(crate) fn pump(&mut self, now: Instant, budget: usize) -> bool {
         let mut moved = 0usize;
         let mut released = 0usize;
+        let before = self.sent;
         if let Some(frame) = self.held.take() {
             if !self.stack.can_send() && !self.stack.is_closed() {
                 self.held = Some(frame);
@@ -102,6 +108,11 @@ impl Conn {
         if released > 0 {
             self.shared.out_space.add_permits(released);
         }
+        if self.sent != before {
+            self.shared
+                .traffic
+                .sent(self.sent.0 - before.0, self.sent.1 - before.1);
+        }
         more
     }
 
@@ -120,8 +131,13 @@ impl Conn {
     }
 
     fn stack_send(&mut self, now: Instant, frame: impl Into<Frame>) {
+        let frame = frame.into();
+        let len = frame.len() as u64;
         match self.stack.handle_send(now, frame) {
-            Ok(()) => {}
+            Ok(()) => {
+                self.sent.0 += 1;
+                self.sent.1 += len;
+            }
             Err(StackSendError::WouldBlock(frame)) => self.held = Some(frame),
             Err(StackSendError::Closed(_)) => {}
             Err(error) => {
@@ -172,14 +188,20 @@ impl Conn {
     /// lock (the receiver's driver-side handler may send on the link).
     pub(crate) fn collect(&mut self, staged: &mut VecDeque<Received>) -> bool {
         let dropped = self.stack.stats().dropped;
-        if dropped != self.dropped {
+        if dropped != self.dropped || self.shared.traffic.wanted.load(Ordering::Relaxed) {
             self.dropped = dropped;
+            self.shared.traffic.wanted.store(false, Ordering::Relaxed);
             *lock(&self.shared.stats) = LinkStats::of(&self.stack);
         }
-        let mut messages = false;
+        let (mut count, mut bytes) = (0u64, 0u64);
         while let Some(m) = self.stack.poll_receive() {
+            count += 1;
+            bytes += m.len() as u64;
             staged.push_back(Received::Message(m));
-            messages = true;
+        }
+        let messages = count > 0;
+        if messages {
+            self.shared.traffic.received(count, bytes);
         }
         while let Some(event) = self.stack.poll_event() {
             // SendReady is the driver's business: pump retries.
