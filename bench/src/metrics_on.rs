@@ -62,6 +62,11 @@ pub fn publish(system: &SystemRef, node: &Node) -> Publisher {
     let Some(handle) = HANDLE.get() else {
         return Publisher(None);
     };
+    // `PLEXUS_BENCH_METRICS=recorder`: the recorder alone, nothing
+    // published (to tell the cost of recording from that of scraping).
+    if std::env::var(ENV).is_ok_and(|v| v == "recorder") {
+        return Publisher(None);
+    }
     let (system, node) = (system.clone(), node.clone());
     let task = tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
