@@ -49,9 +49,6 @@ pub(crate) struct Conn {
     inbound_ended: bool,
     /// `stack.stats().dropped` when [`Shared::stats`] was last refreshed.
     dropped: u64,
-    /// Messages and bytes that entered the stack (added to
-    /// [`Shared::traffic`] once per [`pump`](Self::pump)).
-    sent: (u64, u64),
 }
 
 impl Conn {
@@ -66,7 +63,6 @@ impl Conn {
             receiver_alive: true,
             inbound_ended: false,
             dropped: 0,
-            sent: (0, 0),
         }
     }
 
@@ -78,7 +74,7 @@ impl Conn {
     pub(crate) fn pump(&mut self, now: Instant, budget: usize) -> bool {
         let mut moved = 0usize;
         let mut released = 0usize;
-        let before = self.sent;
+        let (mut taken, mut taken_bytes) = (0u64, 0u64);
         if let Some(frame) = self.held.take() {
             if !self.stack.can_send() && !self.stack.is_closed() {
                 self.held = Some(frame);
@@ -98,8 +94,11 @@ impl Conn {
             let Some(message) = self.next_message() else {
                 break;
             };
-            moved += message.len() + MESSAGE_OVERHEAD;
-            released += self.shared.cost(message.len());
+            let len = message.len();
+            moved += len + MESSAGE_OVERHEAD;
+            released += self.shared.cost(len);
+            taken += 1;
+            taken_bytes += len as u64;
             self.stack_send(now, message);
             if self.held.is_some() || self.stack.is_closed() {
                 break;
@@ -108,10 +107,8 @@ impl Conn {
         if released > 0 {
             self.shared.out_space.add_permits(released);
         }
-        if self.sent != before {
-            self.shared
-                .traffic
-                .sent(self.sent.0 - before.0, self.sent.1 - before.1);
+        if taken > 0 {
+            self.shared.traffic.sent(taken, taken_bytes);
         }
         more
     }
@@ -131,13 +128,8 @@ impl Conn {
     }
 
     fn stack_send(&mut self, now: Instant, frame: impl Into<Frame>) {
-        let frame = frame.into();
-        let len = frame.len() as u64;
         match self.stack.handle_send(now, frame) {
-            Ok(()) => {
-                self.sent.0 += 1;
-                self.sent.1 += len;
-            }
+            Ok(()) => {}
             Err(StackSendError::WouldBlock(frame)) => self.held = Some(frame),
             Err(StackSendError::Closed(_)) => {}
             Err(error) => {

@@ -38,7 +38,9 @@ pub struct LinkStats {
     pub delivery: Option<DeliveryStats>,
     /// The `delivery` layer's smoothed round-trip time, once measured.
     pub rtt: Option<Duration>,
-    /// Messages the application sent that entered the stack.
+    /// Messages the driver took from the application's send queue into
+    /// the stack (counted as taken, in the batch that the length of each
+    /// was read for anyway).
     pub messages_sent: u64,
     /// Their bytes (payload, before the stack's headers).
     pub bytes_sent: u64,
