@@ -53,7 +53,7 @@ pub fn describe_metrics() {
     describe_counter!(
         SENT_MESSAGES,
         Unit::Count,
-        "Messages that entered the link's stack."
+        "Messages taken from the link's send queue into its stack."
     );
     describe_counter!(
         RECEIVED_MESSAGES,
