@@ -23,6 +23,7 @@ mod data_procs;
 mod data_sim;
 mod lossy_stream;
 mod lossy_stream_linkem;
+mod metrics_on;
 mod nodes;
 mod plexus_cmd;
 mod report;
@@ -195,6 +196,7 @@ fn main() {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
+    metrics_on::install_if_asked();
     let role =
         |f: std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>| nodes::runtime().block_on(f);
     match cli.workload {

@@ -46,6 +46,11 @@ pub struct RemoteArgs {
     /// the reported ratio less than it moves any single pair.
     #[arg(long, default_value_t = 1)]
     pub rounds: usize,
+    /// Metrics on (issue 31): a Prometheus recorder installed in every
+    /// process, each node publishing and rendering its metrics once a
+    /// second.
+    #[arg(long)]
+    pub metrics: bool,
 }
 
 /// Picks, from `(baseline, ours, ratio)` rounds, the one with the median
@@ -66,6 +71,10 @@ impl RemoteArgs {
         if let Some(t) = self.threads {
             // Set before any thread or child starts (edition 2021: safe).
             std::env::set_var(THREADS_ENV, t.max(1).to_string());
+        }
+        // Here too: `--metrics` reaches the children the same way.
+        if self.metrics {
+            crate::metrics_on::enable();
         }
     }
 }

@@ -29,6 +29,7 @@ pub async fn pong_node(transport: String) {
     let (cfg, listen) = nodes::transport(&transport);
     let system = nodes::system(&cfg);
     let node = Node::start(&system, cfg).expect("start the pong node");
+    let _metrics = crate::metrics_on::publish(&system, &node);
     let uri = node.listen(&listen).await.expect("listen");
     let pong = system.spawn_fn(|Ping(n, to), _ctx| to.tell(Pong(n)));
     node.publish(&pong, "pong").expect("publish pong");
@@ -200,6 +201,7 @@ async fn ping_plexus(
     let (cfg, _) = nodes::transport(&transport);
     let system = nodes::system(&cfg);
     let node = Node::start(&system, cfg).expect("start the ping node");
+    let metrics = crate::metrics_on::publish(&system, &node);
     let start = Instant::now();
     let (from, to) = (start + warmup, start + warmup + duration);
     let mut waits = Vec::new();
@@ -222,6 +224,7 @@ async fn ping_plexus(
     for w in waits {
         per_pong.push(w.await.expect("pinger finished"));
     }
+    drop(metrics);
     node.shutdown().await;
     system.shutdown().await;
     Run::new(per_pong, duration)

@@ -56,6 +56,7 @@ pub async fn source_node(sink: String, index: u64, transport: String) {
     let (cfg, _) = nodes::transport(&transport);
     let system = nodes::system(&cfg);
     let node = Node::start(&system, cfg).expect("start the source node");
+    let _metrics = crate::metrics_on::publish(&system, &node);
     let values: ActorRef<Value> = node
         .resolve(&sink)
         .await
@@ -179,6 +180,7 @@ async fn sink_plexus(n: usize, transport: String, warmup: Duration, duration: Du
     let (cfg, listen) = nodes::transport(&transport);
     let system = nodes::system(&cfg);
     let node = Node::start(&system, cfg).expect("start the sink node");
+    let _metrics = crate::metrics_on::publish(&system, &node);
     let uri = node.listen(&listen).await.expect("listen");
     let total = Arc::new(AtomicU64::new(0));
     let counted = total.clone();

@@ -31,6 +31,8 @@ pub mod node;
 pub mod ring;
 pub mod sim;
 pub mod split_brain;
+#[cfg(feature = "node")]
+pub mod telemetry;
 pub mod view;
 pub mod wire;
 

@@ -112,6 +112,9 @@ pub struct MembershipStats {
     /// Failures to reach a member the driver reported
     /// ([`Membership::handle_unreachable`]).
     pub unreachable_reports: u64,
+    /// Members it saw downed (each [`ClusterEvent::MemberDowned`] it
+    /// reported, counted as [`Membership::poll_event`] hands it out).
+    pub downings: u64,
 }
 
 /// A record's next step after a fixed delay: down → removed after
@@ -479,7 +482,11 @@ impl Membership {
 
     /// The next event.
     pub fn poll_event(&mut self) -> Option<ClusterEvent> {
-        self.events.pop_front()
+        let event = self.events.pop_front();
+        if matches!(event, Some(ClusterEvent::MemberDowned { .. })) {
+            self.stats.downings += 1;
+        }
+        event
     }
 
     /// The next instant [`Membership::handle_timeout`] must be called at.

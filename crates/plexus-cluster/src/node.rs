@@ -452,13 +452,14 @@ impl Driver {
                 }
             }
         }
+        let events: Vec<ClusterEvent> =
+            std::iter::from_fn(|| self.membership.poll_event()).collect();
+        // After the events: draining them counts the downings.
         let stats = self.membership.stats();
         self.snapshot
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .stats = stats;
-        let events: Vec<ClusterEvent> =
-            std::iter::from_fn(|| self.membership.poll_event()).collect();
         let Some(last) = events.len().checked_sub(1) else {
             return;
         };

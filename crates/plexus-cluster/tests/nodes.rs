@@ -11,6 +11,40 @@ use plexus_core::ActorSystem;
 use plexus_remote::{Node, NodeConfig};
 use tokio::sync::mpsc;
 
+#[derive(Debug, PartialEq)]
+enum Value {
+    Counter(u64),
+    Gauge(f64),
+    Other,
+}
+
+/// What `cluster.record_metrics()` publishes, by `name{label=value,...}`,
+/// through a debugging recorder installed around the call only.
+fn recorded(cluster: &Cluster) -> std::collections::HashMap<String, Value> {
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    metrics::with_local_recorder(&recorder, || cluster.record_metrics());
+    snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .map(|(key, _, _, value)| {
+            let key = key.key();
+            let labels: Vec<String> = key
+                .labels()
+                .map(|l| format!("{}={}", l.key(), l.value()))
+                .collect();
+            let value = match value {
+                DebugValue::Counter(n) => Value::Counter(n),
+                DebugValue::Gauge(v) => Value::Gauge(v.into_inner()),
+                DebugValue::Histogram(_) => Value::Other,
+            };
+            (format!("{}{{{}}}", key.name(), labels.join(",")), value)
+        })
+        .collect()
+}
+
 fn quick(seeds: Vec<String>) -> ClusterConfig {
     let mut c = common::updates::quick("test").seeds(seeds);
     c.stable_after = Duration::from_millis(600);
@@ -69,6 +103,17 @@ async fn three_nodes_form_a_cluster_see_a_kill_and_a_rejoin() {
     .await;
     assert_eq!(down.ring.members().len(), 2);
     assert!(down.ring.members().iter().any(|m| **m == *b));
+    // Its metrics (issue 31) say so too: two up, one downing seen, gossip
+    // sent.
+    let m = recorded(&ca);
+    assert_eq!(
+        m.get("plexus_cluster_members{state=up}"),
+        Some(&Value::Gauge(2.0))
+    );
+    assert!(matches!(m.get("plexus_cluster_downings_total{}"), Some(Value::Counter(n)) if *n >= 1));
+    assert!(
+        matches!(m.get("plexus_cluster_gossip_sent_bytes_total{}"), Some(Value::Counter(n)) if *n > 0)
+    );
 
     // c restarts on the same port: a new incarnation joins.
     let port: u16 = c

@@ -42,6 +42,34 @@ pub enum DeadLetterReason {
 }
 
 impl DeadLetterReason {
+    /// Every reason, in the order of [`index`](Self::index).
+    pub const ALL: [Self; 4] = [
+        Self::Stopped,
+        Self::MailboxFull,
+        Self::Undeliverable,
+        Self::SendBufferFull,
+    ];
+
+    /// A short name for metric labels (`stopped`, `mailbox_full`,
+    /// `undeliverable`, `send_buffer_full`).
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Stopped => "stopped",
+            Self::MailboxFull => "mailbox_full",
+            Self::Undeliverable => "undeliverable",
+            Self::SendBufferFull => "send_buffer_full",
+        }
+    }
+
+    fn index(self) -> usize {
+        match self {
+            Self::Stopped => 0,
+            Self::MailboxFull => 1,
+            Self::Undeliverable => 2,
+            Self::SendBufferFull => 3,
+        }
+    }
+
     /// Whether a letter for this reason is logged at `warn` (the system
     /// refused work) rather than `debug` (the target had stopped).
     pub fn is_refusal(self) -> bool {
@@ -82,6 +110,8 @@ pub const WARN_INTERVAL: Duration = Duration::from_secs(1);
 /// [`SystemRef::dead_letters`](crate::SystemRef::dead_letters)).
 pub struct DeadLetterOffice {
     count: AtomicU64,
+    /// The same letters by [`DeadLetterReason::index`], for metrics.
+    by_reason: [AtomicU64; 4],
     tx: broadcast::Sender<DeadLetter>,
     /// Refusals since the last `warn` line, and when that line was written.
     unlogged: AtomicU64,
@@ -94,6 +124,7 @@ impl DeadLetterOffice {
     pub(crate) fn new() -> Self {
         Self {
             count: AtomicU64::new(0),
+            by_reason: Default::default(),
             tx: broadcast::Sender::new(SUBSCRIBER_BUFFER),
             unlogged: AtomicU64::new(0),
             last_warn: Mutex::new(None),
@@ -109,6 +140,7 @@ impl DeadLetterOffice {
         reason: DeadLetterReason,
     ) {
         self.count.fetch_add(1, Ordering::Relaxed);
+        self.by_reason[reason.index()].fetch_add(1, Ordering::Relaxed);
         if reason.is_refusal() {
             self.warn(target, message_type, reason);
         } else {
@@ -205,6 +237,11 @@ impl DeadLetterOffice {
 
     pub(crate) fn count(&self) -> u64 {
         self.count.load(Ordering::Relaxed)
+    }
+
+    /// Letters so far for `reason`.
+    pub(crate) fn count_for(&self, reason: DeadLetterReason) -> u64 {
+        self.by_reason[reason.index()].load(Ordering::Relaxed)
     }
 
     pub(crate) fn subscribe(&self) -> broadcast::Receiver<DeadLetter> {

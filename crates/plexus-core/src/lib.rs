@@ -41,6 +41,7 @@ pub mod remote;
 mod run;
 mod supervision;
 mod system;
+pub mod telemetry;
 
 pub use actor::{Actor, FnActor};
 pub use actor_ref::{ActorRef, Monitor, Receipt, ReceiptFuture, ReplyTo, Via};

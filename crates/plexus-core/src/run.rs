@@ -12,12 +12,14 @@ use futures_util::FutureExt;
 
 use crate::mailbox::{Mailbox, Signal};
 use crate::supervision::RestartWindow;
+use crate::telemetry::HandleTimer;
 use crate::{Actor, Context, ExitReason, Supervision, SystemRef};
 
 /// Messages handled in a row before the actor yields to the scheduler, so a
 /// busy actor does not starve others on its worker (tokio's own channels
-/// use a budget of 128 for the same reason).
-const MESSAGES_PER_YIELD: u32 = 128;
+/// use a budget of 128 for the same reason). Its counter also picks the
+/// message timed for `plexus_actor_handle_seconds` (see `telemetry`).
+pub(crate) const MESSAGES_PER_YIELD: u32 = 128;
 
 /// What a restartable actor needs to restart: kept in one box so an actor
 /// that is never restarted carries a single pointer for it.
@@ -61,6 +63,9 @@ pub(crate) struct ActorCell<A: Actor, F> {
     ctx: Context<A::Msg>,
     /// Messages taken out of the mailbox in one lock, handled one by one.
     batch: VecDeque<A::Msg>,
+    /// Times one message in `HANDLE_TIME_SAMPLE` (see `telemetry`); none
+    /// until the first timed message.
+    timer: Option<Box<HandleTimer>>,
     finished: bool,
 }
 
@@ -76,6 +81,7 @@ impl<A: Actor, F> ActorCell<A, F> {
             restarter,
             ctx: Context::new(mailbox, system),
             batch: VecDeque::new(),
+            timer: None,
             finished: false,
         }
     }
@@ -178,9 +184,17 @@ async fn serve<A: Actor, F>(cell: &mut ActorCell<A, F>) -> (ExitReason, bool) {
             }
         };
         cell.ctx.mailbox.on_dequeue();
+        // `since_yield` is not changed across the handler, so the test
+        // after it needs no local kept in this future.
+        if HandleTimer::is_timed(since_yield) {
+            HandleTimer::start(&mut cell.timer, std::any::type_name::<A>());
+        }
         let handling = AssertUnwindSafe(cell.actor.handle(msg, &mut cell.ctx));
         if let Err(panic) = handling.catch_unwind().await {
             return (ExitReason::Panicked(panic_message(panic)), false);
+        }
+        if HandleTimer::is_timed(since_yield) {
+            HandleTimer::finish(&mut cell.timer);
         }
         if let Some(reason) = cell.ctx.pending_stop.take() {
             return (*reason, false);

@@ -76,6 +76,34 @@ impl SystemShared {
         all
     }
 
+    /// The `k` actors with the most messages waiting, deepest first, and
+    /// the messages waiting in all. A shard's lock is held only to clone
+    /// its handles, so spawns and stops never wait for the mailboxes to be
+    /// read.
+    pub(crate) fn deepest_mailboxes(&self, k: usize) -> (Vec<(ActorId, usize)>, usize) {
+        let mut top: Vec<(ActorId, usize)> = Vec::with_capacity(k + 1);
+        let mut total = 0usize;
+        let mut controls = Vec::new();
+        for i in 0..LIVE_SHARDS {
+            controls.clear();
+            controls.extend(self.shard(i as u64).values().cloned());
+            for c in &controls {
+                let depth = c.queued();
+                total += depth;
+                if depth == 0 || k == 0 {
+                    continue;
+                }
+                if top.len() == k && top[k - 1].1 >= depth {
+                    continue;
+                }
+                let at = top.partition_point(|&(_, d)| d >= depth);
+                top.insert(at, (c.id(), depth));
+                top.truncate(k);
+            }
+        }
+        (top, total)
+    }
+
     fn kill_all(&self) {
         for c in self.live_controls() {
             c.kill();
@@ -277,23 +305,16 @@ impl SystemRef {
         self.shared.live_count.load(Ordering::Acquire)
     }
 
-    /// The `n` local actors with the most messages waiting, deepest first
-    /// (ties by id), with how many wait; empty mailboxes are left out.
-    ///
-    /// A scan of every live actor (each live-actor shard's lock, then each
-    /// mailbox's lock, one at a time): for an operator's view refreshed
-    /// every second or so, not for a hot path.
-    pub fn deepest_mailboxes(&self, n: usize) -> Vec<(ActorId, usize)> {
-        let mut depths: Vec<(ActorId, usize)> = self
-            .shared
-            .live_controls()
-            .iter()
-            .map(|c| (c.id(), c.queued()))
-            .filter(|(_, queued)| *queued > 0)
-            .collect();
-        depths.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-        depths.truncate(n);
-        depths
+    /// The `k` actors with the most messages waiting, deepest first
+    /// (actors with none left out). Reads every live actor's queue length.
+    pub fn deepest_mailboxes(&self, k: usize) -> Vec<(ActorId, usize)> {
+        self.shared.deepest_mailboxes(k).0
+    }
+
+    /// [`deepest_mailboxes`](Self::deepest_mailboxes) and the messages
+    /// waiting in all mailboxes, in one walk.
+    pub(crate) fn deepest_mailboxes_and_total(&self, k: usize) -> (Vec<(ActorId, usize)>, usize) {
+        self.shared.deepest_mailboxes(k)
     }
 
     /// Whether [`shutdown`](Self::shutdown) has begun.
@@ -615,6 +636,11 @@ impl DeadLetters<'_> {
     /// Dead letters so far.
     pub fn count(&self) -> u64 {
         self.office.count()
+    }
+
+    /// Dead letters so far for one reason.
+    pub fn count_for(&self, reason: crate::DeadLetterReason) -> u64 {
+        self.office.count_for(reason)
     }
 
     /// Records a dead letter found outside the runtime (e.g. by a node: a

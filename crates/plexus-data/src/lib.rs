@@ -30,6 +30,8 @@ pub mod replicator;
 pub mod sim;
 #[cfg(feature = "store")]
 pub mod store;
+#[cfg(feature = "node")]
+pub mod telemetry;
 
 pub use crdt::{
     CausalContext, Crdt, Dot, Element, EwFlag, Flag, GCounter, GSet, InvalidState, LwwRegister,

@@ -162,6 +162,37 @@ async fn three_nodes_replicate_at_every_level_and_a_durable_key_survives_a_resta
     // recovers it before hearing from anyone.
     let stats = a.data.stats().await;
     assert_eq!(stats.members, 3);
+    // Its metrics (issue 31), through a debugging recorder installed
+    // around the (synchronous) publishing of those counters.
+    let recorder = metrics_util::debugging::DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    metrics::with_local_recorder(&recorder, || {
+        plexus_data::telemetry::record_replicator_stats(&stats)
+    });
+    let recorded: std::collections::HashMap<String, metrics_util::debugging::DebugValue> =
+        snapshotter
+            .snapshot()
+            .into_vec()
+            .into_iter()
+            .map(|(k, _, _, v)| {
+                let labels: Vec<String> = k
+                    .key()
+                    .labels()
+                    .map(|l| format!("{}={}", l.key(), l.value()))
+                    .collect();
+                (format!("{}{{{}}}", k.key().name(), labels.join(",")), v)
+            })
+            .collect();
+    use metrics_util::debugging::DebugValue;
+    assert_eq!(
+        recorded.get("plexus_data_keys{}"),
+        Some(&DebugValue::Gauge((stats.keys as f64).into()))
+    );
+    assert!(stats.keys >= 1);
+    assert!(matches!(
+        recorded.get("plexus_data_sent_bytes_total{traffic=delta}"),
+        Some(DebugValue::Counter(n)) if *n > 0
+    ));
     a.data.stop().await;
     drop(a.cluster);
     let store = DurableStore::open(&store_path, OpenMode::Existing).unwrap();

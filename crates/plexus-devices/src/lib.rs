@@ -54,6 +54,8 @@ pub mod replicated;
 #[cfg(feature = "node")]
 pub mod server;
 pub mod session;
+#[cfg(feature = "node")]
+pub mod telemetry;
 pub mod tracker;
 pub mod wire;
 

@@ -148,4 +148,29 @@ async fn run() {
             );
         }
     }
+
+    // The owner's metrics (issue 31): the device tracked, its reports
+    // counted; through a debugging recorder installed around the call.
+    let recorder = metrics_util::debugging::DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    metrics::with_local_recorder(&recorder, || servers[o].devices.record_metrics());
+    let recorded: Vec<(String, metrics_util::debugging::DebugValue)> = snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .map(|(k, _, _, v)| (k.key().name().to_owned(), v))
+        .collect();
+    let value = |name: &str| {
+        recorded
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v)
+            .unwrap_or_else(|| panic!("{name} not recorded"))
+    };
+    use metrics_util::debugging::DebugValue;
+    assert_eq!(
+        value("plexus_devices_tracked"),
+        &DebugValue::Gauge(1.0.into())
+    );
+    assert!(matches!(value("plexus_devices_reports_total"), DebugValue::Counter(n) if *n >= 1));
 }

@@ -127,6 +127,8 @@ pub struct HttpTotals {
     responses: AtomicU64,
     refused: AtomicU64,
     timeouts: AtomicU64,
+    /// Responses (the refusals' included) by status class, 1xx to 5xx.
+    by_class: [AtomicU64; 5],
 }
 
 impl HttpTotals {
@@ -138,6 +140,24 @@ impl HttpTotals {
             refused: self.refused.load(Ordering::Relaxed),
             timeouts: self.timeouts.load(Ordering::Relaxed),
         }
+    }
+
+    /// Responses so far whose status is in `class` (1 for 1xx ... 5 for
+    /// 5xx; others 0).
+    pub fn responses_in_class(&self, class: u16) -> u64 {
+        match class {
+            1..=5 => self.by_class[usize::from(class - 1)].load(Ordering::Relaxed),
+            _ => 0,
+        }
+    }
+}
+
+/// The index in [`HttpTotals::by_class`] of a status (an out-of-range
+/// status, which the encoder refuses anyway, counts as 5xx).
+fn class_index(status: u16) -> usize {
+    match status / 100 {
+        c @ 1..=5 => usize::from(c - 1),
+        _ => 4,
     }
 }
 
@@ -159,6 +179,10 @@ struct Open {
     head_only: bool,
     /// Its chunked response has begun.
     streaming: bool,
+    /// When it was received whole (the start of its latency).
+    received_at: Instant,
+    /// The status of its chunked response, once its head is out.
+    status: u16,
 }
 
 /// The `http` layer of one connection. See the [module docs](self).
@@ -181,6 +205,8 @@ pub struct HttpLayer {
     idle_since: Option<Instant>,
     stats: HttpStats,
     totals: Option<Arc<HttpTotals>>,
+    /// `plexus_http_request_seconds`, a handle the server looked up once.
+    latency: Option<metrics::Histogram>,
 }
 
 impl HttpLayer {
@@ -200,6 +226,7 @@ impl HttpLayer {
             idle_since: Some(now),
             stats: HttpStats::default(),
             totals: None,
+            latency: None,
         }
     }
 
@@ -208,6 +235,25 @@ impl HttpLayer {
     pub fn with_totals(mut self, totals: Arc<HttpTotals>) -> Self {
         self.totals = Some(totals);
         self
+    }
+
+    /// The layer, recording each request's latency (from received whole
+    /// to its response written) in `histogram`: a handle looked up once
+    /// per server, so a request costs a record and no lookup.
+    pub fn with_latency(mut self, histogram: metrics::Histogram) -> Self {
+        self.latency = Some(histogram);
+        self
+    }
+
+    /// Counts a response written (or a refusal's answer) by its status
+    /// class, and records its latency when it answers a request.
+    fn count_status(&mut self, status: u16, latency: Option<Duration>) {
+        if let Some(t) = &self.totals {
+            t.by_class[class_index(status)].fetch_add(1, Ordering::Relaxed);
+        }
+        if let (Some(h), Some(l)) = (&self.latency, latency) {
+            h.record(l.as_secs_f64());
+        }
     }
 
     /// The connection's counters.
@@ -263,6 +309,8 @@ impl HttpLayer {
                         keep_alive: request.keep_alive,
                         head_only: request.method == Method::Head,
                         streaming: false,
+                        received_at: now,
+                        status: 0,
                     });
                     if !request.keep_alive {
                         self.reading_done = true;
@@ -321,6 +369,7 @@ impl HttpLayer {
                 if let Ok(frame) = response_frame(response, Persistence::Close, false) {
                     out.push_down(frame);
                 }
+                self.count_status(status, None);
                 out.close(LinkError::Layer {
                     layer: "http",
                     reason: format!("refused a request with {status}: {why}"),
@@ -348,7 +397,9 @@ impl HttpLayer {
         let persistence = Persistence::of(front.version, front.keep_alive && !last);
         let finished = match part {
             ResponseMessage::Whole { response, .. } => {
+                front.status = response.status;
                 let frame = response_frame(response, persistence, front.head_only).or_else(|e| {
+                    front.status = 500;
                     // The application's response cannot be written:
                     // answer 500 in its place.
                     response_frame(
@@ -367,7 +418,9 @@ impl HttpLayer {
                 status, headers, ..
             } => {
                 let mut head = BytesMut::new();
+                front.status = status;
                 if encode_chunked_head_as(&mut head, status, &headers, persistence).is_err() {
+                    front.status = 500;
                     let _ = encode_chunked_head_as(&mut head, 500, &[], persistence);
                 }
                 front.streaming = true;
@@ -396,6 +449,14 @@ impl HttpLayer {
             }
         };
         if finished {
+            if let Some(&Open {
+                status,
+                received_at,
+                ..
+            }) = self.open.front()
+            {
+                self.count_status(status, Some(now.saturating_duration_since(received_at)));
+            }
             let done = self.open.pop_front();
             if done.is_some_and(|o| !o.keep_alive) {
                 self.reading_done = true;

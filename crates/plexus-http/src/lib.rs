@@ -56,6 +56,7 @@ mod response;
 mod response_decoder;
 #[cfg(feature = "server")]
 pub mod server;
+pub mod telemetry;
 pub mod websocket;
 pub mod wire;
 #[cfg(feature = "server")]

@@ -166,9 +166,16 @@ impl LayerConstructor for ServerHttp {
             return Err(option.unknown());
         }
         let (config, totals) = (self.config.clone(), self.totals.clone());
+        // Looked up once per server (per core in per-core mode): a request
+        // then costs a record, no lookup. A recorder installed after
+        // `listen` is not seen by this server.
+        let latency = metrics::histogram!(crate::telemetry::REQUEST_SECONDS);
         Ok(Arc::new(move |link: &LinkContext| {
-            Box::new(HttpLayer::new(config.clone(), link.now).with_totals(totals.clone()))
-                as Box<dyn Layer>
+            Box::new(
+                HttpLayer::new(config.clone(), link.now)
+                    .with_totals(totals.clone())
+                    .with_latency(latency.clone()),
+            ) as Box<dyn Layer>
         }))
     }
 }

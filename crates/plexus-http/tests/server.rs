@@ -114,6 +114,57 @@ async fn routes_static_files_and_errors() {
     );
 }
 
+/// Metrics (issue 31): requests by status class from the server's totals,
+/// published on demand, and each request's latency in the histogram the
+/// server looked up when it started listening. A current-thread runtime
+/// inside a debugging recorder installed for this thread only, so the
+/// connection tasks record there too.
+#[test]
+fn responses_are_counted_by_status_class_and_timed() {
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    metrics::with_local_recorder(&recorder, || {
+        rt.block_on(async {
+            let (_system, addr, totals) = server(HttpConfig::default()).await;
+            for path in ["/hello/a", "/hello/b", "/nope"] {
+                let req = format!("GET {path} HTTP/1.1\r\nHost: h\r\n\r\n");
+                ask(addr, req.as_bytes()).await;
+            }
+            totals.record_metrics();
+        })
+    });
+    let m: std::collections::HashMap<String, DebugValue> = snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .map(|(k, _, _, v)| {
+            let labels: Vec<String> = k
+                .key()
+                .labels()
+                .map(|l| format!("{}={}", l.key(), l.value()))
+                .collect();
+            (format!("{}{{{}}}", k.key().name(), labels.join(",")), v)
+        })
+        .collect();
+    let counter = |key: &str| match m.get(key) {
+        Some(DebugValue::Counter(n)) => *n,
+        other => panic!("{key}: {other:?}"),
+    };
+    assert_eq!(counter("plexus_http_requests_total{}"), 3);
+    assert_eq!(counter("plexus_http_responses_total{status=2xx}"), 2);
+    assert_eq!(counter("plexus_http_responses_total{status=4xx}"), 1);
+    assert_eq!(counter("plexus_http_responses_total{status=5xx}"), 0);
+    match m.get("plexus_http_request_seconds{}") {
+        Some(DebugValue::Histogram(v)) => assert_eq!(v.len(), 3),
+        other => panic!("latency: {other:?}"),
+    }
+}
+
 /// A file above the sendfile threshold (kept open, sent from the page
 /// cache), larger than a socket buffer.
 fn big_file() -> Vec<u8> {

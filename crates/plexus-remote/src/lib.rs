@@ -40,6 +40,7 @@ mod peer;
 pub mod process;
 mod proxy;
 pub mod selector;
+mod telemetry;
 pub mod uri;
 pub mod wire;
 

@@ -7,6 +7,7 @@
 //! path.
 
 use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -73,6 +74,7 @@ impl Conn {
     pub(crate) fn pump(&mut self, now: Instant, budget: usize) -> bool {
         let mut moved = 0usize;
         let mut released = 0usize;
+        let (mut taken, mut taken_bytes) = (0u64, 0u64);
         if let Some(frame) = self.held.take() {
             if !self.stack.can_send() && !self.stack.is_closed() {
                 self.held = Some(frame);
@@ -92,8 +94,11 @@ impl Conn {
             let Some(message) = self.next_message() else {
                 break;
             };
-            moved += message.len() + MESSAGE_OVERHEAD;
-            released += self.shared.cost(message.len());
+            let len = message.len();
+            moved += len + MESSAGE_OVERHEAD;
+            released += self.shared.cost(len);
+            taken += 1;
+            taken_bytes += len as u64;
             self.stack_send(now, message);
             if self.held.is_some() || self.stack.is_closed() {
                 break;
@@ -101,6 +106,9 @@ impl Conn {
         }
         if released > 0 {
             self.shared.out_space.add_permits(released);
+        }
+        if taken > 0 {
+            self.shared.traffic.sent(taken, taken_bytes);
         }
         more
     }
@@ -172,14 +180,20 @@ impl Conn {
     /// lock (the receiver's driver-side handler may send on the link).
     pub(crate) fn collect(&mut self, staged: &mut VecDeque<Received>) -> bool {
         let dropped = self.stack.stats().dropped;
-        if dropped != self.dropped {
+        if dropped != self.dropped || self.shared.traffic.wanted.load(Ordering::Relaxed) {
             self.dropped = dropped;
+            self.shared.traffic.wanted.store(false, Ordering::Relaxed);
             *lock(&self.shared.stats) = LinkStats::of(&self.stack);
         }
-        let mut messages = false;
+        let (mut count, mut bytes) = (0u64, 0u64);
         while let Some(m) = self.stack.poll_receive() {
+            count += 1;
+            bytes += m.len() as u64;
             staged.push_back(Received::Message(m));
-            messages = true;
+        }
+        let messages = count > 0;
+        if messages {
+            self.shared.traffic.received(count, bytes);
         }
         while let Some(event) = self.stack.poll_event() {
             // SendReady is the driver's business: pump retries.

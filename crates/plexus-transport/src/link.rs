@@ -244,6 +244,9 @@ pub(crate) struct Shared {
     pub(crate) inb: CachePadded<Mutex<InState>>,
     /// Refreshed by the driver when the stack drops a frame.
     pub(crate) stats: Mutex<LinkStats>,
+    /// Messages and bytes each way, current (see [`LinkStats`]); on their
+    /// own lines as the driver writes them on every batch.
+    pub(crate) traffic: CachePadded<crate::stats::Traffic>,
 }
 
 /// What some transports add to a link: a way to send unreliable datagrams
@@ -339,6 +342,7 @@ impl Shared {
             })),
             wake_driver,
             stats: Mutex::default(),
+            traffic: CachePadded(Default::default()),
             extras,
         })
     }

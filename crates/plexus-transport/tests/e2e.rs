@@ -283,3 +283,35 @@ async fn udp_replies_sent_from_their_senders_arrive_in_order_through_loss() {
     )
     .await;
 }
+
+/// A link counts the messages and bytes it carries each way (issue 31's
+/// metrics read them): 10 messages of 100 bytes, counted on both ends by
+/// the time the last arrives.
+#[tokio::test]
+async fn link_stats_count_messages_and_bytes_each_way() {
+    let hub = mem::MemHub::new();
+    let spec = spec("mem / ordering");
+    let listener = hub.bind(&spec, "server").expect("bind");
+    let mut client = hub.connect(&spec, "server").expect("connect");
+    let mut server = listener.accept().await.expect("accept");
+    for i in 0..10u8 {
+        client
+            .send(bytes::Bytes::from(vec![i; 100]))
+            .await
+            .expect("send");
+    }
+    for _ in 0..10 {
+        server.recv_message().await.expect("message");
+    }
+    server
+        .send(bytes::Bytes::from_static(b"ok"))
+        .await
+        .expect("reply");
+    client.recv_message().await.expect("reply");
+    let (c, s) = (client.stats(), server.stats());
+    assert_eq!((c.messages_sent, c.bytes_sent), (10, 1000));
+    assert_eq!((s.messages_received, s.bytes_received), (10, 1000));
+    assert_eq!((s.messages_sent, s.bytes_sent), (1, 2));
+    assert_eq!((c.messages_received, c.bytes_received), (1, 2));
+    assert_eq!(c.dropped, 0);
+}

@@ -225,6 +225,7 @@ impl SessionLinks {
             peer: sender.peer().to_owned(),
             guarantees,
             queued_bytes: sender.queued_bytes(),
+            stats: sender.stats(),
             share: 1.0,
             goodput_bytes_per_s: None,
             delay: None,
@@ -270,6 +271,8 @@ pub struct LaneCandidate {
     pub guarantees: Option<Guarantees>,
     /// Bytes queued on the link that its stack has not taken yet.
     pub queued_bytes: usize,
+    /// The link's counters (the primary link's for a lane it carries).
+    pub stats: LinkStats,
     /// The share of the lane's frames it is given (1 unless adaptive).
     pub share: f64,
     /// Its goodput as the adaptive lane's learner estimates it.

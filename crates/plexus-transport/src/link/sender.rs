@@ -56,9 +56,11 @@ impl LinkSender {
         self.shared.extras.writes_file_regions
     }
 
-    /// What the link's stack dropped so far (see [`LinkStats`]).
+    /// What the link carried and its stack dropped so far (see
+    /// [`LinkStats`] for how current each counter is).
     pub fn stats(&self) -> LinkStats {
-        *lock(&self.shared.stats)
+        let snapshot = *lock(&self.shared.stats);
+        self.shared.traffic.read(snapshot)
     }
 
     fn check_len(&self, message: Bytes) -> Result<Bytes, LinkSendError> {

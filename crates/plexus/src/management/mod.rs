@@ -396,13 +396,32 @@ fn change_member(parts: Arc<Parts>, req: HttpRequest, _: SystemRef) {
     });
 }
 
-fn metrics(parts: Arc<Parts>, req: HttpRequest, _: SystemRef) {
-    let answer = match &parts.metrics {
-        Some(render) => Response::new(200, render())
-            .header("content-type", "text/plain; version=0.0.4; charset=utf-8"),
-        None => text(404, "no metrics exporter is installed in this process"),
+/// Publishes what the parts count (each keeps its counters in a struct:
+/// sends cost nothing until a scrape), then renders the exporter's text.
+fn metrics(parts: Arc<Parts>, req: HttpRequest, system: SystemRef) {
+    let Some(render) = parts.metrics.clone() else {
+        req.reply.send(text(
+            404,
+            "no metrics exporter is installed in this process",
+        ));
+        return;
     };
-    req.reply.send(answer);
+    tokio::spawn(async move {
+        system.record_metrics();
+        if let Some(node) = &parts.node {
+            node.record_metrics();
+        }
+        if let Some(cluster) = &parts.cluster {
+            cluster.record_metrics();
+        }
+        if let Some(data) = &parts.data {
+            data.record_metrics().await;
+        }
+        req.reply.send(
+            Response::new(200, render())
+                .header("content-type", "text/plain; version=0.0.4; charset=utf-8"),
+        );
+    });
 }
 
 #[derive(Serialize)]

@@ -142,11 +142,7 @@ async fn run(args: Args, config: Config) -> Result<(), Fail> {
         let mut management = Management::new(&config.management)
             .node(&node)
             .cluster(Arc::clone(&cluster))
-            .metrics(crate::metrics::render(
-                &node,
-                Some(&cluster),
-                replication.as_deref(),
-            ));
+            .metrics(crate::metrics::render());
         if let Some(r) = &replication {
             management = management.data(r);
         }

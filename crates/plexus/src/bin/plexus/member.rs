@@ -119,7 +119,7 @@ async fn run(args: Args, config: Config) -> Result<(), Fail> {
             .node(&node)
             .cluster(Arc::clone(&cluster))
             .data(&data)
-            .metrics(crate::metrics::render(&node, Some(&cluster), Some(&data)))
+            .metrics(crate::metrics::render())
             .start(&system)
             .await?;
         out.line(format_args!("MANAGEMENT http://{at}"));

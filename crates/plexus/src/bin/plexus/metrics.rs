@@ -6,9 +6,6 @@ use std::sync::{Arc, OnceLock};
 
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use plexus::management::MetricsRender;
-use plexus_cluster::Cluster;
-use plexus_data::node::Replication;
-use plexus_remote::Node;
 
 /// The recorder's handle; `None` if another recorder was installed first
 /// (the metrics then go there, and `/metrics` says so).
@@ -25,14 +22,11 @@ fn handle() -> Option<PrometheusHandle> {
         .clone()
 }
 
-/// What `/metrics` answers for a process running these parts.
-pub fn render(
-    node: &Node,
-    cluster: Option<&Arc<Cluster>>,
-    data: Option<&Replication>,
-) -> MetricsRender {
+/// What `/metrics` answers: the Prometheus text of what the management
+/// endpoint's parts published just before (`Management` calls their
+/// `record_metrics`).
+pub fn render() -> MetricsRender {
     let handle = handle();
-    let (_node, _cluster, _data) = (node.clone(), cluster.cloned(), data.cloned());
     Arc::new(move || match &handle {
         Some(h) => {
             // Histograms are folded in on demand, not by a thread of their own.

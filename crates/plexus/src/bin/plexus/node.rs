@@ -92,7 +92,7 @@ async fn run(args: NodeArgs, settings: Config) -> Result<(), Box<dyn std::error:
     if settings.management.enabled {
         let at = Management::new(&settings.management)
             .node(&node)
-            .metrics(crate::metrics::render(&node, None, None))
+            .metrics(crate::metrics::render())
             .start(&system)
             .await?;
         println!("MANAGEMENT http://{at}");
