@@ -62,7 +62,12 @@ pub struct Management {
     cluster: Option<Arc<Cluster>>,
     data: Option<Replication>,
     metrics: Option<MetricsRender>,
+    on_scrape: Vec<OnScrape>,
 }
+
+/// Publishes a part's counters through the `metrics` facade right before
+/// `/metrics` renders them (a part of one's own, a device server).
+pub type OnScrape = Arc<dyn Fn() + Send + Sync>;
 
 /// Why the endpoint did not start.
 #[derive(Debug, thiserror::Error)]
@@ -72,7 +77,10 @@ pub enum ManagementError {
     #[error("management routes: {0}")]
     Route(String),
     /// The port could not be bound.
-    #[error("management endpoint on {bind}: {source}")]
+    #[error(
+        "management endpoint on {bind}: {source} (each process needs a port of its own: \
+         set management.bind, or --management-bind 127.0.0.1:0 for a free one)"
+    )]
     Serve {
         /// The address asked for.
         bind: SocketAddr,
@@ -90,6 +98,7 @@ impl Management {
             cluster: None,
             data: None,
             metrics: None,
+            on_scrape: Vec::new(),
         }
     }
 
@@ -120,6 +129,14 @@ impl Management {
         self
     }
 
+    /// Calls `publish` before each `/metrics` rendering, after the parts
+    /// given above published theirs: for parts this builder does not know
+    /// (a device server, an application's own counters).
+    pub fn on_scrape(mut self, publish: impl Fn() + Send + Sync + 'static) -> Self {
+        self.on_scrape.push(Arc::new(publish));
+        self
+    }
+
     /// Serves the endpoint on `settings.bind`; returns the bound address.
     /// It serves, and the live view's snapshots are pushed to its sockets,
     /// until the runtime stops.
@@ -135,6 +152,7 @@ impl Management {
             cluster: self.cluster,
             data: self.data,
             metrics: self.metrics,
+            on_scrape: self.on_scrape,
         });
         let route = |server: WebServer, method, path: &str, handler: Handler| {
             let parts = Arc::clone(&parts);
@@ -195,6 +213,7 @@ struct Parts {
     cluster: Option<Arc<Cluster>>,
     data: Option<Replication>,
     metrics: Option<MetricsRender>,
+    on_scrape: Vec<OnScrape>,
 }
 
 type Handler = fn(Arc<Parts>, HttpRequest, SystemRef);
@@ -416,6 +435,9 @@ fn metrics(parts: Arc<Parts>, req: HttpRequest, system: SystemRef) {
         }
         if let Some(data) = &parts.data {
             data.record_metrics().await;
+        }
+        for publish in &parts.on_scrape {
+            publish();
         }
         req.reply.send(
             Response::new(200, render())

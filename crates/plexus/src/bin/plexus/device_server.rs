@@ -138,11 +138,15 @@ async fn run(args: Args, config: Config) -> Result<(), Fail> {
             DeviceServer::start_with(&node, &system, &cluster, config.devices.clone(), directory)?;
         (Server::Replicated(server), Some(replication))
     };
+    // Shared with the management endpoint, which publishes its counters.
+    let server = Arc::new(server);
     if config.management.enabled {
+        let scraped = Arc::clone(&server);
         let mut management = Management::new(&config.management)
             .node(&node)
             .cluster(Arc::clone(&cluster))
-            .metrics(crate::metrics::render());
+            .metrics(crate::metrics::render())
+            .on_scrape(move || scraped.record_metrics());
         if let Some(r) = &replication {
             management = management.data(r);
         }
@@ -209,6 +213,13 @@ impl Server {
         match self {
             Server::Local(s) => s.stats(),
             Server::Replicated(s) => s.stats(),
+        }
+    }
+
+    fn record_metrics(&self) {
+        match self {
+            Server::Local(s) => s.record_metrics(),
+            Server::Replicated(s) => s.record_metrics(),
         }
     }
 }
