@@ -520,6 +520,7 @@ mod tests {
             cluster: None,
             data: None,
             metrics: None,
+            on_scrape: Vec::new(),
         };
         let made = make(&parts, &system, &mut Shares::default()).await;
         let v = serde_json::to_value(&made).expect("a snapshot encodes");
