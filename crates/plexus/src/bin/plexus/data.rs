@@ -568,18 +568,9 @@ mod tests {
     use super::*;
     use plexus_data::ReplicatorConfig;
 
-    fn parse<const N: usize>(argv: [&str; N]) -> Args {
-        #[derive(clap::Parser)]
-        struct Cli {
-            #[command(flatten)]
-            args: Args,
-        }
-        <Cli as clap::Parser>::parse_from(argv).args
-    }
-
     #[test]
     fn flags_win_over_the_defaults_and_the_replicator_takes_the_cluster_name() {
-        let args = parse([
+        let args: Args = settings::parse(&[
             "plexus data",
             "--cluster-name",
             "shop",

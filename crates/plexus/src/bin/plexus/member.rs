@@ -264,18 +264,9 @@ fn reason_token(reason: &DownReason) -> String {
 mod tests {
     use super::*;
 
-    fn parse<const N: usize>(argv: [&str; N]) -> Args {
-        #[derive(clap::Parser)]
-        struct Cli {
-            #[command(flatten)]
-            args: Args,
-        }
-        <Cli as clap::Parser>::parse_from(argv).args
-    }
-
     #[test]
     fn flags_win_over_the_defaults_and_leave_the_rest() {
-        let args = parse([
+        let args: Args = settings::parse(&[
             "plexus member",
             "--seed",
             "tcp://a:1",

@@ -260,3 +260,15 @@ pub fn start_cluster(
     };
     Ok(std::sync::Arc::new(cluster))
 }
+
+/// A role's flags parsed from `argv` (its first word the program name), as
+/// `plexus ROLE` would parse them: for the roles' unit tests.
+#[cfg(test)]
+pub fn parse<T: clap::Args>(argv: &[&str]) -> T {
+    #[derive(clap::Parser)]
+    struct Cli<T: clap::Args> {
+        #[command(flatten)]
+        args: T,
+    }
+    <Cli<T> as clap::Parser>::parse_from(argv).args
+}
