@@ -188,6 +188,16 @@ pub fn stop_signal() -> impl Future<Output = ()> + Send + 'static {
     }
 }
 
+/// An interval firing every `every_ms` milliseconds (at least 1), the first
+/// time one period from now; none without a period (a `--stats-every-ms`
+/// left out). [`tick`] waits on it.
+pub fn ticker(every_ms: Option<u64>) -> Option<tokio::time::Interval> {
+    every_ms.map(|ms| {
+        let every = std::time::Duration::from_millis(ms.max(1));
+        tokio::time::interval_at(tokio::time::Instant::now() + every, every)
+    })
+}
+
 /// The next tick of `interval`, or never without one.
 pub async fn tick(interval: Option<&mut tokio::time::Interval>) {
     match interval {

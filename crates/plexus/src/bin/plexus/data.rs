@@ -73,12 +73,11 @@ use std::time::{Duration, Instant};
 
 use plexus::config::Config;
 use plexus::management::Management;
-use plexus_cluster::{ClusterUpdate, MemberState};
+use plexus_cluster::MemberState;
 use plexus_data::crdt::GCounter;
 use plexus_data::node::{Replication, StartError};
 use plexus_data::store::{DurableStore, OpenError, OpenMode};
 use plexus_data::{Consistency, Key, ReplicatorStats};
-use tokio::sync::mpsc;
 
 use crate::settings::{self, ClusterFlags, ConfigFlags};
 
@@ -257,10 +256,7 @@ async fn run(args: Args, config: Config, store: Option<DurableStore>) -> Result<
             .await?;
         out.line(format_args!("MANAGEMENT http://{at}"));
     }
-    let (tx, mut updates) = mpsc::unbounded_channel();
-    cluster.subscribe(system.spawn_fn(move |u: ClusterUpdate, _ctx| {
-        let _ = tx.send(u);
-    }));
+    let mut updates = settings::updates(&cluster, &system);
 
     let timeout = Duration::from_millis(args.timeout_ms);
     if let Some(k) = args.check_keys {
@@ -280,10 +276,7 @@ async fn run(args: Args, config: Config, store: Option<DurableStore>) -> Result<
     }
     let work = tokio::spawn(series(Arc::clone(&data), out.clone(), args_series(&args)));
 
-    let mut stats = args.stats_every_ms.map(|ms| {
-        let every = Duration::from_millis(ms.max(1));
-        tokio::time::interval_at(tokio::time::Instant::now() + every, every)
-    });
+    let mut stats = process::ticker(args.stats_every_ms);
     tokio::pin!(stop);
     let mut up = 0;
     loop {

@@ -129,10 +129,7 @@ async fn run(args: Args, config: Config) -> Result<(), Fail> {
             move |_seq, values: &mut Vec<i64>| values.extend(1..=count),
         )?;
     }
-    let mut stats = args.stats_every_ms.map(|ms| {
-        let every = Duration::from_millis(ms.max(1));
-        tokio::time::interval_at(tokio::time::Instant::now() + every, every)
-    });
+    let mut stats = process::ticker(args.stats_every_ms);
     tokio::pin!(stop);
     loop {
         tokio::select! {

@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 
 use plexus::config::Config;
 use plexus::management::Management;
-use plexus_cluster::{ClusterUpdate, MemberState};
+use plexus_cluster::MemberState;
 use plexus_data::node::Replication;
 use plexus_devices::replicated::ReplicatedDirectory;
 use plexus_devices::server::DeviceServer;
@@ -154,14 +154,8 @@ async fn run(args: Args, config: Config) -> Result<(), Fail> {
         out.line(format_args!("MANAGEMENT http://{at}"));
     }
     let mut events = server.subscribe();
-    let (tx, mut updates) = mpsc::unbounded_channel();
-    cluster.subscribe(system.spawn_fn(move |u: ClusterUpdate, _ctx| {
-        let _ = tx.send(u);
-    }));
-    let mut stats = args.stats_every_ms.map(|ms| {
-        let every = Duration::from_millis(ms.max(1));
-        tokio::time::interval_at(tokio::time::Instant::now() + every, every)
-    });
+    let mut updates = settings::updates(&cluster, &system);
+    let mut stats = process::ticker(args.stats_every_ms);
     tokio::pin!(stop);
     let mut up = 0;
     loop {

@@ -62,7 +62,6 @@ use plexus::config::Config;
 use plexus::management::Management;
 use plexus_cluster::{ClusterEvent, ClusterUpdate, DownReason, MemberState, MembershipStats};
 use plexus_data::node::Replication;
-use tokio::sync::mpsc;
 
 use crate::settings::{self, ClusterFlags, ConfigFlags};
 
@@ -124,14 +123,8 @@ async fn run(args: Args, config: Config) -> Result<(), Fail> {
             .await?;
         out.line(format_args!("MANAGEMENT http://{at}"));
     }
-    let (tx, mut updates) = mpsc::unbounded_channel();
-    cluster.subscribe(system.spawn_fn(move |u: ClusterUpdate, _ctx| {
-        let _ = tx.send(u);
-    }));
-    let mut stats = args.stats_every_ms.map(|ms| {
-        let every = Duration::from_millis(ms.max(1));
-        tokio::time::interval_at(tokio::time::Instant::now() + every, every)
-    });
+    let mut updates = settings::updates(&cluster, &system);
+    let mut stats = process::ticker(args.stats_every_ms);
     tokio::pin!(stop);
     loop {
         tokio::select! {

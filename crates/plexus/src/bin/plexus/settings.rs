@@ -261,6 +261,20 @@ pub fn start_cluster(
     Ok(std::sync::Arc::new(cluster))
 }
 
+/// The member's cluster updates as a channel the role's loop selects on.
+pub fn updates(
+    cluster: &plexus_cluster::Cluster,
+    system: &plexus_core::ActorSystem,
+) -> tokio::sync::mpsc::UnboundedReceiver<plexus_cluster::ClusterUpdate> {
+    let (tx, updates) = tokio::sync::mpsc::unbounded_channel();
+    cluster.subscribe(
+        system.spawn_fn(move |u: plexus_cluster::ClusterUpdate, _ctx| {
+            let _ = tx.send(u);
+        }),
+    );
+    updates
+}
+
 /// A role's flags parsed from `argv` (its first word the program name), as
 /// `plexus ROLE` would parse them: for the roles' unit tests.
 #[cfg(test)]
