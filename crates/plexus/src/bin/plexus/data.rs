@@ -236,7 +236,7 @@ async fn run(args: Args, config: Config, store: Option<DurableStore>) -> Result<
     for b in &node_started.bound {
         out.line(format_args!("LISTENING {b}"));
     }
-    let cluster = settings::start_cluster(&node_started, &config)?;
+    let (cluster, mut updates) = settings::start_cluster(&node_started, &config)?;
     let settings::Started { system, node, .. } = node_started;
     let data = Arc::new(Replication::start(
         &node,
@@ -256,7 +256,6 @@ async fn run(args: Args, config: Config, store: Option<DurableStore>) -> Result<
             .await?;
         out.line(format_args!("MANAGEMENT http://{at}"));
     }
-    let mut updates = settings::updates(&cluster, &system);
 
     let timeout = Duration::from_millis(args.timeout_ms);
     if let Some(k) = args.check_keys {

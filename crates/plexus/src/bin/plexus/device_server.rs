@@ -120,7 +120,7 @@ async fn run(args: Args, config: Config) -> Result<(), Fail> {
     for b in &node_started.bound {
         out.line(format_args!("LISTENING {b}"));
     }
-    let cluster = settings::start_cluster(&node_started, &config)?;
+    let (cluster, mut updates) = settings::start_cluster(&node_started, &config)?;
     let settings::Started { system, node, .. } = node_started;
     let (server, replication) = if args.local_directory {
         let server = DeviceServer::start(&node, &system, &cluster, config.devices.clone())?;
@@ -154,7 +154,6 @@ async fn run(args: Args, config: Config) -> Result<(), Fail> {
         out.line(format_args!("MANAGEMENT http://{at}"));
     }
     let mut events = server.subscribe();
-    let mut updates = settings::updates(&cluster, &system);
     let mut stats = process::ticker(args.stats_every_ms);
     tokio::pin!(stop);
     let mut up = 0;

@@ -108,7 +108,7 @@ async fn run(args: Args, config: Config) -> Result<(), Fail> {
     for b in &node_started.bound {
         out.line(format_args!("LISTENING {b}"));
     }
-    let cluster = settings::start_cluster(&node_started, &config)?;
+    let (cluster, mut updates) = settings::start_cluster(&node_started, &config)?;
     let settings::Started { system, node, .. } = node_started;
     // Replicated data on every member, so `plexus data get|incr` works
     // against any of them; durable keys need `plexus data` and its store.
@@ -123,7 +123,6 @@ async fn run(args: Args, config: Config) -> Result<(), Fail> {
             .await?;
         out.line(format_args!("MANAGEMENT http://{at}"));
     }
-    let mut updates = settings::updates(&cluster, &system);
     let mut stats = process::ticker(args.stats_every_ms);
     tokio::pin!(stop);
     loop {

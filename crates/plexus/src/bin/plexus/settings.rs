@@ -246,11 +246,20 @@ pub async fn start_node(config: &Config) -> Result<Started, StartError> {
 }
 
 /// Starts the cluster member on `started`'s node: `[cluster]`, through
-/// `[discovery]` if configured.
+/// `[discovery]` if configured. Returns it with its updates as a channel
+/// the role's loop selects on, subscribed before the member can hear
+/// from any other one, so the role sees every event of its own life
+/// (its own `member-up` among them), whatever it starts next.
 pub fn start_cluster(
     started: &Started,
     config: &Config,
-) -> Result<std::sync::Arc<plexus_cluster::Cluster>, StartError> {
+) -> Result<
+    (
+        std::sync::Arc<plexus_cluster::Cluster>,
+        tokio::sync::mpsc::UnboundedReceiver<plexus_cluster::ClusterUpdate>,
+    ),
+    StartError,
+> {
     let (node, system) = (&started.node, &started.system);
     let cluster = match config.discovery.build()? {
         Some(d) => {
@@ -258,21 +267,13 @@ pub fn start_cluster(
         }
         None => plexus_cluster::Cluster::start(node, system, config.cluster.clone())?,
     };
-    Ok(std::sync::Arc::new(cluster))
-}
-
-/// The member's cluster updates as a channel the role's loop selects on.
-pub fn updates(
-    cluster: &plexus_cluster::Cluster,
-    system: &plexus_core::ActorSystem,
-) -> tokio::sync::mpsc::UnboundedReceiver<plexus_cluster::ClusterUpdate> {
     let (tx, updates) = tokio::sync::mpsc::unbounded_channel();
     cluster.subscribe(
         system.spawn_fn(move |u: plexus_cluster::ClusterUpdate, _ctx| {
             let _ = tx.send(u);
         }),
     );
-    updates
+    Ok((std::sync::Arc::new(cluster), updates))
 }
 
 /// A role's flags parsed from `argv` (its first word the program name), as
