@@ -29,6 +29,7 @@ use crate::dead_letters::DeadLetterReason;
 use crate::lane::{Lane, MessageProperties, RouteError};
 use crate::mailbox::{Control, Mailbox, Refusal, Signal, Watcher};
 use crate::remote::{ActorPath, CodecError, ReceiptError, RemoteReply, ReplyPath};
+use crate::trace::TraceContext;
 use crate::{ActorId, AskError, Down, ExitReason, SendError, TrySendError};
 
 /// Where the messages of a ref go: a local mailbox, a narrowing adapter, or
@@ -47,6 +48,13 @@ pub trait Sink<M>: Control {
         for msg in msgs {
             self.push(msg);
         }
+    }
+    /// [`push`](Self::push) for a message that came from another node with
+    /// a trace context: the actor handles it in a span under `trace` (see
+    /// [`crate::trace`]). The default drops the context.
+    fn push_traced(&self, msg: M, trace: TraceContext) {
+        let _ = trace;
+        self.push(msg);
     }
     /// Like [`push`](Self::push), and reports whether the message reached
     /// the actor's mailbox.
@@ -108,6 +116,10 @@ impl<M: Send + 'static> Sink<M> for Mailbox<M> {
 
     fn push_batch(&self, msgs: &mut dyn Iterator<Item = M>) {
         Mailbox::push_batch(self, msgs);
+    }
+
+    fn push_traced(&self, msg: M, trace: TraceContext) {
+        Mailbox::push_traced(self, msg, trace);
     }
 
     fn reject(&self, msg: M, reason: DeadLetterReason) {
@@ -310,9 +322,27 @@ impl<M: Send + 'static> ActorRef<M> {
     /// [`TrySendError::Stopped`] if the actor has stopped. Either way the
     /// message is handed back and nothing was enqueued.
     pub fn try_tell(&self, msg: M) -> Result<(), TrySendError<M>> {
+        self.try_push(msg, None)
+    }
+
+    /// [`try_tell`](Self::try_tell) of a message that came from another
+    /// node with a trace context (see [`crate::trace`]).
+    pub(crate) fn try_tell_traced(
+        &self,
+        msg: M,
+        trace: TraceContext,
+    ) -> Result<(), TrySendError<M>> {
+        self.try_push(msg, Some(trace))
+    }
+
+    #[inline]
+    fn try_push(&self, msg: M, trace: Option<TraceContext>) -> Result<(), TrySendError<M>> {
         match self.sink.try_acquire() {
             Ok(()) => {
-                self.sink.push(msg);
+                match trace {
+                    None => self.sink.push(msg),
+                    Some(trace) => self.sink.push_traced(msg, trace),
+                }
                 Ok(())
             }
             Err(Refusal::Full) => Err(TrySendError::Full {
@@ -623,6 +653,10 @@ where
 
     fn push_batch(&self, msgs: &mut dyn Iterator<Item = S>) {
         self.inner.sink.push_batch(&mut msgs.map(Into::into));
+    }
+
+    fn push_traced(&self, msg: S, trace: TraceContext) {
+        self.inner.sink.push_traced(msg.into(), trace);
     }
 
     fn reject(&self, msg: S, reason: DeadLetterReason) {

@@ -42,6 +42,7 @@ mod run;
 mod supervision;
 mod system;
 pub mod telemetry;
+pub mod trace;
 
 pub use actor::{Actor, FnActor};
 pub use actor_ref::{ActorRef, Monitor, Receipt, ReceiptFuture, ReplyTo, Via};

@@ -25,7 +25,9 @@ use tokio::sync::{oneshot, Semaphore};
 use tokio::task::AbortHandle;
 
 use crate::dead_letters::DeadLetterReason;
+use crate::run::CellExtra;
 use crate::system::SystemShared;
+use crate::trace::TraceContext;
 use crate::{ActorId, Down, Exit, ExitReason};
 
 /// A system signal. Signals are queued apart from user messages and handled
@@ -145,6 +147,9 @@ struct Extra {
     links: Vec<Arc<dyn Control>>,
     names: Vec<Box<str>>,
     reason: Option<ExitReason>,
+    /// The trace contexts of queued messages that came with one, by their
+    /// position among the queued messages (`first` is 0), oldest first.
+    traces: Vec<(usize, TraceContext)>,
 }
 
 /// How an actor ended. The reasons without data are kept inline so that
@@ -339,6 +344,30 @@ impl<M: Send + 'static> Mailbox<M> {
         n
     }
 
+    /// [`push`](Mailbox::push) for a message that came from another node
+    /// with a trace context: the actor handles it in a span under `trace`.
+    pub(crate) fn push_traced(&self, msg: M, trace: TraceContext) -> bool {
+        let mut st = self.lock();
+        if st.is_stopped() {
+            drop(st);
+            self.dead_letter(msg, DeadLetterReason::Stopped);
+            return false;
+        }
+        let position = usize::from(st.first.is_some()) + st.queue.len();
+        st.extra().traces.push((position, trace));
+        if st.first.is_none() && st.queue.is_empty() {
+            st.first = Some(msg);
+        } else {
+            st.queue.push_back(msg);
+        }
+        let waker = st.waker.take();
+        drop(st);
+        if let Some(w) = waker {
+            w.wake();
+        }
+        true
+    }
+
     pub(crate) fn dead_letter(&self, msg: M, reason: DeadLetterReason) {
         self.sys
             .dead_letters
@@ -354,15 +383,28 @@ impl<M: Send + 'static> Mailbox<M> {
     /// Ready when a signal is waiting or messages are: the oldest is
     /// returned, those behind it are moved into `batch` (which must be
     /// empty; its allocation is recycled). FIFO: the returned message comes
-    /// before the batch.
+    /// before the batch. The trace contexts of the messages taken go to
+    /// `cell`'s [`CellExtra::traces`] (created if need be).
     pub(crate) fn poll_recv(
         &self,
         cx: &mut TaskContext<'_>,
         batch: &mut VecDeque<M>,
+        cell: &mut Option<Box<CellExtra>>,
     ) -> Poll<Option<M>> {
         let mut st = self.lock();
         if st.has_signal() {
             return Poll::Ready(None);
+        }
+        let taken = usize::from(st.first.is_some()) + st.queue.len();
+        if let Some(extra) = st.extra.as_mut().filter(|e| !e.traces.is_empty()) {
+            let traces = &mut cell.get_or_insert_with(Box::default).traces;
+            traces.extend(
+                extra
+                    .traces
+                    .drain(..)
+                    .rev()
+                    .map(|(position, trace)| (taken - 1 - position, trace)),
+            );
         }
         let taken = if let Some(first) = st.first.take() {
             if !st.queue.is_empty() {
@@ -446,6 +488,10 @@ impl<M: Send + 'static> Mailbox<M> {
         st.waker = None;
         let drained = st.drain_waker.take();
         st.abort = None;
+        if let Some(e) = st.extra.as_mut() {
+            // Their messages become dead letters.
+            e.traces.clear();
+        }
         let (watchers, links, names) = match st.extra.as_mut() {
             Some(e) => (
                 std::mem::take(&mut e.watchers),

@@ -29,6 +29,7 @@ pub use crate::actor_ref::{ReceiptFuture, RoomWait, Sink};
 use crate::dead_letters::DeadLetterReason;
 use crate::lane::{Lane, MessageProperties, RouteError};
 pub use crate::mailbox::{Control, Refusal, Signal, Watcher};
+use crate::trace::TraceContext;
 use crate::{ActorId, ActorRef, ExitReason};
 
 /// A message type that can cross nodes, with a stable name on the wire.
@@ -400,6 +401,17 @@ pub trait Inbound: Send + Sync + 'static {
     ///
     /// [`ReceiptError`] saying why the message was not enqueued.
     fn deliver(&self, payload: Bytes) -> Result<(), ReceiptError>;
+    /// [`deliver`](Self::deliver) of a message that came with a trace
+    /// context: the actor handles it in a span under `trace` (see
+    /// [`crate::trace`]). The default drops the context.
+    ///
+    /// # Errors
+    ///
+    /// [`ReceiptError`] saying why the message was not enqueued.
+    fn deliver_traced(&self, payload: Bytes, trace: TraceContext) -> Result<(), ReceiptError> {
+        let _ = trace;
+        self.deliver(payload)
+    }
     /// Decodes and enqueues several messages, in order, together (see
     /// [`ActorRef::try_tell_batch`]); `failed` gets the reason of each one
     /// not enqueued. The default delivers them one by one.
@@ -440,10 +452,13 @@ impl<M: RemoteMessage> Inbound for TypedInbound<M> {
     }
     fn deliver(&self, payload: Bytes) -> Result<(), ReceiptError> {
         let msg = M::from_payload(payload).map_err(ReceiptError::Decode)?;
-        self.target.try_tell(msg).map_err(|e| match e {
-            crate::TrySendError::Full { .. } => ReceiptError::MailboxFull,
-            _ => ReceiptError::Stopped,
-        })
+        self.target.try_tell(msg).map_err(|e| refusal(&e))
+    }
+    fn deliver_traced(&self, payload: Bytes, trace: TraceContext) -> Result<(), ReceiptError> {
+        let msg = M::from_payload(payload).map_err(ReceiptError::Decode)?;
+        self.target
+            .try_tell_traced(msg, trace)
+            .map_err(|e| refusal(&e))
     }
     fn deliver_batch(
         &self,
@@ -457,12 +472,8 @@ impl<M: RemoteMessage> Inbound for TypedInbound<M> {
                 Err(e) => failed(ReceiptError::Decode(e)),
             }
         }
-        self.target.try_tell_batch(&mut msgs, |e| {
-            failed(match e {
-                crate::TrySendError::Full { .. } => ReceiptError::MailboxFull,
-                _ => ReceiptError::Stopped,
-            })
-        });
+        self.target
+            .try_tell_batch(&mut msgs, |e| failed(refusal(&e)));
     }
     fn is_alive(&self) -> bool {
         self.target.is_alive()
@@ -472,6 +483,14 @@ impl<M: RemoteMessage> Inbound for TypedInbound<M> {
     }
     fn queued(&self) -> usize {
         self.target.control().queued()
+    }
+}
+
+/// The receipt error of a message the actor's mailbox refused.
+fn refusal<M>(e: &crate::TrySendError<M>) -> ReceiptError {
+    match e {
+        crate::TrySendError::Full { .. } => ReceiptError::MailboxFull,
+        _ => ReceiptError::Stopped,
     }
 }
 

@@ -9,10 +9,12 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use futures_util::FutureExt;
+use tracing::Instrument;
 
 use crate::mailbox::{Mailbox, Signal};
 use crate::supervision::RestartWindow;
 use crate::telemetry::HandleTimer;
+use crate::trace::TraceContext;
 use crate::{Actor, Context, ExitReason, Supervision, SystemRef};
 
 /// Messages handled in a row before the actor yields to the scheduler, so a
@@ -63,10 +65,36 @@ pub(crate) struct ActorCell<A: Actor, F> {
     ctx: Context<A::Msg>,
     /// Messages taken out of the mailbox in one lock, handled one by one.
     batch: VecDeque<A::Msg>,
+    /// What few actors need; none until the first timed or traced message.
+    extra: Option<Box<CellExtra>>,
+    finished: bool,
+}
+
+/// The part of a cell most actors never need, boxed on first use so an
+/// actor costs one pointer for it (the idle actor's future is its memory).
+#[derive(Default)]
+pub(crate) struct CellExtra {
     /// Times one message in `HANDLE_TIME_SAMPLE` (see `telemetry`); none
     /// until the first timed message.
-    timer: Option<Box<HandleTimer>>,
-    finished: bool,
+    pub(crate) timer: Option<HandleTimer>,
+    /// The trace contexts of messages in `batch` (and of the one taken
+    /// with it), as [`Mailbox::poll_recv`] hands them over: newest first,
+    /// each with the length of `batch` once its message is taken.
+    pub(crate) traces: Vec<(usize, TraceContext)>,
+}
+
+impl CellExtra {
+    /// The trace context of the message just taken, `batch` long after
+    /// it was taken.
+    fn take_trace(&mut self, batch: usize) -> Option<TraceContext> {
+        match self.traces.last() {
+            Some(&(at, trace)) if at == batch => {
+                self.traces.pop();
+                Some(trace)
+            }
+            _ => None,
+        }
+    }
 }
 
 impl<A: Actor, F> ActorCell<A, F> {
@@ -81,7 +109,7 @@ impl<A: Actor, F> ActorCell<A, F> {
             restarter,
             ctx: Context::new(mailbox, system),
             batch: VecDeque::new(),
-            timer: None,
+            extra: None,
             finished: false,
         }
     }
@@ -176,8 +204,8 @@ async fn serve<A: Actor, F>(cell: &mut ActorCell<A, F>) -> (ExitReason, bool) {
         let msg = match cell.batch.pop_front() {
             Some(msg) => msg,
             None => {
-                let (mailbox, batch) = (&cell.ctx.mailbox, &mut cell.batch);
-                match poll_fn(|cx| mailbox.poll_recv(cx, batch)).await {
+                let (mailbox, batch, extra) = (&cell.ctx.mailbox, &mut cell.batch, &mut cell.extra);
+                match poll_fn(|cx| mailbox.poll_recv(cx, batch, extra)).await {
                     Some(msg) => msg,
                     None => continue,
                 }
@@ -186,15 +214,32 @@ async fn serve<A: Actor, F>(cell: &mut ActorCell<A, F>) -> (ExitReason, bool) {
         cell.ctx.mailbox.on_dequeue();
         // `since_yield` is not changed across the handler, so the test
         // after it needs no local kept in this future.
+        let trace = match &mut cell.extra {
+            Some(extra) if !extra.traces.is_empty() => extra.take_trace(cell.batch.len()),
+            _ => None,
+        };
         if HandleTimer::is_timed(since_yield) {
-            HandleTimer::start(&mut cell.timer, std::any::type_name::<A>());
+            HandleTimer::start(&mut cell.extra, std::any::type_name::<A>());
         }
-        let handling = AssertUnwindSafe(cell.actor.handle(msg, &mut cell.ctx));
-        if let Err(panic) = handling.catch_unwind().await {
+        let handling = cell.actor.handle(msg, &mut cell.ctx);
+        let handled = match trace {
+            None => AssertUnwindSafe(handling).catch_unwind().await,
+            Some(parent) => {
+                let span = crate::trace::handle_span(
+                    std::any::type_name::<A>(),
+                    std::any::type_name::<A::Msg>(),
+                    parent,
+                );
+                AssertUnwindSafe(Box::pin(handling.instrument(span)))
+                    .catch_unwind()
+                    .await
+            }
+        };
+        if let Err(panic) = handled {
             return (ExitReason::Panicked(panic_message(panic)), false);
         }
         if HandleTimer::is_timed(since_yield) {
-            HandleTimer::finish(&mut cell.timer);
+            HandleTimer::finish(&mut cell.extra);
         }
         if let Some(reason) = cell.ctx.pending_stop.take() {
             return (*reason, false);

@@ -22,6 +22,7 @@ use std::time::Instant;
 
 use metrics::{describe_counter, describe_gauge, describe_histogram, Histogram, Unit};
 
+use crate::run::CellExtra;
 use crate::{DeadLetterReason, SystemRef};
 
 /// Time one message in this many per actor: the runtime's scheduling
@@ -111,10 +112,9 @@ impl SystemRef {
     }
 }
 
-/// What an actor's cell keeps for timing its messages, boxed on its first
-/// timed message so an actor costs one pointer for it (the idle actor's
-/// future is its memory): the actor type's histogram, and the start of the
-/// message being timed.
+/// What an actor's cell keeps for timing its messages (in its
+/// [`CellExtra`], boxed on the first timed message): the actor type's
+/// histogram, and the start of the message being timed.
 pub(crate) struct HandleTimer {
     histogram: Histogram,
     started: Instant,
@@ -131,23 +131,24 @@ impl HandleTimer {
 
     /// Starts timing a message of an actor of type `actor`.
     #[cold]
-    pub(crate) fn start(timer: &mut Option<Box<Self>>, actor: &'static str) {
+    pub(crate) fn start(extra: &mut Option<Box<CellExtra>>, actor: &'static str) {
         let now = Instant::now();
-        match timer {
+        let extra = extra.get_or_insert_with(Box::default);
+        match &mut extra.timer {
             Some(t) => t.started = now,
             None => {
-                *timer = Some(Box::new(Self {
+                extra.timer = Some(Self {
                     histogram: metrics::histogram!(HANDLE_SECONDS, "actor" => actor),
                     started: now,
-                }))
+                })
             }
         }
     }
 
     /// Records the timed message's handling time.
     #[cold]
-    pub(crate) fn finish(timer: &mut Option<Box<Self>>) {
-        if let Some(t) = timer {
+    pub(crate) fn finish(extra: &mut Option<Box<CellExtra>>) {
+        if let Some(t) = extra.as_ref().and_then(|e| e.timer.as_ref()) {
             t.histogram.record(t.started.elapsed().as_secs_f64());
         }
     }

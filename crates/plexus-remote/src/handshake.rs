@@ -291,6 +291,7 @@ fn frame_name(f: &WireFrame) -> &'static str {
         WireFrame::Bind { .. } => "BIND",
         WireFrame::Lanes { .. } => "LANES",
         WireFrame::Sequenced { .. } => "SEQUENCED",
+        WireFrame::Traced { .. } => "TRACE",
     }
 }
 

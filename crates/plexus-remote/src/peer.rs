@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use plexus_core::remote::{Control, ReceiptError, ReceiptFuture, Signal, Watcher, WireContext};
 use plexus_core::Lane;
 use plexus_core::{ActorId, DeadLetterReason, Down, Exit, ExitReason, NodeId, Receipt};
@@ -840,14 +840,6 @@ fn node_down(id: ActorId, cause: &str) -> Down {
             cause: cause.into(),
         },
     }
-}
-
-/// Builds a `MESSAGE` frame around an encoded payload.
-pub(crate) fn message_frame(to: u64, type_id: u64, receipt: u64, payload: &[u8]) -> Bytes {
-    let mut b = BytesMut::with_capacity(24 + payload.len());
-    crate::wire::put_message_header(&mut b, to, type_id, receipt);
-    b.extend_from_slice(payload);
-    b.freeze()
 }
 
 /// `step`, or [`LinkError::Timeout`] if it takes longer than `timeout`.

@@ -16,6 +16,7 @@ use plexus_core::remote::{
     ActorPath, CodecError, Control, ReceiptError, ReceiptFuture, Refusal, RemoteEndpoint,
     RemoteMessage, RoomWait, Signal, Watcher, WireContext,
 };
+use plexus_core::trace::TraceContext;
 use plexus_core::{
     ActorId, DeadLetterReason, Down, ExitReason, Lane, MessageProperties, RouteError,
 };
@@ -23,7 +24,7 @@ use plexus_transport::Strand;
 use tokio::sync::{oneshot, Semaphore};
 
 use crate::node::{lock, NodeInner};
-use crate::peer::{message_frame, Carrier, Peer, Undelivered};
+use crate::peer::{Carrier, Peer, Undelivered};
 use crate::wire::{Resolution, WireFrame};
 
 pub(crate) struct RemoteActor {
@@ -397,20 +398,36 @@ impl RemoteActor {
     }
 
     /// The frame of a message to `to`, or by name if `None` (only a forged
-    /// ref before its resolve has no target).
-    fn message_to(&self, to: Option<ActorId>, type_id: u64, receipt: u64, payload: &[u8]) -> Bytes {
-        if let Some(to) = to {
-            return message_frame(to.serial(), type_id, receipt, payload);
+    /// ref before its resolve has no target), in a `TRACE` frame if it
+    /// carries a trace context.
+    fn message_to(
+        &self,
+        to: Option<ActorId>,
+        type_id: u64,
+        receipt: u64,
+        payload: &[u8],
+        trace: Option<TraceContext>,
+    ) -> Bytes {
+        let name = match to {
+            Some(_) => "",
+            None => self.named.as_ref().map_or("", |n| n.name.as_str()),
+        };
+        let mut b = BytesMut::with_capacity(
+            crate::wire::TRACE_HEADER_LEN + 32 + name.len() + payload.len(),
+        );
+        if let Some(trace) = &trace {
+            crate::wire::put_trace_header(&mut b, trace);
         }
-        let name = self.named.as_ref().map_or("", |n| n.name.as_str());
-        let mut b = BytesMut::with_capacity(32 + name.len() + payload.len());
-        WireFrame::Named {
-            name: name.to_owned(),
-            type_id,
-            receipt,
-            payload: Bytes::new(),
+        match to {
+            Some(to) => crate::wire::put_message_header(&mut b, to.serial(), type_id, receipt),
+            None => WireFrame::Named {
+                name: name.to_owned(),
+                type_id,
+                receipt,
+                payload: Bytes::new(),
+            }
+            .encode_into(&mut b),
         }
-        .encode_into(&mut b);
         b.put_slice(payload);
         b.freeze()
     }
@@ -422,9 +439,10 @@ impl RemoteActor {
         lane: Lane,
         type_id: u64,
         payload: &Bytes,
+        trace: Option<TraceContext>,
     ) -> Option<Result<(), Undelivered>> {
         self.route(|strand, to| {
-            let frame = self.message_to(to, type_id, 0, payload);
+            let frame = self.message_to(to, type_id, 0, payload, trace);
             self.peer.send_frame(Carrier::Lane(lane), strand, frame)
         })
     }
@@ -505,7 +523,11 @@ impl RemoteEndpoint for RemoteActor {
                 _ => return Ok(false),
             },
         };
+        let trace = plexus_core::trace::current();
         with_scratch(|frame| {
+            if let Some(trace) = &trace {
+                crate::wire::put_trace_header(frame, trace);
+            }
             crate::wire::put_message_header(frame, target.serial(), type_id, 0);
             encode(frame)?;
             let strand = Strand::for_key(target.serial());
@@ -542,7 +564,7 @@ impl RemoteEndpoint for RemoteActor {
             self.dead_letter_here(type_name, DeadLetterReason::Undeliverable);
             return Err(DeadLetterReason::Undeliverable);
         };
-        match me.try_send_payload(lane, type_id, &payload) {
+        match me.try_send_payload(lane, type_id, &payload, plexus_core::trace::current()) {
             Some(Ok(())) => Ok(()),
             Some(Err(why)) => {
                 self.refused(type_name, why);
@@ -566,7 +588,10 @@ impl RemoteEndpoint for RemoteActor {
             self.dead_letter_here(type_name, DeadLetterReason::Undeliverable);
             return None;
         };
-        match me.try_send_payload(lane, type_id, &payload) {
+        // Captured once: a retry runs wherever the waiting future is
+        // polled.
+        let trace = plexus_core::trace::current();
+        match me.try_send_payload(lane, type_id, &payload, trace) {
             Some(Ok(())) => None,
             Some(Err(Undelivered::Full)) => Some(Box::pin(async move {
                 // The frame's header and a forged ref's name come on top of
@@ -578,7 +603,7 @@ impl RemoteEndpoint for RemoteActor {
                         me.dead_letter_here(type_name, DeadLetterReason::Stopped);
                         return;
                     }
-                    match me.try_send_payload(lane, type_id, &payload) {
+                    match me.try_send_payload(lane, type_id, &payload, trace) {
                         Some(Ok(())) => return,
                         // Another sender took the room first.
                         Some(Err(Undelivered::Full)) => {}
@@ -608,9 +633,11 @@ impl RemoteEndpoint for RemoteActor {
         let Some(me) = self.arc() else {
             return ReceiptFuture::ready(Err(ReceiptError::Stopped));
         };
+        let trace = plexus_core::trace::current();
         let sent = me.route(|strand, to| {
-            self.peer
-                .send_with_receipt(lane, strand, |id| me.message_to(to, type_id, id, &payload))
+            self.peer.send_with_receipt(lane, strand, |id| {
+                me.message_to(to, type_id, id, &payload, trace)
+            })
         });
         sent.unwrap_or_else(|| {
             self.dead_letter_here(type_name, DeadLetterReason::Stopped);

@@ -11,11 +11,12 @@
 //! little-endian). Strings are a varint length and UTF-8 bytes.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
+use plexus_core::trace::TraceContext;
 use plexus_core::{ActorId, ExitReason, NodeId};
 
 /// Protocol version spoken by this build. Peers must speak the same major
 /// version (see `docs/PROTOCOL.md`, Versioning).
-pub const PROTOCOL_VERSION: u16 = 2;
+pub const PROTOCOL_VERSION: u16 = 3;
 /// First four bytes of a `HELLO`.
 pub const MAGIC: [u8; 4] = *b"PLXS";
 /// Longest actor name, type name or address accepted.
@@ -346,6 +347,15 @@ pub enum WireFrame {
         /// The frame itself (any frame but `SEQUENCED`).
         frame: Bytes,
     },
+    /// A message with the trace context of the span it was sent from (see
+    /// `plexus_core::trace`): the receiving actor handles it in a span
+    /// under that context.
+    Traced {
+        /// The sender's span.
+        context: TraceContext,
+        /// The message: a `MESSAGE` or `NAMED` frame.
+        frame: Bytes,
+    },
 }
 
 /// Most lane connections one session may bind: four lanes of at most
@@ -375,6 +385,7 @@ mod kind {
     pub const BIND: u8 = 0x60;
     pub const LANES: u8 = 0x61;
     pub const SEQUENCED: u8 = 0x62;
+    pub const TRACE: u8 = 0x14;
 }
 
 /// The header of a `MESSAGE` frame, read in place: the receive path's fast
@@ -605,6 +616,10 @@ impl WireFrame {
                 put_sequenced_header(b, *lane, *seq);
                 b.put_slice(frame);
             }
+            Self::Traced { context, frame } => {
+                put_trace_header(b, context);
+                b.put_slice(frame);
+            }
         }
     }
 
@@ -777,6 +792,46 @@ impl WireFrame {
                 }
                 return Ok(WireFrame::Sequenced { lane, seq, frame });
             }
+            kind::TRACE => {
+                let version = r.u8("trace context version")?;
+                if version != TRACE_VERSION {
+                    return Err(WireError::Invalid {
+                        field: "trace context version",
+                        value: version.into(),
+                    });
+                }
+                let trace_id = r.array::<16>("trace id")?;
+                let span_id = r.array::<8>("span id")?;
+                let flags = r.u8("trace flags")?;
+                let context =
+                    TraceContext::new(trace_id, span_id, flags).ok_or(WireError::Invalid {
+                        field: "trace context (an all-zero id)",
+                        value: 0,
+                    })?;
+                let frame = r.rest();
+                // The carried frame is validated here too (and decoded
+                // again where it is delivered: traced messages are few).
+                match frame.first() {
+                    Some(&kind::MESSAGE) => {
+                        MessageHeader::parse_fields(&frame[1..])?;
+                    }
+                    Some(&kind::NAMED) => {
+                        WireFrame::decode(frame.clone())?;
+                    }
+                    Some(&k) => {
+                        return Err(WireError::Invalid {
+                            field: "traced frame kind",
+                            value: k.into(),
+                        })
+                    }
+                    None => {
+                        return Err(WireError::Truncated {
+                            field: "traced frame",
+                        })
+                    }
+                }
+                return Ok(WireFrame::Traced { context, frame });
+            }
             k => return Err(WireError::UnknownKind(k)),
         };
         if r.b.has_remaining() {
@@ -792,6 +847,22 @@ pub fn put_sequenced_header(b: &mut impl BufMut, lane: u8, seq: u64) {
     b.put_u8(kind::SEQUENCED);
     b.put_u8(lane);
     put_varint(b, seq);
+}
+
+/// The version byte of a `TRACE` frame's context (W3C `traceparent`'s).
+pub const TRACE_VERSION: u8 = 0;
+
+/// Bytes a `TRACE` header adds before the frame it carries.
+pub const TRACE_HEADER_LEN: usize = 1 + 1 + 16 + 8 + 1;
+
+/// Appends the header of a `TRACE` frame; the `MESSAGE` or `NAMED` frame it
+/// carries follows it.
+pub fn put_trace_header(b: &mut impl BufMut, context: &TraceContext) {
+    b.put_u8(kind::TRACE);
+    b.put_u8(TRACE_VERSION);
+    b.put_slice(&context.trace_id());
+    b.put_slice(&context.span_id());
+    b.put_u8(context.flags());
 }
 
 /// Appends the header of a `MESSAGE` frame; the payload follows it. Lets the

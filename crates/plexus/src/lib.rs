@@ -100,6 +100,8 @@ pub mod sim {
 
 pub mod config;
 pub mod management;
+#[cfg(feature = "otel")]
+pub mod otel;
 
 /// Re-exported for [`remote_message!`] users.
 pub use serde;

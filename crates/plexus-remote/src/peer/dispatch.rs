@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use bytes::{Buf, Bytes};
 use plexus_core::remote::{self, Control, Inbound, ReceiptError, Signal, Watcher};
+use plexus_core::trace::TraceContext;
 use plexus_core::{ActorId, DeadLetterReason, Down, Exit, ExitReason, NodeId};
 
 use plexus_transport::{DriverReceive, Received};
@@ -181,7 +182,7 @@ impl Peer {
         payload.advance(header.len);
         let Some(mut len) = continues(queue) else {
             // A lone message (a round trip): no run to gather.
-            self.deliver_message(inner, header, payload, cache);
+            self.deliver_message(inner, header, payload, cache, None);
             return Ok(1);
         };
         let mut run = std::mem::take(&mut cache.run);
@@ -213,7 +214,7 @@ impl Peer {
         let target = ActorId::new(inner.id, to);
         let Some(inbound) = cache.lookup(inner, to, type_id) else {
             for _ in run.drain(..) {
-                self.deliver_to(inner, to, None, 0, Bytes::new());
+                self.deliver_to(inner, to, None, 0, Bytes::new(), None);
             }
             return;
         };
@@ -238,7 +239,7 @@ impl Peer {
             let header = header.map_err(|e| CloseCause::Protocol(e.to_string()))?;
             let mut payload = bytes;
             payload.advance(header.len);
-            self.deliver_message(inner, header, payload, cache);
+            self.deliver_message(inner, header, payload, cache, None);
             return Ok(());
         }
         let frame = WireFrame::decode(bytes).map_err(|e| CloseCause::Protocol(e.to_string()))?;
@@ -255,24 +256,17 @@ impl Peer {
                     receipt,
                     len: 0,
                 };
-                self.deliver_message(inner, header, payload, cache);
+                self.deliver_message(inner, header, payload, cache, None);
             }
             WireFrame::Named {
                 name,
                 type_id,
                 receipt,
                 payload,
-            } => match inner.resolve_name(&name, type_id) {
-                Resolution::Found(serial) => self.deliver(inner, serial, type_id, receipt, payload),
-                _ => {
-                    inner.system.dead_letters().record(
-                        ActorId::new(inner.id, 0),
-                        "message for an unpublished name",
-                        DeadLetterReason::Undeliverable,
-                    );
-                    self.receipt(receipt, ReceiptStatus::NoSuchActor);
-                }
-            },
+            } => self.deliver_named(inner, &name, type_id, receipt, payload, None),
+            WireFrame::Traced { context, frame } => {
+                return self.dispatch_traced(inner, context, frame, cache)
+            }
             WireFrame::Receipt { id, status } => {
                 let waiting = lock(&self.state).handle_receipt(id);
                 if let Some(tx) = waiting {
@@ -421,6 +415,39 @@ impl Peer {
         Ok(())
     }
 
+    /// Delivers the `MESSAGE` or `NAMED` frame a `TRACE` frame carries,
+    /// with its trace context. `Err` closes the link.
+    fn dispatch_traced(
+        self: &Arc<Self>,
+        inner: &Arc<NodeInner>,
+        trace: TraceContext,
+        frame: Bytes,
+        cache: &mut InboundCache,
+    ) -> Result<(), CloseCause> {
+        if let Some(header) = MessageHeader::parse(&frame) {
+            let header = header.map_err(|e| CloseCause::Protocol(e.to_string()))?;
+            let mut payload = frame;
+            payload.advance(header.len);
+            self.deliver_message(inner, header, payload, cache, Some(trace));
+            return Ok(());
+        }
+        match WireFrame::decode(frame).map_err(|e| CloseCause::Protocol(e.to_string()))? {
+            WireFrame::Named {
+                name,
+                type_id,
+                receipt,
+                payload,
+            } => {
+                self.deliver_named(inner, &name, type_id, receipt, payload, Some(trace));
+                Ok(())
+            }
+            // `WireFrame::decode` lets only those two through.
+            _ => Err(CloseCause::Protocol(
+                "a TRACE frame around a frame that is not a message".into(),
+            )),
+        }
+    }
+
     /// Delivers a `MESSAGE`; consecutive messages to one actor reuse the
     /// cached lookup.
     fn deliver_message(
@@ -429,6 +456,7 @@ impl Peer {
         header: MessageHeader,
         payload: Bytes,
         cache: &mut InboundCache,
+        trace: Option<TraceContext>,
     ) {
         let MessageHeader {
             to,
@@ -437,19 +465,33 @@ impl Peer {
             ..
         } = header;
         let inbound = cache.lookup(inner, to, type_id);
-        self.deliver_to(inner, to, inbound, receipt, payload);
+        self.deliver_to(inner, to, inbound, receipt, payload, trace);
     }
 
-    fn deliver(
+    /// Delivers a `NAMED` message to the actor published under `name`.
+    fn deliver_named(
         self: &Arc<Self>,
         inner: &Arc<NodeInner>,
-        to: u64,
+        name: &str,
         type_id: u64,
         receipt: u64,
         payload: Bytes,
+        trace: Option<TraceContext>,
     ) {
-        let inbound = inner.inbound(to, type_id);
-        self.deliver_to(inner, to, inbound.as_ref(), receipt, payload);
+        match inner.resolve_name(name, type_id) {
+            Resolution::Found(serial) => {
+                let inbound = inner.inbound(serial, type_id);
+                self.deliver_to(inner, serial, inbound.as_ref(), receipt, payload, trace);
+            }
+            _ => {
+                inner.system.dead_letters().record(
+                    ActorId::new(inner.id, 0),
+                    "message for an unpublished name",
+                    DeadLetterReason::Undeliverable,
+                );
+                self.receipt(receipt, ReceiptStatus::NoSuchActor);
+            }
+        }
     }
 
     fn deliver_to(
@@ -459,6 +501,7 @@ impl Peer {
         inbound: Option<&Arc<dyn Inbound>>,
         receipt: u64,
         payload: Bytes,
+        trace: Option<TraceContext>,
     ) {
         let target = ActorId::new(inner.id, to);
         let Some(inbound) = inbound else {
@@ -470,7 +513,10 @@ impl Peer {
             self.receipt(receipt, ReceiptStatus::NoSuchActor);
             return;
         };
-        let outcome = remote::with_context(self.context(), || inbound.deliver(payload));
+        let outcome = remote::with_context(self.context(), || match trace {
+            None => inbound.deliver(payload),
+            Some(trace) => inbound.deliver_traced(payload, trace),
+        });
         let status = match outcome {
             Ok(()) => ReceiptStatus::Delivered,
             Err(e) => failed_delivery(inner, target, &e),

@@ -87,7 +87,88 @@ fn samples() -> Vec<WireFrame> {
         WireFrame::Goodbye {
             reason: "shutdown".into(),
         },
+        WireFrame::Traced {
+            context: trace(),
+            frame: WireFrame::Message {
+                to: 7,
+                type_id: 0xfeed,
+                receipt: 0,
+                payload: Bytes::from_static(b"hello"),
+            }
+            .encode(),
+        },
+        WireFrame::Traced {
+            context: trace(),
+            frame: WireFrame::Named {
+                name: "pong".into(),
+                type_id: 0xfeed,
+                receipt: 3,
+                payload: Bytes::from_static(b"hi"),
+            }
+            .encode(),
+        },
     ]
+}
+
+fn trace() -> TraceContext {
+    "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+        .parse()
+        .expect("a valid traceparent")
+}
+
+#[test]
+fn a_trace_frame_carries_only_a_valid_context_around_a_message() {
+    let around = |frame: WireFrame| {
+        let mut b = BytesMut::new();
+        put_trace_header(&mut b, &trace());
+        frame.encode_into(&mut b);
+        b.freeze()
+    };
+    // Only MESSAGE and NAMED frames travel with a context.
+    assert_eq!(
+        WireFrame::decode(around(WireFrame::Reply {
+            id: 1,
+            payload: Bytes::new()
+        })),
+        Err(WireError::Invalid {
+            field: "traced frame kind",
+            value: kind::REPLY.into()
+        })
+    );
+    let traced = around(WireFrame::Message {
+        to: 1,
+        type_id: 2,
+        receipt: 0,
+        payload: Bytes::new(),
+    });
+    assert_eq!(
+        WireFrame::decode(around(WireFrame::decode(traced.clone()).unwrap())),
+        Err(WireError::Invalid {
+            field: "traced frame kind",
+            value: kind::TRACE.into()
+        })
+    );
+    // W3C's invalid contexts: all-zero ids; and versions other than 00.
+    let mut zero_trace = traced.to_vec();
+    zero_trace[2..18].fill(0);
+    let mut zero_span = traced.to_vec();
+    zero_span[18..26].fill(0);
+    for bad in [zero_trace, zero_span] {
+        assert!(matches!(
+            WireFrame::decode(Bytes::from(bad)),
+            Err(WireError::Invalid { .. })
+        ));
+    }
+    let mut version = traced.to_vec();
+    version[1] = 1;
+    assert_eq!(
+        WireFrame::decode(Bytes::from(version)),
+        Err(WireError::Invalid {
+            field: "trace context version",
+            value: 1
+        })
+    );
+    assert_eq!(traced.len(), TRACE_HEADER_LEN + 1 + 1 + 8 + 1);
 }
 
 #[test]
@@ -112,6 +193,7 @@ fn every_truncation_is_a_typed_error() {
                         WireFrame::Message { .. }
                             | WireFrame::Reply { .. }
                             | WireFrame::Named { .. }
+                            | WireFrame::Traced { .. }
                     ),
                     "{f:?} cut at {cut} decoded as {g:?}"
                 );
