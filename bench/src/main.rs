@@ -187,8 +187,13 @@ fn main() {
     // Warnings (a refused message, a lost link) always, more on demand
     // (`RUST_LOG=plexus::transport=debug`), to stderr, for every role process
     // alike; colour only on a terminal.
+    // `--metrics` runs W1 and W2 as the `plexus` command runs: metrics
+    // and logging at info on, in every process.
+    let operable = matches!(&cli.workload, Workload::W1(a) | Workload::W2(a) if a.metrics)
+        || metrics_on::asked();
     let filter = match std::env::var_os("RUST_LOG") {
         Some(_) => tracing_subscriber::EnvFilter::from_default_env(),
+        None if operable => tracing_subscriber::EnvFilter::new("info"),
         None => tracing_subscriber::EnvFilter::new("warn"),
     };
     tracing_subscriber::fmt()

@@ -1,5 +1,6 @@
-//! `--metrics` (issue 31): W1 and W2 with a real recorder installed, to
-//! measure what leaving metrics on costs. The recorder is
+//! `--metrics` (issue 31): W1 and W2 with a real recorder installed and
+//! logging at info (as the `plexus` command runs), to measure what leaving
+//! metrics and logs on costs. The recorder is
 //! metrics-exporter-prometheus's (what the `plexus` command exports), set
 //! globally in every process of the run: the flag reaches the node
 //! processes the run starts through [`ENV`]. Each node publishes its
@@ -26,9 +27,14 @@ pub fn enable() {
     install();
 }
 
+/// Whether the parent process asked for metrics.
+pub fn asked() -> bool {
+    std::env::var_os(ENV).is_some()
+}
+
 /// Installs the recorder if the parent process asked for metrics.
 pub fn install_if_asked() {
-    if std::env::var_os(ENV).is_some() {
+    if asked() {
         install();
     }
 }

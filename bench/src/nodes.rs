@@ -46,9 +46,9 @@ pub struct RemoteArgs {
     /// the reported ratio less than it moves any single pair.
     #[arg(long, default_value_t = 1)]
     pub rounds: usize,
-    /// Metrics on (issue 31): a Prometheus recorder installed in every
-    /// process, each node publishing and rendering its metrics once a
-    /// second.
+    /// Metrics and logs on (issue 31): a Prometheus recorder installed in
+    /// every process, each node publishing and rendering its metrics once
+    /// a second, and logging at info (unless RUST_LOG says otherwise).
     #[arg(long)]
     pub metrics: bool,
 }

@@ -4,22 +4,28 @@
 //! span is that context's child, so a chain of asks across nodes is one
 //! trace in any OpenTelemetry backend.
 //!
-//! An application sets up `tracing-opentelemetry` as usual (its layer on
-//! the subscriber, a tracer from an SDK provider with the exporter of its
-//! choice) and calls [`install`] once:
+//! An application builds a tracer from an OpenTelemetry SDK provider with
+//! the exporter of its choice (OTLP to a collector, ...), puts [`layer`]
+//! on its `tracing` subscriber, and calls [`install`] once:
 //!
 //! ```no_run
 //! use opentelemetry::trace::TracerProvider as _;
 //! use tracing_subscriber::layer::SubscriberExt as _;
 //!
 //! let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder()
-//!     // .with_batch_exporter(an OTLP exporter, ...)
+//!     // .with_batch_exporter(an OTLP exporter)
 //!     .build();
 //! let subscriber = tracing_subscriber::registry()
-//!     .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("my-app")));
+//!     .with(plexus::otel::layer(provider.tracer("my-app")));
 //! tracing::subscriber::set_global_default(subscriber).unwrap();
 //! plexus::otel::install().unwrap();
 //! ```
+//!
+//! [`layer`] is `tracing-opentelemetry`'s layer without Plexus's own spans
+//! but `handle`: those (a node's links, the cluster member, the
+//! replicator) give log lines their context and live as long as the
+//! process, so a message sent inside one would start an endless trace.
+//! With the plain layer, every membership gossip would be traced.
 //!
 //! What crosses the wire is `traceparent` only (trace id, span id, flags;
 //! `docs/PROTOCOL.md`, `TRACE`): baggage and `tracestate` stay on the
@@ -29,7 +35,11 @@ use opentelemetry::trace::{
     SpanContext, SpanId, TraceContextExt as _, TraceFlags, TraceId, TraceState,
 };
 use plexus_core::trace::{Propagator, PropagatorAlreadySet, TraceContext};
+use tracing::{Metadata, Subscriber};
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+use tracing_subscriber::filter::filter_fn;
+use tracing_subscriber::registry::LookupSpan;
+use tracing_subscriber::Layer;
 
 /// The [`Propagator`] over `tracing-opentelemetry`: the current context is
 /// the current `tracing` span's OpenTelemetry context.
@@ -65,6 +75,26 @@ impl Propagator for OtelPropagator {
         // attach the context to.
         let _ = span.set_parent(cx);
     }
+}
+
+/// `tracing-opentelemetry`'s layer exporting through `tracer`, for every
+/// span but Plexus's own long-lived ones (targets `plexus*` other than
+/// `plexus::actor`, the `handle` spans of traced messages). Events (log
+/// lines) go to the enclosing exported span.
+pub fn layer<S, T>(tracer: T) -> impl Layer<S>
+where
+    S: Subscriber + for<'span> LookupSpan<'span>,
+    T: opentelemetry::trace::Tracer + 'static,
+    T::Span: Send + Sync,
+{
+    tracing_opentelemetry::layer()
+        .with_tracer(tracer)
+        .with_filter(filter_fn(exported))
+}
+
+/// Whether [`layer`] exports what `meta` describes.
+fn exported(meta: &Metadata<'_>) -> bool {
+    !meta.is_span() || !meta.target().starts_with("plexus") || meta.target() == "plexus::actor"
 }
 
 /// Installs [`OtelPropagator`] as the process's propagator.

@@ -3,7 +3,8 @@
 //! exporter. One ask from A to B, whose handler asks C, is one trace: B's
 //! `handle` span is a child of A's span, C's of B's, both with a remote
 //! parent (the context crossed the wire: nothing else links them). A tell
-//! carries its context too; a message sent outside any span carries none.
+//! carries its context too; a message sent outside any span, or inside one
+//! of Plexus's own, carries none.
 
 use std::time::Duration;
 
@@ -82,8 +83,8 @@ async fn one_ask_from_a_to_b_to_c_is_one_trace() {
     let provider = SdkTracerProvider::builder()
         .with_simple_exporter(exporter.clone())
         .build();
-    let subscriber = tracing_subscriber::registry()
-        .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("trace-test")));
+    let subscriber =
+        tracing_subscriber::registry().with(plexus::otel::layer(provider.tracer("trace-test")));
     tracing::subscriber::set_global_default(subscriber).unwrap();
     plexus::otel::install().unwrap();
 
@@ -103,8 +104,12 @@ async fn one_ask_from_a_to_b_to_c_is_one_trace() {
     let middle_from_a: ActorRef<Middle> = na.resolve(&format!("{uri_b}/middle")).await.unwrap();
     let leaf_from_a: ActorRef<Leaf> = na.resolve(&format!("{uri_c}/leaf")).await.unwrap();
 
-    // Outside any span: no context travels, no span is made anywhere.
+    // Outside any span, or inside one of Plexus's own (log context, not
+    // exported): no context travels, no span is made anywhere.
     assert_eq!(middle_from_a.ask(Middle::Ask, T).await, Ok(42));
+    let internal = tracing::info_span!(target: "plexus::cluster", "cluster");
+    let answer = middle_from_a.ask(Middle::Ask, T).instrument(internal).await;
+    assert_eq!(answer, Ok(42));
     // One ask in a span of A's.
     let checkout = tracing::info_span!("checkout");
     let answer = middle_from_a
