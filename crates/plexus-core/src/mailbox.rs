@@ -296,11 +296,26 @@ impl<M: Send + 'static> Mailbox<M> {
     /// in between, the message becomes a dead letter and `false` is
     /// returned.
     pub(crate) fn push(&self, msg: M) -> bool {
+        self.push_with(msg, None)
+    }
+
+    /// [`push`](Mailbox::push) for a message that came from another node
+    /// with a trace context: the actor handles it in a span under `trace`.
+    pub(crate) fn push_traced(&self, msg: M, trace: TraceContext) -> bool {
+        self.push_with(msg, Some(trace))
+    }
+
+    #[inline]
+    fn push_with(&self, msg: M, trace: Option<TraceContext>) -> bool {
         let mut st = self.lock();
         if st.is_stopped() {
             drop(st);
             self.dead_letter(msg, DeadLetterReason::Stopped);
             return false;
+        }
+        if let Some(trace) = trace {
+            let position = usize::from(st.first.is_some()) + st.queue.len();
+            st.extra().traces.push((position, trace));
         }
         if st.first.is_none() && st.queue.is_empty() {
             st.first = Some(msg);
@@ -342,30 +357,6 @@ impl<M: Send + 'static> Mailbox<M> {
             w.wake();
         }
         n
-    }
-
-    /// [`push`](Mailbox::push) for a message that came from another node
-    /// with a trace context: the actor handles it in a span under `trace`.
-    pub(crate) fn push_traced(&self, msg: M, trace: TraceContext) -> bool {
-        let mut st = self.lock();
-        if st.is_stopped() {
-            drop(st);
-            self.dead_letter(msg, DeadLetterReason::Stopped);
-            return false;
-        }
-        let position = usize::from(st.first.is_some()) + st.queue.len();
-        st.extra().traces.push((position, trace));
-        if st.first.is_none() && st.queue.is_empty() {
-            st.first = Some(msg);
-        } else {
-            st.queue.push_back(msg);
-        }
-        let waker = st.waker.take();
-        drop(st);
-        if let Some(w) = waker {
-            w.wake();
-        }
-        true
     }
 
     pub(crate) fn dead_letter(&self, msg: M, reason: DeadLetterReason) {
