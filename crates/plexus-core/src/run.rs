@@ -6,9 +6,12 @@ use std::any::Any;
 use std::collections::VecDeque;
 use std::future::{poll_fn, Future};
 use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::sync::Arc;
 
+use futures_util::future::{CatchUnwind, Either};
 use futures_util::FutureExt;
+use tracing::instrument::Instrumented;
 use tracing::Instrument;
 
 use crate::mailbox::{Mailbox, Signal};
@@ -221,21 +224,8 @@ async fn serve<A: Actor, F>(cell: &mut ActorCell<A, F>) -> (ExitReason, bool) {
         if HandleTimer::is_timed(since_yield) {
             HandleTimer::start(&mut cell.extra, std::any::type_name::<A>());
         }
-        let handling = cell.actor.handle(msg, &mut cell.ctx);
-        let handled = match trace {
-            None => AssertUnwindSafe(handling).catch_unwind().await,
-            Some(parent) => {
-                let span = crate::trace::handle_span(
-                    std::any::type_name::<A>(),
-                    std::any::type_name::<A::Msg>(),
-                    parent,
-                );
-                AssertUnwindSafe(Box::pin(handling.instrument(span)))
-                    .catch_unwind()
-                    .await
-            }
-        };
-        if let Err(panic) = handled {
+        let handling = guarded::<A, _>(cell.actor.handle(msg, &mut cell.ctx), trace);
+        if let Err(panic) = handling.await {
             return (ExitReason::Panicked(panic_message(panic)), false);
         }
         if HandleTimer::is_timed(since_yield) {
@@ -298,6 +288,34 @@ async fn catch(f: impl Future<Output = ()>) -> Result<(), String> {
         .catch_unwind()
         .await
         .map_err(panic_message)
+}
+
+/// A future whose panic is caught.
+type Caught<F> = CatchUnwind<AssertUnwindSafe<F>>;
+
+/// [`guarded`]'s future: as is, or in its span.
+type Guarded<F> = Either<Caught<F>, Caught<Pin<Box<Instrumented<F>>>>>;
+
+/// A handler's future with its panic caught, and in a `handle` span under
+/// `trace` if the message came with one (boxed: traced messages are few).
+/// Built here, not in `serve`, so that neither the context nor the choice
+/// is kept across the handler's await: the idle actor's future stays as
+/// small as before.
+fn guarded<A: Actor, F: Future<Output = ()>>(
+    handling: F,
+    trace: Option<TraceContext>,
+) -> Guarded<F> {
+    match trace {
+        None => Either::Left(AssertUnwindSafe(handling).catch_unwind()),
+        Some(parent) => {
+            let span = crate::trace::handle_span(
+                std::any::type_name::<A>(),
+                std::any::type_name::<A::Msg>(),
+                parent,
+            );
+            Either::Right(AssertUnwindSafe(Box::pin(handling.instrument(span))).catch_unwind())
+        }
+    }
 }
 
 fn panic_message(panic: Box<dyn Any + Send>) -> String {
