@@ -386,16 +386,19 @@ impl<M: Send + 'static> Mailbox<M> {
         if st.has_signal() {
             return Poll::Ready(None);
         }
-        let taken = usize::from(st.first.is_some()) + st.queue.len();
-        if let Some(extra) = st.extra.as_mut().filter(|e| !e.traces.is_empty()) {
-            let traces = &mut cell.get_or_insert_with(Box::default).traces;
-            traces.extend(
-                extra
-                    .traces
-                    .drain(..)
-                    .rev()
-                    .map(|(position, trace)| (taken - 1 - position, trace)),
-            );
+        if st.extra.as_ref().is_some_and(|e| !e.traces.is_empty()) {
+            // Everything queued is taken below.
+            let queued = usize::from(st.first.is_some()) + st.queue.len();
+            if let Some(extra) = st.extra.as_mut() {
+                let traces = &mut cell.get_or_insert_with(Box::default).traces;
+                traces.extend(
+                    extra
+                        .traces
+                        .drain(..)
+                        .rev()
+                        .map(|(position, trace)| (queued - 1 - position, trace)),
+                );
+            }
         }
         let taken = if let Some(first) = st.first.take() {
             if !st.queue.is_empty() {

@@ -235,13 +235,9 @@ impl Peer {
         cache: &mut InboundCache,
     ) -> Result<(), CloseCause> {
         // Messages, nearly all traffic, skip building a `WireFrame`.
-        if let Some(header) = MessageHeader::parse(&bytes) {
-            let header = header.map_err(|e| CloseCause::Protocol(e.to_string()))?;
-            let mut payload = bytes;
-            payload.advance(header.len);
-            self.deliver_message(inner, header, payload, cache, None);
+        let Some(bytes) = self.deliver_if_message(inner, bytes, cache, None)? else {
             return Ok(());
-        }
+        };
         let frame = WireFrame::decode(bytes).map_err(|e| CloseCause::Protocol(e.to_string()))?;
         match frame {
             WireFrame::Message {
@@ -424,13 +420,9 @@ impl Peer {
         frame: Bytes,
         cache: &mut InboundCache,
     ) -> Result<(), CloseCause> {
-        if let Some(header) = MessageHeader::parse(&frame) {
-            let header = header.map_err(|e| CloseCause::Protocol(e.to_string()))?;
-            let mut payload = frame;
-            payload.advance(header.len);
-            self.deliver_message(inner, header, payload, cache, Some(trace));
+        let Some(frame) = self.deliver_if_message(inner, frame, cache, Some(trace))? else {
             return Ok(());
-        }
+        };
         match WireFrame::decode(frame).map_err(|e| CloseCause::Protocol(e.to_string()))? {
             WireFrame::Named {
                 name,
@@ -446,6 +438,26 @@ impl Peer {
                 "a TRACE frame around a frame that is not a message".into(),
             )),
         }
+    }
+
+    /// Delivers `bytes` if it is a `MESSAGE` frame (read in place, no
+    /// [`WireFrame`] built); hands any other frame back. `Err` for a
+    /// malformed message header.
+    fn deliver_if_message(
+        self: &Arc<Self>,
+        inner: &Arc<NodeInner>,
+        bytes: Bytes,
+        cache: &mut InboundCache,
+        trace: Option<TraceContext>,
+    ) -> Result<Option<Bytes>, CloseCause> {
+        let Some(header) = MessageHeader::parse(&bytes) else {
+            return Ok(Some(bytes));
+        };
+        let header = header.map_err(|e| CloseCause::Protocol(e.to_string()))?;
+        let mut payload = bytes;
+        payload.advance(header.len);
+        self.deliver_message(inner, header, payload, cache, trace);
+        Ok(None)
     }
 
     /// Delivers a `MESSAGE`; consecutive messages to one actor reuse the
