@@ -87,6 +87,19 @@ impl MemberState {
         matches!(self, Self::Up | Self::Suspect)
     }
 
+    /// The state's name (`joining`, `up`, `suspect`, `leaving`, `down`,
+    /// `removed`): in logs, metric labels and the management answers.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Joining => "joining",
+            Self::Up => "up",
+            Self::Suspect => "suspect",
+            Self::Leaving => "leaving",
+            Self::Down => "down",
+            Self::Removed => "removed",
+        }
+    }
+
     /// Whether a member in this state counts for split-brain decisions.
     pub fn counts_for_quorum(self) -> bool {
         matches!(self, Self::Up | Self::Suspect | Self::Leaving)
@@ -95,14 +108,7 @@ impl MemberState {
 
 impl fmt::Display for MemberState {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::Joining => "joining",
-            Self::Up => "up",
-            Self::Suspect => "suspect",
-            Self::Leaving => "leaving",
-            Self::Down => "down",
-            Self::Removed => "removed",
-        })
+        f.write_str(self.name())
     }
 }
 

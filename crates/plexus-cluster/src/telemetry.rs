@@ -41,17 +41,6 @@ const STATES: [MemberState; 6] = [
     MemberState::Removed,
 ];
 
-fn label(state: MemberState) -> &'static str {
-    match state {
-        MemberState::Joining => "joining",
-        MemberState::Up => "up",
-        MemberState::Suspect => "suspect",
-        MemberState::Leaving => "leaving",
-        MemberState::Down => "down",
-        MemberState::Removed => "removed",
-    }
-}
-
 /// Registers the HELP text of this crate's metrics with the current
 /// recorder; [`Cluster::record_metrics`] calls it.
 pub fn describe_metrics() {
@@ -109,7 +98,7 @@ impl Cluster {
             }
         }
         for (state, n) in STATES.iter().zip(by_state) {
-            metrics::gauge!(MEMBERS, "state" => label(*state)).set(n as f64);
+            metrics::gauge!(MEMBERS, "state" => state.name()).set(n as f64);
         }
         let s: MembershipStats = self.stats();
         metrics::counter!(SUSPICIONS).absolute(s.suspicions_raised);

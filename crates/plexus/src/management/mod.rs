@@ -241,7 +241,7 @@ fn ready(parts: Arc<Parts>, req: HttpRequest, _: SystemRef) {
     let answer = match &parts.cluster {
         Some(cluster) => match cluster.local().state {
             MemberState::Up => text(200, "ready: up"),
-            state => text(503, format!("not ready: {}", state_name(state))),
+            state => text(503, format!("not ready: {}", state.name())),
         },
         None => match &parts.node {
             Some(node) if !node.listen_uris().is_empty() => text(200, "ready: listening"),
@@ -294,7 +294,7 @@ fn members(parts: Arc<Parts>, req: HttpRequest, _: SystemRef) {
         .iter()
         .map(|m| MemberJson {
             address: &m.address,
-            state: state_name(m.state),
+            state: m.state.name(),
             incarnation: m.incarnation,
             life: m.life,
             up_number: m.up_number,
@@ -309,18 +309,6 @@ fn members(parts: Arc<Parts>, req: HttpRequest, _: SystemRef) {
             members: list,
         },
     ));
-}
-
-/// A member state's name in answers (kebab case, as on the command line).
-pub fn state_name(state: MemberState) -> &'static str {
-    match state {
-        MemberState::Joining => "joining",
-        MemberState::Up => "up",
-        MemberState::Suspect => "suspect",
-        MemberState::Leaving => "leaving",
-        MemberState::Down => "down",
-        MemberState::Removed => "removed",
-    }
 }
 
 /// `None` if the request carries the configured token; the refusal

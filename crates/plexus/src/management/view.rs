@@ -33,7 +33,7 @@ use plexus_transport::{Link, Listener};
 use serde::Serialize;
 use tokio::sync::{watch, Notify};
 
-use super::{json, state_name, Parts};
+use super::{json, Parts};
 
 /// Where the page opens its WebSocket.
 pub const SOCKET_PATH: &str = "/view/ws";
@@ -434,7 +434,7 @@ fn cluster_part(cluster: &Cluster, shares: &mut Shares) -> ClusterPart {
         .iter()
         .map(|m| MemberView {
             address: m.address.to_string(),
-            state: state_name(m.state),
+            state: m.state.name(),
             incarnation: m.incarnation,
             life: m.life,
             up_number: m.up_number,
