@@ -9,7 +9,7 @@ use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use futures_util::future::{CatchUnwind, Either};
+use futures_util::future::CatchUnwind;
 use futures_util::FutureExt;
 use tracing::instrument::Instrumented;
 use tracing::Instrument;
@@ -224,8 +224,20 @@ async fn serve<A: Actor, F>(cell: &mut ActorCell<A, F>) -> (ExitReason, bool) {
         if HandleTimer::is_timed(since_yield) {
             HandleTimer::start(&mut cell.extra, std::any::type_name::<A>());
         }
-        let handling = guarded::<A, _>(cell.actor.handle(msg, &mut cell.ctx), trace);
-        if let Err(panic) = handling.await {
+        // The handler's future is built in place in each arm: one built
+        // elsewhere and returned is moved into this future on every message
+        // (W2 measured 0.94-0.95 that way). A traced one is boxed with its
+        // span, so that arm holds only a pointer; and no local keeps the
+        // outcome, which would be kept across the yield below too. Both
+        // keep the idle actor's future as small as before.
+        if let Err(panic) = match trace {
+            None => {
+                AssertUnwindSafe(cell.actor.handle(msg, &mut cell.ctx))
+                    .catch_unwind()
+                    .await
+            }
+            Some(parent) => traced::<A, _>(cell.actor.handle(msg, &mut cell.ctx), parent).await,
+        } {
             return (ExitReason::Panicked(panic_message(panic)), false);
         }
         if HandleTimer::is_timed(since_yield) {
@@ -290,32 +302,18 @@ async fn catch(f: impl Future<Output = ()>) -> Result<(), String> {
         .map_err(panic_message)
 }
 
-/// A future whose panic is caught.
-type Caught<F> = CatchUnwind<AssertUnwindSafe<F>>;
-
-/// [`guarded`]'s future: as is, or in its span.
-type Guarded<F> = Either<Caught<F>, Caught<Pin<Box<Instrumented<F>>>>>;
-
-/// A handler's future with its panic caught, and in a `handle` span under
-/// `trace` if the message came with one (boxed: traced messages are few).
-/// Built here, not in `serve`, so that neither the context nor the choice
-/// is kept across the handler's await: the idle actor's future stays as
-/// small as before.
-fn guarded<A: Actor, F: Future<Output = ()>>(
+/// A traced message's handler future, boxed in a `handle` span made the
+/// child of `parent`, with its panic caught.
+fn traced<A: Actor, F: Future<Output = ()>>(
     handling: F,
-    trace: Option<TraceContext>,
-) -> Guarded<F> {
-    match trace {
-        None => Either::Left(AssertUnwindSafe(handling).catch_unwind()),
-        Some(parent) => {
-            let span = crate::trace::handle_span(
-                std::any::type_name::<A>(),
-                std::any::type_name::<A::Msg>(),
-                parent,
-            );
-            Either::Right(AssertUnwindSafe(Box::pin(handling.instrument(span))).catch_unwind())
-        }
-    }
+    parent: TraceContext,
+) -> CatchUnwind<AssertUnwindSafe<Pin<Box<Instrumented<F>>>>> {
+    let span = crate::trace::handle_span(
+        std::any::type_name::<A>(),
+        std::any::type_name::<A::Msg>(),
+        parent,
+    );
+    AssertUnwindSafe(Box::pin(handling.instrument(span))).catch_unwind()
 }
 
 fn panic_message(panic: Box<dyn Any + Send>) -> String {
