@@ -184,15 +184,13 @@ impl Future for ReceiptFuture {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
         match &mut self.state {
-            ReceiptState::Ready(r) => Poll::Ready(r.take().unwrap_or(Err(
-                ReceiptError::LinkClosed("receipt already taken".into()),
-            ))),
+            ReceiptState::Ready(r) => {
+                Poll::Ready(r.take().unwrap_or(Err(ReceiptError::AlreadyTaken)))
+            }
             ReceiptState::Pending(rx) => Pin::new(rx).poll(cx).map(|r| match r {
                 Ok(Ok(())) => Ok(Receipt::Delivered),
                 Ok(Err(e)) => Err(e),
-                Err(_) => Err(ReceiptError::LinkClosed(
-                    "the node dropped the message before confirming it".into(),
-                )),
+                Err(_) => Err(ReceiptError::NodeStopped),
             }),
         }
     }

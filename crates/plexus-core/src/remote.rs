@@ -495,7 +495,7 @@ fn refusal<M>(e: &crate::TrySendError<M>) -> ReceiptError {
 }
 
 /// Why a delivery receipt reports failure.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+#[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum ReceiptError {
     /// The receiving node has no live actor with that id and type.
@@ -510,14 +510,44 @@ pub enum ReceiptError {
     /// The payload did not decode as the registered type.
     #[error("{0}")]
     Decode(CodecError),
-    /// The link to the node closed before the receipt came.
+    /// The link to the node closed before the receipt came, or could not be
+    /// made. The error says
+    /// why (for a remote link, a `plexus::remote::CloseCause`, which
+    /// [`downcast_ref`](std::error::Error::downcast_ref) gives back).
     #[error("link to node closed: {0}")]
-    LinkClosed(String),
+    LinkClosed(Arc<dyn std::error::Error + Send + Sync>),
     /// The send buffer of the link to the actor's node was full: the
     /// message was not sent.
     #[error("send buffer of the link to the node is full")]
     SendBufferFull,
+    /// The message cannot travel on the link at all (larger than its stack
+    /// carries, a file region that could not be read): it was not sent.
+    #[error("the message cannot travel on the link to the node")]
+    Undeliverable,
+    /// The local node stopped (shut down, or was dropped) before the
+    /// message was confirmed.
+    #[error("the local node stopped before the message was confirmed")]
+    NodeStopped,
+    /// The receipt's future was polled again after it completed.
+    #[error("receipt already taken")]
+    AlreadyTaken,
 }
+
+/// Two errors are equal when they are the same case; two closed links when
+/// they say the same (their causes are not comparable otherwise).
+impl PartialEq for ReceiptError {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Self::Decode(a), Self::Decode(b)) => a == b,
+            (Self::LinkClosed(a), Self::LinkClosed(b)) => {
+                Arc::ptr_eq(a, b) || a.to_string() == b.to_string()
+            }
+            (a, b) => std::mem::discriminant(a) == std::mem::discriminant(b),
+        }
+    }
+}
+
+impl Eq for ReceiptError {}
 
 impl Serialize for CodecError {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {

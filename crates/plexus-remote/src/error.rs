@@ -6,7 +6,9 @@ use std::sync::Arc;
 
 use plexus_core::NodeId;
 use plexus_net::SpecError;
-use plexus_transport::{BindError, ConnectError};
+use plexus_transport::{BindError, ConnectError, LinkClosed, LinkSendError};
+
+use crate::close::CloseCause;
 
 use crate::handshake::HandshakeError;
 use crate::uri::UriError;
@@ -156,10 +158,23 @@ pub enum LinkError {
     Timeout(std::time::Duration),
     /// The link closed.
     #[error("link closed: {0}")]
-    Closed(String),
+    Closed(CloseCause),
+    /// Both nodes dialled at once; the peer closed this side's link as the
+    /// duplicate, and the link it kept never came up within the connect
+    /// timeout.
+    #[error("a duplicate link was closed and the other never came up")]
+    DuplicateNeverUp,
+    /// A frame of the handshake or of a lane's setup could not be sent
+    /// (the link refused it).
+    #[error("send: {0}")]
+    Send(Arc<LinkSendError>),
     /// The node is shutting down.
     #[error("node is shutting down")]
     ShuttingDown,
+    /// The link to a node that does not listen (it dialled this node) is
+    /// gone, and there is no address to dial it again.
+    #[error("the link is gone and the node has no address to reconnect to")]
+    NoAddress,
     /// The send buffer of the link was full (or, while the link was
     /// connecting, the frames held for it reached their bound): the request
     /// was not sent.
@@ -176,6 +191,21 @@ pub enum LinkError {
         /// Why.
         source: Box<LinkError>,
     },
+}
+
+impl From<LinkClosed> for LinkError {
+    fn from(e: LinkClosed) -> Self {
+        Self::Closed(CloseCause::Transport(e.reason))
+    }
+}
+
+impl From<LinkSendError> for LinkError {
+    fn from(e: LinkSendError) -> Self {
+        match e {
+            LinkSendError::Closed { closed, .. } => closed.into(),
+            e => Self::Send(Arc::new(e)),
+        }
+    }
 }
 
 impl From<ConnectError> for LinkError {

@@ -236,7 +236,7 @@ impl Handshake {
             }
             (state, frame) => Err(HandshakeError::Protocol(format!(
                 "unexpected {} while {}",
-                frame_name(&frame),
+                WireFrame::name(&frame),
                 match state {
                     State::AwaitHello => "waiting for HELLO",
                     State::AwaitAuth => "waiting for AUTH",
@@ -267,32 +267,6 @@ fn session_of(a: &[u8; 16], b: &[u8; 16]) -> u64 {
     let mut out = [0u8; 8];
     out.copy_from_slice(&h.finalize().as_bytes()[..8]);
     u64::from_le_bytes(out)
-}
-
-fn frame_name(f: &WireFrame) -> &'static str {
-    match f {
-        WireFrame::Hello(_) => "HELLO",
-        WireFrame::Auth { .. } => "AUTH",
-        WireFrame::Reject { .. } => "REJECT",
-        WireFrame::Message { .. } => "MESSAGE",
-        WireFrame::Named { .. } => "NAMED",
-        WireFrame::Receipt { .. } => "RECEIPT",
-        WireFrame::Reply { .. } => "REPLY",
-        WireFrame::Resolve { .. } => "RESOLVE",
-        WireFrame::Resolved { .. } => "RESOLVED",
-        WireFrame::Monitor { .. } => "MONITOR",
-        WireFrame::Demonitor { .. } => "DEMONITOR",
-        WireFrame::Down { .. } => "DOWN",
-        WireFrame::Link { .. } => "LINK",
-        WireFrame::Unlink { .. } => "UNLINK",
-        WireFrame::Exit { .. } => "EXIT",
-        WireFrame::Stop { .. } => "STOP",
-        WireFrame::Goodbye { .. } => "GOODBYE",
-        WireFrame::Bind { .. } => "BIND",
-        WireFrame::Lanes { .. } => "LANES",
-        WireFrame::Sequenced { .. } => "SEQUENCED",
-        WireFrame::Traced { .. } => "TRACE",
-    }
 }
 
 #[cfg(test)]
@@ -461,7 +435,9 @@ mod tests {
     fn messages_before_the_handshake_and_self_connections_are_refused() {
         let (mut a, _) = pair("s", "s");
         let e = a
-            .handle_frame(WireFrame::Goodbye { reason: "x".into() })
+            .handle_frame(WireFrame::Goodbye {
+                code: crate::wire::GoodbyeCode::Shutdown,
+            })
             .unwrap_err();
         assert!(matches!(e, HandshakeError::Protocol(_)), "{e}");
         let (mut a, _) = pair("s", "s");

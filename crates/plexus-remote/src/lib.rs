@@ -25,6 +25,7 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod close;
 mod config;
 mod context;
 #[cfg(feature = "tls")]
@@ -44,6 +45,7 @@ mod telemetry;
 pub mod uri;
 pub mod wire;
 
+pub use close::{CloseCause, ProtocolError};
 pub use config::NodeConfig;
 pub use error::{LaneConfigError, LinkError, NodeError, PublishError, ResolveError};
 pub use forged::ForgedRefs;

@@ -19,7 +19,7 @@ use crate::lanes::LanePlan;
 use crate::peer::{self, LaneCandidate, Peer};
 use crate::proxy::RemoteActor;
 use crate::uri::Uri;
-use crate::wire::{Resolution, MAX_NAME};
+use crate::wire::{GoodbyeCode, Resolution, MAX_NAME};
 
 /// A node: the actor system of this process as seen by other nodes.
 ///
@@ -567,7 +567,7 @@ impl Node {
                 .collect()
         };
         for p in peers {
-            p.goodbye("node shutting down").await;
+            p.goodbye(GoodbyeCode::Shutdown).await;
         }
     }
 }

@@ -25,13 +25,14 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tracing::Instrument as _;
 
+use crate::close::CloseCause;
 use crate::context::PeerContext;
 use crate::error::LinkError;
 use crate::handshake::{self, Handshake};
 use crate::node::{lock, NodeInner};
 use crate::proxy::RemoteActor;
 use crate::selector::{Resequencer, ResequencerConfig};
-use crate::wire::{Resolution, WireFrame};
+use crate::wire::{GoodbyeCode, Resolution, WireFrame};
 
 mod adaptive;
 mod bind;
@@ -102,45 +103,6 @@ impl state::Handles for Live {
 
 type State = PeerState<Live>;
 
-/// The `GOODBYE` reason of a link closed because another link to the same
-/// node won the tie-break.
-const DUPLICATE: &str = "duplicate link";
-
-/// Why a peer's established link ended, as its read task saw it. Its text
-/// is what watchers get as the `NodeDown` cause.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub(crate) enum CloseCause {
-    /// The transport closed the link (the peer went away, a socket or
-    /// stack error), as the link reported it.
-    #[error("{0}")]
-    Transport(String),
-    /// The peer said goodbye, giving this reason.
-    #[error("peer said goodbye: {0}")]
-    Goodbye(String),
-    /// The peer broke the wire protocol.
-    #[error("protocol error: {0}")]
-    Protocol(String),
-    /// No traffic crossed the link for this long and the transport dropped
-    /// it (a UDP peer's idle timeout, with no `heartbeat` layer to keep it
-    /// alive): the node is not known to be gone.
-    #[error("no traffic for {0:?}: link closed as idle, dialled again on the next send")]
-    Idle(Duration),
-    /// The heartbeat layer declared the peer unreachable.
-    #[error("heartbeat: node unreachable (phi {phi:.1})")]
-    Unreachable {
-        /// The accrual failure detector's suspicion level.
-        phi: f64,
-    },
-}
-
-impl CloseCause {
-    /// The peer closed this link as the loser of a duplicate-connect
-    /// tie-break: another link to the same node takes over.
-    fn is_duplicate(&self) -> bool {
-        matches!(self, CloseCause::Goodbye(reason) if reason == DUPLICATE)
-    }
-}
-
 /// Why a frame could not be queued for the peer; the caller dead-letters
 /// it (or, sending with [`ActorRef::send`](plexus_core::ActorRef::send),
 /// waits for room and tries again).
@@ -168,9 +130,7 @@ impl Undelivered {
     pub(crate) fn receipt_error(self) -> ReceiptError {
         match self {
             Undelivered::Full => ReceiptError::SendBufferFull,
-            Undelivered::Refused => {
-                ReceiptError::LinkClosed("the message cannot travel on this link".into())
-            }
+            Undelivered::Refused => ReceiptError::Undeliverable,
         }
     }
 }
@@ -392,10 +352,7 @@ impl Peer {
                 return Ok(n);
             }
             if lock(&p.dial).is_none() {
-                return Err(st
-                    .last_error
-                    .clone()
-                    .unwrap_or_else(|| LinkError::Closed("no address to reconnect to".into())));
+                return Err(st.last_error.clone().unwrap_or(LinkError::NoAddress));
             }
             let (tx, rx) = oneshot::channel();
             st.waiters.push(tx);
@@ -410,7 +367,7 @@ impl Peer {
             .upgrade()
             .map_or(Duration::from_secs(5), |i| i.config.connect_timeout * 4);
         match tokio::time::timeout(limit, rx).await {
-            Ok(r) => r.unwrap_or_else(|_| Err(LinkError::Closed("node dropped".into()))),
+            Ok(r) => r.unwrap_or(Err(LinkError::ShuttingDown)),
             Err(_) => Err(LinkError::Timeout(limit)),
         }
     }
@@ -445,7 +402,7 @@ impl Peer {
             within(timeout, async {
                 link.send(WireFrame::Lanes { bound }.encode())
                     .await
-                    .map_err(|e| LinkError::Closed(e.to_string()))
+                    .map_err(LinkError::from)
             })
             .await?;
             Ok::<_, LinkError>((link, lanes, hs))
@@ -498,7 +455,7 @@ impl Peer {
             let _ = r.send(Err(error.clone()));
         }
         for r in receipts.into_values() {
-            let _ = r.send(Err(ReceiptError::LinkClosed(error.to_string())));
+            let _ = r.send(Err(ReceiptError::LinkClosed(Arc::new(error.clone()))));
         }
     }
 
@@ -640,7 +597,7 @@ impl Peer {
     ) -> ReceiptFuture {
         let p = self.canonical();
         let Some(inner) = p.inner.upgrade() else {
-            return ReceiptFuture::ready(Err(ReceiptError::LinkClosed("node dropped".into())));
+            return ReceiptFuture::ready(Err(ReceiptError::NodeStopped));
         };
         if !p.lane_guarantees(&inner, lane).reliable {
             return ReceiptFuture::ready(
@@ -720,17 +677,10 @@ impl Peer {
     }
 
     /// Sends `GOODBYE` and closes the link.
-    pub(crate) async fn goodbye(self: &Arc<Self>, reason: &str) {
+    pub(crate) async fn goodbye(self: &Arc<Self>, code: GoodbyeCode) {
         let sender = lock(&self.state).sender().cloned();
         if let Some(s) = sender {
-            let _ = s
-                .send(
-                    WireFrame::Goodbye {
-                        reason: reason.to_owned(),
-                    }
-                    .encode(),
-                )
-                .await;
+            let _ = s.send(WireFrame::Goodbye { code }.encode()).await;
             s.close();
         }
     }
@@ -745,7 +695,6 @@ impl Peer {
         // Only a peer that can dial again may go idle: one whose node does
         // not listen is gone with its link.
         let idle = matches!(cause, CloseCause::Idle(_)) && lock(&self.dial).is_some();
-        let cause = &*cause.to_string();
         let lost = {
             let mut st = lock(&self.state);
             let lost = if idle {
@@ -768,25 +717,29 @@ impl Peer {
             return;
         };
         if idle {
-            tracing::info!(target: "plexus::remote", node = ?node, peer = %self.dial_uri(), cause, "link idle");
+            tracing::info!(target: "plexus::remote", node = ?node, peer = %self.dial_uri(), %cause, "link idle");
         } else {
-            tracing::info!(target: "plexus::remote", node = ?node, peer = %self.dial_uri(), cause, "link down");
+            tracing::info!(target: "plexus::remote", node = ?node, peer = %self.dial_uri(), %cause, "link down");
         }
+        // Watchers, linked actors and asks get the cause as text (an exit
+        // reason travels between nodes); receipts and resolves get it typed.
+        let text = &*cause.to_string();
+        let shared: Arc<dyn std::error::Error + Send + Sync> = Arc::new(cause.clone());
         for (_, (id, w)) in watchers {
-            w.notify(node_down(id, cause));
+            w.notify(node_down(id, text));
         }
         for (local, remote) in links {
             local.remove_link(remote);
             local.signal(Signal::Exit(Exit {
                 from: remote,
-                reason: node_down(remote, cause).reason,
+                reason: node_down(remote, text).reason,
             }));
         }
         for r in receipts.into_values() {
-            let _ = r.send(Err(ReceiptError::LinkClosed(cause.to_owned())));
+            let _ = r.send(Err(ReceiptError::LinkClosed(shared.clone())));
         }
         for r in resolves.into_values() {
-            let _ = r.send(Err(LinkError::Closed(cause.to_owned())));
+            let _ = r.send(Err(LinkError::Closed(cause.clone())));
         }
         for (control, token) in monitors.into_values() {
             if let Some(t) = token {
@@ -797,7 +750,7 @@ impl Peer {
         // open was sent before that and its reply can still come, over the
         // link either side dials next. A lost link fails them.
         if let Some(n) = node.filter(|_| !idle) {
-            inner.fail_replies_of(n, cause);
+            inner.fail_replies_of(n, text);
         }
     }
 }

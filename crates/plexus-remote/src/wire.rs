@@ -16,7 +16,7 @@ use plexus_core::{ActorId, ExitReason, NodeId};
 
 /// Protocol version spoken by this build. Peers must speak the same major
 /// version (see `docs/PROTOCOL.md`, Versioning).
-pub const PROTOCOL_VERSION: u16 = 3;
+pub const PROTOCOL_VERSION: u16 = 4;
 /// First four bytes of a `HELLO`.
 pub const MAGIC: [u8; 4] = *b"PLXS";
 /// Longest actor name, type name or address accepted.
@@ -139,6 +139,44 @@ impl RejectCode {
                     value: v.into(),
                 })
             }
+        })
+    }
+}
+
+/// Why a node closes a link on purpose: the code a `GOODBYE` carries, so
+/// the other side acts on its meaning (a duplicate link is replaced, a node
+/// that shuts down is down) and never on text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+#[non_exhaustive]
+pub enum GoodbyeCode {
+    /// The node is shutting down.
+    Shutdown = 1,
+    /// Another link between the same two nodes won the duplicate-connect
+    /// tie-break (the one dialled by the lower node id); this one retires.
+    Duplicate = 2,
+}
+
+impl GoodbyeCode {
+    fn from_u8(v: u8) -> Result<Self, WireError> {
+        Ok(match v {
+            1 => Self::Shutdown,
+            2 => Self::Duplicate,
+            v => {
+                return Err(WireError::Invalid {
+                    field: "goodbye code",
+                    value: v.into(),
+                })
+            }
+        })
+    }
+}
+
+impl std::fmt::Display for GoodbyeCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Shutdown => "node shutting down",
+            Self::Duplicate => "duplicate link",
         })
     }
 }
@@ -316,7 +354,7 @@ pub enum WireFrame {
     /// The sender closes the link on purpose.
     Goodbye {
         /// Why.
-        reason: String,
+        code: GoodbyeCode,
     },
     /// The first frame after the handshake on a lane connection: binds it
     /// to the session of the node pair's primary link. The receiver echoes
@@ -450,6 +488,34 @@ fn slice_varint(b: &[u8], field: &'static str) -> Result<(u64, usize), WireError
 }
 
 impl WireFrame {
+    /// The frame's kind as `docs/PROTOCOL.md` names it (`MESSAGE`,
+    /// `GOODBYE`, ...), for errors and logs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            WireFrame::Hello(_) => "HELLO",
+            WireFrame::Auth { .. } => "AUTH",
+            WireFrame::Reject { .. } => "REJECT",
+            WireFrame::Message { .. } => "MESSAGE",
+            WireFrame::Named { .. } => "NAMED",
+            WireFrame::Receipt { .. } => "RECEIPT",
+            WireFrame::Reply { .. } => "REPLY",
+            WireFrame::Resolve { .. } => "RESOLVE",
+            WireFrame::Resolved { .. } => "RESOLVED",
+            WireFrame::Monitor { .. } => "MONITOR",
+            WireFrame::Demonitor { .. } => "DEMONITOR",
+            WireFrame::Down { .. } => "DOWN",
+            WireFrame::Link { .. } => "LINK",
+            WireFrame::Unlink { .. } => "UNLINK",
+            WireFrame::Exit { .. } => "EXIT",
+            WireFrame::Stop { .. } => "STOP",
+            WireFrame::Goodbye { .. } => "GOODBYE",
+            WireFrame::Bind { .. } => "BIND",
+            WireFrame::Lanes { .. } => "LANES",
+            WireFrame::Sequenced { .. } => "SEQUENCED",
+            WireFrame::Traced { .. } => "TRACE",
+        }
+    }
+
     /// Encodes the frame into one buffer (payload copied after the header).
     pub fn encode(&self) -> Bytes {
         let mut b = BytesMut::with_capacity(self.encoded_len_hint());
@@ -590,9 +656,9 @@ impl WireFrame {
                 put_varint(b, *target);
                 b.put_u8(u8::from(*kill));
             }
-            Self::Goodbye { reason } => {
+            Self::Goodbye { code } => {
                 b.put_u8(kind::GOODBYE);
-                put_str(b, reason);
+                b.put_u8(*code as u8);
             }
             Self::Bind {
                 session,
@@ -765,7 +831,7 @@ impl WireFrame {
                 },
             },
             kind::GOODBYE => WireFrame::Goodbye {
-                reason: r.string("goodbye reason", MAX_DETAIL)?,
+                code: GoodbyeCode::from_u8(r.u8("goodbye code")?)?,
             },
             kind::BIND => WireFrame::Bind {
                 session: r.u64("session")?,

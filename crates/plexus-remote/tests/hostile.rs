@@ -13,7 +13,7 @@ use plexus_core::remote::RemoteMessage;
 use plexus_core::{ActorRef, ActorSystem, NodeId};
 use plexus_net::StackSpec;
 use plexus_remote::handshake::Handshake;
-use plexus_remote::wire::{ReceiptStatus, Resolution, WireFrame};
+use plexus_remote::wire::{GoodbyeCode, ReceiptStatus, Resolution, WireFrame};
 use plexus_remote::{Node, NodeConfig};
 use plexus_transport::Link;
 
@@ -295,12 +295,29 @@ async fn lane_connections_without_their_session_are_refused_and_overfilled_lanes
     let frame = WireFrame::Sequenced {
         lane: 2,
         seq: 1 << 40,
-        frame: WireFrame::Goodbye { reason: "x".into() }.encode(),
+        frame: WireFrame::Goodbye {
+            code: GoodbyeCode::Shutdown,
+        }
+        .encode(),
     };
     flooder.send(frame.encode()).await.unwrap();
     assert!(
         closed_by_node(&mut flooder).await,
         "a frame beyond the resequencing window closes the link"
+    );
+    // A GOODBYE with a code this version does not know is a protocol
+    // error: the link closes, typed, and nothing panics.
+    let mut stranger = raw_peer(&addr, "c").await;
+    let mut unknown = WireFrame::Goodbye {
+        code: GoodbyeCode::Shutdown,
+    }
+    .encode()
+    .to_vec();
+    *unknown.last_mut().unwrap() = 0xEE;
+    stranger.send(Bytes::from(unknown)).await.unwrap();
+    assert!(
+        closed_by_node(&mut stranger).await,
+        "an unknown goodbye code closes the link"
     );
     // The node goes on accepting well-behaved peers.
     let _ok = raw_peer(&addr, "c").await;

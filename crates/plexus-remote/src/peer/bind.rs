@@ -145,11 +145,13 @@ async fn bind_one(
         lane: lane.index() as u8,
         candidate,
     };
-    let closed = |e: plexus_transport::LinkClosed| lane_error(LinkError::Closed(e.to_string()));
     link.send(bind.encode())
         .await
-        .map_err(|e| lane_error(LinkError::Closed(e.to_string())))?;
-    let answer = link.recv_message().await.map_err(closed)?;
+        .map_err(|e| lane_error(e.into()))?;
+    let answer = link
+        .recv_message()
+        .await
+        .map_err(|e| lane_error(e.into()))?;
     match WireFrame::decode(answer) {
         Ok(echo) if echo == bind => Ok(link),
         Ok(WireFrame::Reject { code, detail }) => {

@@ -11,7 +11,8 @@ use plexus_core::{ActorId, DeadLetterReason, Down, Exit, ExitReason, NodeId};
 
 use plexus_transport::{DriverReceive, Received};
 
-use super::{CloseCause, Peer};
+use super::Peer;
+use crate::close::{CloseCause, ProtocolError};
 use crate::node::{lock, NodeInner};
 use crate::wire::{MessageHeader, ReceiptStatus, Resolution, WireFrame};
 
@@ -238,7 +239,7 @@ impl Peer {
         let Some(bytes) = self.deliver_if_message(inner, bytes, cache, None)? else {
             return Ok(());
         };
-        let frame = WireFrame::decode(bytes).map_err(|e| CloseCause::Protocol(e.to_string()))?;
+        let frame = WireFrame::decode(bytes).map_err(ProtocolError::from)?;
         match frame {
             WireFrame::Message {
                 to,
@@ -394,15 +395,13 @@ impl Peer {
                     }
                 }
             }
-            WireFrame::Goodbye { reason } => return Err(CloseCause::Goodbye(reason)),
-            WireFrame::Hello(_)
+            WireFrame::Goodbye { code } => return Err(CloseCause::Goodbye(code)),
+            frame @ (WireFrame::Hello(_)
             | WireFrame::Auth { .. }
             | WireFrame::Reject { .. }
             | WireFrame::Bind { .. }
-            | WireFrame::Lanes { .. } => {
-                return Err(CloseCause::Protocol(
-                    "handshake frame on an established link".into(),
-                ))
+            | WireFrame::Lanes { .. }) => {
+                return Err(ProtocolError::HandshakeFrame { kind: frame.name() }.into())
             }
             WireFrame::Sequenced { lane, seq, frame } => {
                 return self.resequenced(inner, remote, lane, seq, frame, cache)
@@ -423,7 +422,7 @@ impl Peer {
         let Some(frame) = self.deliver_if_message(inner, frame, cache, Some(trace))? else {
             return Ok(());
         };
-        match WireFrame::decode(frame).map_err(|e| CloseCause::Protocol(e.to_string()))? {
+        match WireFrame::decode(frame).map_err(ProtocolError::from)? {
             WireFrame::Named {
                 name,
                 type_id,
@@ -434,9 +433,7 @@ impl Peer {
                 Ok(())
             }
             // `WireFrame::decode` lets only those two through.
-            _ => Err(CloseCause::Protocol(
-                "a TRACE frame around a frame that is not a message".into(),
-            )),
+            other => Err(ProtocolError::TracedNonMessage { kind: other.name() }.into()),
         }
     }
 
@@ -453,7 +450,7 @@ impl Peer {
         let Some(header) = MessageHeader::parse(&bytes) else {
             return Ok(Some(bytes));
         };
-        let header = header.map_err(|e| CloseCause::Protocol(e.to_string()))?;
+        let header = header.map_err(ProtocolError::from)?;
         let mut payload = bytes;
         payload.advance(header.len);
         self.deliver_message(inner, header, payload, cache, trace);
@@ -581,20 +578,14 @@ impl Peer {
         cache: &mut InboundCache,
     ) -> Result<(), CloseCause> {
         let Some(lane) = plexus_core::Lane::from_index(lane.into()) else {
-            return Err(CloseCause::Protocol(format!(
-                "SEQUENCED frame on lane {lane}, which does not exist"
-            )));
+            return Err(ProtocolError::UnknownLane(lane).into());
         };
         let mut lanes = lock(&self.resequencers);
         let resequencer = &mut lanes[lane.index()];
         let size = frame.len();
         match resequencer.push(seq, frame, size) {
             Ok(_) => {}
-            Err(e) => {
-                return Err(CloseCause::Protocol(format!(
-                    "the {lane} lane's resequencing buffer: {e}"
-                )))
-            }
+            Err(source) => return Err(ProtocolError::Resequencing { lane, source }.into()),
         }
         while let Some(frame) = resequencer.pop() {
             self.dispatch(inner, remote, frame, cache)?;

@@ -23,11 +23,9 @@ pub(super) async fn handshake_on(
     if let Some(certified) = certified {
         hs = hs.certified_peer(NodeId::from_u64(certified));
     }
-    let closed = |e: plexus_transport::LinkClosed| LinkError::Closed(e.to_string());
-    let send_err = |e: plexus_transport::LinkSendError| LinkError::Closed(e.to_string());
-    link.send(hs.hello().encode()).await.map_err(send_err)?;
+    link.send(hs.hello().encode()).await?;
     loop {
-        let bytes = link.recv_message().await.map_err(closed)?;
+        let bytes = link.recv_message().await?;
         let frame = match WireFrame::decode(bytes) {
             Ok(f) => f,
             Err(e) => {
@@ -41,7 +39,7 @@ pub(super) async fn handshake_on(
         match hs.handle_frame(frame) {
             Ok((reply, done)) => {
                 if let Some(r) = reply {
-                    link.send(r.encode()).await.map_err(send_err)?;
+                    link.send(r.encode()).await?;
                 }
                 if let Some(peer) = done {
                     return Ok(peer);
@@ -230,7 +228,7 @@ async fn next_received(
             .await
             .map_err(|closed| match closed.reason {
                 plexus_transport::CloseReason::IdleTimeout(after) => CloseCause::Idle(after),
-                reason => CloseCause::Transport(reason.to_string()),
+                reason => CloseCause::Transport(reason),
             })?;
     }
 }
@@ -321,7 +319,7 @@ impl Peer {
                 }
                 let _ = refused.try_send(
                     WireFrame::Goodbye {
-                        reason: DUPLICATE.into(),
+                        code: GoodbyeCode::Duplicate,
                     }
                     .encode(),
                 );
@@ -368,7 +366,7 @@ impl Peer {
                 if let Some(old) = replaced {
                     let _ = old.try_send(
                         WireFrame::Goodbye {
-                            reason: DUPLICATE.into(),
+                            code: GoodbyeCode::Duplicate,
                         }
                         .encode(),
                     );

@@ -37,6 +37,7 @@ use std::time::{Duration, Instant};
 use plexus_core::{ActorId, NodeId};
 use rustc_hash::FxHashMap;
 
+use crate::close::CloseCause;
 use crate::error::LinkError;
 
 /// What a peer's state holds without looking into: the link's sender, the
@@ -290,7 +291,7 @@ impl<H: Handles> PeerState<H> {
     /// without waiting), and what depended on the link is handed back to
     /// be told. `None` if `epoch` is not the link that is up (a replaced
     /// or draining link ended).
-    pub(crate) fn link_lost(&mut self, epoch: u64, cause: &str) -> Option<Lost<H>> {
+    pub(crate) fn link_lost(&mut self, epoch: u64, cause: &CloseCause) -> Option<Lost<H>> {
         self.link_ended(epoch, cause, Phase::Down)
     }
 
@@ -300,11 +301,16 @@ impl<H: Handles> PeerState<H> {
     /// send dials again; what depended on the link itself (watchers,
     /// links, requests in flight) is handed back as for a lost link, since
     /// the peer dropped its side of it too.
-    pub(crate) fn link_idle(&mut self, epoch: u64, cause: &str) -> Option<Lost<H>> {
+    pub(crate) fn link_idle(&mut self, epoch: u64, cause: &CloseCause) -> Option<Lost<H>> {
         self.link_ended(epoch, cause, Phase::Idle)
     }
 
-    fn link_ended(&mut self, epoch: u64, cause: &str, next: Phase<H::Sender>) -> Option<Lost<H>> {
+    fn link_ended(
+        &mut self,
+        epoch: u64,
+        cause: &CloseCause,
+        next: Phase<H::Sender>,
+    ) -> Option<Lost<H>> {
         match &self.phase {
             Phase::Up { epoch: e, .. } if *e == epoch => {}
             _ => return None,
@@ -312,7 +318,7 @@ impl<H: Handles> PeerState<H> {
         self.phase = next;
         self.failures = 0;
         self.retry_at = None;
-        self.last_error = Some(LinkError::Closed(cause.to_owned()));
+        self.last_error = Some(LinkError::Closed(cause.clone()));
         Some(Lost {
             node: self.remote,
             watchers: std::mem::take(&mut self.watchers),
@@ -358,11 +364,9 @@ impl<H: Handles> PeerState<H> {
         backoff: Backoff,
     ) -> Option<Abandoned<H>> {
         match self.phase {
-            Phase::Connecting { stuck_at: Some(at) } if at <= now => Some(self.connect_failed(
-                now,
-                LinkError::Closed("a duplicate link was closed and the other never came up".into()),
-                backoff,
-            )),
+            Phase::Connecting { stuck_at: Some(at) } if at <= now => {
+                Some(self.connect_failed(now, LinkError::DuplicateNeverUp, backoff))
+            }
             _ => None,
         }
     }

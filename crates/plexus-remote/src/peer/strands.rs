@@ -76,7 +76,7 @@ mod tests {
         // Control frames about no actor take strand 0.
         assert_eq!(
             strand_of(&WireFrame::Goodbye {
-                reason: "bye".into()
+                code: crate::wire::GoodbyeCode::Shutdown
             }),
             Strand::ZERO
         );

@@ -85,7 +85,7 @@ fn samples() -> Vec<WireFrame> {
             kill: true,
         },
         WireFrame::Goodbye {
-            reason: "shutdown".into(),
+            code: GoodbyeCode::Shutdown,
         },
         WireFrame::Traced {
             context: trace(),
@@ -224,7 +224,9 @@ fn payload_is_a_slice_of_the_input() {
 #[test]
 fn oversized_strings_and_lists_are_refused_before_allocation() {
     let mut b = BytesMut::new();
-    b.put_u8(kind::GOODBYE);
+    b.put_u8(kind::RESOLVE);
+    put_varint(&mut b, 1);
+    b.put_u64_le(2);
     put_varint(&mut b, u64::MAX / 2);
     assert!(matches!(
         WireFrame::decode(b.freeze()),
@@ -358,5 +360,11 @@ fn the_message_fast_path_reads_what_decode_reads() {
             }
         }
     }
-    assert!(MessageHeader::parse(&WireFrame::Goodbye { reason: "x".into() }.encode()).is_none());
+    assert!(MessageHeader::parse(
+        &WireFrame::Goodbye {
+            code: GoodbyeCode::Duplicate
+        }
+        .encode()
+    )
+    .is_none());
 }

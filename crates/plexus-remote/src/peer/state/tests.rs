@@ -8,6 +8,11 @@ use plexus_core::{ActorId, NodeId};
 
 use super::*;
 
+/// What the transport reports when the peer closes its side.
+fn gone() -> CloseCause {
+    CloseCause::Transport(plexus_transport::CloseReason::PeerClosed)
+}
+
 /// Plain values for every handle: links are named, requests numbered.
 struct Fake;
 
@@ -69,7 +74,7 @@ fn a_lost_link_in_every_state_fails_what_waits_on_it_exactly_once() {
             assert_eq!(st.begin_connect(true), Some(None));
             assert_eq!(st.begin_connect(true), None, "one attempt at a time");
         }
-        assert!(st.link_lost(1, "gone").is_none());
+        assert!(st.link_lost(1, &gone()).is_none());
         let gave_up = st.connect_failed(now, LinkError::Timeout(Duration::from_secs(5)), BACKOFF);
         assert_eq!(
             (
@@ -92,7 +97,7 @@ fn a_lost_link_in_every_state_fails_what_waits_on_it_exactly_once() {
     let mut st = State::default();
     let epoch = up(&mut st, "l1", 1);
     loaded(&mut st);
-    let lost = st.link_lost(epoch, "reset").expect("the link that is up");
+    let lost = st.link_lost(epoch, &gone()).expect("the link that is up");
     assert_eq!(lost.node, Some(node(2)));
     assert_eq!(
         (
@@ -105,19 +110,24 @@ fn a_lost_link_in_every_state_fails_what_waits_on_it_exactly_once() {
         (1, 1, 1, 1, 1)
     );
     assert!(st.is_down());
-    assert!(matches!(&st.last_error, Some(LinkError::Closed(c)) if c == "reset"));
-    assert!(st.link_lost(epoch, "reset").is_none(), "told once");
+    assert!(matches!(
+        &st.last_error,
+        Some(LinkError::Closed(CloseCause::Transport(
+            plexus_transport::CloseReason::PeerClosed
+        )))
+    ));
+    assert!(st.link_lost(epoch, &gone()).is_none(), "told once");
     // Down: nothing more to lose.
-    assert!(st.link_lost(epoch + 1, "gone").is_none());
+    assert!(st.link_lost(epoch + 1, &gone()).is_none());
 
     // A replaced link ending late changes nothing.
     let mut st = State::default();
     let old = up(&mut st, "l1", 2);
     let new = up(&mut st, "l2", 1);
     loaded(&mut st);
-    assert!(st.link_lost(old, "late").is_none());
+    assert!(st.link_lost(old, &gone()).is_none());
     assert_eq!(st.sender(), Some(&"l2"));
-    assert!(st.link_lost(new, "now").is_some());
+    assert!(st.link_lost(new, &gone()).is_some());
 
     // A refused duplicate being drained ending changes nothing.
     let mut st = State::default();
@@ -131,7 +141,7 @@ fn a_lost_link_in_every_state_fails_what_waits_on_it_exactly_once() {
         panic!("the link dialled by node 1 stays")
     };
     assert_eq!(refused, "l2");
-    assert!(st.link_lost(draining_epoch, "drained").is_none());
+    assert!(st.link_lost(draining_epoch, &gone()).is_none());
     assert_eq!(st.sender(), Some(&"l1"));
 
     // Superseded: requests are kept for the other link; if it never comes
@@ -141,7 +151,7 @@ fn a_lost_link_in_every_state_fails_what_waits_on_it_exactly_once() {
     loaded(&mut st);
     assert!(st.superseded(epoch, now, Duration::from_secs(5)));
     assert!(!st.superseded(epoch, now, Duration::from_secs(5)), "once");
-    assert!(st.link_lost(epoch, "closed by the peer").is_none());
+    assert!(st.link_lost(epoch, &gone()).is_none());
     let due = st.poll_timeout().expect("a timer");
     assert_eq!(due, now + Duration::from_secs(5));
     assert!(st
@@ -210,7 +220,7 @@ fn backoff_doubles_to_its_cap_and_a_link_resets_it() {
     );
     assert_eq!(st.begin_connect(true), Some(Some(now + ms(5000))));
     let epoch = up(&mut st, "l1", 1);
-    st.link_lost(epoch, "reset");
+    st.link_lost(epoch, &gone());
     assert_eq!(
         st.begin_connect(true),
         Some(None),
@@ -424,7 +434,7 @@ fn answers_reach_who_waits_once_and_late_ones_are_ignored() {
     assert_eq!(st.handle_receipt(99), None, "unknown: ignored");
     // A link lost with the receipt outstanding fails it; the RECEIPT
     // arriving later (on a new link) finds nobody.
-    let lost = st.link_lost(epoch, "reset").expect("lost");
+    let lost = st.link_lost(epoch, &gone()).expect("lost");
     assert_eq!(lost.receipts.into_values().collect::<Vec<_>>(), [200]);
     up(&mut st, "l2", 1);
     assert_eq!(st.handle_receipt(2), None);
@@ -448,7 +458,7 @@ fn a_watch_is_refused_while_down_or_when_another_node_answers() {
     assert_eq!(st.handle_down(2), None, "Down once");
     assert!(st.unwatch(1));
     assert!(!st.unwatch(1));
-    st.link_lost(epoch, "reset");
+    st.link_lost(epoch, &gone());
     assert_eq!(
         st.watch(4, target, "w4"),
         Err("w4"),
@@ -469,7 +479,7 @@ fn links_and_remote_monitors_end_by_frame_or_with_the_link() {
     st.monitored(8, "watched too", Some(80));
     assert_eq!(st.handle_demonitor(7), Some(("watched", Some(70))));
     assert_eq!(st.handle_demonitor(7), None);
-    let lost = st.link_lost(epoch, "reset").expect("lost");
+    let lost = st.link_lost(epoch, &gone()).expect("lost");
     assert_eq!(
         lost.links,
         [("b", remote)],
