@@ -512,7 +512,7 @@ pub enum ReceiptError {
     Decode(CodecError),
     /// The link to the node closed before the receipt came, or could not be
     /// made. The error says
-    /// why (for a remote link, a `plexus::remote::CloseCause`, which
+    /// why (for a remote link, a `plexus::CloseCause`, which
     /// [`downcast_ref`](std::error::Error::downcast_ref) gives back).
     #[error("link to node closed: {0}")]
     LinkClosed(Arc<dyn std::error::Error + Send + Sync>),

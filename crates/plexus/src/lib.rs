@@ -37,8 +37,8 @@
 
 pub use plexus_core::*;
 pub use plexus_remote::{
-    LaneCandidate, LaneConfigError, LaneStats, LinkError, Node, NodeConfig, NodeError,
-    PeerLinkStats, PublishError, ResolveError, Uri, UriError,
+    CloseCause, LaneCandidate, LaneConfigError, LaneStats, LinkError, Node, NodeConfig, NodeError,
+    PeerLinkStats, ProtocolError, PublishError, ResolveError, Uri, UriError,
 };
 
 /// The adaptive lane's sans-IO parts: the learner that splits a lane
