@@ -75,3 +75,27 @@ impl RequestError {
         }
     }
 }
+
+/// Why the HTTP layer closed a connection: the
+/// [`LinkError::Layer`](plexus_net::LinkError::Layer) source it closes with
+/// (`downcast_ref::<HttpClose>()`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum HttpClose {
+    /// A request was refused; its answer, with this status, was the last
+    /// thing written.
+    #[error("refused a request with {status}: {why}")]
+    Refused {
+        /// The status answered.
+        status: u16,
+        /// Why, as answered in the body.
+        why: String,
+    },
+    /// A request or response said `Connection: close` (or was HTTP/1.0
+    /// without keep-alive), and everything owed was written.
+    #[error("connection: close")]
+    ConnectionClose,
+    /// No request for this long.
+    #[error("idle for {0:?}")]
+    Idle(std::time::Duration),
+}

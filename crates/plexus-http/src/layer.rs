@@ -28,12 +28,13 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use plexus_net::{
-    DataUnit, Frame, Interface, Layer, LayerConfig, LayerOptions, LinkContext, LinkError,
-    OptionError, Output, ReceiveError, StackSendError,
+    DataUnit, Frame, Interface, Layer, LayerConfig, LayerError, LayerOptions, LinkContext,
+    LinkError, OptionError, Output, ReceiveError, StackSendError,
 };
 
 use crate::body::Body;
 use crate::decoder::{Decoded, Limits, RequestDecoder};
+use crate::error::HttpClose;
 use crate::response::{
     encode_chunk_size, encode_chunked_head_as, encode_head_as, encode_last_chunk, Persistence,
     Response,
@@ -372,12 +373,12 @@ impl HttpLayer {
                 self.count_status(status, None);
                 out.close(LinkError::Layer {
                     layer: "http",
-                    reason: format!("refused a request with {status}: {why}"),
+                    source: LayerError::new(HttpClose::Refused { status, why }),
                 });
             } else if self.reading_done {
                 out.close(LinkError::Layer {
                     layer: "http",
-                    reason: "connection: close".into(),
+                    source: LayerError::new(HttpClose::ConnectionClose),
                 });
             } else if self.received.is_empty() && self.idle_since.is_none() {
                 self.idle_since = Some(now);
@@ -606,7 +607,7 @@ impl Layer for HttpLayer {
                 self.idle_since = None;
                 out.close(LinkError::Layer {
                     layer: "http",
-                    reason: format!("idle for {:?}", self.config.idle_timeout),
+                    source: LayerError::new(HttpClose::Idle(self.config.idle_timeout)),
                 });
             }
         }

@@ -64,7 +64,7 @@ pub mod ws_transport;
 
 pub use body::Body;
 pub use decoder::{Decoded, Limits, RequestDecoder};
-pub use error::RequestError;
+pub use error::{HttpClose, RequestError};
 pub use layer::{HttpConfig, HttpLayer, HttpStats, HttpTotals};
 pub use message::{Method, Request, Version};
 pub use response::{

@@ -196,6 +196,25 @@ pub enum WsEvent {
     },
 }
 
+/// Why a WebSocket connection closed: the
+/// [`LinkError::Layer`](plexus_net::LinkError::Layer) source the WebSocket
+/// layer closes with (`downcast_ref::<WsClose>()`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{} closed the connection ({}{})",
+    if *by_us { "we" } else { "the peer" },
+    code.map_or("no code".to_owned(), |c| c.0.to_string()),
+    if reason.is_empty() { String::new() } else { format!(": {reason}") }
+)]
+pub struct WsClose {
+    /// The close code, if any.
+    pub code: Option<CloseCode>,
+    /// The reason given with it.
+    pub reason: String,
+    /// Whether this end closed it.
+    pub by_us: bool,
+}
+
 /// The counters of a connection.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct WsStats {

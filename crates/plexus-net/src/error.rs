@@ -3,6 +3,8 @@
 //! [`FramingError`](crate::layers::framing::FramingError)) that
 //! [`ReceiveError`] wraps.
 
+use std::sync::Arc;
+
 use crate::frame::Frame;
 use crate::layers::batching::BatchingError;
 use crate::layers::compression::CompressionError;
@@ -104,13 +106,13 @@ pub enum ReceiveError {
     /// See [`BatchingError`].
     #[error("batching: {0}")]
     Batching(#[from] BatchingError),
-    /// An error from a user-defined layer.
-    #[error("{layer}: {reason}")]
+    /// An error of a layer's own (a layer outside this crate).
+    #[error("{layer}: {source}")]
     Custom {
         /// The layer's name.
         layer: &'static str,
-        /// Why the input was rejected.
-        reason: &'static str,
+        /// Why the input was rejected: the layer's own error type.
+        source: LayerError,
         /// Whether the link must be closed.
         fatal: bool,
     },
@@ -165,12 +167,57 @@ pub enum LinkError {
     },
     /// A layer ended the link for a reason of its own protocol (an HTTP
     /// layer after a `Connection: close` response, a timeout, a refused
-    /// request); a layer of one's own may use it too.
-    #[error("{layer}: {reason}")]
+    /// request); a layer of one's own uses it too.
+    #[error("{layer}: {source}")]
     Layer {
         /// The layer's name.
         layer: &'static str,
-        /// Why.
-        reason: String,
+        /// Why: the layer's own error type.
+        source: LayerError,
     },
+}
+
+/// An error of a layer's own protocol, typed by the layer: boxed (tower's
+/// `BoxError` shape) and shared, so the errors that carry it stay `Clone`.
+/// [`downcast_ref`](Self::downcast_ref) gives the layer's type back, so an
+/// application acts on a layer's meaning, never on its text.
+#[derive(Clone)]
+pub struct LayerError(Arc<dyn std::error::Error + Send + Sync>);
+
+impl LayerError {
+    /// Wraps a layer's error.
+    pub fn new(error: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Self(Arc::new(error))
+    }
+
+    /// The layer's error, if it is a `T`.
+    pub fn downcast_ref<T: std::error::Error + 'static>(&self) -> Option<&T> {
+        self.0.downcast_ref()
+    }
+}
+
+impl std::fmt::Debug for LayerError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl std::fmt::Display for LayerError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(&*self.0, f)
+    }
+}
+
+impl std::error::Error for LayerError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
+/// The same error, or two that say the same (a layer's errors need not be
+/// comparable).
+impl PartialEq for LayerError {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || self.to_string() == other.to_string()
+    }
 }

@@ -50,7 +50,7 @@ pub mod stack;
 pub mod units;
 mod wire;
 
-pub use error::{LinkError, ReceiveError, StackSendError};
+pub use error::{LayerError, LinkError, ReceiveError, StackSendError};
 pub use file_region::FileRegion;
 pub use frame::Frame;
 pub use guarantees::{GuaranteeEffect, Guarantees};

@@ -20,7 +20,7 @@
 
 use plexus_core::NodeId;
 
-use crate::wire::{capabilities, Hello, RejectCode, WireFrame, PROTOCOL_VERSION};
+use crate::wire::{capabilities, Hello, RejectCode, WireError, WireFrame, PROTOCOL_VERSION};
 
 /// The peer as the handshake verified it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,7 +87,34 @@ pub enum HandshakeError {
     },
     /// The peer sent something other than the next handshake frame.
     #[error("protocol violation: {0}")]
-    Protocol(String),
+    Protocol(#[from] HandshakeViolation),
+}
+
+/// How a peer broke the handshake's protocol.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum HandshakeViolation {
+    /// A frame did not decode.
+    #[error(transparent)]
+    Malformed(#[from] WireError),
+    /// A frame out of turn.
+    #[error("unexpected {frame} while {expected}")]
+    Unexpected {
+        /// The frame's kind.
+        frame: &'static str,
+        /// What the handshake was waiting for.
+        expected: &'static str,
+    },
+    /// A lane connection's listener is another node than the session's.
+    #[error("the lane's listener {uri} is node {found}, not {expected}")]
+    LaneOfAnotherNode {
+        /// The listener's URI.
+        uri: String,
+        /// The node that answered there.
+        found: NodeId,
+        /// The session's node.
+        expected: NodeId,
+    },
 }
 
 impl HandshakeError {
@@ -214,7 +241,11 @@ impl Handshake {
             }
             (State::AwaitAuth, WireFrame::Auth { proof }) => {
                 let Some(peer) = self.peer.take() else {
-                    return Err(HandshakeError::Protocol("AUTH before HELLO".into()));
+                    return Err(HandshakeViolation::Unexpected {
+                        frame: "AUTH",
+                        expected: "waiting for HELLO",
+                    }
+                    .into());
                 };
                 let expected =
                     blake3::Hash::from(self.proof(&self.hello.nonce, peer.node, self.hello.node));
@@ -234,16 +265,16 @@ impl Handshake {
                     }),
                 ))
             }
-            (state, frame) => Err(HandshakeError::Protocol(format!(
-                "unexpected {} while {}",
-                WireFrame::name(&frame),
-                match state {
+            (state, frame) => Err(HandshakeViolation::Unexpected {
+                frame: frame.name(),
+                expected: match state {
                     State::AwaitHello => "waiting for HELLO",
                     State::AwaitAuth => "waiting for AUTH",
                     State::Done => "already connected",
                     State::Failed => "already failed",
-                }
-            ))),
+                },
+            }
+            .into()),
         }
     }
 

@@ -11,10 +11,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::BytesMut;
-use plexus_net::{Frame, Layer, LinkError, Output, ReceiveError, StackSendError};
+use plexus_net::{Frame, Layer, LayerError, LinkError, Output, ReceiveError, StackSendError};
 
 use super::handshake::Extensions;
-use super::{CloseCode, Role, WebSocket, WsConfig, WsEvent, WsMessage};
+use super::{CloseCode, Role, WebSocket, WsClose, WsConfig, WsEvent, WsMessage};
 
 /// Counters many connections' layers add to (a transport's totals over
 /// its connections); see [`WebSocketLayer::with_totals`].
@@ -172,16 +172,11 @@ impl Layer for WebSocketLayer {
                     self.transmit(out);
                     out.close(LinkError::Layer {
                         layer: "websocket",
-                        reason: format!(
-                            "{} closed the connection ({}{})",
-                            if by_us { "we" } else { "the peer" },
-                            code.map_or("no code".to_owned(), |c| c.0.to_string()),
-                            if reason.is_empty() {
-                                String::new()
-                            } else {
-                                format!(": {reason}")
-                            }
-                        ),
+                        source: LayerError::new(WsClose {
+                            code,
+                            reason,
+                            by_us,
+                        }),
                     });
                     return Ok(());
                 }

@@ -27,7 +27,7 @@ use tokio::time::Instant;
 use super::links::BoundLink;
 use super::session::handshake_on;
 use crate::error::LinkError;
-use crate::handshake::{HandshakeError, Verified};
+use crate::handshake::{HandshakeError, HandshakeViolation, Verified};
 use crate::node::{lock, Binding, NodeInner};
 use crate::wire::{RejectCode, WireFrame, MAX_BOUND, MAX_CANDIDATES};
 
@@ -133,12 +133,14 @@ async fn bind_one(
     let lhs = handshake_on(inner, &mut link).await.map_err(lane_error)?;
     if lhs.node != hs.node {
         link.close();
-        return Err(lane_error(LinkError::Handshake(HandshakeError::Protocol(
-            format!(
-                "the lane's listener {scheme}://{addr} is node {}, not {}",
-                lhs.node, hs.node
-            ),
-        ))));
+        return Err(lane_error(LinkError::Handshake(
+            HandshakeViolation::LaneOfAnotherNode {
+                uri: format!("{scheme}://{addr}"),
+                found: lhs.node,
+                expected: hs.node,
+            }
+            .into(),
+        )));
     }
     let bind = WireFrame::Bind {
         session: hs.session,
@@ -160,12 +162,16 @@ async fn bind_one(
                 detail,
             })))
         }
-        Ok(other) => Err(lane_error(LinkError::Handshake(HandshakeError::Protocol(
-            format!("expected the BIND echo, got {other:?}"),
-        )))),
-        Err(e) => Err(lane_error(LinkError::Handshake(HandshakeError::Protocol(
-            e.to_string(),
-        )))),
+        Ok(other) => Err(lane_error(LinkError::Handshake(
+            HandshakeViolation::Unexpected {
+                frame: other.name(),
+                expected: "waiting for the BIND echo",
+            }
+            .into(),
+        ))),
+        Err(e) => Err(lane_error(LinkError::Handshake(
+            HandshakeViolation::Malformed(e).into(),
+        ))),
     }
 }
 

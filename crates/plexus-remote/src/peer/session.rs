@@ -29,7 +29,7 @@ pub(super) async fn handshake_on(
         let frame = match WireFrame::decode(bytes) {
             Ok(f) => f,
             Err(e) => {
-                let err = handshake::HandshakeError::Protocol(e.to_string());
+                let err = handshake::HandshakeError::from(handshake::HandshakeViolation::from(e));
                 if let Some(r) = err.reject_frame() {
                     let _ = link.send(r.encode()).await;
                 }
