@@ -56,9 +56,11 @@ pub(crate) fn spawn(
         sender_turn: Some(Box::new(move || turn.sender_turn())),
         ..Extras::default()
     };
+    // The strand format's length prefix is a u32.
+    let max_message_len = config.max_message_len.min(u32::MAX as usize);
     let shared = Shared::with_extras(
         peer,
-        Some(config.max_message_len),
+        Some(max_message_len),
         config.link,
         Box::new(move || {
             wake.0.notify_one();
@@ -72,10 +74,10 @@ pub(crate) fn spawn(
     let strands = Arc::new(Strands {
         shared: shared.clone(),
         room,
-        max_message_len: config.max_message_len,
+        max_message_len,
         seen: Mutex::new(StrandsSeen::default()),
         partial: AtomicUsize::new(0),
-        partial_max: reassembly_budget(config.max_message_len),
+        partial_max: reassembly_budget(max_message_len),
         bulk: tokio::sync::Mutex::new(()),
         handoff: handoff.clone(),
     });

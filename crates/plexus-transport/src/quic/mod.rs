@@ -85,8 +85,6 @@ pub(crate) mod driver;
 mod socket;
 mod strand_wire;
 
-pub use strand_wire::StrandWireError;
-
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -185,7 +183,9 @@ pub struct QuicConfig {
     pub link: LinkConfig,
     /// Largest message on a strand, in bytes; enforced when sending
     /// ([`LinkSendError::TooLarge`](crate::LinkSendError::TooLarge)) and when
-    /// receiving (the connection is closed). Default 16 MiB.
+    /// receiving (the connection is closed). Default 16 MiB; at most
+    /// `u32::MAX` (the strand format's length prefix), a larger value is
+    /// taken as that.
     pub max_message_len: usize,
     /// Bytes a peer may send ahead on one stream (strand) before we read
     /// them. Default 4 MiB. Memory: at most this per open strand, and
@@ -282,7 +282,7 @@ pub enum QuicError {
         strand: u8,
         /// What was wrong with it.
         #[source]
-        source: StrandWireError,
+        source: plexus_net::layers::framing::FramingError,
     },
     /// A stream ended in the middle of a message.
     #[error("strand {strand}: stream ended inside a message")]

@@ -1,71 +1,41 @@
-//! How messages are delimited on a QUIC strand stream: each message is
-//! `len: u32 big-endian | payload`. QUIC streams are ordered and reliable
-//! but carry bytes, not messages; this prefix is the quic transport's own
-//! wire format (no `plexus-net` layer runs on QUIC).
+//! How messages are delimited on a QUIC strand stream: the `framing`
+//! layer's wire format (`len: u32 big-endian | payload`), with its own
+//! header and decoder ([`plexus_net::layers::framing`]). QUIC streams are
+//! ordered and reliable but carry bytes, not messages; what this module
+//! adds is how a strand's outgoing messages are gathered into stream
+//! chunks.
 //!
 //! The decoder bounds the announced length by the link's largest message
 //! and never panics on any input.
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
+use plexus_net::layers::framing::{self, FrameHeader, FramingError};
 use plexus_net::Frame;
 
 /// Bytes of the length prefix.
-pub(super) const LEN: usize = 4;
-
-/// A strand stream announced a message longer than the link allows.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum StrandWireError {
-    /// The announced length exceeds the link's largest message.
-    #[error("message of {len} bytes announced, at most {max} allowed")]
-    MessageTooLarge {
-        /// The announced length.
-        len: u64,
-        /// The link's largest message.
-        max: usize,
-    },
-}
+pub(super) const LEN: usize = FrameHeader::LEN;
 
 /// The announced length of the message at the front of `buf`, checked
 /// against `max`; `Ok(None)` while fewer than [`LEN`] bytes are there.
-pub(super) fn parse(buf: &[u8], max: usize) -> Result<Option<usize>, StrandWireError> {
-    let Some(prefix) = buf.get(..LEN) else {
-        return Ok(None);
-    };
-    let mut prefix = prefix;
-    let len = prefix.get_u32();
-    if len as usize > max {
-        return Err(StrandWireError::MessageTooLarge {
-            len: len.into(),
-            max,
-        });
-    }
-    Ok(Some(len as usize))
+pub(super) fn parse(buf: &[u8], max: usize) -> Result<Option<usize>, FramingError> {
+    Ok(FrameHeader::parse(buf, max)?.map(|h| h.len as usize))
 }
 
 /// Decodes one message from the front of `src`: `Ok(Some(payload))`
 /// consumed a whole message, `Ok(None)` needs more bytes (nothing
 /// consumed), `Err` means the stream is corrupt.
-pub(super) fn decode(src: &mut BytesMut, max: usize) -> Result<Option<Bytes>, StrandWireError> {
-    let Some(len) = parse(src, max)? else {
-        return Ok(None);
-    };
-    if src.len() < LEN + len {
-        src.reserve(LEN + len - src.len());
-        return Ok(None);
-    }
-    let mut message = src.split_to(LEN + len);
-    message.advance(LEN);
-    Ok(Some(message.freeze()))
+pub(super) fn decode(src: &mut BytesMut, max: usize) -> Result<Option<Bytes>, FramingError> {
+    framing::decode(src, max)
 }
 
 /// Appends `message`, prefixed, to a strand's outgoing `chunks`: a message
 /// up to `copy_max` bytes is copied into `buf` (which collects a run of
 /// small ones into one chunk); a longer one goes as a chunk of its own,
 /// uncopied where it is one buffer, after `buf`'s bytes and its prefix.
+/// The link's largest message fits a `u32` (the driver checks it).
 pub(super) fn encode(message: Frame, copy_max: usize, buf: &mut BytesMut, chunks: &mut Vec<Bytes>) {
     let len = message.len();
-    buf.put_u32(len as u32);
+    buf.put_slice(&FrameHeader { len: len as u32 }.emit());
     if len <= copy_max {
         message.extend_into(buf);
     } else {
@@ -104,7 +74,7 @@ mod tests {
         let mut wire = BytesMut::from(&[0, 0, 1, 0, 9][..]);
         assert_eq!(
             decode(&mut wire, 255),
-            Err(StrandWireError::MessageTooLarge { len: 256, max: 255 })
+            Err(FramingError::FrameTooLarge { len: 256, max: 255 })
         );
     }
 
