@@ -760,7 +760,7 @@ type AskOutcome<R> = Result<R, Unreachable>;
 #[derive(Debug)]
 struct Unreachable {
     node: crate::NodeId,
-    cause: String,
+    cause: crate::LinkCause,
 }
 
 enum ReplyInner<R> {
@@ -863,11 +863,8 @@ impl<R: DeserializeOwned + Send + 'static> crate::remote::PendingReply for Pendi
         self.tx.is_closed()
     }
 
-    fn node_unreachable(self: Box<Self>, node: crate::NodeId, cause: &str) {
-        let _ = self.tx.send(Err(Unreachable {
-            node,
-            cause: cause.to_owned(),
-        }));
+    fn node_unreachable(self: Box<Self>, node: crate::NodeId, cause: crate::LinkCause) {
+        let _ = self.tx.send(Err(Unreachable { node, cause }));
     }
 }
 

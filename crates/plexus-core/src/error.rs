@@ -116,9 +116,56 @@ pub enum AskError {
         /// Its node.
         node: NodeId,
         /// Why the node could not be reached.
-        cause: String,
+        cause: LinkCause,
     },
 }
+
+/// Why the link to another node ended or could not be made, as the layer
+/// that runs links typed it (for a node's links, a `plexus::CloseCause` or a
+/// `plexus::LinkError`): shared, so the errors that carry it stay `Clone`,
+/// and [`downcast_ref`](Self::downcast_ref) gives the type back.
+#[derive(Clone)]
+pub struct LinkCause(std::sync::Arc<dyn std::error::Error + Send + Sync>);
+
+impl LinkCause {
+    /// Wraps the link layer's error.
+    pub fn new(error: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Self(std::sync::Arc::new(error))
+    }
+
+    /// The link layer's error, if it is a `T`.
+    pub fn downcast_ref<T: std::error::Error + 'static>(&self) -> Option<&T> {
+        self.0.downcast_ref()
+    }
+}
+
+impl fmt::Debug for LinkCause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl fmt::Display for LinkCause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&*self.0, f)
+    }
+}
+
+impl std::error::Error for LinkCause {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
+/// The same cause, or two that say the same (a link layer's errors need
+/// not be comparable).
+impl PartialEq for LinkCause {
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0) || self.to_string() == other.to_string()
+    }
+}
+
+impl Eq for LinkCause {}
 
 /// Why a registry operation failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -49,7 +49,8 @@ pub use actor_ref::{ActorRef, Monitor, Receipt, ReceiptFuture, ReplyTo, Via};
 pub use context::{Context, MonitorRef, TimerRef};
 pub use dead_letters::{DeadLetter, DeadLetterOffice, DeadLetterReason};
 pub use error::{
-    AskError, LookupError, RegistryError, SendError, SpawnError, SystemError, TrySendError,
+    AskError, LinkCause, LookupError, RegistryError, SendError, SpawnError, SystemError,
+    TrySendError,
 };
 pub use id::{ActorId, NodeId};
 pub use lane::{CapacityProfile, Lane, MessageProperties, Requirements, RouteError, UnknownLane};

@@ -495,7 +495,7 @@ fn refusal<M>(e: &crate::TrySendError<M>) -> ReceiptError {
 }
 
 /// Why a delivery receipt reports failure.
-#[derive(Debug, Clone, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ReceiptError {
     /// The receiving node has no live actor with that id and type.
@@ -511,11 +511,9 @@ pub enum ReceiptError {
     #[error("{0}")]
     Decode(CodecError),
     /// The link to the node closed before the receipt came, or could not be
-    /// made. The error says
-    /// why (for a remote link, a `plexus::CloseCause`, which
-    /// [`downcast_ref`](std::error::Error::downcast_ref) gives back).
+    /// made, for this cause.
     #[error("link to node closed: {0}")]
-    LinkClosed(Arc<dyn std::error::Error + Send + Sync>),
+    LinkClosed(crate::LinkCause),
     /// The send buffer of the link to the actor's node was full: the
     /// message was not sent.
     #[error("send buffer of the link to the node is full")]
@@ -532,22 +530,6 @@ pub enum ReceiptError {
     #[error("receipt already taken")]
     AlreadyTaken,
 }
-
-/// Two errors are equal when they are the same case; two closed links when
-/// they say the same (their causes are not comparable otherwise).
-impl PartialEq for ReceiptError {
-    fn eq(&self, other: &Self) -> bool {
-        match (self, other) {
-            (Self::Decode(a), Self::Decode(b)) => a == b,
-            (Self::LinkClosed(a), Self::LinkClosed(b)) => {
-                Arc::ptr_eq(a, b) || a.to_string() == b.to_string()
-            }
-            (a, b) => std::mem::discriminant(a) == std::mem::discriminant(b),
-        }
-    }
-}
-
-impl Eq for ReceiptError {}
 
 impl Serialize for CodecError {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -572,7 +554,7 @@ pub trait PendingReply: Send + 'static {
     /// The reply cannot come: the link to `node` was lost (or never came
     /// up) for `cause`. The asker fails with
     /// [`AskError::NodeUnreachable`](crate::AskError::NodeUnreachable).
-    fn node_unreachable(self: Box<Self>, node: crate::NodeId, cause: &str);
+    fn node_unreachable(self: Box<Self>, node: crate::NodeId, cause: crate::LinkCause);
 }
 
 /// What a node provides while it encodes or decodes one message.

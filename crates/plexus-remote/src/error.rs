@@ -171,6 +171,14 @@ pub enum LinkError {
     /// The node is shutting down.
     #[error("node is shutting down")]
     ShuttingDown,
+    /// The node at the address restarted: another node answers there now.
+    #[error("node {old} restarted: node {new} answers at its address")]
+    Restarted {
+        /// The node that was there.
+        old: NodeId,
+        /// The node that answers now.
+        new: NodeId,
+    },
     /// The link to a node that does not listen (it dialled this node) is
     /// gone, and there is no address to dial it again.
     #[error("the link is gone and the node has no address to reconnect to")]

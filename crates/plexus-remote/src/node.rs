@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use plexus_core::remote::{self, Control, Inbound, PendingReply, RemoteMessage, Watcher};
-use plexus_core::{ActorId, ActorRef, Lane, NodeId, SystemRef};
+use plexus_core::{ActorId, ActorRef, Lane, LinkCause, NodeId, SystemRef};
 use plexus_net::StackSpec;
 use plexus_transport::{AcceptError, Dialer, LinkStats, Strand, Transport};
 use rustc_hash::FxHashMap;
@@ -838,7 +838,7 @@ impl NodeInner {
     /// Fails every ask waiting on `node` (its reply senders are dropped).
     /// Fails the asks waiting for replies from `node`: its link was lost
     /// (or could not be made) for `cause`.
-    pub(crate) fn fail_replies_of(&self, node: NodeId, cause: &str) {
+    pub(crate) fn fail_replies_of(&self, node: NodeId, cause: &LinkCause) {
         let failed: Vec<_> = {
             let mut replies = lock(&self.replies);
             let ids: Vec<u64> = replies
@@ -851,7 +851,7 @@ impl NodeInner {
                 .collect()
         };
         for (_, pending) in failed {
-            pending.node_unreachable(node, cause);
+            pending.node_unreachable(node, cause.clone());
         }
     }
 }

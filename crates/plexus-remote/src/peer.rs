@@ -18,7 +18,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use plexus_core::remote::{Control, ReceiptError, ReceiptFuture, Signal, Watcher, WireContext};
 use plexus_core::Lane;
-use plexus_core::{ActorId, DeadLetterReason, Down, Exit, ExitReason, NodeId, Receipt};
+use plexus_core::{ActorId, DeadLetterReason, Down, Exit, ExitReason, LinkCause, NodeId, Receipt};
 use plexus_net::LinkEvent;
 use plexus_transport::{Link, LinkStats, LinkTrySendError, Received, Strand};
 use tokio::sync::oneshot;
@@ -425,7 +425,7 @@ impl Peer {
         // Requests held for the link (asks among them) are dead letters
         // now: their replies cannot come.
         if let Some(n) = node.filter(|_| !abandoned.pending.is_empty()) {
-            inner.fail_replies_of(n, &abandoned.error.to_string());
+            inner.fail_replies_of(n, &LinkCause::new(abandoned.error.clone()));
         }
         self.give_up(inner, abandoned);
     }
@@ -455,7 +455,7 @@ impl Peer {
             let _ = r.send(Err(error.clone()));
         }
         for r in receipts.into_values() {
-            let _ = r.send(Err(ReceiptError::LinkClosed(Arc::new(error.clone()))));
+            let _ = r.send(Err(ReceiptError::LinkClosed(LinkCause::new(error.clone()))));
         }
     }
 
@@ -721,10 +721,10 @@ impl Peer {
         } else {
             tracing::info!(target: "plexus::remote", node = ?node, peer = %self.dial_uri(), %cause, "link down");
         }
-        // Watchers, linked actors and asks get the cause as text (an exit
-        // reason travels between nodes); receipts and resolves get it typed.
+        // Watchers and linked actors get the cause as text (an exit reason
+        // travels between nodes); receipts, resolves and asks get it typed.
         let text = &*cause.to_string();
-        let shared: Arc<dyn std::error::Error + Send + Sync> = Arc::new(cause.clone());
+        let shared = LinkCause::new(cause.clone());
         for (_, (id, w)) in watchers {
             w.notify(node_down(id, text));
         }
@@ -750,7 +750,7 @@ impl Peer {
         // open was sent before that and its reply can still come, over the
         // link either side dials next. A lost link fails them.
         if let Some(n) = node.filter(|_| !idle) {
-            inner.fail_replies_of(n, text);
+            inner.fail_replies_of(n, &shared);
         }
     }
 }

@@ -303,7 +303,10 @@ async fn an_ask_to_a_node_that_cannot_be_reached_fails_with_node_unreachable() {
     match on_b.ask(Ping, T).await {
         Err(AskError::NodeUnreachable { node, cause, .. }) => {
             assert_eq!(node, on_b.id().node());
-            assert!(!cause.is_empty());
+            assert!(
+                cause.downcast_ref::<plexus_remote::LinkError>().is_some(),
+                "the connect's typed error: {cause:?}"
+            );
         }
         other => panic!("expected NodeUnreachable, got {other:?}"),
     }

@@ -350,7 +350,7 @@ impl Peer {
                     if let Some(old) = before {
                         inner.fail_replies_of(
                             old,
-                            "the node restarted: another node answers at its address",
+                            &LinkCause::new(LinkError::Restarted { old, new: hs.node }),
                         );
                     }
                 }
