@@ -454,8 +454,9 @@ impl Peer {
         for r in resolves.into_values() {
             let _ = r.send(Err(error.clone()));
         }
+        let cause = LinkCause::new(error);
         for r in receipts.into_values() {
-            let _ = r.send(Err(ReceiptError::LinkClosed(LinkCause::new(error.clone()))));
+            let _ = r.send(Err(ReceiptError::LinkClosed(cause.clone())));
         }
     }
 
