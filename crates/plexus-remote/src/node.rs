@@ -58,6 +58,10 @@ pub struct PeerLinkStats {
     /// dead letter ([`DeadLetterReason::SendBufferFull`](plexus_core::DeadLetterReason::SendBufferFull))
     /// or a failed receipt. Counted over the peer's life, across reconnects.
     pub send_buffer_full: u64,
+    /// Answers (`RECEIPT`, `RESOLVED`, `DOWN`) from the node for nothing
+    /// that waited: answered already, failed when a link was lost, or
+    /// never asked (a buggy or hostile peer). Dropped and counted here.
+    pub stray_answers: u64,
 }
 
 /// What one lane of one peer link carries; see [`Node::lane_stats`].
@@ -512,13 +516,14 @@ impl Node {
             .by_node
             .iter()
             .filter_map(|((node, scheme), p)| {
-                let (peer, stats, send_buffer_full) = p.link_stats()?;
+                let (peer, stats, send_buffer_full, stray_answers) = p.link_stats()?;
                 Some(PeerLinkStats {
                     node: *node,
                     scheme: scheme.clone(),
                     peer,
                     stats,
                     send_buffer_full,
+                    stray_answers,
                 })
             })
             .collect();

@@ -39,19 +39,19 @@ mod bind;
 mod dispatch;
 mod links;
 mod session;
-mod state;
+mod shell;
 mod strands;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use session::accept;
-use session::{established, handshake_on};
+pub(crate) use shell::accept;
+use shell::{established, handshake_on};
 
 use dispatch::{wait_drained, DriverDispatch, InboundCache};
 pub use links::LaneCandidate;
 use links::SessionLinks;
 pub(crate) use links::{BoundLink, Carrier};
-use state::{Abandoned, Backoff, PeerState, Phase};
+use session::{Abandoned, Backoff, Phase, Session};
 use strands::down_token;
 pub(crate) use strands::{name_key, strand_of};
 
@@ -59,7 +59,7 @@ pub(crate) struct Peer {
     inner: Weak<NodeInner>,
     pub(crate) scheme: String,
     dial: Mutex<Option<String>>,
-    state: Mutex<State>,
+    session: Mutex<LiveSession>,
     forward: OnceLock<Arc<Peer>>,
     ctx: OnceLock<Arc<dyn WireContext>>,
     /// Mirrors of `state` read on every send without the lock: whether the
@@ -86,10 +86,10 @@ fn fresh_resequencers() -> [Resequencer<Bytes>; Lane::COUNT] {
     std::array::from_fn(|_| Resequencer::new(ResequencerConfig::default()))
 }
 
-/// The real handles a peer's [`PeerState`] holds.
+/// The real handles a peer's [`Session`] holds.
 pub(crate) struct Live;
 
-impl state::Handles for Live {
+impl session::Handles for Live {
     type Sender = SessionLinks;
     /// A held frame, and the node it was meant for if one was known when
     /// it was queued (see [`flush`]).
@@ -101,7 +101,7 @@ impl state::Handles for Live {
     type Local = Arc<dyn Control>;
 }
 
-type State = PeerState<Live>;
+type LiveSession = Session<Live>;
 
 /// Why a frame could not be queued for the peer; the caller dead-letters
 /// it (or, sending with [`ActorRef::send`](plexus_core::ActorRef::send),
@@ -152,7 +152,7 @@ impl Peer {
             inner: Arc::downgrade(inner),
             scheme: scheme.to_owned(),
             dial: Mutex::new(dial),
-            state: Mutex::default(),
+            session: Mutex::default(),
             forward: OnceLock::new(),
             ctx: OnceLock::new(),
             down: AtomicBool::new(false),
@@ -226,22 +226,23 @@ impl Peer {
     }
 
     pub(crate) fn remote(self: &Arc<Self>) -> Option<NodeId> {
-        lock(&self.canonical().state).remote
+        lock(&self.canonical().session).remote
     }
 
     pub(crate) fn is_up(&self) -> bool {
-        lock(&self.state).is_up()
+        lock(&self.session).is_up()
     }
 
-    /// The link's address and counters, while it is up, and the messages
-    /// refused for a full send buffer so far.
-    pub(crate) fn link_stats(&self) -> Option<(String, LinkStats, u64)> {
-        let st = lock(&self.state);
+    /// The link's address and counters, while it is up, the messages
+    /// refused for a full send buffer so far, and the stray answers.
+    pub(crate) fn link_stats(&self) -> Option<(String, LinkStats, u64, u64)> {
+        let st = lock(&self.session);
         st.sender().map(|s| {
             (
                 s.peer().to_owned(),
                 s.stats(),
                 self.refused_full.load(Ordering::Relaxed),
+                st.stray_answers(),
             )
         })
     }
@@ -274,7 +275,7 @@ impl Peer {
     /// while the session is up (a peer may have bound lanes this node's
     /// configuration does not map), else what the configuration says.
     fn lane_guarantees(&self, inner: &NodeInner, lane: Lane) -> plexus_net::Guarantees {
-        let st = lock(&self.state);
+        let st = lock(&self.session);
         match st.sender() {
             Some(links) => links.guarantees(lane, inner.scheme_guarantees(&self.scheme)),
             None => inner.lane_guarantees(lane, &self.scheme),
@@ -283,7 +284,7 @@ impl Peer {
 
     /// What each lane of the session carries, while it is up.
     pub(crate) fn lane_stats(&self) -> Option<Vec<(Lane, u64, Vec<LaneCandidate>)>> {
-        let st = lock(&self.state);
+        let st = lock(&self.session);
         st.sender().map(|links| links.lane_stats(&self.scheme))
     }
 
@@ -301,7 +302,7 @@ impl Peer {
 
     /// Mirrors `st`'s phase after a transition (under its lock): the
     /// lock-free `down` flag, and a down link lets go of its import.
-    fn mirror(&self, st: &State) {
+    fn mirror(&self, st: &LiveSession) {
         let down = st.is_down();
         self.down.store(down, Ordering::SeqCst);
         if down {
@@ -320,7 +321,7 @@ impl Peer {
     /// Starts connecting if idle or down (after the backoff).
     pub(crate) fn ensure_connected(self: &Arc<Self>) {
         let p = self.canonical();
-        let mut st = lock(&p.state);
+        let mut st = lock(&p.session);
         let Some(delay) = st.begin_connect(lock(&p.dial).is_some()) else {
             return;
         };
@@ -347,7 +348,7 @@ impl Peer {
     pub(crate) async fn wait_up(self: &Arc<Self>) -> Result<NodeId, LinkError> {
         let p = self.canonical();
         let rx = {
-            let mut st = lock(&p.state);
+            let mut st = lock(&p.session);
             if let (true, Some(n)) = (st.is_up(), st.remote) {
                 return Ok(n);
             }
@@ -416,7 +417,7 @@ impl Peer {
     fn failed(self: &Arc<Self>, inner: &Arc<NodeInner>, error: LinkError) {
         tracing::debug!(target: "plexus::remote", peer = %self.dial_uri(), %error, "connect failed");
         let (abandoned, node) = {
-            let mut st = lock(&self.state);
+            let mut st = lock(&self.session);
             let abandoned =
                 st.connect_failed(Instant::now().into_std(), error, Self::backoff(inner));
             self.mirror(&st);
@@ -470,7 +471,7 @@ impl Peer {
         frame: Bytes,
     ) -> Result<(), Undelivered> {
         let p = self.canonical();
-        let mut st = lock(&p.state);
+        let mut st = lock(&p.session);
         if let Some(links) = st.sender() {
             return match links.try_send_on(carrier, strand, frame) {
                 Ok(()) => Ok(()),
@@ -508,7 +509,7 @@ impl Peer {
         frame: &[u8],
     ) -> Result<(), Undelivered> {
         let p = self.canonical();
-        let st = lock(&p.state);
+        let st = lock(&p.session);
         if let Some(links) = st.sender() {
             return match links.try_send_copy_on(carrier, strand, frame) {
                 Ok(()) => Ok(()),
@@ -535,7 +536,7 @@ impl Peer {
     /// or cannot be made: the next try holds or dead-letters the frame.
     pub(crate) async fn room(self: &Arc<Self>, carrier: Carrier, len: usize) {
         let p = self.canonical().clone();
-        let links = lock(&p.state).sender().cloned();
+        let links = lock(&p.session).sender().cloned();
         match links {
             Some(links) => links.room(carrier, len).await,
             None => {
@@ -572,7 +573,7 @@ impl Peer {
         };
         let request = inner.next_id();
         let (tx, rx) = oneshot::channel();
-        lock(&p.state).expect_resolved(request, tx);
+        lock(&p.session).expect_resolved(request, tx);
         let frame = WireFrame::Resolve {
             request,
             type_id,
@@ -613,10 +614,10 @@ impl Peer {
         }
         let (tx, rx) = oneshot::channel();
         let id = inner.next_id();
-        lock(&p.state).expect_receipt(id, tx);
+        lock(&p.session).expect_receipt(id, tx);
         if let Err(why) = p.send_frame(Carrier::Lane(lane), strand, build(id)) {
             p.count_refusal(why);
-            if let Some(tx) = lock(&p.state).handle_receipt(id) {
+            if let Some(tx) = lock(&p.session).handle_receipt(id) {
                 let _ = tx.send(Err(why.receipt_error()));
             }
         }
@@ -635,7 +636,7 @@ impl Peer {
             _ => Strand::ZERO,
         };
         let token = down_token(inner.next_id(), watcher_strand);
-        let refused = lock(&p.state).watch(token, target, watcher);
+        let refused = lock(&p.session).watch(token, target, watcher);
         if let Err(watcher) = refused {
             watcher.notify(node_down(target, "no link to the node"));
             return None;
@@ -649,7 +650,7 @@ impl Peer {
 
     pub(crate) fn unwatch(self: &Arc<Self>, target: ActorId, token: u64) {
         let p = self.canonical();
-        if lock(&p.state).unwatch(token) {
+        if lock(&p.session).unwatch(token) {
             let _ = p.send(&WireFrame::Demonitor {
                 target: target.serial(),
                 token,
@@ -661,7 +662,7 @@ impl Peer {
         let p = self.canonical();
         let local_id = local.id();
         let from = local_id.serial();
-        lock(&p.state).linked(local_id, local, remote);
+        lock(&p.session).linked(local_id, local, remote);
         let _ = p.send(&WireFrame::Link {
             from,
             to: remote.serial(),
@@ -670,7 +671,7 @@ impl Peer {
 
     pub(crate) fn remove_link(self: &Arc<Self>, local: ActorId, remote: ActorId) {
         let p = self.canonical();
-        lock(&p.state).unlinked(local, remote);
+        lock(&p.session).unlinked(local, remote);
         let _ = p.send(&WireFrame::Unlink {
             from: local.serial(),
             to: remote.serial(),
@@ -679,7 +680,7 @@ impl Peer {
 
     /// Sends `GOODBYE` and closes the link.
     pub(crate) async fn goodbye(self: &Arc<Self>, code: GoodbyeCode) {
-        let sender = lock(&self.state).sender().cloned();
+        let sender = lock(&self.session).sender().cloned();
         if let Some(s) = sender {
             let _ = s.send(WireFrame::Goodbye { code }.encode()).await;
             s.close();
@@ -688,7 +689,7 @@ impl Peer {
 
     /// The link of `epoch` is gone: tell everyone who depended on it. A link
     /// closed as idle leaves the peer idle, not down (see
-    /// [`PeerState::link_idle`]).
+    /// [`Session::link_idle`]).
     fn link_down(self: &Arc<Self>, epoch: u64, cause: &CloseCause) {
         let Some(inner) = self.inner.upgrade() else {
             return;
@@ -697,7 +698,7 @@ impl Peer {
         // not listen is gone with its link.
         let idle = matches!(cause, CloseCause::Idle(_)) && lock(&self.dial).is_some();
         let lost = {
-            let mut st = lock(&self.state);
+            let mut st = lock(&self.session);
             let lost = if idle {
                 st.link_idle(epoch, cause)
             } else {
@@ -706,7 +707,7 @@ impl Peer {
             self.mirror(&st);
             lost
         };
-        let Some(state::Lost {
+        let Some(session::Lost {
             node,
             watchers,
             links,
@@ -764,7 +765,7 @@ impl Peer {
 fn flush(
     inner: &NodeInner,
     links: &SessionLinks,
-    pending: VecDeque<<Live as state::Handles>::Held>,
+    pending: VecDeque<<Live as session::Handles>::Held>,
     node: NodeId,
 ) {
     for (carrier, strand, frame, meant_for) in pending {

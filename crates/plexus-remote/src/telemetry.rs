@@ -37,6 +37,8 @@ pub const RETRANSMIT_TIMEOUTS: &str = "plexus_link_retransmit_timeouts_total";
 pub const RTT_SECONDS: &str = "plexus_link_rtt_seconds";
 /// `plexus_link_send_buffer_full_total{peer,scheme}`.
 pub const SEND_BUFFER_FULL: &str = "plexus_link_send_buffer_full_total";
+/// `plexus_link_stray_answers_total{peer,scheme}`.
+pub const STRAY_ANSWERS: &str = "plexus_link_stray_answers_total";
 /// `plexus_lane_sent_messages_total{peer,lane}`.
 pub const LANE_SENT_MESSAGES: &str = "plexus_lane_sent_messages_total";
 /// `plexus_lane_queued_bytes{peer,lane,scheme}`.
@@ -94,6 +96,11 @@ pub fn describe_metrics() {
         SEND_BUFFER_FULL,
         Unit::Count,
         "Messages to the peer refused because the link's send buffer was full."
+    );
+    describe_counter!(
+        STRAY_ANSWERS,
+        Unit::Count,
+        "Answers from the peer (receipts, resolves, downs) for nothing that waited."
     );
     describe_counter!(
         LANE_SENT_MESSAGES,
@@ -159,9 +166,15 @@ impl Node {
             metrics::counter!(
                 SEND_BUFFER_FULL,
                 "peer" => l.node.to_string(),
-                "scheme" => l.scheme
+                "scheme" => l.scheme.clone()
             )
             .absolute(l.send_buffer_full);
+            metrics::counter!(
+                STRAY_ANSWERS,
+                "peer" => l.node.to_string(),
+                "scheme" => l.scheme.clone()
+            )
+            .absolute(l.stray_answers);
         }
         for lane in self.lane_stats() {
             let peer = lane.node.to_string();

@@ -25,7 +25,7 @@ use plexus_transport::Link;
 use tokio::time::Instant;
 
 use super::links::BoundLink;
-use super::session::handshake_on;
+use super::shell::handshake_on;
 use crate::error::LinkError;
 use crate::handshake::{HandshakeError, HandshakeViolation, Verified};
 use crate::node::{lock, Binding, NodeInner};

@@ -11,7 +11,8 @@ use plexus_core::{ActorId, DeadLetterReason, Down, Exit, ExitReason, NodeId};
 
 use plexus_transport::{DriverReceive, Received};
 
-use super::Peer;
+use super::session::SessionEvent;
+use super::{Live, Peer};
 use crate::close::{CloseCause, ProtocolError};
 use crate::node::{lock, NodeInner};
 use crate::wire::{MessageHeader, ReceiptStatus, Resolution, WireFrame};
@@ -240,7 +241,10 @@ impl Peer {
             return Ok(());
         };
         let frame = WireFrame::decode(bytes).map_err(ProtocolError::from)?;
-        match frame {
+        let Some(message) = self.handle_control(inner, remote, frame)? else {
+            return Ok(());
+        };
+        match message {
             WireFrame::Message {
                 to,
                 type_id,
@@ -254,139 +258,131 @@ impl Peer {
                     len: 0,
                 };
                 self.deliver_message(inner, header, payload, cache, None);
+                Ok(())
             }
             WireFrame::Named {
                 name,
                 type_id,
                 receipt,
                 payload,
-            } => self.deliver_named(inner, &name, type_id, receipt, payload, None),
+            } => {
+                self.deliver_named(inner, &name, type_id, receipt, payload, None);
+                Ok(())
+            }
             WireFrame::Traced { context, frame } => {
-                return self.dispatch_traced(inner, context, frame, cache)
+                self.dispatch_traced(inner, context, frame, cache)
             }
-            WireFrame::Receipt { id, status } => {
-                let waiting = lock(&self.state).handle_receipt(id);
-                if let Some(tx) = waiting {
-                    let _ = tx.send(match status {
-                        ReceiptStatus::Delivered => Ok(()),
-                        ReceiptStatus::NoSuchActor => Err(ReceiptError::NoSuchActor),
-                        ReceiptStatus::Stopped => Err(ReceiptError::Stopped),
-                        ReceiptStatus::MailboxFull => Err(ReceiptError::MailboxFull),
-                        ReceiptStatus::Undecodable => {
-                            Err(ReceiptError::Decode(remote::CodecError {
-                                context: "deliver".into(),
-                                detail: "the receiving node could not decode the payload".into(),
-                            }))
-                        }
-                    });
-                }
+            WireFrame::Sequenced { lane, seq, frame } => {
+                self.resequenced(inner, remote, lane, seq, frame, cache)
             }
-            WireFrame::Reply { id, payload } => {
+            // `Session::handle_frame` hands back only the four above,
+            // whatever the peer sent: not reachable by any input.
+            other => unreachable!("the session handed back a {} frame", other.name()),
+        }
+    }
+
+    /// Runs `frame` through the session: control frames update it, and
+    /// what they leave to do (events, replies) is carried out here, after
+    /// the session's lock is let go. A message comes back for delivery.
+    fn handle_control(
+        self: &Arc<Self>,
+        inner: &Arc<NodeInner>,
+        remote: NodeId,
+        frame: WireFrame,
+    ) -> Result<Option<WireFrame>, CloseCause> {
+        let mut events = Vec::new();
+        {
+            let mut session = lock(&self.session);
+            if let Some(message) = session.handle_frame(inner.id, remote, frame)? {
+                return Ok(Some(message));
+            }
+            events.extend(std::iter::from_fn(|| session.poll_event()));
+        }
+        for event in events {
+            self.carry_out(inner, event);
+        }
+        self.flush_control();
+        Ok(None)
+    }
+
+    /// Carries out one of the session's events.
+    fn carry_out(self: &Arc<Self>, inner: &Arc<NodeInner>, event: SessionEvent<Live>) {
+        match event {
+            SessionEvent::Receipt { waiter, outcome } => {
+                let _ = waiter.send(outcome);
+            }
+            SessionEvent::Reply { id, payload } => {
                 if let Some(pending) = inner.take_reply(id) {
                     remote::with_context(self.context(), || pending.deliver(payload));
                 }
             }
-            WireFrame::Resolve {
+            SessionEvent::Resolve {
                 request,
                 type_id,
                 name,
-                ..
             } => {
                 let resolution = inner.resolve_name(&name, type_id);
-                let _ = self.send(&WireFrame::Resolved {
-                    request,
-                    resolution,
-                });
+                lock(&self.session).answer_resolve(request, resolution);
             }
-            WireFrame::Resolved {
-                request,
-                resolution,
-            } => {
-                let waiting = lock(&self.state).handle_resolved(request);
-                if let Some(tx) = waiting {
-                    let _ = tx.send(Ok(resolution));
-                }
+            SessionEvent::Resolved { waiter, resolution } => {
+                let _ = waiter.send(Ok(resolution));
             }
-            WireFrame::Monitor { target, token } => match inner.control(target) {
-                Some(control) => {
-                    let peer = Arc::downgrade(self);
-                    let watch = control.watch(Watcher::Callback(Box::new(move |down: Down| {
-                        if let Some(p) = peer.upgrade() {
-                            lock(&p.state).handle_demonitor(token);
-                            let _ = p.send(&WireFrame::Down {
-                                token,
-                                reason: down.reason,
-                            });
-                        }
-                    })));
-                    if watch.is_some() {
-                        lock(&self.state).monitored(token, control, watch);
+            SessionEvent::Monitor { target, token } => {
+                let Some(control) = inner.control(target) else {
+                    lock(&self.session).refuse_monitor(token, no_such_actor(inner));
+                    return;
+                };
+                let peer = Arc::downgrade(self);
+                let watch = control.watch(Watcher::Callback(Box::new(move |down: Down| {
+                    if let Some(p) = peer.upgrade() {
+                        lock(&p.session).actor_down(token, down.reason);
+                        p.flush_control();
                     }
-                }
-                None => {
-                    let _ = self.send(&WireFrame::Down {
-                        token,
-                        reason: no_such_actor(inner),
-                    });
-                }
-            },
-            WireFrame::Demonitor { token, .. } => {
-                let monitor = lock(&self.state).handle_demonitor(token);
-                if let Some((control, Some(t))) = monitor {
-                    control.unwatch(t);
+                })));
+                if watch.is_some() {
+                    lock(&self.session).monitored(token, control, watch);
                 }
             }
-            WireFrame::Down { token, reason } => {
-                let entry = lock(&self.state).handle_down(token);
-                if let Some((id, w)) = entry {
-                    w.notify(Down { id, reason });
-                }
-            }
-            WireFrame::Link { from, to } => {
-                let remote_id = ActorId::new(remote, from);
-                let proxy: Arc<dyn Control> = inner.proxy(remote_id, self, None);
-                match inner.control(to) {
-                    Some(local) => match local.add_link(proxy) {
+            SessionEvent::Unwatch { local, watch } => local.unwatch(watch),
+            SessionEvent::Down {
+                watcher,
+                id,
+                reason,
+            } => watcher.notify(Down { id, reason }),
+            SessionEvent::Link { remote, local } => {
+                let proxy: Arc<dyn Control> = inner.proxy(remote, self, None);
+                let refused = match inner.control(local) {
+                    Some(control) => match control.add_link(proxy) {
                         Ok(()) => {
-                            let local_id = local.id();
-                            lock(&self.state).linked(local_id, local, remote_id);
+                            let local_id = control.id();
+                            lock(&self.session).linked(local_id, control, remote);
+                            return;
                         }
-                        Err(reason) => {
-                            let _ = self.send(&WireFrame::Exit {
-                                from: to,
-                                to: from,
-                                reason,
-                            });
-                        }
+                        Err(reason) => reason,
                     },
-                    None => {
-                        let _ = self.send(&WireFrame::Exit {
-                            from: to,
-                            to: from,
-                            reason: no_such_actor(inner),
-                        });
-                    }
+                    None => no_such_actor(inner),
+                };
+                lock(&self.session).refuse_link(remote, local, refused);
+            }
+            SessionEvent::Unlink { remote, local } => {
+                if let Some(control) = inner.control(local) {
+                    control.remove_link(remote);
                 }
             }
-            WireFrame::Unlink { from, to } => {
-                let remote_id = ActorId::new(remote, from);
-                if let Some(local) = inner.control(to) {
-                    local.remove_link(remote_id);
-                }
-                lock(&self.state).unlinked(ActorId::new(inner.id, to), remote_id);
-            }
-            WireFrame::Exit { from, to, reason } => {
-                let remote_id = ActorId::new(remote, from);
-                lock(&self.state).unlinked(ActorId::new(inner.id, to), remote_id);
-                if let Some(local) = inner.control(to) {
-                    local.remove_link(remote_id);
-                    local.signal(Signal::Exit(Exit {
-                        from: remote_id,
+            SessionEvent::Exit {
+                remote,
+                local,
+                reason,
+            } => {
+                if let Some(control) = inner.control(local) {
+                    control.remove_link(remote);
+                    control.signal(Signal::Exit(Exit {
+                        from: remote,
                         reason,
                     }));
                 }
             }
-            WireFrame::Stop { target, kill } => {
+            SessionEvent::Stop { target, kill } => {
                 if let Some(c) = inner.control(target) {
                     if kill {
                         c.kill();
@@ -395,19 +391,17 @@ impl Peer {
                     }
                 }
             }
-            WireFrame::Goodbye { code } => return Err(CloseCause::Goodbye(code)),
-            frame @ (WireFrame::Hello(_)
-            | WireFrame::Auth { .. }
-            | WireFrame::Reject { .. }
-            | WireFrame::Bind { .. }
-            | WireFrame::Lanes { .. }) => {
-                return Err(ProtocolError::HandshakeFrame { kind: frame.name() }.into())
-            }
-            WireFrame::Sequenced { lane, seq, frame } => {
-                return self.resequenced(inner, remote, lane, seq, frame, cache)
-            }
         }
-        Ok(())
+    }
+
+    /// Sends the control frames the session queued, outside its lock.
+    pub(super) fn flush_control(self: &Arc<Self>) {
+        loop {
+            let Some(frame) = lock(&self.session).poll_transmit() else {
+                return;
+            };
+            let _ = self.send(&frame);
+        }
     }
 
     /// Delivers the `MESSAGE` or `NAMED` frame a `TRACE` frame carries,

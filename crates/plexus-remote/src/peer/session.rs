@@ -1,577 +1,473 @@
-//! A link's life once it is connected: the handshake, attaching the link
-//! to the node's peer for that node and scheme (settling duplicate links),
-//! and the reader that dispatches its frames until it goes down.
+//! A peer's session, sans I/O (issue 32 moves the whole peer protocol
+//! here, step by step: `crates/plexus-remote/SESSION.md`): its phase (idle,
+//! connecting, up, down), what waits on it (frames held while connecting,
+//! waiters, resolves, receipts, watchers, links, remote monitors), the
+//! reconnect backoff, the control protocol ([`control`]), and the rules
+//! between them, with time as an input.
+//!
+//! [`Peer`](super::Peer), the I/O shell, holds one behind its lock and
+//! carries out what the transitions hand back (fail a resolve, tell a
+//! watcher, flush frames, send `GOODBYE`) and what [`Session::poll_event`]
+//! and [`Session::poll_transmit`] yield, after letting go of the lock; the
+//! transitions themselves decide everything and do no I/O, so
+//! `session/tests.rs` and `session/control/tests.rs` drive them on a fake
+//! clock:
+//!
+//! ```text
+//!  Idle ──begin_connect──▶ Connecting ──attach──▶ Up(epoch) ──link_lost──▶ Down
+//!   ▲ ▲                        │   ▲                 │                      │
+//!   │ └──────────────────────────────────link_idle───┘                      │
+//!   │                          │   └───superseded────┘ (peer kept its other │
+//!   │                  connect_failed / handle_timeout  link: wait for it)  │
+//!   │                          ▼                                            │
+//!   └──(forwarded)──────────  Down ◀─────────────────────────────────────────┘
+//!                              └──begin_connect (after retry_at)──▶ Connecting
+//! ```
+//!
+//! Every link that comes up gets a new epoch; a transition naming an older
+//! epoch (a reader of a replaced link ending late) changes nothing. Of two
+//! links to one node (both sides dialled at once) both sides keep the one
+//! dialled by the lower node id.
+//!
+//! The control protocol's bookkeeping goes through it too: requests this
+//! node made (`expect_*`) and the frames that answer them (`RESOLVED`,
+//! `RECEIPT`, `DOWN`), each answered once and ignored (counted) once a
+//! lost link has failed it; watches, refused while down or when another
+//! node answers; the peer's monitors of local actors and actor links, ended
+//! by their frames or with the link.
 
-use super::adaptive::AdaptiveLane;
-use super::links::{BoundLink, LaneLink, LaneRoute};
-use super::state::Attached;
-use super::*;
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
 
-/// How long a refused link may take to deliver its REJECT.
-const REJECT_LINGER: Duration = Duration::from_secs(1);
+use plexus_core::{ActorId, NodeId};
+use rustc_hash::FxHashMap;
 
-/// Runs the handshake on a fresh link.
-pub(super) async fn handshake_on(
-    inner: &Arc<NodeInner>,
-    link: &mut Link,
-) -> Result<handshake::Verified, LinkError> {
-    let mut nonce = [0u8; 16];
-    rand::Rng::fill(&mut rand::thread_rng(), &mut nonce);
-    let mut hs = Handshake::new(inner.id, &inner.config.cookie, nonce, inner.listen_uris());
-    let certified = crate::identity::certified_peer(link.peer_identity())
-        .map_err(|e| LinkError::Handshake(e.into()))?;
-    if let Some(certified) = certified {
-        hs = hs.certified_peer(NodeId::from_u64(certified));
-    }
-    link.send(hs.hello().encode()).await?;
-    loop {
-        let bytes = link.recv_message().await?;
-        let frame = match WireFrame::decode(bytes) {
-            Ok(f) => f,
-            Err(e) => {
-                let err = handshake::HandshakeError::from(handshake::HandshakeViolation::from(e));
-                if let Some(r) = err.reject_frame() {
-                    let _ = link.send(r.encode()).await;
-                }
-                return Err(err.into());
-            }
-        };
-        match hs.handle_frame(frame) {
-            Ok((reply, done)) => {
-                if let Some(r) = reply {
-                    link.send(r.encode()).await?;
-                }
-                if let Some(peer) = done {
-                    return Ok(peer);
-                }
-            }
-            Err(e) => {
-                if let Some(r) = e.reject_frame() {
-                    let _ = link.send(r.encode()).await;
-                }
-                // A graceful close sends the REJECT before the link ends;
-                // a peer that does not take it costs at most the linger.
-                link.close();
-                let _ = tokio::time::timeout(REJECT_LINGER, link.closed()).await;
-                return Err(e.into());
-            }
-        }
-    }
+use crate::close::CloseCause;
+use crate::error::LinkError;
+
+mod control;
+use control::ControlQueues;
+pub(crate) use control::SessionEvent;
+
+/// What a peer's state holds without looking into: the link's sender, the
+/// channels that answer requests, watchers, local actors. The node uses
+/// the real ones ([`super::Live`]); tests use plain values.
+pub(crate) trait Handles {
+    /// Sends on an established link.
+    type Sender;
+    /// A frame held until a link is up.
+    type Held;
+    /// Waits for the link to come up.
+    type Waiter;
+    /// Waits for a resolve's answer.
+    type Resolve;
+    /// Waits for a message's receipt.
+    type Receipt;
+    /// A local watcher of a remote actor.
+    type Watcher;
+    /// A local actor (linked to a remote one, or watched by one).
+    type Local;
 }
 
-/// Serves an accepted link: handshake, then as a peer.
-pub(crate) async fn accept(inner: Arc<NodeInner>, scheme: String, mut link: Link) {
-    let timeout = inner.config.connect_timeout;
-    let hs = match tokio::time::timeout(timeout, handshake_on(&inner, &mut link)).await {
-        Ok(Ok(hs)) => hs,
-        Ok(Err(e)) => {
-            tracing::warn!(target: "plexus::remote", peer = %link.peer(), "refused a connection: handshake failed: {e}");
-            link.close();
-            return;
-        }
-        Err(_) => {
-            tracing::warn!(target: "plexus::remote", peer = %link.peer(), "refused a connection: no handshake within {timeout:?}");
-            link.close();
-            return;
-        }
-    };
-    // The dialler's first frame says what the link is: a session's
-    // primary link (`LANES`, once its lane connections are bound) or a
-    // lane connection (`BIND`). The dialler binds its lane connections
-    // within a connect timeout after its handshake, then sends `LANES`:
-    // wait twice that, for the handshakes' skew and the way here.
-    bind::start_binding(&inner, &hs);
-    let first_within = 2 * timeout;
-    let first = tokio::time::timeout(first_within, link.recv_message()).await;
-    let mut lanes = bind::take_bound(&inner, hs.session);
-    let refuse = |lanes: Vec<BoundLink>, link: &Link, why: &str| {
-        tracing::warn!(target: "plexus::remote", peer = %link.peer(), node = %hs.node, "refused a connection: {why}");
-        link.close();
-        for l in lanes {
-            l.link.close();
-        }
-    };
-    match first.map(|r| r.map(WireFrame::decode)) {
-        Ok(Ok(Ok(WireFrame::Lanes { bound }))) => {
-            // Exactly the connections the dialler says it bound.
-            let expected = |l: &BoundLink| bound.contains(&(l.lane.index() as u8, l.candidate));
-            let (kept, extra): (Vec<_>, Vec<_>) = lanes.drain(..).partition(expected);
-            for l in extra {
-                l.link.close();
-            }
-            if kept.len() != bound.len() {
-                return refuse(
-                    kept,
-                    &link,
-                    "LANES names lane connections that were not bound",
-                );
-            }
-            lanes = kept;
-        }
-        Ok(Ok(Ok(WireFrame::Bind {
-            session,
-            lane,
-            candidate,
-        }))) => {
-            refuse_all(lanes);
-            bind::accept_lane(inner, scheme, link, hs, (session, lane, candidate)).await;
-            return;
-        }
-        Ok(Ok(Ok(other))) => {
-            return refuse(
-                lanes,
-                &link,
-                &format!("expected LANES or BIND, got {other:?}"),
-            )
-        }
-        Ok(Ok(Err(e))) => return refuse(lanes, &link, &format!("protocol error: {e}")),
-        Ok(Err(closed)) => return refuse(lanes, &link, &closed.to_string()),
-        Err(_) => {
-            return refuse(
-                lanes,
-                &link,
-                &format!("no LANES or BIND within {first_within:?}"),
-            )
-        }
-    }
-    let dial = hs
-        .listen
-        .iter()
-        .find_map(|u| u.strip_prefix(&format!("{scheme}://")).map(str::to_owned));
-    let peer = {
-        let mut peers = lock(&inner.peers);
-        peers
-            .by_node
-            .entry((hs.node, scheme.clone()))
-            .or_insert_with(|| Peer::new(&inner, &scheme, dial.clone()))
-            .clone()
-    };
-    if lock(&peer.dial).is_none() {
-        *lock(&peer.dial) = dial;
-    }
-    let dialer = hs.node;
-    established(&inner, Some(peer), link, lanes, hs, dialer);
-}
-
-/// The session's links: the primary one and each lane's (one, or several
-/// candidates of an adaptive lane, in candidate order).
-fn session_links(
-    inner: &NodeInner,
-    primary: plexus_transport::LinkSender,
-    mut lanes: Vec<BoundLink>,
-) -> (SessionLinks, Vec<plexus_transport::LinkReceiver>) {
-    let mut links = SessionLinks::new(primary);
-    let mut receivers = Vec::with_capacity(lanes.len());
-    let mut by_lane: [Vec<LaneLink>; Lane::COUNT] = Default::default();
-    lanes.sort_by_key(|l| (l.lane, l.candidate));
-    for bound in lanes {
-        let (tx, rx) = bound.link.split();
-        let guarantees = inner.scheme_guarantees(&bound.scheme);
-        by_lane[bound.lane.index()].push(LaneLink {
-            scheme: bound.scheme,
-            sender: tx,
-            guarantees,
-        });
-        receivers.push(rx);
-    }
-    for (lane, mut candidates) in Lane::ALL.into_iter().zip(by_lane) {
-        let route = match candidates.len() {
-            0 => continue,
-            1 => LaneRoute::Own(candidates.remove(0)),
-            _ => LaneRoute::Adaptive(AdaptiveLane::new(
-                lane,
-                candidates,
-                std::time::Instant::now(),
-            )),
-        };
-        links = links.with_lane(lane, route);
-    }
-    (links, receivers)
-}
-
-/// Feeds the session's adaptive lanes' selectors every
-/// [`SAMPLE_EVERY`](super::adaptive::SAMPLE_EVERY) until the session's
-/// primary link closes.
-fn spawn_sampler(links: &SessionLinks) {
-    let adaptive: Vec<_> = links.adaptive().cloned().collect();
-    if adaptive.is_empty() {
-        return;
-    }
-    let primary = links.primary().clone();
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(super::adaptive::SAMPLE_EVERY);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = primary.closed() => return,
-                _ = tick.tick() => {
-                    let now = std::time::Instant::now();
-                    for lane in &adaptive {
-                        lane.sample(now);
-                    }
-                }
-            }
-        }
-    });
-}
-
-/// The next item `rx` received: from `batch`, refilled when empty.
-async fn next_received(
-    rx: &mut plexus_transport::LinkReceiver,
-    batch: &mut VecDeque<Received>,
-) -> Result<Received, CloseCause> {
-    loop {
-        if let Some(item) = batch.pop_front() {
-            return Ok(item);
-        }
-        rx.recv_batch(batch)
-            .await
-            .map_err(|closed| match closed.reason {
-                plexus_transport::CloseReason::IdleTimeout(after) => CloseCause::Idle(after),
-                reason => CloseCause::Transport(reason),
-            })?;
-    }
-}
-
-/// Closes lane connections bound to a link that turned out not to be a
-/// session's primary one (none are, in a well-behaved peer).
-fn refuse_all(lanes: Vec<BoundLink>) {
-    for l in lanes {
-        l.link.close();
-    }
-}
-
-/// A handshake completed on `link` (dialled by `dialed_by`): attach it to
-/// the node's peer for that node and scheme, and start reading.
-pub(super) fn established(
-    inner: &Arc<NodeInner>,
-    via: Option<Arc<Peer>>,
-    link: Link,
-    lanes: Vec<BoundLink>,
-    hs: handshake::Verified,
-    dialed_by: NodeId,
-) {
-    let via = via.expect("established is called with the peer that made the link");
-    let scheme = via.scheme.clone();
-    // Find or become the canonical peer for this node and scheme.
-    let canonical = {
-        let mut peers = lock(&inner.peers);
-        let key = (hs.node, scheme.clone());
-        match peers.by_node.get(&key) {
-            Some(p) if !Arc::ptr_eq(p, &via) => p.clone(),
-            _ => {
-                peers.by_node.insert(key, via.clone());
-                via.clone()
-            }
-        }
-    };
-    if !Arc::ptr_eq(&canonical, &via) {
-        // Hand what waited on `via` to the canonical peer. One lock at a
-        // time: `via`'s state moves through a fresh one.
-        let mut moving = PeerState::default();
-        {
-            let mut st = lock(&via.state);
-            st.forward_into(&mut moving);
-            via.mirror(&st);
-        }
-        let _ = via.forward.set(canonical.clone());
-        moving.forward_into(&mut lock(&canonical.state));
-        if lock(&canonical.dial).is_none() {
-            *lock(&canonical.dial) = lock(&via.dial).clone();
-        }
-    }
-    canonical.attach(inner, link, lanes, hs, dialed_by);
-}
-
-impl Peer {
-    fn attach(
-        self: &Arc<Self>,
-        inner: &Arc<NodeInner>,
-        link: Link,
-        lanes: Vec<BoundLink>,
-        hs: handshake::Verified,
+/// Where the peer's link is.
+pub(crate) enum Phase<S> {
+    /// Never connected, or handed over to another peer for the same node.
+    Idle,
+    /// Connecting. With `stuck_at`: the peer closed our link as the
+    /// duplicate of one it dialled, which should come up here by then.
+    Connecting { stuck_at: Option<Instant> },
+    /// A link is up.
+    Up {
+        sender: S,
+        epoch: u64,
+        /// Who dialled it: of two links to one node, the one dialled by
+        /// the lower node id stays.
         dialed_by: NodeId,
-    ) {
-        let (primary, receiver) = link.split();
-        let (sender, lane_receivers) = session_links(inner, primary, lanes);
-        let mut st = lock(&self.state);
-        let before = st.remote;
-        let attached = st.attach(sender.clone(), hs.node, dialed_by);
-        self.mirror(&st);
-        let (epoch, waiters) = match attached {
-            Attached::Duplicate {
-                refused,
-                draining_epoch,
-                pending,
-                waiters,
-            } => {
-                // Keep the link dialled by the lower node id. The peer may
-                // have sent on the refused one already: keep reading it
-                // until the peer, told by GOODBYE, closes it. What waited
-                // for a link (handed over from a forwarding peer) goes out
-                // on the kept one.
-                if let Some(kept) = st.sender() {
-                    flush(inner, kept, pending, hs.node);
-                }
-                drop(st);
-                for w in waiters {
-                    let _ = w.send(Ok(hs.node));
-                }
-                let _ = refused.try_send(
-                    WireFrame::Goodbye {
-                        code: GoodbyeCode::Duplicate,
-                    }
-                    .encode(),
-                );
-                drop(refused);
-                self.spawn_lane_readers(inner, lane_receivers, &sender, draining_epoch, hs.node);
-                let peer = self.clone();
-                let inner = inner.clone();
-                tokio::spawn(async move {
-                    peer.read(inner, receiver, sender, draining_epoch, hs.node)
-                        .await
-                });
-                return;
-            }
-            Attached::Up {
-                epoch,
-                pending,
-                waiters,
-                replaced,
-                node_changed,
-            } => {
-                self.remote_node.store(hs.node.as_u64(), Ordering::Release);
-                if node_changed {
-                    tracing::info!(target: "plexus::remote", new = %hs.node, "a different node answers at this address");
-                    // Asks of the old node cannot be answered: their
-                    // requests, if still held, are not sent to the new one.
-                    // After the store above: an asker woken here sees the
-                    // old node's refs dead.
-                    if let Some(old) = before {
-                        inner.fail_replies_of(
-                            old,
-                            &LinkCause::new(LinkError::Restarted { old, new: hs.node }),
-                        );
-                    }
-                }
-                // Flush while holding the lock, so nothing sent meanwhile
-                // overtakes.
-                flush(inner, &sender, pending, hs.node);
-                drop(st);
-                // A replaced link is retired like a refused one:
-                // GOODBYE(duplicate) tells the peer, which may still use
-                // it, that the other link is coming (a silent close would
-                // look like a lost node there). Our reader keeps draining
-                // what the peer sent on it.
-                if let Some(old) = replaced {
-                    let _ = old.try_send(
-                        WireFrame::Goodbye {
-                            code: GoodbyeCode::Duplicate,
-                        }
-                        .encode(),
-                    );
-                }
-                (epoch, waiters)
-            }
-        };
-        for w in waiters {
-            let _ = w.send(Ok(hs.node));
-        }
-        tracing::debug!(target: "plexus::remote", node = %inner.id, peer = %hs.node, scheme = %self.scheme, "link up");
-        spawn_sampler(&sender);
-        let mut receiver = receiver;
-        receiver.receive_on_driver(Box::new(self.driver_dispatch(inner, hs.node)));
-        self.spawn_lane_readers(inner, lane_receivers, &sender, epoch, hs.node);
-        let peer = self.clone();
-        let inner = inner.clone();
-        tokio::spawn(async move { peer.read(inner, receiver, sender, epoch, hs.node).await });
-    }
+    },
+    /// The last attempt failed or the link went down; the next attempt
+    /// waits until `retry_at`.
+    Down,
+}
 
-    fn driver_dispatch(self: &Arc<Self>, inner: &Arc<NodeInner>, remote: NodeId) -> DriverDispatch {
-        DriverDispatch {
-            peer: self.clone(),
-            inner: inner.clone(),
-            remote,
-            cache: InboundCache::default(),
-            flooded: None,
-        }
-    }
+/// The reconnect backoff: doubles from `min` to `max` with each failure in
+/// a row.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Backoff {
+    pub(crate) min: Duration,
+    pub(crate) max: Duration,
+}
 
-    /// Starts reading the lane connections of a session: their frames are
-    /// dispatched like the primary link's; when one ends, the session ends
-    /// (its links are closed, and the primary link's reader reports why).
-    fn spawn_lane_readers(
-        self: &Arc<Self>,
-        inner: &Arc<NodeInner>,
-        receivers: Vec<plexus_transport::LinkReceiver>,
-        links: &SessionLinks,
-        epoch: u64,
-        remote: NodeId,
-    ) {
-        for mut rx in receivers {
-            rx.receive_on_driver(Box::new(self.driver_dispatch(inner, remote)));
-            let peer = self.clone();
-            let inner = inner.clone();
-            let links = links.clone();
-            tokio::spawn(async move {
-                let cause = peer.read_lane(&inner, rx, remote).await;
-                tracing::info!(target: "plexus::remote", peer = %remote, epoch, "a lane connection ended ({cause}); closing the session");
-                links.close();
-            });
-        }
+impl Backoff {
+    fn after(self, failures: u32) -> Duration {
+        let exp = failures.saturating_sub(1).min(16);
+        self.min.saturating_mul(1 << exp).min(self.max)
     }
+}
 
-    /// Reads a lane connection until it ends; returns why.
-    async fn read_lane(
-        self: &Arc<Self>,
-        inner: &Arc<NodeInner>,
-        mut rx: plexus_transport::LinkReceiver,
-        remote: NodeId,
-    ) -> CloseCause {
-        let mut cache = InboundCache::default();
-        let mut batch = VecDeque::with_capacity(256);
-        loop {
-            let item = match next_received(&mut rx, &mut batch).await {
-                Ok(item) => item,
-                Err(cause) => return cause,
-            };
-            match item {
-                Received::Message(bytes) => {
-                    match self.dispatch_run(inner, remote, bytes, &mut batch, &mut cache) {
-                        Ok(taken) => {
-                            if let Some(target) = cache.flooded_after(taken) {
-                                wait_drained(&target).await;
-                            }
-                        }
-                        Err(cause) => return cause,
-                    }
-                }
-                Received::Event(LinkEvent::Unreachable { phi }) => {
-                    return CloseCause::Unreachable { phi }
-                }
-                Received::Event(_) => {}
-            }
-        }
-    }
+/// One peer's state.
+pub(crate) struct Session<H: Handles> {
+    pub(crate) phase: Phase<H::Sender>,
+    /// The node behind the peer, once a handshake told.
+    pub(crate) remote: Option<NodeId>,
+    /// Frames held while no link is up.
+    pub(crate) pending: VecDeque<H::Held>,
+    pub(crate) waiters: Vec<H::Waiter>,
+    pub(crate) resolves: FxHashMap<u64, H::Resolve>,
+    pub(crate) receipts: FxHashMap<u64, H::Receipt>,
+    /// Local watchers of remote actors, by token.
+    pub(crate) watchers: FxHashMap<u64, (ActorId, H::Watcher)>,
+    /// Remote watchers of local actors: token -> (actor, local watch token).
+    pub(crate) remote_monitors: FxHashMap<u64, (H::Local, Option<u64>)>,
+    /// Local actors linked to remote ones: (local id, local, remote id).
+    links: Vec<(ActorId, H::Local, ActorId)>,
+    /// Connect attempts failed in a row.
+    failures: u32,
+    pub(crate) last_error: Option<LinkError>,
+    /// Not before this may the next attempt start.
+    pub(crate) retry_at: Option<Instant>,
+    /// The epoch of the last link attached (up or draining).
+    epoch: u64,
+    /// The control protocol's events and frames to send.
+    control: ControlQueues<H>,
+}
 
-    async fn read(
-        self: Arc<Self>,
-        inner: Arc<NodeInner>,
-        mut rx: plexus_transport::LinkReceiver,
-        links: SessionLinks,
-        epoch: u64,
-        remote: NodeId,
-    ) {
-        let _release = ImportRelease(self.clone());
-        let mut cache = InboundCache::default();
-        // Everything received so far, taken in one go: consecutive messages
-        // to one actor are delivered together (`dispatch_run`).
-        let mut batch = VecDeque::with_capacity(256);
-        let cause = 'read: loop {
-            let item = match next_received(&mut rx, &mut batch).await {
-                Ok(item) => item,
-                Err(cause) => break cause,
-            };
-            match item {
-                Received::Message(bytes) => {
-                    let taken = self.dispatch_run(&inner, remote, bytes, &mut batch, &mut cache);
-                    if let Err(cause) = taken {
-                        // A goodbye is the peer's orderly leave; anything
-                        // else it sent that ends the link is a fault.
-                        if matches!(cause, CloseCause::Goodbye(_)) {
-                            tracing::info!(target: "plexus::remote", peer = %remote, "closing the link: {cause}");
-                        } else {
-                            tracing::warn!(target: "plexus::remote", peer = %remote, "closing the link: {cause}");
-                        }
-                        self.close_link(epoch);
-                        if matches!(cause, CloseCause::Goodbye(_)) {
-                            // On a link with several strands (quic), frames
-                            // sent before the GOODBYE may still be on their
-                            // way on other strands: take them until the peer
-                            // closes.
-                            let drain = async {
-                                loop {
-                                    while let Some(r) = batch.pop_front() {
-                                        if let Received::Message(bytes) = r {
-                                            let _ =
-                                                self.dispatch(&inner, remote, bytes, &mut cache);
-                                        }
-                                    }
-                                    if rx.recv_batch(&mut batch).await.is_err() {
-                                        break;
-                                    }
-                                }
-                            };
-                            let _ = tokio::time::timeout(inner.config.connect_timeout, drain).await;
-                        }
-                        break 'read cause;
-                    }
-                    if let Some(target) = cache.flooded_after(taken.unwrap_or(1)) {
-                        wait_drained(&target).await;
-                    }
-                }
-                Received::Event(LinkEvent::Unreachable { phi }) => {
-                    self.close_link(epoch);
-                    break CloseCause::Unreachable { phi };
-                }
-                Received::Event(event) => {
-                    tracing::debug!(target: "plexus::remote", peer = %remote, ?event, "link event");
-                }
-            }
-        };
-        // With the receiver goes its driver-side handler: nothing of this link
-        // reaches an actor after it is declared down. The session's lane
-        // connections end with it.
-        drop(rx);
-        links.close();
-        if cause.is_duplicate() {
-            self.superseded(&inner, epoch);
-        } else {
-            self.link_down(epoch, &cause);
-        }
-    }
-
-    /// The peer closed our current link as the duplicate of one it dialled:
-    /// that link is about to come up here. Hold what is sent meanwhile (as
-    /// while connecting) and keep every pending request, which the peer
-    /// answers over the surviving link; give up if it never comes.
-    fn superseded(self: &Arc<Self>, inner: &Arc<NodeInner>, epoch: u64) {
-        let deadline = {
-            let mut st = lock(&self.state);
-            let now = Instant::now().into_std();
-            if !st.superseded(epoch, now, inner.config.connect_timeout) {
-                return;
-            }
-            self.mirror(&st);
-            st.poll_timeout()
-        };
-        let Some(deadline) = deadline else {
-            return;
-        };
-        let peer = self.clone();
-        let inner = inner.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep_until(Instant::from_std(deadline)).await;
-            let abandoned = {
-                let mut st = lock(&peer.state);
-                let abandoned = st.handle_timeout(Instant::now().into_std(), Peer::backoff(&inner));
-                peer.mirror(&st);
-                abandoned
-            };
-            if let Some(abandoned) = abandoned {
-                peer.give_up(&inner, abandoned);
-            }
-        });
-    }
-
-    fn close_link(&self, epoch: u64) {
-        if let Phase::Up {
-            sender, epoch: e, ..
-        } = &lock(&self.state).phase
-        {
-            if *e == epoch {
-                sender.close();
-            }
+impl<H: Handles> Default for Session<H> {
+    fn default() -> Self {
+        Self {
+            phase: Phase::Idle,
+            remote: None,
+            pending: VecDeque::new(),
+            waiters: Vec::new(),
+            resolves: FxHashMap::default(),
+            receipts: FxHashMap::default(),
+            watchers: FxHashMap::default(),
+            remote_monitors: FxHashMap::default(),
+            links: Vec::new(),
+            failures: 0,
+            last_error: None,
+            retry_at: None,
+            epoch: 0,
+            control: ControlQueues::default(),
         }
     }
 }
+
+/// What a failed connect gives up on: to be failed with its error.
+pub(crate) struct Abandoned<H: Handles> {
+    pub(crate) error: LinkError,
+    pub(crate) pending: VecDeque<H::Held>,
+    pub(crate) waiters: Vec<H::Waiter>,
+    pub(crate) resolves: FxHashMap<u64, H::Resolve>,
+    pub(crate) receipts: FxHashMap<u64, H::Receipt>,
+}
+
+/// What a lost link leaves behind: to be told, with its cause.
+pub(crate) struct Lost<H: Handles> {
+    pub(crate) node: Option<NodeId>,
+    pub(crate) watchers: FxHashMap<u64, (ActorId, H::Watcher)>,
+    pub(crate) links: Vec<(H::Local, ActorId)>,
+    pub(crate) receipts: FxHashMap<u64, H::Receipt>,
+    pub(crate) resolves: FxHashMap<u64, H::Resolve>,
+    pub(crate) remote_monitors: FxHashMap<u64, (H::Local, Option<u64>)>,
+}
+
+/// What attaching a new link decided.
+pub(crate) enum Attached<H: Handles> {
+    /// The new link is the peer's link now, under `epoch`. Send `pending`
+    /// on it before anything else (under the lock), answer `waiters`, and
+    /// retire `replaced` with `GOODBYE(duplicate)` if there is one.
+    Up {
+        epoch: u64,
+        pending: VecDeque<H::Held>,
+        waiters: Vec<H::Waiter>,
+        replaced: Option<H::Sender>,
+        /// Another node than before answers at the peer's address.
+        node_changed: bool,
+    },
+    /// The link already up was dialled by a lower node id and stays: send
+    /// `GOODBYE(duplicate)` on the new one (`refused`) and read it (under
+    /// `draining_epoch`) until the peer closes it. `pending` goes out on
+    /// the kept link; `waiters` are answered.
+    Duplicate {
+        refused: H::Sender,
+        draining_epoch: u64,
+        pending: VecDeque<H::Held>,
+        waiters: Vec<H::Waiter>,
+    },
+}
+
+impl<H: Handles> Session<H> {
+    /// Whether the phase is [`Phase::Down`].
+    pub(crate) fn is_down(&self) -> bool {
+        matches!(self.phase, Phase::Down)
+    }
+
+    /// Whether a link is up.
+    pub(crate) fn is_up(&self) -> bool {
+        matches!(self.phase, Phase::Up { .. })
+    }
+
+    /// The sender of the link that is up.
+    pub(crate) fn sender(&self) -> Option<&H::Sender> {
+        match &self.phase {
+            Phase::Up { sender, .. } => Some(sender),
+            _ => None,
+        }
+    }
+
+    /// Starts connecting if idle or down and there is an address to dial:
+    /// `Some(not_before)` (the backoff's `retry_at`) when a connect is to
+    /// start, `None` when one is under way, a link is up, or nothing can
+    /// be dialled.
+    pub(crate) fn begin_connect(&mut self, can_dial: bool) -> Option<Option<Instant>> {
+        if !matches!(self.phase, Phase::Idle | Phase::Down) || !can_dial {
+            return None;
+        }
+        self.phase = Phase::Connecting { stuck_at: None };
+        Some(self.retry_at)
+    }
+
+    /// The connect attempt failed at `now`: down, the next attempt after
+    /// the backoff; everything that waited for the link gives up with
+    /// `error`.
+    pub(crate) fn connect_failed(
+        &mut self,
+        now: Instant,
+        error: LinkError,
+        backoff: Backoff,
+    ) -> Abandoned<H> {
+        self.phase = Phase::Down;
+        self.failures += 1;
+        self.retry_at = Some(now + backoff.after(self.failures));
+        self.last_error = Some(error.clone());
+        Abandoned {
+            error,
+            pending: std::mem::take(&mut self.pending),
+            waiters: std::mem::take(&mut self.waiters),
+            resolves: std::mem::take(&mut self.resolves),
+            receipts: std::mem::take(&mut self.receipts),
+        }
+    }
+
+    /// A handshake completed on a new link (`sender`) to `node`, dialled by
+    /// `dialed_by`.
+    pub(crate) fn attach(
+        &mut self,
+        sender: H::Sender,
+        node: NodeId,
+        dialed_by: NodeId,
+    ) -> Attached<H> {
+        if let Phase::Up {
+            dialed_by: existing,
+            ..
+        } = &self.phase
+        {
+            if *existing < dialed_by {
+                self.epoch += 1;
+                return Attached::Duplicate {
+                    refused: sender,
+                    draining_epoch: self.epoch,
+                    pending: std::mem::take(&mut self.pending),
+                    waiters: std::mem::take(&mut self.waiters),
+                };
+            }
+        }
+        let node_changed = self.remote.is_some_and(|r| r != node);
+        self.epoch += 1;
+        let old = std::mem::replace(
+            &mut self.phase,
+            Phase::Up {
+                sender,
+                epoch: self.epoch,
+                dialed_by,
+            },
+        );
+        self.remote = Some(node);
+        self.failures = 0;
+        self.retry_at = None;
+        self.last_error = None;
+        let replaced = match old {
+            Phase::Up { sender, .. } => Some(sender),
+            _ => None,
+        };
+        Attached::Up {
+            epoch: self.epoch,
+            pending: std::mem::take(&mut self.pending),
+            waiters: std::mem::take(&mut self.waiters),
+            replaced,
+            node_changed,
+        }
+    }
+
+    /// The link of `epoch` went down with `cause`: down (the next attempt
+    /// without waiting), and what depended on the link is handed back to
+    /// be told. `None` if `epoch` is not the link that is up (a replaced
+    /// or draining link ended).
+    pub(crate) fn link_lost(&mut self, epoch: u64, cause: &CloseCause) -> Option<Lost<H>> {
+        self.link_ended(epoch, cause, Phase::Down)
+    }
+
+    /// The link of `epoch` was closed because no traffic crossed it for a
+    /// while (a UDP peer's idle timeout): idle, not down. The node is not
+    /// known to be gone, so refs through the peer stay alive and the next
+    /// send dials again; what depended on the link itself (watchers,
+    /// links, requests in flight) is handed back as for a lost link, since
+    /// the peer dropped its side of it too.
+    pub(crate) fn link_idle(&mut self, epoch: u64, cause: &CloseCause) -> Option<Lost<H>> {
+        self.link_ended(epoch, cause, Phase::Idle)
+    }
+
+    fn link_ended(
+        &mut self,
+        epoch: u64,
+        cause: &CloseCause,
+        next: Phase<H::Sender>,
+    ) -> Option<Lost<H>> {
+        match &self.phase {
+            Phase::Up { epoch: e, .. } if *e == epoch => {}
+            _ => return None,
+        }
+        self.phase = next;
+        self.failures = 0;
+        self.retry_at = None;
+        self.last_error = Some(LinkError::Closed(cause.clone()));
+        Some(Lost {
+            node: self.remote,
+            watchers: std::mem::take(&mut self.watchers),
+            links: std::mem::take(&mut self.links)
+                .into_iter()
+                .map(|(_, local, remote)| (local, remote))
+                .collect(),
+            receipts: std::mem::take(&mut self.receipts),
+            resolves: std::mem::take(&mut self.resolves),
+            remote_monitors: std::mem::take(&mut self.remote_monitors),
+        })
+    }
+
+    /// The peer closed our link of `epoch` as the duplicate of one it
+    /// dialled, which is about to come up here: connecting again (frames
+    /// are held, requests kept, as the peer answers them on the other
+    /// link) until `now + timeout`, when [`handle_timeout`](Self::handle_timeout)
+    /// gives up. Whether `epoch` was the link that is up.
+    pub(crate) fn superseded(&mut self, epoch: u64, now: Instant, timeout: Duration) -> bool {
+        match &self.phase {
+            Phase::Up { epoch: e, .. } if *e == epoch => {}
+            _ => return false,
+        }
+        self.phase = Phase::Connecting {
+            stuck_at: Some(now + timeout),
+        };
+        true
+    }
+
+    /// When [`handle_timeout`](Self::handle_timeout) is due.
+    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
+        match self.phase {
+            Phase::Connecting { stuck_at } => stuck_at,
+            _ => None,
+        }
+    }
+
+    /// At `now`: a superseded link whose replacement never came gives up
+    /// as a failed connect would.
+    pub(crate) fn handle_timeout(
+        &mut self,
+        now: Instant,
+        backoff: Backoff,
+    ) -> Option<Abandoned<H>> {
+        match self.phase {
+            Phase::Connecting { stuck_at: Some(at) } if at <= now => {
+                Some(self.connect_failed(now, LinkError::DuplicateNeverUp, backoff))
+            }
+            _ => None,
+        }
+    }
+
+    /// Waits for the `RESOLVED` answering `request`.
+    pub(crate) fn expect_resolved(&mut self, request: u64, reply: H::Resolve) {
+        self.resolves.insert(request, reply);
+    }
+
+    /// A `RESOLVED` arrived: who waits for it. Nobody if the link that
+    /// carried the request was lost meanwhile (that failed it already).
+    pub(crate) fn handle_resolved(&mut self, request: u64) -> Option<H::Resolve> {
+        self.resolves.remove(&request)
+    }
+
+    /// Waits for the `RECEIPT` of message `id`.
+    pub(crate) fn expect_receipt(&mut self, id: u64, reply: H::Receipt) {
+        self.receipts.insert(id, reply);
+    }
+
+    /// A `RECEIPT` arrived (or the message could not be sent): who waits
+    /// for it, if anyone still does.
+    pub(crate) fn handle_receipt(&mut self, id: u64) -> Option<H::Receipt> {
+        self.receipts.remove(&id)
+    }
+
+    /// A local watcher of `target`, an actor behind this peer, under
+    /// `token` (a `MONITOR` goes out). Refused, the watcher handed back to
+    /// be told `NodeDown` at once, when the link is down or another node
+    /// than `target`'s answers here.
+    pub(crate) fn watch(
+        &mut self,
+        token: u64,
+        target: ActorId,
+        watcher: H::Watcher,
+    ) -> Result<(), H::Watcher> {
+        if self.is_down() || self.remote.is_some_and(|r| r != target.node()) {
+            return Err(watcher);
+        }
+        self.watchers.insert(token, (target, watcher));
+        Ok(())
+    }
+
+    /// Forgets the watcher under `token`; whether there was one (then a
+    /// `DEMONITOR` goes out).
+    pub(crate) fn unwatch(&mut self, token: u64) -> bool {
+        self.watchers.remove(&token).is_some()
+    }
+
+    /// A `DOWN` arrived for `token`: the watcher to tell, once.
+    pub(crate) fn handle_down(&mut self, token: u64) -> Option<(ActorId, H::Watcher)> {
+        self.watchers.remove(&token)
+    }
+
+    /// The peer monitors `local` under `token` (`watch` is the local
+    /// watch to remove when the peer stops watching or the link is lost).
+    pub(crate) fn monitored(&mut self, token: u64, local: H::Local, watch: Option<u64>) {
+        self.remote_monitors.insert(token, (local, watch));
+    }
+
+    /// The peer's monitor under `token` ends (`DEMONITOR`, or the watched
+    /// actor's `Down` is on its way): the local watch to remove.
+    pub(crate) fn handle_demonitor(&mut self, token: u64) -> Option<(H::Local, Option<u64>)> {
+        self.remote_monitors.remove(&token)
+    }
+
+    /// `local` (id `local_id`) is linked to `remote` behind this peer: it
+    /// gets `Exit` if the link is lost.
+    pub(crate) fn linked(&mut self, local_id: ActorId, local: H::Local, remote: ActorId) {
+        self.links.push((local_id, local, remote));
+    }
+
+    /// `local` and `remote` are no longer linked (`UNLINK`, `EXIT`, or
+    /// the local side unlinked).
+    pub(crate) fn unlinked(&mut self, local: ActorId, remote: ActorId) {
+        self.links
+            .retain(|(l, _, r)| !(*l == local && *r == remote));
+    }
+
+    /// Hands everything that waits to another peer for the same node
+    /// (this one forwards to it from now on) and goes idle.
+    pub(crate) fn forward_into(&mut self, canonical: &mut Session<H>) {
+        self.phase = Phase::Idle;
+        canonical.pending.extend(self.pending.drain(..));
+        canonical.waiters.append(&mut self.waiters);
+        canonical.resolves.extend(self.resolves.drain());
+        canonical.receipts.extend(self.receipts.drain());
+    }
+}
+
+#[cfg(test)]
+mod tests;

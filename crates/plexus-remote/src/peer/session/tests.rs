@@ -9,12 +9,12 @@ use plexus_core::{ActorId, NodeId};
 use super::*;
 
 /// What the transport reports when the peer closes its side.
-fn gone() -> CloseCause {
+pub(super) fn gone() -> CloseCause {
     CloseCause::Transport(plexus_transport::CloseReason::PeerClosed)
 }
 
 /// Plain values for every handle: links are named, requests numbered.
-struct Fake;
+pub(super) struct Fake;
 
 impl Handles for Fake {
     type Sender = &'static str;
@@ -26,19 +26,19 @@ impl Handles for Fake {
     type Local = &'static str;
 }
 
-type State = PeerState<Fake>;
+pub(super) type FakeSession = Session<Fake>;
 
 const BACKOFF: Backoff = Backoff {
     min: Duration::from_millis(100),
     max: Duration::from_secs(5),
 };
 
-fn node(n: u64) -> NodeId {
+pub(super) fn node(n: u64) -> NodeId {
     NodeId::from_u64(n)
 }
 
 /// A state with one of everything waiting on it.
-fn loaded(st: &mut State) {
+pub(super) fn loaded(st: &mut FakeSession) {
     st.pending.push_back(7);
     st.waiters.push(1);
     st.expect_resolved(10, 10);
@@ -53,7 +53,7 @@ fn loaded(st: &mut State) {
     );
 }
 
-fn up(st: &mut State, link: &'static str, dialed_by: u64) -> u64 {
+pub(super) fn up(st: &mut FakeSession, link: &'static str, dialed_by: u64) -> u64 {
     match st.attach(link, node(2), node(dialed_by)) {
         Attached::Up { epoch, .. } => epoch,
         Attached::Duplicate { .. } => panic!("{link} refused"),
@@ -68,7 +68,7 @@ fn a_lost_link_in_every_state_fails_what_waits_on_it_exactly_once() {
     // what waited, not on watchers (they watch the node, which may answer
     // the next attempt).
     for connecting in [false, true] {
-        let mut st = State::default();
+        let mut st = FakeSession::default();
         loaded(&mut st);
         if connecting {
             assert_eq!(st.begin_connect(true), Some(None));
@@ -94,7 +94,7 @@ fn a_lost_link_in_every_state_fails_what_waits_on_it_exactly_once() {
     }
 
     // Up: everything that depended on the link is handed back once.
-    let mut st = State::default();
+    let mut st = FakeSession::default();
     let epoch = up(&mut st, "l1", 1);
     loaded(&mut st);
     let lost = st.link_lost(epoch, &gone()).expect("the link that is up");
@@ -121,7 +121,7 @@ fn a_lost_link_in_every_state_fails_what_waits_on_it_exactly_once() {
     assert!(st.link_lost(epoch + 1, &gone()).is_none());
 
     // A replaced link ending late changes nothing.
-    let mut st = State::default();
+    let mut st = FakeSession::default();
     let old = up(&mut st, "l1", 2);
     let new = up(&mut st, "l2", 1);
     loaded(&mut st);
@@ -130,7 +130,7 @@ fn a_lost_link_in_every_state_fails_what_waits_on_it_exactly_once() {
     assert!(st.link_lost(new, &gone()).is_some());
 
     // A refused duplicate being drained ending changes nothing.
-    let mut st = State::default();
+    let mut st = FakeSession::default();
     up(&mut st, "l1", 1);
     let Attached::Duplicate {
         refused,
@@ -146,7 +146,7 @@ fn a_lost_link_in_every_state_fails_what_waits_on_it_exactly_once() {
 
     // Superseded: requests are kept for the other link; if it never comes
     // they fail when the timer says so, not before.
-    let mut st = State::default();
+    let mut st = FakeSession::default();
     let epoch = up(&mut st, "l1", 2);
     loaded(&mut st);
     assert!(st.superseded(epoch, now, Duration::from_secs(5)));
@@ -172,7 +172,7 @@ fn a_lost_link_in_every_state_fails_what_waits_on_it_exactly_once() {
 #[test]
 fn superseded_then_the_other_link_comes_up_keeps_every_request() {
     let now = Instant::now();
-    let mut st = State::default();
+    let mut st = FakeSession::default();
     let epoch = up(&mut st, "l1", 2);
     loaded(&mut st);
     assert!(st.superseded(epoch, now, Duration::from_secs(5)));
@@ -195,7 +195,7 @@ fn superseded_then_the_other_link_comes_up_keeps_every_request() {
 #[test]
 fn backoff_doubles_to_its_cap_and_a_link_resets_it() {
     let now = Instant::now();
-    let mut st = State::default();
+    let mut st = FakeSession::default();
     let mut waits = Vec::new();
     for _ in 0..10 {
         assert!(st.begin_connect(true).is_some());
@@ -241,10 +241,10 @@ fn backoff_doubles_to_its_cap_and_a_link_resets_it() {
 
 #[test]
 fn forwarding_hands_over_what_waits_and_goes_idle() {
-    let mut via = State::default();
+    let mut via = FakeSession::default();
     assert!(via.begin_connect(true).is_some());
     loaded(&mut via);
-    let mut canonical = State::default();
+    let mut canonical = FakeSession::default();
     canonical.pending.push_back(1);
     via.forward_into(&mut canonical);
     assert!(matches!(via.phase, Phase::Idle));
@@ -269,7 +269,7 @@ fn simultaneous_dials_settle_on_one_link_in_every_interleaving() {
 
     struct Side {
         me: u64,
-        st: State,
+        st: FakeSession,
         /// The epoch each link got here.
         epochs: Vec<(&'static str, u64)>,
     }
@@ -299,7 +299,7 @@ fn simultaneous_dials_settle_on_one_link_in_every_interleaving() {
                     continue;
                 }
             }
-            let saved: Vec<(State, Vec<(&'static str, u64)>)> = sides
+            let saved: Vec<(FakeSession, Vec<(&'static str, u64)>)> = sides
                 .iter()
                 .map(|s| (clone_state(&s.st), s.epochs.clone()))
                 .collect();
@@ -359,8 +359,8 @@ fn simultaneous_dials_settle_on_one_link_in_every_interleaving() {
     }
 
     /// The fake handles are all `Copy`: a state is cloned field by field.
-    fn clone_state(st: &State) -> State {
-        State {
+    fn clone_state(st: &FakeSession) -> FakeSession {
+        FakeSession {
             phase: match &st.phase {
                 Phase::Idle => Phase::Idle,
                 Phase::Connecting { stuck_at } => Phase::Connecting {
@@ -389,12 +389,14 @@ fn simultaneous_dials_settle_on_one_link_in_every_interleaving() {
             last_error: st.last_error.clone(),
             retry_at: st.retry_at,
             epoch: st.epoch,
+            // No control frame in this exploration: nothing queued.
+            control: Default::default(),
         }
     }
 
     let mut sides = [1u64, 2].map(|me| Side {
         me,
-        st: State::default(),
+        st: FakeSession::default(),
         epochs: Vec::new(),
     });
     let todo = [
@@ -425,7 +427,7 @@ fn simultaneous_dials_settle_on_one_link_in_every_interleaving() {
 
 #[test]
 fn answers_reach_who_waits_once_and_late_ones_are_ignored() {
-    let mut st = State::default();
+    let mut st = FakeSession::default();
     let epoch = up(&mut st, "l1", 1);
     st.expect_resolved(1, 100);
     st.expect_receipt(2, 200);
@@ -443,7 +445,7 @@ fn answers_reach_who_waits_once_and_late_ones_are_ignored() {
 #[test]
 fn a_watch_is_refused_while_down_or_when_another_node_answers() {
     let target = ActorId::new(node(2), 5);
-    let mut st = State::default();
+    let mut st = FakeSession::default();
     // Before the first link: accepted, told when the link comes or fails.
     assert_eq!(st.watch(1, target, "w1"), Ok(()));
     let epoch = up(&mut st, "l1", 1);
@@ -468,7 +470,7 @@ fn a_watch_is_refused_while_down_or_when_another_node_answers() {
 
 #[test]
 fn links_and_remote_monitors_end_by_frame_or_with_the_link() {
-    let mut st = State::default();
+    let mut st = FakeSession::default();
     let epoch = up(&mut st, "l1", 1);
     let (a, b) = (ActorId::new(node(1), 3), ActorId::new(node(1), 4));
     let remote = ActorId::new(node(2), 6);
