@@ -48,3 +48,36 @@ impl ResultLine {
         println!("{}", self.text);
     }
 }
+
+/// Busy time of the whole machine (every core, every process and the
+/// kernel's own work: user, nice, system, irq, softirq; not idle, iowait
+/// or steal) from `/proc/stat`, in seconds; `None` where it is not there.
+pub fn machine_busy_seconds() -> Option<f64> {
+    // USER_HZ: 100 on every Linux architecture we run on (the unit of
+    // `/proc/stat`, fixed by the ABI whatever the kernel's HZ).
+    const USER_HZ: f64 = 100.0;
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = stat.lines().next()?.strip_prefix("cpu ")?;
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .map(|x| x.parse().ok())
+        .collect::<Option<_>>()?;
+    let busy = v.first()? + v.get(1)? + v.get(2)? + v.get(5)? + v.get(6)?;
+    Some(busy as f64 / USER_HZ)
+}
+
+/// The machine's busy seconds between `from` and `to` (see
+/// [`machine_busy_seconds`]), measured by a thread of its own that sleeps
+/// in between: no timer in the measured runtime, whose parks a pending
+/// timer would change. Join the handle after `to`.
+pub fn busy_between(
+    from: std::time::Instant,
+    to: std::time::Instant,
+) -> std::thread::JoinHandle<Option<f64>> {
+    std::thread::spawn(move || {
+        std::thread::sleep(from.saturating_duration_since(std::time::Instant::now()));
+        let start = machine_busy_seconds()?;
+        std::thread::sleep(to.saturating_duration_since(std::time::Instant::now()));
+        Some(machine_busy_seconds()? - start)
+    })
+}

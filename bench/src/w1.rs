@@ -166,16 +166,28 @@ struct Run {
     /// Round trips of the pong that got the fewest.
     slowest_pong: usize,
     seconds: f64,
+    /// The machine's busy seconds in the window (every process: the pings,
+    /// the pongs, the kernel's loopback work).
+    busy_seconds: Option<f64>,
 }
 
 impl Run {
     /// A run from the samples of each pinger (one per pong).
-    fn new(per_pong: Vec<Vec<u32>>, duration: Duration) -> Run {
+    fn new(per_pong: Vec<Vec<u32>>, duration: Duration, busy_seconds: Option<f64>) -> Run {
         Run {
             slowest_pong: per_pong.iter().map(Vec::len).min().unwrap_or(0),
             samples: per_pong.concat(),
             seconds: duration.as_secs_f64(),
+            busy_seconds,
         }
+    }
+
+    /// The machine's CPU time per round trip, in microseconds.
+    fn cpu_us_per_rtt(&self) -> Option<f64> {
+        let n = self.samples.len();
+        self.busy_seconds
+            .filter(|_| n > 0)
+            .map(|b| b * 1e6 / n as f64)
     }
 
     /// Round trips per second.
@@ -204,6 +216,7 @@ async fn ping_plexus(
     let metrics = crate::metrics_on::publish(&system, &node);
     let start = Instant::now();
     let (from, to) = (start + warmup, start + warmup + duration);
+    let busy = crate::report::busy_between(from, to);
     let mut waits = Vec::new();
     for uri in &uris {
         let pong: ActorRef<Ping> = node.resolve(uri).await.expect("resolve pong");
@@ -227,12 +240,13 @@ async fn ping_plexus(
     drop(metrics);
     node.shutdown().await;
     system.shutdown().await;
-    Run::new(per_pong, duration)
+    Run::new(per_pong, duration, busy.join().ok().flatten())
 }
 
 async fn ping_baseline(addrs: Vec<String>, warmup: Duration, duration: Duration) -> Run {
     let start = Instant::now();
     let (from, to) = (start + warmup, start + warmup + duration);
+    let busy = crate::report::busy_between(from, to);
     let mut tasks = Vec::new();
     for a in addrs {
         tasks.push(tokio::spawn(async move {
@@ -264,7 +278,7 @@ async fn ping_baseline(addrs: Vec<String>, warmup: Duration, duration: Duration)
     for t in tasks {
         per_pong.push(t.await.expect("baseline pinger"));
     }
-    Run::new(per_pong, duration)
+    Run::new(per_pong, duration, busy.join().ok().flatten())
 }
 
 fn report(args: &Args, system: &str, run: &Run, base: Option<&Run>) {
@@ -286,6 +300,9 @@ fn report(args: &Args, system: &str, run: &Run, base: Option<&Run>) {
         )
         .field("n", args.n)
         .field("transport", args.transport.replace(' ', ""));
+    if let Some(cpu) = run.cpu_us_per_rtt() {
+        line = line.field("cpu_us_per_rtt", format!("{cpu:.2}"));
+    }
     if let Some(b) = base {
         line = line.field("vs_baseline", format!("{:.2}", rate / b.rate()));
     }

@@ -102,20 +102,26 @@ pub(super) fn start_feed(parts: Arc<Parts>, system: &ActorSystem, listener: Box<
 }
 
 /// Makes a snapshot every [`EVERY`] and whenever woken (a cluster event, a
-/// new socket), while anyone watches.
+/// new socket), while anyone watches. While nobody does it holds no timer:
+/// a pending timer makes the runtime park with a timeout, an hrtimer set
+/// and cancelled in the kernel on every park (W1 measured 0.89 of its
+/// speed with one 1 s timer per process).
 async fn publish(
     parts: Arc<Parts>,
     system: SystemRef,
     latest: watch::Sender<Bytes>,
     wake: Arc<Notify>,
 ) {
-    let mut tick = tokio::time::interval(EVERY);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut shares = Shares::default();
     loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            () = wake.notified() => {}
+        if latest.receiver_count() == 0 {
+            // A viewer's socket wakes it when it opens.
+            wake.notified().await;
+        } else {
+            tokio::select! {
+                () = tokio::time::sleep(EVERY) => {}
+                () = wake.notified() => {}
+            }
         }
         if latest.receiver_count() == 0 {
             continue;
