@@ -32,6 +32,8 @@ mod context;
 pub mod dev_certs;
 mod error;
 mod forged;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod handshake;
 pub mod identity;
 mod lanes;

@@ -38,7 +38,7 @@ mod adaptive;
 mod bind;
 mod dispatch;
 mod links;
-mod session;
+pub(crate) mod session;
 mod shell;
 mod strands;
 #[cfg(test)]
