@@ -67,7 +67,7 @@ enum Workload {
     /// /dev/net/tun; `--loopback` runs without the link).
     W4(w4::Args),
     /// The W4 matrix: runs `w4` cells as child processes, writes the table
-    /// into docs/benchmarks.md and the plots into docs/img/.
+    /// into docs/report.md and the plots into docs/img/.
     W4Report(w4_report::Args),
     /// W5 devices: device processes reporting to a cluster of server
     /// processes (`plexus device`, `plexus device-server`, built first).

@@ -2,7 +2,7 @@
 //! child process per cell (policy × RTT × loss), each under a hard
 //! timeout (a cell that hangs or collapses is killed and reported as
 //! such, never waited for), appends every `RESULT` line to a log, and from
-//! the log writes the tables into docs/benchmarks.md (between the W4
+//! the log writes the tables into docs/report.md (between the W4
 //! markers of the section "## W4 bulk and control (issue 17)", made at
 //! the end of the file if missing) and two plots: throughput against RTT
 //! per policy (`docs/img/w4-throughput.png`) and control p99 against RTT
@@ -54,7 +54,7 @@ pub struct Args {
     #[arg(long = "no-run")]
     no_run: bool,
     /// The document to write the section into.
-    #[arg(long, default_value = "docs/benchmarks.md")]
+    #[arg(long, default_value = "docs/report.md")]
     doc: PathBuf,
     /// Directory of the plots.
     #[arg(long = "img-dir", default_value = "docs/img")]
