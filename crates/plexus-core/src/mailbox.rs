@@ -127,6 +127,12 @@ pub trait Control: Send + Sync + 'static {
     fn queued(&self) -> usize {
         0
     }
+    /// Messages not handled yet: [`queued`](Self::queued) and those the
+    /// actor took from the queue into its current batch (an upper bound:
+    /// counted when taken). What the mailbox-depth metrics report.
+    fn waiting(&self) -> usize {
+        self.queued()
+    }
     /// Ready once at most `n` messages wait in the mailbox (see
     /// [`queued`](Self::queued)) or the actor has stopped; until then the
     /// task is woken when the actor next takes its queued messages, or
@@ -179,6 +185,12 @@ struct State<M> {
     /// The task waiting for the queue to drain
     /// ([`Control::poll_queued_at_most`]).
     drain_waker: Option<Waker>,
+    /// Messages the actor moved out of the queue into its batch at its
+    /// last take, not all handled yet; 0 once it found the queue empty.
+    /// Counted in [`waiting`](Control::waiting) (as an upper bound: some
+    /// of them may be handled by now), so a stuck actor's waiting messages
+    /// show even after it took them.
+    taken: usize,
     ended: Ended,
     abort: Option<AbortHandle>,
     extra: Option<Box<Extra>>,
@@ -277,6 +289,7 @@ impl<M: Send + 'static> Mailbox<M> {
                 stop: Ended::No,
                 waker: None,
                 drain_waker: None,
+                taken: 0,
                 ended: Ended::No,
                 abort: None,
                 extra: None,
@@ -409,12 +422,15 @@ impl<M: Send + 'static> Mailbox<M> {
             std::mem::swap(&mut st.queue, batch);
             None
         } else {
+            // Called with an empty batch: everything taken was handled.
+            st.taken = 0;
             match &st.waker {
                 Some(w) if w.will_wake(cx.waker()) => {}
                 _ => st.waker = Some(cx.waker().clone()),
             }
             return Poll::Pending;
         };
+        st.taken = batch.len();
         // The queue is empty now: whoever waits for it to drain goes on.
         let drained = st.drain_waker.take();
         drop(st);
@@ -659,6 +675,11 @@ impl<M: Send + 'static> Control for Mailbox<M> {
     fn queued(&self) -> usize {
         let st = self.lock();
         st.queue.len() + usize::from(st.first.is_some())
+    }
+
+    fn waiting(&self) -> usize {
+        let st = self.lock();
+        st.queue.len() + usize::from(st.first.is_some()) + st.taken
     }
 
     fn poll_queued_at_most(&self, n: usize, cx: &mut TaskContext<'_>) -> Poll<()> {

@@ -88,7 +88,7 @@ impl SystemShared {
             controls.clear();
             controls.extend(self.shard(i as u64).values().cloned());
             for c in &controls {
-                let depth = c.queued();
+                let depth = c.waiting();
                 total += depth;
                 if depth == 0 || k == 0 {
                     continue;
