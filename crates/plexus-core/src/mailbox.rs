@@ -209,6 +209,11 @@ impl<M> State<M> {
         self.stop != Ended::No || !self.signals.is_empty()
     }
 
+    /// Messages in the queue (`first` and those behind it).
+    fn queued(&self) -> usize {
+        usize::from(self.first.is_some()) + self.queue.len()
+    }
+
     /// Queues a signal; stop and kill only set (or escalate) the request.
     fn queue_signal(&mut self, signal: Signal) {
         match signal {
@@ -327,7 +332,7 @@ impl<M: Send + 'static> Mailbox<M> {
             return false;
         }
         if let Some(trace) = trace {
-            let position = usize::from(st.first.is_some()) + st.queue.len();
+            let position = st.queued();
             st.extra().traces.push((position, trace));
         }
         if st.first.is_none() && st.queue.is_empty() {
@@ -401,7 +406,7 @@ impl<M: Send + 'static> Mailbox<M> {
         }
         if st.extra.as_ref().is_some_and(|e| !e.traces.is_empty()) {
             // Everything queued is taken below.
-            let queued = usize::from(st.first.is_some()) + st.queue.len();
+            let queued = st.queued();
             if let Some(extra) = st.extra.as_mut() {
                 let traces = &mut cell.get_or_insert_with(Box::default).traces;
                 traces.extend(
@@ -673,18 +678,17 @@ impl<M: Send + 'static> Control for Mailbox<M> {
     }
 
     fn queued(&self) -> usize {
-        let st = self.lock();
-        st.queue.len() + usize::from(st.first.is_some())
+        self.lock().queued()
     }
 
     fn waiting(&self) -> usize {
         let st = self.lock();
-        st.queue.len() + usize::from(st.first.is_some()) + st.taken
+        st.queued() + st.taken
     }
 
     fn poll_queued_at_most(&self, n: usize, cx: &mut TaskContext<'_>) -> Poll<()> {
         let mut st = self.lock();
-        if st.is_stopped() || st.queue.len() + usize::from(st.first.is_some()) <= n {
+        if st.is_stopped() || st.queued() <= n {
             return Poll::Ready(());
         }
         st.drain_waker = Some(cx.waker().clone());

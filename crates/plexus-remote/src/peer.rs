@@ -62,7 +62,7 @@ pub(crate) struct Peer {
     session: Mutex<LiveSession>,
     forward: OnceLock<Arc<Peer>>,
     ctx: OnceLock<Arc<dyn WireContext>>,
-    /// Mirrors of `state` read on every send without the lock: whether the
+    /// Mirrors of `session` read on every send without the lock: whether the
     /// link is down, and the node behind it (0: not known yet).
     down: AtomicBool,
     remote_node: AtomicU64,

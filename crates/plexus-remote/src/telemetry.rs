@@ -163,18 +163,9 @@ impl Node {
                 ("link", "primary".to_owned()),
             ];
             record_link(&labels, &l.stats);
-            metrics::counter!(
-                SEND_BUFFER_FULL,
-                "peer" => l.node.to_string(),
-                "scheme" => l.scheme.clone()
-            )
-            .absolute(l.send_buffer_full);
-            metrics::counter!(
-                STRAY_ANSWERS,
-                "peer" => l.node.to_string(),
-                "scheme" => l.scheme.clone()
-            )
-            .absolute(l.stray_answers);
+            let per_peer = [("peer", l.node.to_string()), ("scheme", l.scheme.clone())];
+            metrics::counter!(SEND_BUFFER_FULL, &per_peer).absolute(l.send_buffer_full);
+            metrics::counter!(STRAY_ANSWERS, &per_peer).absolute(l.stray_answers);
         }
         for lane in self.lane_stats() {
             let peer = lane.node.to_string();

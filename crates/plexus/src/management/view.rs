@@ -104,8 +104,9 @@ pub(super) fn start_feed(parts: Arc<Parts>, system: &ActorSystem, listener: Box<
 /// Makes a snapshot every [`EVERY`] and whenever woken (a cluster event, a
 /// new socket), while anyone watches. While nobody does it holds no timer:
 /// a pending timer makes the runtime park with a timeout, an hrtimer set
-/// and cancelled in the kernel on every park (W1 measured 0.89 of its
-/// speed with one 1 s timer per process).
+/// and cancelled in the kernel on every park (seen in W1's profile with a
+/// 1 s timer per process; what it costs is within W1's noise, see
+/// docs/benchmarks.md, issue 31's row).
 async fn publish(
     parts: Arc<Parts>,
     system: SystemRef,
