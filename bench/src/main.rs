@@ -182,7 +182,19 @@ enum Workload {
     },
 }
 
+/// Log lines to stderr, in colour only on a terminal.
+fn log_format<S>() -> impl tracing_subscriber::Layer<S>
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+}
+
 fn main() {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
     let cli = Cli::parse();
     // Warnings (a refused message, a lost link) always, more on demand
     // (`RUST_LOG=plexus::transport=debug`), to stderr, for every role process
@@ -191,16 +203,33 @@ fn main() {
     // and logging at info on, in every process.
     let operable = matches!(&cli.workload, Workload::W1(a) | Workload::W2(a) if a.metrics)
         || metrics_on::asked();
-    let filter = match std::env::var_os("RUST_LOG") {
+    // `--metrics-alternate`: info and warn by turns (the switch is handed
+    // to the alternation).
+    let alternating = matches!(&cli.workload, Workload::W1(a) | Workload::W2(a) if a.metrics_alternate)
+        || metrics_on::alternating();
+    let filter = |level: &str| match std::env::var_os("RUST_LOG") {
         Some(_) => tracing_subscriber::EnvFilter::from_default_env(),
-        None if operable => tracing_subscriber::EnvFilter::new("info"),
-        None => tracing_subscriber::EnvFilter::new("warn"),
+        None => tracing_subscriber::EnvFilter::new(level),
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    if alternating {
+        let (filter_layer, switch) = tracing_subscriber::reload::Layer::new(filter("info"));
+        tracing_subscriber::registry()
+            .with(filter_layer)
+            .with(log_format())
+            .init();
+        metrics_on::set_log_switch(move |on| {
+            let _ = switch.reload(if on {
+                filter("info")
+            } else {
+                tracing_subscriber::EnvFilter::new("warn")
+            });
+        });
+    } else {
+        tracing_subscriber::registry()
+            .with(filter(if operable { "info" } else { "warn" }))
+            .with(log_format())
+            .init();
+    }
     metrics_on::install_if_asked();
     let role =
         |f: std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>| nodes::runtime().block_on(f);

@@ -51,6 +51,11 @@ pub struct RemoteArgs {
     /// a second, and logging at info (unless RUST_LOG says otherwise).
     #[arg(long)]
     pub metrics: bool,
+    /// Metrics and logs on and off by turns, a second each, in every
+    /// process of one run; reports the rate with them on and off and the
+    /// ratio (`on_vs_off`): their cost without the noise between runs.
+    #[arg(long, conflicts_with = "metrics")]
+    pub metrics_alternate: bool,
 }
 
 /// Picks, from `(baseline, ours, ratio)` rounds, the one with the median
@@ -73,8 +78,8 @@ impl RemoteArgs {
             std::env::set_var(THREADS_ENV, t.max(1).to_string());
         }
         // Here too: `--metrics` reaches the children the same way.
-        if self.metrics {
-            crate::metrics_on::enable();
+        if self.metrics || self.metrics_alternate {
+            crate::metrics_on::enable(self.metrics_alternate);
         }
     }
 }

@@ -3,7 +3,7 @@
 //! is the same pattern with plain tokio: length-prefixed frames over TCP,
 //! no actors.
 
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use plexus::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -65,8 +65,14 @@ struct Pinger {
     measure_from: Instant,
     measure_to: Instant,
     samples: Vec<u32>,
-    done: Option<tokio::sync::oneshot::Sender<Vec<u32>>>,
+    /// `--metrics-alternate`: round trips ended with metrics off and on.
+    phases: Option<[u64; 2]>,
+    done: Option<tokio::sync::oneshot::Sender<Samples>>,
 }
+
+/// What a pinger measured: round-trip times, and with
+/// `--metrics-alternate` the round trips with metrics off and on.
+type Samples = (Vec<u32>, Option<[u64; 2]>);
 
 enum PingerMsg {
     Start(ActorRef<Pong>),
@@ -93,10 +99,15 @@ impl Actor for Pinger {
                 if now >= self.measure_from && now < self.measure_to {
                     let rtt = now.duration_since(self.sent_at).as_micros();
                     self.samples.push(rtt.min(u32::MAX.into()) as u32);
+                    if let Some(phases) = &mut self.phases {
+                        if let Some(on) = crate::metrics_on::phase_at(SystemTime::now()) {
+                            phases[usize::from(on)] += 1;
+                        }
+                    }
                 }
                 if now >= self.measure_to {
                     if let Some(d) = self.done.take() {
-                        let _ = d.send(std::mem::take(&mut self.samples));
+                        let _ = d.send((std::mem::take(&mut self.samples), self.phases));
                     }
                     return;
                 }
@@ -169,6 +180,8 @@ struct Run {
     /// The machine's busy seconds in the window (every process: the pings,
     /// the pongs, the kernel's loopback work).
     busy_seconds: Option<f64>,
+    /// `--metrics-alternate`: the rates with metrics off and on.
+    phases: Option<crate::metrics_on::Phases>,
 }
 
 impl Run {
@@ -179,6 +192,7 @@ impl Run {
             samples: per_pong.concat(),
             seconds: duration.as_secs_f64(),
             busy_seconds,
+            phases: None,
         }
     }
 
@@ -216,7 +230,9 @@ async fn ping_plexus(
     let metrics = crate::metrics_on::publish(&system, &node);
     let start = Instant::now();
     let (from, to) = (start + warmup, start + warmup + duration);
+    let wall_from = SystemTime::now() + warmup;
     let busy = crate::report::busy_between(from, to);
+    let alternate = crate::metrics_on::alternating();
     let mut waits = Vec::new();
     for uri in &uris {
         let pong: ActorRef<Ping> = node.resolve(uri).await.expect("resolve pong");
@@ -228,19 +244,29 @@ async fn ping_plexus(
             measure_from: from,
             measure_to: to,
             samples: Vec::new(),
+            phases: alternate.then_some([0; 2]),
             done: Some(tx),
         });
         pinger.tell(PingerMsg::Start(pinger.narrow()));
         waits.push(rx);
     }
     let mut per_pong = Vec::new();
+    let mut phases = alternate.then_some([0; 2]);
     for w in waits {
-        per_pong.push(w.await.expect("pinger finished"));
+        let (samples, counted) = w.await.expect("pinger finished");
+        per_pong.push(samples);
+        if let (Some(total), Some(counted)) = (&mut phases, counted) {
+            total[0] += counted[0];
+            total[1] += counted[1];
+        }
     }
     drop(metrics);
     node.shutdown().await;
     system.shutdown().await;
-    Run::new(per_pong, duration, busy.join().ok().flatten())
+    let mut run = Run::new(per_pong, duration, busy.join().ok().flatten());
+    run.phases = phases
+        .map(|counts| crate::metrics_on::Phases::new(counts, wall_from, wall_from + duration));
+    run
 }
 
 async fn ping_baseline(addrs: Vec<String>, warmup: Duration, duration: Duration) -> Run {
@@ -305,6 +331,9 @@ fn report(args: &Args, system: &str, run: &Run, base: Option<&Run>) {
     }
     if let Some(b) = base {
         line = line.field("vs_baseline", format!("{:.2}", rate / b.rate()));
+    }
+    if let Some(p) = &run.phases {
+        line = p.fields(line, "rtt_per_s");
     }
     if args.rounds > 1 {
         line = line.field("rounds", args.rounds);

@@ -139,11 +139,19 @@ pub fn run(args: &Args) {
             return;
         }
         let transport = args.transport.clone();
-        let ours = rt
+        let (ours, phases) = rt
             .block_on(
                 async move { tokio::spawn(sink_plexus(n, transport, warmup, duration)).await },
             )
             .expect("plexus sink");
+        if let Some(p) = phases {
+            // `--metrics-alternate`: the run's own on / off, besides the
+            // usual figures.
+            p.fields(ResultLine::new("w2", "plexus-alternating"), "values_per_s")
+                .field("n", args.n)
+                .field("transport", args.transport.replace(' ', ""))
+                .print();
+        }
         let ratio = ours / base;
         if args.rounds > 1 {
             println!(
@@ -176,7 +184,14 @@ async fn windows(total: &AtomicU64, warmup: Duration, duration: Duration) -> f64
     median(&mut rates)
 }
 
-async fn sink_plexus(n: usize, transport: String, warmup: Duration, duration: Duration) -> f64 {
+/// The median rate, and with `--metrics-alternate` the rates with metrics
+/// off and on (instead of the median's windows).
+async fn sink_plexus(
+    n: usize,
+    transport: String,
+    warmup: Duration,
+    duration: Duration,
+) -> (f64, Option<crate::metrics_on::Phases>) {
     let (cfg, listen) = nodes::transport(&transport);
     let system = nodes::system(&cfg);
     let node = Node::start(&system, cfg).expect("start the sink node");
@@ -229,9 +244,14 @@ async fn sink_plexus(n: usize, transport: String, warmup: Duration, duration: Du
             .await,
         );
     }
-    let rate = windows(&total, warmup, duration).await;
+    let result = if crate::metrics_on::alternating() {
+        let phases = crate::metrics_on::Phases::sample(&total, warmup, duration).await;
+        ((phases.rates[0] + phases.rates[1]) / 2.0, Some(phases))
+    } else {
+        (windows(&total, warmup, duration).await, None)
+    };
     node.shutdown().await;
-    rate
+    result
 }
 
 async fn sink_baseline(n: usize, warmup: Duration, duration: Duration) -> f64 {
