@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
+use arc_swap::ArcSwapOption;
 use bytes::Bytes;
 use plexus_core::remote::{Control, ReceiptError, ReceiptFuture, Signal, Watcher, WireContext};
 use plexus_core::Lane;
@@ -62,6 +63,11 @@ pub(crate) struct Peer {
     session: Mutex<LiveSession>,
     forward: OnceLock<Arc<Peer>>,
     ctx: OnceLock<Arc<dyn WireContext>>,
+    /// The links of the session while it is up, published after the
+    /// frames held for it went out: a send takes them without the session
+    /// lock, so no lock is held across a stack run or a socket write. A
+    /// send that finds none, or finds them closed, takes the lock.
+    links: ArcSwapOption<SessionLinks>,
     /// Mirrors of `session` read on every send without the lock: whether the
     /// link is down, and the node behind it (0: not known yet).
     down: AtomicBool,
@@ -90,7 +96,8 @@ fn fresh_resequencers() -> [Resequencer<Bytes>; Lane::COUNT] {
 pub(crate) struct Live;
 
 impl session::Handles for Live {
-    type Sender = SessionLinks;
+    /// Shared with the lock-free send path ([`Peer::links`]).
+    type Sender = Arc<SessionLinks>;
     /// A held frame, and the node it was meant for if one was known when
     /// it was queued (see [`flush`]).
     type Held = (Carrier, Strand, Bytes, Option<NodeId>);
@@ -153,6 +160,7 @@ impl Peer {
             scheme: scheme.to_owned(),
             dial: Mutex::new(dial),
             session: Mutex::default(),
+            links: ArcSwapOption::empty(),
             forward: OnceLock::new(),
             ctx: OnceLock::new(),
             down: AtomicBool::new(false),
@@ -303,6 +311,7 @@ impl Peer {
     /// Mirrors `st`'s phase after a transition (under its lock): the
     /// lock-free `down` flag, and a down link lets go of its import.
     fn mirror(&self, st: &LiveSession) {
+        self.links.store(st.sender().cloned());
         let down = st.is_down();
         self.down.store(down, Ordering::SeqCst);
         if down {
@@ -471,6 +480,19 @@ impl Peer {
         frame: Bytes,
     ) -> Result<(), Undelivered> {
         let p = self.canonical();
+        let frame = match &*p.links.load() {
+            Some(links) => match links.try_send_on(carrier, strand, frame) {
+                Ok(()) => return Ok(()),
+                Err(LinkTrySendError::Full { .. }) => return Err(Undelivered::Full),
+                // Lost, or retired for a duplicate: the lock decides.
+                Err(LinkTrySendError::Send(plexus_transport::LinkSendError::Closed {
+                    message,
+                    ..
+                })) => message,
+                Err(_) => return Err(Undelivered::Refused),
+            },
+            None => frame,
+        };
         let mut st = lock(&p.session);
         if let Some(links) = st.sender() {
             return match links.try_send_on(carrier, strand, frame) {
@@ -509,22 +531,17 @@ impl Peer {
         frame: &[u8],
     ) -> Result<(), Undelivered> {
         let p = self.canonical();
-        let st = lock(&p.session);
-        if let Some(links) = st.sender() {
+        if let Some(links) = &*p.links.load() {
             return match links.try_send_copy_on(carrier, strand, frame) {
                 Ok(()) => Ok(()),
                 Err(LinkTrySendError::Full { .. }) => Err(Undelivered::Full),
                 Err(LinkTrySendError::Send(plexus_transport::LinkSendError::Closed {
                     message,
                     ..
-                })) => {
-                    drop(st);
-                    p.send_frame(carrier, strand, message)
-                }
+                })) => p.send_frame(carrier, strand, message),
                 Err(_) => Err(Undelivered::Refused),
             };
         }
-        drop(st);
         p.send_frame(carrier, strand, Bytes::copy_from_slice(frame))
     }
 

@@ -197,6 +197,9 @@ pub(crate) struct OutState {
     pub(crate) senders: usize,
     /// [`Link::close`] was called.
     pub(crate) close_requested: bool,
+    /// [`LinkSender::try_send_last_on`] queued the last message: every
+    /// later one is refused as if the link were closed.
+    pub(crate) sealed: bool,
 }
 
 pub(crate) struct InState {
@@ -324,6 +327,7 @@ impl Shared {
                 driver_waiting: false,
                 senders: 0,
                 close_requested: false,
+                sealed: false,
             })),
             out_space: CachePadded(Semaphore::new(send_buffer)),
             on_close: Notify::new(),
@@ -655,6 +659,15 @@ impl Link {
     /// As [`LinkSender::try_send_on`].
     pub fn try_send_on(&self, strand: Strand, message: Bytes) -> Result<(), LinkTrySendError> {
         self.sender.try_send_on(strand, message)
+    }
+
+    /// See [`LinkSender::try_send_last_on`].
+    ///
+    /// # Errors
+    ///
+    /// As [`LinkSender::try_send_last_on`].
+    pub fn try_send_last_on(&self, strand: Strand, message: Bytes) -> Result<(), LinkTrySendError> {
+        self.sender.try_send_last_on(strand, message)
     }
 
     /// See [`LinkSender::send_unreliable`].

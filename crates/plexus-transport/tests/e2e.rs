@@ -315,3 +315,34 @@ async fn link_stats_count_messages_and_bytes_each_way() {
     assert_eq!((c.messages_received, c.bytes_received), (1, 2));
     assert_eq!(c.dropped, 0);
 }
+
+/// A message sent as the link's last goes out after what was queued before
+/// it; every later send is refused with its message handed back (to be
+/// sent elsewhere), while the link still receives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_last_message_seals_the_link_for_sending_not_receiving() {
+    use bytes::Bytes;
+    use plexus_transport::{LinkSendError, LinkTrySendError, Strand};
+    let (a, mut b) = mem::pair(&"mem / ordering".parse().expect("spec"));
+    a.try_send(Bytes::from_static(b"one")).expect("queued");
+    a.try_send_last_on(Strand::ZERO, Bytes::from_static(b"last"))
+        .expect("queued as the last");
+    match a.try_send(Bytes::from_static(b"late")) {
+        Err(LinkTrySendError::Send(LinkSendError::Closed { message, .. })) => {
+            assert_eq!(&message[..], b"late", "handed back")
+        }
+        other => panic!("a send after the last: {other:?}"),
+    }
+    assert!(
+        a.try_send_last_on(Strand::ZERO, Bytes::from_static(b"again"))
+            .is_err(),
+        "one last message"
+    );
+    assert_eq!(&b.recv_message().await.expect("one")[..], b"one");
+    assert_eq!(&b.recv_message().await.expect("last")[..], b"last");
+    // The other way still works.
+    let (a_tx, mut a_rx) = a.split();
+    b.try_send(Bytes::from_static(b"reply")).expect("queued");
+    assert_eq!(&a_rx.recv_message().await.expect("reply")[..], b"reply");
+    drop(a_tx);
+}

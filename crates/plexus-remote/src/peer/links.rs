@@ -184,6 +184,13 @@ impl SessionLinks {
         self.primary.try_send(frame)
     }
 
+    /// Sends a session frame on the primary link as its last (see
+    /// [`LinkSender::try_send_last_on`]): a sender still holding these
+    /// links gets its frame back instead of queuing it behind.
+    pub(crate) fn try_send_last(&self, frame: Bytes) -> Result<(), LinkTrySendError> {
+        self.primary.try_send_last_on(Strand::ZERO, frame)
+    }
+
     /// Sends a session frame on the primary link, waiting for room.
     pub(crate) async fn send(&self, frame: Bytes) -> Result<(), LinkSendError> {
         self.primary.send(frame).await

@@ -294,10 +294,10 @@ impl Peer {
     ) {
         let (primary, receiver) = link.split();
         let (sender, lane_receivers) = session_links(inner, primary, lanes);
+        let sender = Arc::new(sender);
         let mut st = lock(&self.session);
         let before = st.remote;
         let attached = st.attach(sender.clone(), hs.node, dialed_by);
-        self.mirror(&st);
         let (epoch, waiters) = match attached {
             Attached::Duplicate {
                 refused,
@@ -313,6 +313,7 @@ impl Peer {
                 if let Some(kept) = st.sender() {
                     flush(inner, kept, pending, hs.node);
                 }
+                self.mirror(&st);
                 drop(st);
                 for w in waiters {
                     let _ = w.send(Ok(hs.node));
@@ -354,17 +355,23 @@ impl Peer {
                         );
                     }
                 }
-                // Flush while holding the lock, so nothing sent meanwhile
+                // Flush while holding the lock, and publish the links for
+                // the lock-free sends only then, so nothing sent meanwhile
                 // overtakes.
                 flush(inner, &sender, pending, hs.node);
+                self.mirror(&st);
                 drop(st);
                 // A replaced link is retired like a refused one:
                 // GOODBYE(duplicate) tells the peer, which may still use
                 // it, that the other link is coming (a silent close would
                 // look like a lost node there). Our reader keeps draining
                 // what the peer sent on it.
+                // As the links' last frame: a send racing this on the old
+                // links (taken before the new ones were published) gets
+                // its frame back and goes out on the new ones, instead of
+                // being queued behind a GOODBYE the peer closes on.
                 if let Some(old) = replaced {
-                    let _ = old.try_send(
+                    let _ = old.try_send_last(
                         WireFrame::Goodbye {
                             code: GoodbyeCode::Duplicate,
                         }
@@ -458,7 +465,7 @@ impl Peer {
         self: Arc<Self>,
         inner: Arc<NodeInner>,
         mut rx: plexus_transport::LinkReceiver,
-        links: SessionLinks,
+        links: Arc<SessionLinks>,
         epoch: u64,
         remote: NodeId,
     ) {

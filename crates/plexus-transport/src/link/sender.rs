@@ -90,20 +90,70 @@ impl LinkSender {
     }
 
     /// Queues a message on `strand` (its permits were taken).
-    fn push(&self, strand: Strand, message: Bytes) {
-        self.push_frame(strand, Frame::from_payload(message));
+    fn push(&self, strand: Strand, message: Bytes, cost: usize) -> Result<(), LinkSendError> {
+        self.push_frame(strand, Frame::from_payload(message), cost)
     }
 
-    /// Queues a frame on `strand` (its permits were taken).
-    fn push_frame(&self, strand: Strand, frame: Frame) {
+    /// Queues a frame on `strand` (its `cost` permits were taken). Refused,
+    /// the permits given back, if the link was sealed meanwhile
+    /// ([`try_send_last_on`](LinkSender::try_send_last_on)).
+    fn push_frame(&self, strand: Strand, frame: Frame, cost: usize) -> Result<(), LinkSendError> {
         let wake = {
             let mut out = lock(&self.shared.out);
+            if out.sealed {
+                drop(out);
+                return Err(self.refuse_sealed(frame, cost));
+            }
             out.queue.push_back((strand, frame));
             std::mem::take(&mut out.driver_waiting)
         };
         if wake {
             self.shared.wake_for_send();
         }
+        Ok(())
+    }
+
+    /// The error of a frame refused by a sealed link; its permits go back.
+    #[cold]
+    fn refuse_sealed(&self, frame: Frame, cost: usize) -> LinkSendError {
+        self.shared.out_space.add_permits(cost);
+        LinkSendError::Closed {
+            message: frame.to_bytes(),
+            closed: self.shared.closed(),
+        }
+    }
+
+    /// Queues `message` on `strand` as the link's last: every later send
+    /// fails with [`LinkSendError::Closed`] (handing its message back),
+    /// while this one and those queued before it are still sent and the
+    /// link keeps receiving. For a message that ends the sender's use of
+    /// the link (a goodbye), so nothing sent after it, by any sender, is
+    /// lost behind it: a sender that raced it gets its message back to
+    /// send elsewhere.
+    ///
+    /// # Errors
+    ///
+    /// As [`try_send_on`](LinkSender::try_send_on); also
+    /// [`LinkSendError::Closed`] if the link was sealed already.
+    pub fn try_send_last_on(&self, strand: Strand, message: Bytes) -> Result<(), LinkTrySendError> {
+        let message = self.check_len(message)?;
+        let cost = self.shared.cost(message.len());
+        self.take_permits(cost, || message.clone())?;
+        let frame = Frame::from_payload(message);
+        let wake = {
+            let mut out = lock(&self.shared.out);
+            if out.sealed {
+                drop(out);
+                return Err(self.refuse_sealed(frame, cost).into());
+            }
+            out.queue.push_back((strand, frame));
+            out.sealed = true;
+            std::mem::take(&mut out.driver_waiting)
+        };
+        if wake {
+            self.shared.wake_for_send();
+        }
+        Ok(())
     }
 
     /// [`try_send_copy_on`](LinkSender::try_send_copy_on) [`Strand::ZERO`].
@@ -138,14 +188,7 @@ impl LinkSender {
         self.take_permits(cost, || Bytes::copy_from_slice(message))?;
         // Copied before the lock: a small message into the frame itself.
         let frame = Frame::copy_from_slice(message);
-        let wake = {
-            let mut out = lock(&self.shared.out);
-            out.queue.push_back((strand, frame));
-            std::mem::take(&mut out.driver_waiting)
-        };
-        if wake {
-            self.shared.wake_for_send();
-        }
+        self.push_frame(strand, frame, cost)?;
         Ok(())
     }
 
@@ -213,8 +256,7 @@ impl LinkSender {
         // Fast path without the future machinery: room is usually there.
         if let Ok(permit) = self.shared.out_space.try_acquire_many(cost as u32) {
             permit.forget();
-            self.push(strand, message);
-            return Ok(());
+            return self.push(strand, message, cost);
         }
         // Boxed: the semaphore's future is large, and the caller moves this
         // future on every send; only a send that waits pays for the box.
@@ -236,8 +278,7 @@ impl LinkSender {
                 })
             }
         }
-        self.push(strand, message);
-        Ok(())
+        self.push(strand, message, cost)
     }
 
     /// Waits until a message of `len` bytes fits in the send buffer (at
@@ -286,7 +327,7 @@ impl LinkSender {
         let cost = self.shared.cost(message.len());
         // The closure runs only on failure: the clone is a refcount bump.
         self.take_permits(cost, || message.clone())?;
-        self.push(strand, message);
+        self.push(strand, message, cost)?;
         Ok(())
     }
 
@@ -332,8 +373,7 @@ impl LinkSender {
                 })
             }
         }
-        self.push_frame(strand, frame);
-        Ok(())
+        self.push_frame(strand, frame, cost)
     }
 
     /// Queues `frame` on `strand` if the send buffer has room, without
@@ -364,7 +404,7 @@ impl LinkSender {
         let frame = self.readable_by_link(frame)?;
         let cost = self.shared.cost(frame.len());
         self.take_permits(cost, || frame.to_bytes())?;
-        self.push_frame(strand, frame);
+        self.push_frame(strand, frame, cost)?;
         Ok(())
     }
 
