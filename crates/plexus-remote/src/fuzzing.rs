@@ -9,15 +9,26 @@
 //! answer frame is either told to its waiter or counted as a stray; only
 //! messages come back for delivery, unchanged; the link ends only on a
 //! frame that ends it (`GOODBYE`, a late handshake frame).
+//!
+//! [`incoming_bytes`] runs the session's incoming half on one link over
+//! any bytes a peer could send, as frames queued behind each other, and
+//! checks: no panic; each arrival takes the frame read and, for a run,
+//! exactly the frames of the run after it (2 to `RUN_MAX` messages to one
+//! actor under one type without receipts), leaving the rest queued in
+//! order; a message kind never goes to the session as a control frame; a
+//! frame is refused only if it does not decode (or is a `TRACE` carrying
+//! no message).
 
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
 
 use bytes::Bytes;
 use plexus_core::{ActorId, ExitReason, NodeId};
+use plexus_transport::Received;
 
 use crate::close::CloseCause;
+use crate::peer::session::incoming::{Arrival, Incoming, RUN_MAX};
 use crate::peer::session::{Attached, Handles, Session, SessionEvent};
-use crate::wire::{Resolution, WireFrame};
+use crate::wire::{MessageHeader, Resolution, WireFrame};
 
 /// Plain values for the session's handles: requests and watchers are
 /// numbered by their id.
@@ -53,6 +64,68 @@ pub fn session_bytes(data: &[u8]) {
         .split(|b| *b == 0xff)
         .filter_map(|piece| WireFrame::decode(Bytes::copy_from_slice(piece)).ok());
     session_frames(frames);
+}
+
+/// Splits `data` at `0xff` bytes into frames queued on one link and sorts
+/// them all with the session's incoming half, checking its promises (see
+/// the module docs); panics if one is broken.
+pub fn incoming_bytes(data: &[u8]) {
+    let mut queue: VecDeque<Received> = data
+        .split(|b| *b == 0xff)
+        .map(|piece| Received::Message(Bytes::copy_from_slice(piece)))
+        .collect();
+    let mut incoming = Incoming::default();
+    while let Some(Received::Message(first)) = queue.pop_front() {
+        let header = MessageHeader::parse(&first).and_then(Result::ok);
+        let left = queue.len();
+        let arrival = match incoming.arrive(first.clone(), &mut queue) {
+            Ok(arrival) => arrival,
+            Err(_) => {
+                let decoded = WireFrame::decode(first);
+                assert!(
+                    decoded.is_err() || matches!(decoded, Ok(WireFrame::Traced { .. })),
+                    "a well-formed frame refused"
+                );
+                continue;
+            }
+        };
+        match arrival {
+            Arrival::Run {
+                to,
+                type_id,
+                payloads,
+            } => {
+                let header = header.expect("a run starts with a message");
+                assert_eq!(
+                    (header.to, header.type_id, header.receipt),
+                    (to, type_id, 0)
+                );
+                assert!((2..=RUN_MAX).contains(&payloads.len()), "a run's length");
+                assert_eq!(
+                    left - queue.len(),
+                    payloads.len() - 1,
+                    "a run takes its frames"
+                );
+                payloads.clear();
+            }
+            Arrival::Control(frame) => {
+                assert_eq!(queue.len(), left, "a control frame takes only itself");
+                assert!(
+                    !matches!(
+                        frame,
+                        WireFrame::Message { .. }
+                            | WireFrame::Named { .. }
+                            | WireFrame::Traced { .. }
+                            | WireFrame::Sequenced { .. }
+                    ),
+                    "a message kind went to the session"
+                );
+            }
+            Arrival::Message { .. } | Arrival::Named { .. } | Arrival::Sequenced { .. } => {
+                assert_eq!(queue.len(), left, "a lone frame takes only itself");
+            }
+        }
+    }
 }
 
 /// Runs a session through `frames` and checks its promises (see the module

@@ -48,7 +48,7 @@ mod tests;
 pub(crate) use shell::accept;
 use shell::{established, handshake_on};
 
-use dispatch::{wait_drained, DriverDispatch, InboundCache};
+use dispatch::{wait_drained, DriverDispatch, Reading};
 pub use links::LaneCandidate;
 use links::SessionLinks;
 pub(crate) use links::{BoundLink, Carrier};

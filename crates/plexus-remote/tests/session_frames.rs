@@ -5,6 +5,8 @@
 //! The checks live in `plexus_remote::fuzzing::session_frames`, which the
 //! `session` fuzz target runs on arbitrary bytes; here proptest builds
 //! well-formed frames, so every run exercises the session, not the decoder.
+//! The same for the session's incoming half (`fuzzing::incoming_bytes`,
+//! fuzz target `incoming`): each arrival takes exactly its frames.
 
 use bytes::Bytes;
 use plexus_core::ExitReason;
@@ -107,6 +109,24 @@ proptest! {
             .collect();
         session_frames(decoded);
     }
+
+    /// The incoming half over the same frames, encoded and queued on one
+    /// link (runs of messages among them), as the reader meets them.
+    #[test]
+    fn the_incoming_half_takes_exactly_each_arrivals_frames(
+        frames in proptest::collection::vec(frame(), 0..64)
+    ) {
+        let mut data = Vec::new();
+        for f in &frames {
+            let encoded = f.encode();
+            // 0xff splits frames; a frame holding one is left out.
+            if !encoded.contains(&0xff) {
+                data.extend_from_slice(&encoded);
+                data.push(0xff);
+            }
+        }
+        plexus_remote::fuzzing::incoming_bytes(&data);
+    }
 }
 
 /// Arbitrary bytes, as the fuzz target feeds them (a few fixed inputs:
@@ -120,5 +140,6 @@ fn arbitrary_bytes_are_refused_or_handled_without_panic() {
         &[1; 64],
     ] {
         plexus_remote::fuzzing::session_bytes(data);
+        plexus_remote::fuzzing::incoming_bytes(data);
     }
 }

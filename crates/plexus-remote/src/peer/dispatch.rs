@@ -1,32 +1,26 @@
-//! Inbound frames of an established link: messages to local actors,
-//! receipts, replies, resolves, monitors, links, stops, goodbyes.
+//! Inbound frames of an established link, carried out: the session's
+//! incoming half (`session::incoming`) says what each frame is; here
+//! messages reach local actors' mailboxes (receipts answered), control
+//! frames go through the session under its lock and its events are carried
+//! out after, and frames of a lane with several candidates are put in
+//! order.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use bytes::{Buf, Bytes};
+use bytes::Bytes;
 use plexus_core::remote::{self, Control, Inbound, ReceiptError, Signal, Watcher};
 use plexus_core::trace::TraceContext;
 use plexus_core::{ActorId, DeadLetterReason, Down, Exit, ExitReason, NodeId};
 
 use plexus_transport::{DriverReceive, Received};
 
+use super::session::incoming::{Arrival, Incoming, FLOOD_HIGH, FLOOD_LOW};
 use super::session::SessionEvent;
 use super::{Live, Peer};
 use crate::close::{CloseCause, ProtocolError};
 use crate::node::{lock, NodeInner};
 use crate::wire::{MessageHeader, ReceiptStatus, Resolution, WireFrame};
-
-/// Above this many queued messages in the actor it last delivered to, a
-/// link stops reading until the actor is down to [`FLOOD_LOW`]: the
-/// transport's bounded buffers then push back on the sending node, whose
-/// own bounded buffers turn the excess into dead letters there. Memory per
-/// flooded actor stays bounded even with an unbounded mailbox.
-const FLOOD_HIGH: usize = 100_000;
-const FLOOD_LOW: usize = 50_000;
-/// A link looks at the mailbox length once per this many messages: a flood
-/// overshoots [`FLOOD_HIGH`] by at most this many.
-const FLOOD_CHECK_EVERY: u32 = 256;
 
 /// Waits until `target` holds at most [`FLOOD_LOW`] messages, or stopped:
 /// woken by the actor taking its queue, not polled.
@@ -36,42 +30,39 @@ pub(super) async fn wait_drained(target: &Arc<dyn Inbound>) {
     std::future::poll_fn(|cx| control.poll_queued_at_most(FLOOD_LOW, cx)).await;
 }
 
-/// The last local target a link delivered to: consecutive messages to one
-/// actor skip the export table's lock.
+/// What a link's reader keeps between frames: the session's incoming half,
+/// and the last local target it delivered to (consecutive messages to one
+/// actor skip the export table's lock).
 #[derive(Default)]
-pub(super) struct InboundCache {
-    last: Option<((u64, u64), Arc<dyn Inbound>)>,
-    /// Messages delivered since the last look at a mailbox's length
-    /// ([`flooded_after`](InboundCache::flooded_after)).
-    unchecked: usize,
-    /// Payloads of the run being delivered ([`Peer::dispatch_run`]); kept
-    /// for its allocation.
-    run: Vec<Bytes>,
+pub(super) struct Reading {
+    incoming: Incoming,
+    last: LastTarget,
 }
 
-impl InboundCache {
+#[derive(Default)]
+struct LastTarget(Option<((u64, u64), Arc<dyn Inbound>)>);
+
+impl LastTarget {
     /// The inbound of actor `to` under `type_id`: the last one while it is
     /// the same and alive, otherwise looked up in the export table.
     fn lookup(&mut self, inner: &NodeInner, to: u64, type_id: u64) -> Option<&Arc<dyn Inbound>> {
-        let hit = matches!(&self.last, Some((key, ib)) if *key == (to, type_id) && ib.is_alive());
+        let hit = matches!(&self.0, Some((key, ib)) if *key == (to, type_id) && ib.is_alive());
         if !hit {
-            self.last = inner.inbound(to, type_id).map(|ib| ((to, type_id), ib));
+            self.0 = inner.inbound(to, type_id).map(|ib| ((to, type_id), ib));
         }
-        self.last.as_ref().map(|(_, ib)| ib)
+        self.0.as_ref().map(|(_, ib)| ib)
     }
+}
 
-    /// Counts `taken` more messages delivered. Every
-    /// [`FLOOD_CHECK_EVERY`] messages, not each (reading a mailbox's
-    /// length is a few dyn calls and atomics), looks at the last target:
-    /// `Some(target)` if it holds more than [`FLOOD_HIGH`], and the link
-    /// must pause until it drains.
-    pub(super) fn flooded_after(&mut self, taken: usize) -> Option<Arc<dyn Inbound>> {
-        self.unchecked += taken;
-        if self.unchecked < FLOOD_CHECK_EVERY as usize {
+impl Reading {
+    /// Counts `n` more messages delivered; when the incoming half says so,
+    /// looks at the last target: `Some(target)` if it holds more than
+    /// [`FLOOD_HIGH`], and the link must pause until it drains.
+    pub(super) fn flooded_after(&mut self, n: usize) -> Option<Arc<dyn Inbound>> {
+        if !self.incoming.delivered(n) {
             return None;
         }
-        self.unchecked = 0;
-        let (_, target) = self.last.as_ref()?;
+        let (_, target) = self.last.0.as_ref()?;
         (target.queued() > FLOOD_HIGH).then(|| target.clone())
     }
 }
@@ -98,7 +89,7 @@ pub(super) struct DriverDispatch {
     pub(super) peer: Arc<Peer>,
     pub(super) inner: Arc<NodeInner>,
     pub(super) remote: NodeId,
-    pub(super) cache: InboundCache,
+    pub(super) reading: Reading,
     /// The flooded actor that made it hand everything to the reader task,
     /// until it is down to [`FLOOD_LOW`].
     pub(super) flooded: Option<Arc<dyn Inbound>>,
@@ -134,10 +125,10 @@ impl DriverReceive for DriverDispatch {
             };
             let taken =
                 self.peer
-                    .dispatch_run(&self.inner, self.remote, bytes, batch, &mut self.cache);
+                    .dispatch_run(&self.inner, self.remote, bytes, batch, &mut self.reading);
             // A message with a valid header is always delivered (or dead
             // lettered); only other frames fail.
-            if let Some(target) = self.cache.flooded_after(taken.unwrap_or(1)) {
+            if let Some(target) = self.reading.flooded_after(taken.unwrap_or(1)) {
                 // The reader task waits for the actor to drain, and the
                 // queue behind it pushes back on the peer.
                 self.flooded = Some(target);
@@ -147,60 +138,76 @@ impl DriverReceive for DriverDispatch {
     }
 }
 
-/// Messages to one actor delivered together at most: a flooded actor is
-/// noticed after at most this many more (see [`FLOOD_CHECK_EVERY`]).
-const RUN_MAX: usize = FLOOD_CHECK_EVERY as usize;
-
 impl Peer {
     /// Handles one frame, `bytes`, and with it the `MESSAGE` frames after it
-    /// in `queue` that go to the same actor under the same type without a
-    /// receipt: those are decoded and enqueued together (one mailbox lock,
-    /// one wake-up). Returns how many frames it took. `Err` closes the link
-    /// (the peer broke the protocol).
+    /// in `queue` that continue its run (see `session::incoming`). Returns
+    /// how many frames it took. `Err` closes the link (the peer broke the
+    /// protocol).
     pub(super) fn dispatch_run(
         self: &Arc<Self>,
         inner: &Arc<NodeInner>,
         remote: NodeId,
         bytes: Bytes,
         queue: &mut VecDeque<Received>,
-        cache: &mut InboundCache,
+        reading: &mut Reading,
     ) -> Result<usize, CloseCause> {
-        let header = match MessageHeader::parse(&bytes) {
-            Some(Ok(header)) if header.receipt == 0 => header,
-            _ => return self.dispatch(inner, remote, bytes, cache).map(|()| 1),
-        };
-        // The length of the next queued frame's header if it continues the
-        // run (same actor, same type, no receipt).
-        let continues = |queue: &VecDeque<Received>| match queue.front() {
-            Some(Received::Message(next)) => match MessageHeader::parse(next) {
-                Some(Ok(h)) if (h.to, h.type_id, h.receipt) == (header.to, header.type_id, 0) => {
-                    Some(h.len)
-                }
-                _ => None,
-            },
-            _ => None,
-        };
-        let mut payload = bytes;
-        payload.advance(header.len);
-        let Some(mut len) = continues(queue) else {
-            // A lone message (a round trip): no run to gather.
-            self.deliver_message(inner, header, payload, cache, None);
-            return Ok(1);
-        };
-        let mut run = std::mem::take(&mut cache.run);
-        run.push(payload);
-        while let Some(Received::Message(mut payload)) = queue.pop_front() {
-            payload.advance(len);
-            run.push(payload);
-            match continues(queue) {
-                Some(next) if run.len() < RUN_MAX => len = next,
-                _ => break,
+        let Reading { incoming, last } = reading;
+        let taken = match incoming.arrive(bytes, queue)? {
+            Arrival::Run {
+                to,
+                type_id,
+                payloads,
+            } => {
+                let n = payloads.len();
+                self.deliver_run(inner, to, type_id, payloads, last);
+                n
             }
-        }
-        let n = run.len();
-        self.deliver_run(inner, header, &mut run, cache);
-        cache.run = run;
-        Ok(n)
+            Arrival::Message {
+                header,
+                payload,
+                trace,
+            } => {
+                self.deliver_message(inner, header, payload, last, trace);
+                1
+            }
+            Arrival::Named {
+                name,
+                type_id,
+                receipt,
+                payload,
+                trace,
+            } => {
+                self.deliver_named(inner, &name, type_id, receipt, payload, trace);
+                1
+            }
+            Arrival::Sequenced { lane, seq, frame } => {
+                self.resequenced(inner, remote, lane, seq, frame, reading)?;
+                1
+            }
+            Arrival::Control(frame) => {
+                if let Some(message) = self.handle_control(inner, remote, frame)? {
+                    // The session hands back only messages, which the
+                    // incoming half never gives it: delivered all the same.
+                    let mut bytes = bytes::BytesMut::new();
+                    message.encode_into(&mut bytes);
+                    return self.dispatch_run(inner, remote, bytes.freeze(), queue, reading);
+                }
+                1
+            }
+        };
+        Ok(taken)
+    }
+
+    /// Handles one frame alone (no run gathered). `Err` closes the link.
+    pub(super) fn dispatch(
+        self: &Arc<Self>,
+        inner: &Arc<NodeInner>,
+        remote: NodeId,
+        bytes: Bytes,
+        reading: &mut Reading,
+    ) -> Result<(), CloseCause> {
+        self.dispatch_run(inner, remote, bytes, &mut VecDeque::new(), reading)
+            .map(|_| ())
     }
 
     /// Delivers (and drains) `run`, payloads of messages without receipts to
@@ -208,13 +215,13 @@ impl Peer {
     fn deliver_run(
         self: &Arc<Self>,
         inner: &Arc<NodeInner>,
-        header: MessageHeader,
+        to: u64,
+        type_id: u64,
         run: &mut Vec<Bytes>,
-        cache: &mut InboundCache,
+        last: &mut LastTarget,
     ) {
-        let MessageHeader { to, type_id, .. } = header;
         let target = ActorId::new(inner.id, to);
-        let Some(inbound) = cache.lookup(inner, to, type_id) else {
+        let Some(inbound) = last.lookup(inner, to, type_id) else {
             for _ in run.drain(..) {
                 self.deliver_to(inner, to, None, 0, Bytes::new(), None);
             }
@@ -225,60 +232,6 @@ impl Peer {
                 failed_delivery(inner, target, &e);
             });
         });
-    }
-
-    /// Handles one frame. `Err` closes the link (the peer broke the
-    /// protocol).
-    pub(super) fn dispatch(
-        self: &Arc<Self>,
-        inner: &Arc<NodeInner>,
-        remote: NodeId,
-        bytes: Bytes,
-        cache: &mut InboundCache,
-    ) -> Result<(), CloseCause> {
-        // Messages, nearly all traffic, skip building a `WireFrame`.
-        let Some(bytes) = self.deliver_if_message(inner, bytes, cache, None)? else {
-            return Ok(());
-        };
-        let frame = WireFrame::decode(bytes).map_err(ProtocolError::from)?;
-        let Some(message) = self.handle_control(inner, remote, frame)? else {
-            return Ok(());
-        };
-        match message {
-            WireFrame::Message {
-                to,
-                type_id,
-                receipt,
-                payload,
-            } => {
-                let header = MessageHeader {
-                    to,
-                    type_id,
-                    receipt,
-                    len: 0,
-                };
-                self.deliver_message(inner, header, payload, cache, None);
-                Ok(())
-            }
-            WireFrame::Named {
-                name,
-                type_id,
-                receipt,
-                payload,
-            } => {
-                self.deliver_named(inner, &name, type_id, receipt, payload, None);
-                Ok(())
-            }
-            WireFrame::Traced { context, frame } => {
-                self.dispatch_traced(inner, context, frame, cache)
-            }
-            WireFrame::Sequenced { lane, seq, frame } => {
-                self.resequenced(inner, remote, lane, seq, frame, cache)
-            }
-            // `Session::handle_frame` hands back only the four above,
-            // whatever the peer sent: not reachable by any input.
-            other => unreachable!("the session handed back a {} frame", other.name()),
-        }
     }
 
     /// Runs `frame` through the session: control frames update it, and
@@ -404,53 +357,6 @@ impl Peer {
         }
     }
 
-    /// Delivers the `MESSAGE` or `NAMED` frame a `TRACE` frame carries,
-    /// with its trace context. `Err` closes the link.
-    fn dispatch_traced(
-        self: &Arc<Self>,
-        inner: &Arc<NodeInner>,
-        trace: TraceContext,
-        frame: Bytes,
-        cache: &mut InboundCache,
-    ) -> Result<(), CloseCause> {
-        let Some(frame) = self.deliver_if_message(inner, frame, cache, Some(trace))? else {
-            return Ok(());
-        };
-        match WireFrame::decode(frame).map_err(ProtocolError::from)? {
-            WireFrame::Named {
-                name,
-                type_id,
-                receipt,
-                payload,
-            } => {
-                self.deliver_named(inner, &name, type_id, receipt, payload, Some(trace));
-                Ok(())
-            }
-            // `WireFrame::decode` lets only those two through.
-            other => Err(ProtocolError::TracedNonMessage { kind: other.name() }.into()),
-        }
-    }
-
-    /// Delivers `bytes` if it is a `MESSAGE` frame (read in place, no
-    /// [`WireFrame`] built); hands any other frame back. `Err` for a
-    /// malformed message header.
-    fn deliver_if_message(
-        self: &Arc<Self>,
-        inner: &Arc<NodeInner>,
-        bytes: Bytes,
-        cache: &mut InboundCache,
-        trace: Option<TraceContext>,
-    ) -> Result<Option<Bytes>, CloseCause> {
-        let Some(header) = MessageHeader::parse(&bytes) else {
-            return Ok(Some(bytes));
-        };
-        let header = header.map_err(ProtocolError::from)?;
-        let mut payload = bytes;
-        payload.advance(header.len);
-        self.deliver_message(inner, header, payload, cache, trace);
-        Ok(None)
-    }
-
     /// Delivers a `MESSAGE`; consecutive messages to one actor reuse the
     /// cached lookup.
     fn deliver_message(
@@ -458,7 +364,7 @@ impl Peer {
         inner: &Arc<NodeInner>,
         header: MessageHeader,
         payload: Bytes,
-        cache: &mut InboundCache,
+        last: &mut LastTarget,
         trace: Option<TraceContext>,
     ) {
         let MessageHeader {
@@ -467,7 +373,7 @@ impl Peer {
             receipt,
             ..
         } = header;
-        let inbound = cache.lookup(inner, to, type_id);
+        let inbound = last.lookup(inner, to, type_id);
         self.deliver_to(inner, to, inbound, receipt, payload, trace);
     }
 
@@ -569,7 +475,7 @@ impl Peer {
         lane: u8,
         seq: u64,
         frame: Bytes,
-        cache: &mut InboundCache,
+        reading: &mut Reading,
     ) -> Result<(), CloseCause> {
         let Some(lane) = plexus_core::Lane::from_index(lane.into()) else {
             return Err(ProtocolError::UnknownLane(lane).into());
@@ -582,7 +488,7 @@ impl Peer {
             Err(source) => return Err(ProtocolError::Resequencing { lane, source }.into()),
         }
         while let Some(frame) = resequencer.pop() {
-            self.dispatch(inner, remote, frame, cache)?;
+            self.dispatch(inner, remote, frame, reading)?;
         }
         Ok(())
     }

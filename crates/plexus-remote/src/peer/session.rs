@@ -46,6 +46,7 @@ use crate::close::CloseCause;
 use crate::error::LinkError;
 
 mod control;
+pub(crate) mod incoming;
 use control::ControlQueues;
 pub(crate) use control::SessionEvent;
 

@@ -399,7 +399,7 @@ impl Peer {
             peer: self.clone(),
             inner: inner.clone(),
             remote,
-            cache: InboundCache::default(),
+            reading: Reading::default(),
             flooded: None,
         }
     }
@@ -435,7 +435,7 @@ impl Peer {
         mut rx: plexus_transport::LinkReceiver,
         remote: NodeId,
     ) -> CloseCause {
-        let mut cache = InboundCache::default();
+        let mut reading = Reading::default();
         let mut batch = VecDeque::with_capacity(256);
         loop {
             let item = match next_received(&mut rx, &mut batch).await {
@@ -444,9 +444,9 @@ impl Peer {
             };
             match item {
                 Received::Message(bytes) => {
-                    match self.dispatch_run(inner, remote, bytes, &mut batch, &mut cache) {
+                    match self.dispatch_run(inner, remote, bytes, &mut batch, &mut reading) {
                         Ok(taken) => {
-                            if let Some(target) = cache.flooded_after(taken) {
+                            if let Some(target) = reading.flooded_after(taken) {
                                 wait_drained(&target).await;
                             }
                         }
@@ -470,7 +470,7 @@ impl Peer {
         remote: NodeId,
     ) {
         let _release = ImportRelease(self.clone());
-        let mut cache = InboundCache::default();
+        let mut reading = Reading::default();
         // Everything received so far, taken in one go: consecutive messages
         // to one actor are delivered together (`dispatch_run`).
         let mut batch = VecDeque::with_capacity(256);
@@ -481,7 +481,7 @@ impl Peer {
             };
             match item {
                 Received::Message(bytes) => {
-                    let taken = self.dispatch_run(&inner, remote, bytes, &mut batch, &mut cache);
+                    let taken = self.dispatch_run(&inner, remote, bytes, &mut batch, &mut reading);
                     if let Err(cause) = taken {
                         // A goodbye is the peer's orderly leave; anything
                         // else it sent that ends the link is a fault.
@@ -501,7 +501,7 @@ impl Peer {
                                     while let Some(r) = batch.pop_front() {
                                         if let Received::Message(bytes) = r {
                                             let _ =
-                                                self.dispatch(&inner, remote, bytes, &mut cache);
+                                                self.dispatch(&inner, remote, bytes, &mut reading);
                                         }
                                     }
                                     if rx.recv_batch(&mut batch).await.is_err() {
@@ -513,7 +513,7 @@ impl Peer {
                         }
                         break 'read cause;
                     }
-                    if let Some(target) = cache.flooded_after(taken.unwrap_or(1)) {
+                    if let Some(target) = reading.flooded_after(taken.unwrap_or(1)) {
                         wait_drained(&target).await;
                     }
                 }
