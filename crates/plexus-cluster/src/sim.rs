@@ -1,5 +1,5 @@
 //! Cluster members in the simulator (`plexus-sim`): the adapter that makes a
-//! [`Membership`] a simulated [`Process`], and [`ClusterSim`], a cluster of
+//! [`Membership`] a simulated process ([`Protocol`]), and [`ClusterSim`], a cluster of
 //! them with the helpers tests and the `cluster-sim` benchmark share.
 //!
 //! Member `i` has the address `sim:i`.
@@ -19,7 +19,7 @@
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use plexus_sim::{Address, LinkModel, Process, Sim};
+use plexus_sim::{Address, LinkModel, Protocol, Sim};
 
 use crate::config::ClusterConfig;
 use crate::event::ClusterEvent;
@@ -44,7 +44,8 @@ pub struct SimMember {
     pub membership: Membership,
 }
 
-impl Process for SimMember {
+impl Protocol for SimMember {
+    type Address = Address;
     type Event = ClusterEvent;
 
     fn handle_packet(&mut self, now: Instant, _from: Address, packet: Bytes) {

@@ -30,7 +30,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use plexus_sim::{Address, LinkModel, Process, Sim};
+use plexus_sim::{Address, LinkModel, Protocol, Sim};
 
 use crate::crdt::{Crdt, ReplicaId};
 use crate::replicator::{
@@ -76,7 +76,8 @@ impl SimReplica {
     }
 }
 
-impl Process for SimReplica {
+impl Protocol for SimReplica {
+    type Address = Address;
     type Event = Event;
 
     fn handle_packet(&mut self, now: Instant, _from: Address, packet: Bytes) {

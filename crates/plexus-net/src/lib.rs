@@ -28,6 +28,11 @@
 //! `ALGORITHM.md`. The [`sim`]
 //! module moves frames between stacks on virtual time over a seeded lossy
 //! link, for deterministic tests.
+//!
+//! [`Protocol`] is the shape of a whole sans-IO endpoint above the stack (a
+//! cluster member, a replicator, a user's protocol): one trait that both
+//! the simulator (`plexus-sim`) and the node's driver
+//! (`plexus_remote::driver`) run.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 // A refused send hands its frame back by value (no allocation under
@@ -42,6 +47,7 @@ pub mod layer;
 pub mod layers;
 pub mod options;
 pub mod phi;
+pub mod protocol;
 pub mod registry;
 pub mod sim;
 pub mod spec;
@@ -56,6 +62,7 @@ pub use frame::Frame;
 pub use guarantees::{GuaranteeEffect, Guarantees};
 pub use layer::{DataUnit, Interface, Layer, LinkContext, LinkEvent, Output};
 pub use options::{LayerOption, LayerOptions, OptionError};
+pub use protocol::Protocol;
 pub use registry::{ConfigConstructor, LayerConfig, LayerConstructor, LayerFactory, LayerRegistry};
 pub use spec::{SpecError, StackSpec, TransportProfile};
 pub use stack::{Stack, StackStats};

@@ -11,8 +11,10 @@
 //!   crashes, restarts and stalls; all randomness from one seed
 //! ```
 //!
-//! A [`Process`] is any sans-IO protocol endpoint: a cluster member, a CRDT
-//! replicator, a user's own protocol. The simulator moves the packets it
+//! A process is any sans-IO protocol endpoint ([`Protocol`], from
+//! `plexus-net`, with [`Address`] as its address): a cluster member, a CRDT
+//! replicator, a user's own protocol. The same trait runs on a node under
+//! `plexus_remote::driver`. The simulator moves the packets it
 //! transmits to their addressees after the link's delay (or drops them),
 //! wakes it at its deadlines, and records the events it raises with the
 //! virtual time they happened at. Time jumps from event to event, so an
@@ -38,12 +40,13 @@
 //! ```
 //! use std::time::{Duration, Instant};
 //! use bytes::Bytes;
-//! use plexus_sim::{Address, LinkModel, Process, Sim};
+//! use plexus_sim::{Address, LinkModel, Protocol, Sim};
 //!
 //! /// Answers every packet with the same bytes.
 //! struct Echo { out: Vec<(Address, Bytes)>, heard: u32 }
 //!
-//! impl Process for Echo {
+//! impl Protocol for Echo {
+//!     type Address = Address;
 //!     type Event = u32;
 //!     fn handle_packet(&mut self, _now: Instant, from: Address, packet: Bytes) {
 //!         self.heard += 1;
@@ -79,32 +82,16 @@ use bytes::Bytes;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
+pub use plexus_net::protocol::Protocol;
 pub use plexus_net::sim::LinkModel;
 pub use seeds::{check_seeds, SEED_VARIABLE};
 
-/// A process's address in a [`Sim`]: the index it was added at.
+/// A process's address in a [`Sim`]: the index it was added at. A
+/// simulated process is a [`Protocol`] with this address; the simulator
+/// calls `handle_packet` / `handle_timeout`, then drains `poll_transmit`
+/// and `poll_event`, then reads `poll_timeout` (the order a real driver
+/// uses).
 pub type Address = usize;
-
-/// A sans-IO endpoint the simulator can drive.
-///
-/// The simulator calls `handle_packet` / `handle_timeout`, then drains
-/// `poll_transmit` and `poll_event`, then reads `poll_timeout`; the order a
-/// real driver would use.
-pub trait Process {
-    /// What the process reports (recorded in the trace with its time).
-    type Event: fmt::Debug;
-
-    /// A packet from `from` arrived at `now`.
-    fn handle_packet(&mut self, now: Instant, from: Address, packet: Bytes);
-    /// `now` reached (or passed) the deadline of [`Process::poll_timeout`].
-    fn handle_timeout(&mut self, now: Instant);
-    /// The next packet to send, if any.
-    fn poll_transmit(&mut self) -> Option<(Address, Bytes)>;
-    /// The next instant the process wants to be woken at.
-    fn poll_timeout(&self) -> Option<Instant>;
-    /// The next event to report, if any.
-    fn poll_event(&mut self) -> Option<Self::Event>;
-}
 
 /// An event a process raised, with the virtual time since the start.
 #[derive(Debug, Clone, PartialEq)]
@@ -151,7 +138,10 @@ struct Slot<P> {
 }
 
 /// The simulator. See the [crate docs](crate).
-pub struct Sim<P: Process> {
+pub struct Sim<P: Protocol<Address = Address>>
+where
+    P::Event: fmt::Debug,
+{
     seed: u64,
     start: Instant,
     now: Instant,
@@ -170,7 +160,10 @@ pub struct Sim<P: Process> {
     record_trace: bool,
 }
 
-impl<P: Process> fmt::Debug for Sim<P> {
+impl<P: Protocol<Address = Address>> fmt::Debug for Sim<P>
+where
+    P::Event: fmt::Debug,
+{
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Sim")
             .field("seed", &self.seed)
@@ -181,7 +174,10 @@ impl<P: Process> fmt::Debug for Sim<P> {
     }
 }
 
-impl<P: Process> Sim<P> {
+impl<P: Protocol<Address = Address>> Sim<P>
+where
+    P::Event: fmt::Debug,
+{
     /// An empty simulation whose randomness comes from `seed`, with `model`
     /// on every link (change one with [`Sim::set_link`]).
     pub fn new(seed: u64, model: LinkModel) -> Self {

@@ -22,7 +22,8 @@ impl Chatter {
     }
 }
 
-impl Process for Chatter {
+impl Protocol for Chatter {
+    type Address = Address;
     type Event = (Address, u32);
 
     fn handle_packet(&mut self, _now: Instant, from: Address, packet: Bytes) {

@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use plexus_sim::{check_seeds, Address, LinkModel, Process, Sim};
+use plexus_sim::{check_seeds, Address, LinkModel, Protocol, Sim};
 
 use super::*;
 use crate::config::ClusterConfig;
@@ -77,7 +77,8 @@ impl Viewed {
     }
 }
 
-impl Process for Viewed {
+impl Protocol for Viewed {
+    type Address = Address;
     type Event = ();
 
     fn handle_packet(&mut self, now: Instant, _from: Address, packet: Bytes) {

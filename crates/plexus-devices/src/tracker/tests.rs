@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use plexus_cluster::Ring;
-use plexus_sim::{Address, LinkModel, Process, Sim};
+use plexus_sim::{Address, LinkModel, Protocol, Sim};
 
 use super::*;
 use crate::config::SessionConfig;
@@ -60,7 +60,8 @@ impl P {
     }
 }
 
-impl Process for P {
+impl Protocol for P {
+    type Address = Address;
     type Event = Ev;
 
     fn handle_packet(&mut self, now: Instant, _from: Address, packet: Bytes) {
