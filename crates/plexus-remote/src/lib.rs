@@ -30,6 +30,7 @@ mod config;
 mod context;
 #[cfg(feature = "tls")]
 pub mod dev_certs;
+pub mod driver;
 mod error;
 mod forged;
 #[doc(hidden)]
