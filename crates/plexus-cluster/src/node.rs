@@ -1,12 +1,14 @@
-//! The cluster on a Plexus node: the tokio driver of a [`Membership`].
+//! The cluster on a Plexus node: a [`Membership`] run by the node's
+//! protocol driver (`plexus_remote::driver`).
 //!
 //! ```text
 //!   subscribers (ActorRef<ClusterUpdate>)   Cluster (handle: members, owners, leave)
 //!            ▲                                        │ commands
 //!   ─────────┼────────────────────────────────────────▼──────────────────
-//!   driver task: packets and deadlines into the Membership, its packets
-//!   out through refs forged to `<member address>/plexus.cluster` (one per
-//!   member life, watched: a failure to reach a member goes back in)
+//!   driver task (plexus_remote::driver, with the host in `host.rs`):
+//!   packets and deadlines into the Membership, its packets out through
+//!   refs forged to `<member address>/plexus.cluster` (one per member
+//!   life, watched: a failure to reach a member goes back in)
 //!   ─────────────────────────────────────────────────────────────────────
 //!   Node: the actor `plexus.cluster` receives packets over the node's
 //!   links, on whatever scheme the member addresses use (tcp, udp with its
@@ -18,18 +20,17 @@
 //! are ordinary remote messages to the published actor `plexus.cluster`;
 //! the node's handshake has already checked the cookie (and, over TLS, that
 //! the peer's certificate comes from the cluster's CA), and the packet
-//! itself carries the cluster name. The driver is thin: it moves bytes
-//! between the node and the state machine and sleeps until its next
-//! deadline.
+//! itself carries the cluster name. The driver is the node's one driver of
+//! sans-IO protocols: it moves bytes between the node and the state
+//! machine and sleeps until its next deadline.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use bytes::Bytes;
-
-use plexus_core::{ActorRef, ExitReason, SystemRef};
+use plexus_core::{ActorRef, SystemRef};
+use plexus_remote::driver::{self, Input, Inputs};
 use plexus_remote::Node;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{oneshot, watch};
 use tracing::Instrument as _;
 
 use crate::config::{ClusterConfig, ConfigError};
@@ -41,9 +42,12 @@ use crate::membership::{Membership, MembershipStats};
 use crate::ring::Ring;
 use crate::view::View;
 
+mod host;
+mod protocol;
 mod routes;
 
-use routes::{Failure, Routes};
+use host::{ClusterHost, Command};
+use routes::Routes;
 
 /// The name the cluster's actor is published under on every member node.
 pub const ACTOR_NAME: &str = "plexus.cluster";
@@ -90,12 +94,6 @@ pub enum StartError {
     Publish(#[from] plexus_remote::PublishError),
 }
 
-enum Command {
-    Subscribe(ActorRef<ClusterUpdate>),
-    Leave(oneshot::Sender<()>),
-    Down(Arc<str>, oneshot::Sender<Result<(), DownError>>),
-}
-
 #[derive(Debug)]
 struct Snapshot {
     local: Member,
@@ -109,7 +107,7 @@ struct Snapshot {
 /// [`Cluster::leave`] to leave gracefully.
 #[derive(Debug)]
 pub struct Cluster {
-    commands: mpsc::UnboundedSender<Command>,
+    commands: Inputs<protocol::Peer, Command>,
     snapshot: Arc<Mutex<Snapshot>>,
     task: tokio::task::AbortHandle,
     replication_factor: usize,
@@ -188,10 +186,10 @@ impl Cluster {
             Some(_) => Membership::with_discovery(config, address, incarnation, now)?,
             None => Membership::new(config, address, incarnation, now)?,
         };
-        let rerun = discovery.map(|d| Rerun::new(d, join_retry));
-        let (packets_tx, packets) = mpsc::unbounded_channel::<Bytes>();
+        let (commands, inputs) = tokio::sync::mpsc::unbounded_channel();
+        let packets = commands.clone();
         let inbox = system.spawn_fn(move |ClusterPacket(bytes), _ctx| {
-            let _ = packets_tx.send(bytes);
+            let _ = packets.send(Input::Command(Command::Packet(bytes)));
         });
         node.publish(&inbox, ACTOR_NAME)?;
         let snapshot = Arc::new(Mutex::new(Snapshot {
@@ -207,31 +205,44 @@ impl Cluster {
             membership.config().vnodes_per_weight,
             membership.config().lookup_probes,
         );
-        let (commands, commands_rx) = mpsc::unbounded_channel();
-        let (failures_tx, failures) = mpsc::unbounded_channel();
-        let driver = Driver {
-            membership,
-            node: node.clone(),
-            routes: Routes::new(failures_tx),
-            subscribers: Vec::new(),
-            snapshot: Arc::clone(&snapshot),
-            view,
-            formed: None,
-            leaving: Vec::new(),
-            inbox,
-        };
         // Joins, member state changes and split-brain decisions are logged
         // in this span: which node and which member decided.
         let span = tracing::info_span!(
             target: "plexus::cluster",
             "cluster",
             node = %node.id(),
-            member = %driver.membership.local().address,
+            member = %membership.local().address,
         );
+        let (joining, wanted) = watch::channel(membership.local().state == MemberState::Joining);
+        if let Some(discovery) = discovery {
+            // Ends when the driver does (its `joining` sender is dropped).
+            let found = commands.clone();
+            let feed = Rerun::new(discovery, join_retry).feed(wanted, move |answer| {
+                found
+                    .send(Input::Command(Command::Discovered(answer)))
+                    .is_ok()
+            });
+            tokio::spawn(feed.instrument(span.clone()));
+        }
+        let host = ClusterHost {
+            node: node.clone(),
+            routes: Routes::new(commands.clone()),
+            subscribers: Vec::new(),
+            snapshot: Arc::clone(&snapshot),
+            view,
+            formed: None,
+            leaving: Vec::new(),
+            events: Vec::new(),
+            joining,
+            inbox,
+        };
         let task = tokio::spawn(
-            driver
-                .run(packets, commands_rx, failures, rerun)
-                .instrument(span),
+            async move {
+                let (_, host) =
+                    driver::run(protocol::MembershipProtocol(membership), host, inputs).await;
+                host.close();
+            }
+            .instrument(span),
         )
         .abort_handle();
         Ok(Cluster {
@@ -241,6 +252,11 @@ impl Cluster {
             replication_factor,
             name,
         })
+    }
+
+    /// Whether the driver took `command` (false: it stopped).
+    fn send(&self, command: Command) -> bool {
+        self.commands.send(Input::Command(command)).is_ok()
     }
 
     fn snapshot(&self) -> std::sync::MutexGuard<'_, Snapshot> {
@@ -289,14 +305,14 @@ impl Cluster {
     /// with [`ClusterEvent::Subscribed`], then [`ClusterEvent::Formed`] if
     /// this member formed the cluster already (in its current life).
     pub fn subscribe(&self, subscriber: ActorRef<ClusterUpdate>) {
-        let _ = self.commands.send(Command::Subscribe(subscriber));
+        self.send(Command::Subscribe(subscriber));
     }
 
     /// Leaves gracefully: the member is `Leaving` while the others hear of
     /// it, then `Removed`. Returns when it left.
     pub async fn leave(&self) {
         let (tx, rx) = oneshot::channel();
-        if self.commands.send(Command::Leave(tx)).is_ok() {
+        if self.send(Command::Leave(tx)) {
             let _ = rx.await;
         }
     }
@@ -311,214 +327,9 @@ impl Cluster {
     /// member has stopped.
     pub async fn down(&self, address: &str) -> Result<(), DownError> {
         let (tx, rx) = oneshot::channel();
-        self.commands
-            .send(Command::Down(address.into(), tx))
-            .map_err(|_| DownError::Stopped)?;
+        if !self.send(Command::Down(address.into(), tx)) {
+            return Err(DownError::Stopped);
+        }
         rx.await.unwrap_or(Err(DownError::Stopped))
-    }
-}
-
-struct Driver {
-    membership: Membership,
-    node: Node,
-    routes: Routes,
-    subscribers: Vec<ActorRef<ClusterUpdate>>,
-    snapshot: Arc<Mutex<Snapshot>>,
-    /// The members as the updates sent so far left them.
-    view: View,
-    /// The `Formed` event of this life, replayed to later subscribers.
-    formed: Option<ClusterEvent>,
-    leaving: Vec<oneshot::Sender<()>>,
-    /// Kept alive as long as the driver runs.
-    inbox: ActorRef<ClusterPacket>,
-}
-
-impl Driver {
-    async fn run(
-        mut self,
-        mut packets: mpsc::UnboundedReceiver<Bytes>,
-        mut commands: mpsc::UnboundedReceiver<Command>,
-        mut failures: mpsc::UnboundedReceiver<Failure>,
-        mut rerun: Option<Rerun>,
-    ) {
-        loop {
-            self.flush();
-            if self.membership.is_stopped() {
-                for l in self.leaving.drain(..) {
-                    let _ = l.send(());
-                }
-                self.node.unpublish(ACTOR_NAME);
-                self.inbox.stop();
-                return;
-            }
-            let deadline = self
-                .membership
-                .poll_timeout()
-                .map(tokio::time::Instant::from_std);
-            let sleep = async {
-                match deadline {
-                    Some(d) => tokio::time::sleep_until(d).await,
-                    None => std::future::pending().await,
-                }
-            };
-            // Discovery runs while the member joins (its errors name what
-            // was asked).
-            let joining = self.membership.local().state == MemberState::Joining;
-            tokio::select! {
-                found = async {
-                    match rerun.as_mut() {
-                        Some(r) => r.next(joining).await,
-                        None => std::future::pending().await,
-                    }
-                } => {
-                    let now = tokio::time::Instant::now().into_std();
-                    match found {
-                        Ok(seeds) => {
-                            tracing::debug!(target: "plexus::cluster", ?seeds, "discovered seeds");
-                            self.membership.set_seeds(now, seeds.into_iter().map(Arc::from).collect());
-                        }
-                        Err(e) => {
-                            let retry = self.membership.config().join_retry;
-                            tracing::warn!(target: "plexus::cluster", error = %e, ?retry, "discovery failed; trying again");
-                        }
-                    }
-                }
-                Some((address, number, down)) = failures.recv() => {
-                    if self.routes.is_current(&address, number) {
-                        let now = tokio::time::Instant::now().into_std();
-                        self.on_route_failed(now, &address, down.reason);
-                    }
-                }
-                packet = packets.recv() => {
-                    let Some(bytes) = packet else { return };
-                    let now = tokio::time::Instant::now().into_std();
-                    if let Err(e) = self.membership.handle_packet(now, &bytes) {
-                        tracing::warn!(target: "plexus::cluster", error = %e, "refused a membership packet");
-                    }
-                }
-                command = commands.recv() => match command {
-                    Some(Command::Subscribe(s)) => {
-                        let local = self.membership.local().clone();
-                        self.publish_to(&s, ClusterEvent::Subscribed { local });
-                        if let Some(formed) = &self.formed {
-                            self.publish_to(&s, formed.clone());
-                        }
-                        self.subscribers.push(s);
-                    }
-                    Some(Command::Leave(done)) => {
-                        self.leaving.push(done);
-                        self.membership.leave(tokio::time::Instant::now().into_std());
-                    }
-                    Some(Command::Down(address, done)) => {
-                        let now = tokio::time::Instant::now().into_std();
-                        let _ = done.send(self.membership.down(now, &address));
-                    }
-                    // The Cluster handle was dropped: stop without leaving.
-                    None => return,
-                },
-                () = sleep => {
-                    self.membership.handle_timeout(tokio::time::Instant::now().into_std());
-                }
-            }
-        }
-    }
-
-    /// The ref kept for a member died: tell the membership why, if the
-    /// link failed (a member whose cluster actor stopped left, or its node
-    /// shut down: not a failure).
-    fn on_route_failed(&mut self, now: std::time::Instant, address: &str, reason: ExitReason) {
-        match reason {
-            ExitReason::NodeDown { cause, .. } => {
-                self.membership.handle_unreachable(
-                    now,
-                    address,
-                    &format_args!("link lost: {cause}"),
-                );
-            }
-            ExitReason::Failed(why) => self.membership.handle_unreachable(now, address, &why),
-            other => {
-                tracing::debug!(target: "plexus::cluster", member = %address, reason = %other, "a member's cluster actor stopped");
-            }
-        }
-    }
-
-    fn flush(&mut self) {
-        while let Some(t) = self.membership.poll_transmit() {
-            match self.routes.get(&self.node, &t.to, t.heard_life) {
-                Ok(to) => to.tell(ClusterPacket(t.packet)),
-                Err(e) => {
-                    let now = tokio::time::Instant::now().into_std();
-                    self.membership.handle_unreachable(now, &t.to, &e);
-                }
-            }
-        }
-        let events: Vec<ClusterEvent> =
-            std::iter::from_fn(|| self.membership.poll_event()).collect();
-        // After the events: draining them counts the downings.
-        let stats = self.membership.stats();
-        self.snapshot
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .stats = stats;
-        let Some(last) = events.len().checked_sub(1) else {
-            return;
-        };
-        // The state machine applied the whole batch before its events are
-        // drained: the handle's snapshot is as of the last one, and each
-        // event goes out with the view as it leaves it (`View`).
-        self.refresh_snapshot();
-        for (i, event) in events.into_iter().enumerate() {
-            tracing::info!(target: "plexus::cluster", "{event}");
-            match event {
-                ClusterEvent::Formed { .. } => self.formed = Some(event.clone()),
-                ClusterEvent::SelfDowned { .. }
-                | ClusterEvent::Rejoining { .. }
-                | ClusterEvent::Left => self.formed = None,
-                _ => {}
-            }
-            let update = if i == last {
-                let s = self.snapshot.lock().unwrap_or_else(PoisonError::into_inner);
-                self.view
-                    .reset(s.local.clone(), s.members.to_vec(), Arc::clone(&s.ring));
-                ClusterUpdate {
-                    event,
-                    local: s.local.clone(),
-                    members: Arc::clone(&s.members),
-                    ring: Arc::clone(&s.ring),
-                }
-            } else if self.subscribers.is_empty() {
-                continue;
-            } else {
-                self.view.apply(&event);
-                ClusterUpdate {
-                    event,
-                    local: self.view.local().clone(),
-                    members: self.view.members().into(),
-                    ring: Arc::clone(self.view.ring()),
-                }
-            };
-            for s in &self.subscribers {
-                s.tell(update.clone());
-            }
-        }
-        self.subscribers.retain(ActorRef::is_alive);
-    }
-
-    fn refresh_snapshot(&mut self) {
-        let ring = Arc::clone(self.membership.ring());
-        let mut s = self.snapshot.lock().unwrap_or_else(PoisonError::into_inner);
-        s.local = self.membership.local().clone();
-        s.members = self.membership.members().into();
-        s.ring = ring;
-    }
-
-    fn publish_to(&self, subscriber: &ActorRef<ClusterUpdate>, event: ClusterEvent) {
-        let s = self.snapshot.lock().unwrap_or_else(PoisonError::into_inner);
-        subscriber.tell(ClusterUpdate {
-            event,
-            local: s.local.clone(),
-            members: Arc::clone(&s.members),
-            ring: Arc::clone(&s.ring),
-        });
     }
 }

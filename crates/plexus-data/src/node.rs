@@ -1,14 +1,16 @@
-//! The replicator on a Plexus node: the tokio driver of a [`Replicator`]
-//! beside the node's cluster member.
+//! The replicator on a Plexus node: a [`Replicator`] beside the node's
+//! cluster member, run by the node's protocol driver
+//! (`plexus_remote::driver`).
 //!
 //! ```text
 //!   Replication (handle): update / get (async, typed), subscribe, stats
 //!   ─────────────────────────────────────────────────────────────────────
-//!   driver task: packets, commands, cluster updates and deadlines into the
-//!   Replicator; its packets out through refs forged to
-//!   `<member address>/plexus.data`; store batches to a writer thread
-//!   (redb, one fsynced transaction per batch, the next batch collecting
-//!   meanwhile) and their completions back
+//!   driver task (plexus_remote::driver, with the host in `host.rs`):
+//!   packets, jobs, cluster updates and deadlines into the Replicator; its
+//!   packets out through refs forged to `<member address>/plexus.data`;
+//!   store batches to a writer thread (`writer.rs`: redb, one fsynced
+//!   transaction per batch, the next batch collecting meanwhile) and their
+//!   completions back
 //!   ─────────────────────────────────────────────────────────────────────
 //!   Node: the actor `plexus.data` receives packets over the node's links;
 //!   Cluster: its updates give the member list
@@ -20,22 +22,28 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use bytes::Bytes;
-use plexus_cluster::{Cluster, ClusterUpdate, MemberState};
-
+use plexus_cluster::{Cluster, ClusterUpdate};
 use plexus_core::{ActorRef, SystemRef};
+use plexus_remote::driver::{self, Input, Inputs};
 use plexus_remote::{ForgedRefs, Node};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tracing::Instrument as _;
 
 use crate::crdt::{Crdt, ReplicaId};
 use crate::replicator::{
-    Consistency, Event, GetError, Key, Replicator, ReplicatorConfig, ReplicatorStats, RequestId,
-    StoreBatch, UpdateError,
+    Consistency, GetError, Key, Replicator, ReplicatorConfig, ReplicatorStats, UpdateError,
 };
-use crate::store::{DurableStore, LoadError, WriteError};
+use crate::store::{DurableStore, LoadError};
+
+mod host;
+mod protocol;
+mod writer;
+
+use host::{Command, DataHost, Job, Notify};
+use protocol::ReplicatorProtocol;
+use writer::Writer;
 
 /// The name the replicator's actor is published under on every member.
 pub const ACTOR_NAME: &str = "plexus.data";
@@ -87,13 +95,11 @@ pub enum StartError {
     },
 }
 
-type Job = Box<dyn FnOnce(&mut Driver, Instant) + Send>;
-
 /// A running replicator on a node. Clones share it; it stops when the last
 /// clone is dropped (or at [`Replication::stop`]).
 #[derive(Debug, Clone)]
 pub struct Replication {
-    jobs: mpsc::UnboundedSender<Job>,
+    jobs: Inputs<Arc<str>, Command>,
     _task: Arc<TaskGuard>,
 }
 
@@ -142,28 +148,27 @@ impl Replication {
         let now = tokio::time::Instant::now().into_std();
         let mut replicator =
             Replicator::new(config, Arc::clone(&local.address), local.incarnation, now);
+        let (jobs, inputs) = tokio::sync::mpsc::unbounded_channel();
         let writer = match store {
             Some(store) => {
                 for error in replicator.recover(store.load()?) {
                     tracing::warn!(target: "plexus::data", %error, "durable record not recovered");
                 }
-                Some(Writer::spawn(store))
+                Some(Writer::spawn(store, jobs.clone()))
             }
             None => None,
         };
-        let (packets_tx, packets) = mpsc::unbounded_channel::<Bytes>();
+        let packets = jobs.clone();
         let inbox = system.spawn_fn(move |DataPacket(bytes), _ctx| {
-            let _ = packets_tx.send(bytes);
+            let _ = packets.send(Input::Command(Command::Packet(bytes)));
         });
         node.publish(&inbox, ACTOR_NAME)?;
-        let (updates_tx, updates) = mpsc::unbounded_channel::<ClusterUpdate>();
+        let updates = jobs.clone();
         let watcher = system.spawn_fn(move |update: ClusterUpdate, _ctx| {
-            let _ = updates_tx.send(update);
+            let _ = updates.send(Input::Command(Command::Cluster(update)));
         });
         cluster.subscribe(watcher.clone());
-        let (jobs, jobs_rx) = mpsc::unbounded_channel();
-        let driver = Driver {
-            replicator,
+        let host = DataHost {
             node: node.clone(),
             refs: ForgedRefs::default(),
             updates_waiting: HashMap::new(),
@@ -178,8 +183,14 @@ impl Replication {
         };
         // Rounds, refusals and store failures are logged in this span.
         let span = tracing::info_span!(target: "plexus::data", "replicator", node = %node.id());
-        let task =
-            tokio::spawn(driver.run(packets, updates, jobs_rx).instrument(span)).abort_handle();
+        let task = tokio::spawn(
+            async move {
+                let (_, host) = driver::run(ReplicatorProtocol(replicator), host, inputs).await;
+                host.close().await;
+            }
+            .instrument(span),
+        )
+        .abort_handle();
         Ok(Self {
             jobs,
             _task: Arc::new(TaskGuard(task)),
@@ -187,14 +198,14 @@ impl Replication {
     }
 
     fn job(&self, job: Job) {
-        let _ = self.jobs.send(job);
+        let _ = self.jobs.send(Input::Command(Command::Job(job)));
     }
 
     /// Registers `T` (see [`Replicator::register`]): do it at start for
     /// every type this member replicates, so it merges and acknowledges
     /// them before it uses a key of them itself.
     pub fn register<T: Crdt>(&self) {
-        self.job(Box::new(|d, _| d.replicator.register::<T>()));
+        self.job(Box::new(|_, r, _| r.register::<T>()));
     }
 
     /// Updates `key`: `modify` gets the state and this member's replica id
@@ -217,12 +228,9 @@ impl Replication {
     {
         let (tx, rx) = oneshot::channel();
         let k = key.clone();
-        self.job(Box::new(move |d, now| {
-            let me = d.replicator.replica();
-            match d
-                .replicator
-                .update(now, &k, level, timeout, |s| modify(s, me))
-            {
+        self.job(Box::new(move |d, r, now| {
+            let me = r.replica();
+            match r.update(now, &k, level, timeout, |s| modify(s, me)) {
                 Ok(request) => {
                     d.updates_waiting.insert(request, tx);
                 }
@@ -251,8 +259,8 @@ impl Replication {
     ) -> Result<Option<T>, GetError> {
         let (tx, rx) = oneshot::channel::<Result<Option<T>, GetError>>();
         let k = key.clone();
-        self.job(Box::new(move |d, now| {
-            match d.replicator.get(now, &k, level, timeout) {
+        self.job(Box::new(move |d, r, now| {
+            match r.get(now, &k, level, timeout) {
                 Ok(request) => {
                     d.gets_waiting.insert(
                         request,
@@ -278,8 +286,8 @@ impl Replication {
     /// every change, until the subscriber stops.
     pub fn subscribe<T: Crdt>(&self, key: &Key<T>, subscriber: ActorRef<Changed<T>>) {
         let k = key.clone();
-        self.job(Box::new(move |d, _| {
-            d.replicator.register::<T>();
+        self.job(Box::new(move |d, r, _| {
+            r.register::<T>();
             let name = Arc::clone(k.name());
             let notify: Notify = Box::new(move |r: &Replicator| {
                 if !subscriber.is_alive() {
@@ -293,7 +301,7 @@ impl Replication {
                 }
                 true
             });
-            notify(&d.replicator);
+            notify(r);
             d.subscribers.entry(name).or_default().push(notify);
         }));
     }
@@ -301,8 +309,8 @@ impl Replication {
     /// The replicator's counters.
     pub async fn stats(&self) -> ReplicatorStats {
         let (tx, rx) = oneshot::channel();
-        self.job(Box::new(move |d, _| {
-            let _ = tx.send(d.replicator.stats());
+        self.job(Box::new(move |_, r, _| {
+            let _ = tx.send(r.stats());
         }));
         rx.await.unwrap_or_default()
     }
@@ -312,224 +320,16 @@ impl Replication {
     /// can be opened again) when this returns.
     pub async fn stop(self) {
         let (tx, rx) = oneshot::channel();
-        self.job(Box::new(move |d, _| d.stopping = Some(tx)));
+        self.job(Box::new(move |d, _, _| d.stopping = Some(tx)));
         let _ = rx.await;
     }
 
     /// This member's replica id.
     pub async fn replica(&self) -> Option<ReplicaId> {
         let (tx, rx) = oneshot::channel();
-        self.job(Box::new(move |d, _| {
-            let _ = tx.send(d.replicator.replica());
+        self.job(Box::new(move |_, r, _| {
+            let _ = tx.send(r.replica());
         }));
         rx.await.ok()
-    }
-}
-
-type Notify = Box<dyn Fn(&Replicator) -> bool + Send>;
-type GetDone = Box<dyn FnOnce(&Replicator, Result<(), GetError>) + Send>;
-
-/// The store's writer thread: batches in, written batch ids out.
-struct Writer {
-    batches: std::sync::mpsc::Sender<StoreBatch>,
-    done: mpsc::UnboundedReceiver<Result<u64, WriteError>>,
-    thread: std::thread::JoinHandle<()>,
-}
-
-impl Writer {
-    fn spawn(store: DurableStore) -> Self {
-        let (batches, rx) = std::sync::mpsc::channel::<StoreBatch>();
-        let (done_tx, done) = mpsc::unbounded_channel();
-        let thread = std::thread::Builder::new()
-            .name("plexus-data-store".into())
-            .spawn(move || {
-                while let Ok(batch) = rx.recv() {
-                    let result = store.write(&batch).map(|()| batch.id);
-                    if done_tx.send(result).is_err() {
-                        return;
-                    }
-                }
-            })
-            .expect("spawning the store's writer thread");
-        Self {
-            batches,
-            done,
-            thread,
-        }
-    }
-
-    /// Waits for the batch being written and closes the store.
-    async fn close(self) {
-        drop(self.batches);
-        let _ = tokio::task::spawn_blocking(move || self.thread.join()).await;
-    }
-}
-
-struct Driver {
-    replicator: Replicator,
-    node: Node,
-    refs: ForgedRefs<DataPacket>,
-    updates_waiting: HashMap<RequestId, oneshot::Sender<Result<(), UpdateError>>>,
-    gets_waiting: HashMap<RequestId, GetDone>,
-    subscribers: HashMap<Arc<str>, Vec<Notify>>,
-    writer: Option<Writer>,
-    /// A batch is being written.
-    writing: bool,
-    /// This member was downed; it starts a new life when it is back.
-    downed: bool,
-    /// `stop` was called: told when the store is closed.
-    stopping: Option<oneshot::Sender<()>>,
-    /// Kept alive as long as the driver runs.
-    inbox: ActorRef<DataPacket>,
-    watcher: ActorRef<ClusterUpdate>,
-}
-
-impl Driver {
-    async fn run(
-        mut self,
-        mut packets: mpsc::UnboundedReceiver<Bytes>,
-        mut updates: mpsc::UnboundedReceiver<ClusterUpdate>,
-        mut jobs: mpsc::UnboundedReceiver<Job>,
-    ) {
-        loop {
-            self.flush();
-            if self.stopping.is_some() {
-                break;
-            }
-            let deadline = self
-                .replicator
-                .poll_timeout()
-                .map(tokio::time::Instant::from_std);
-            let sleep = async {
-                match deadline {
-                    Some(d) => tokio::time::sleep_until(d).await,
-                    None => std::future::pending().await,
-                }
-            };
-            let stored = async {
-                match self.writer.as_mut() {
-                    Some(w) => w.done.recv().await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                packet = packets.recv() => {
-                    let Some(bytes) = packet else { break };
-                    let now = tokio::time::Instant::now().into_std();
-                    if let Err(e) = self.replicator.handle_packet(now, &bytes) {
-                        tracing::warn!(target: "plexus::data", error = %e, "refused a replicator packet");
-                    }
-                }
-                update = updates.recv() => {
-                    let Some(update) = update else { break };
-                    self.on_cluster(update);
-                }
-                job = jobs.recv() => {
-                    // The Replication handle was dropped.
-                    let Some(job) = job else { break };
-                    let now = tokio::time::Instant::now().into_std();
-                    job(&mut self, now);
-                }
-                result = stored => {
-                    self.writing = false;
-                    let now = tokio::time::Instant::now().into_std();
-                    match result {
-                        Some(Ok(id)) => self.replicator.handle_stored(now, id),
-                        Some(Err(e)) => {
-                            // Nothing of the batch is acknowledged; its keys
-                            // stay unacknowledged until a later write of them.
-                            tracing::error!(target: "plexus::data", error = %e, "durable store write failed");
-                        }
-                        None => self.writer = None,
-                    }
-                }
-                () = sleep => {
-                    self.replicator.handle_timeout(tokio::time::Instant::now().into_std());
-                }
-            }
-        }
-        self.node.unpublish(ACTOR_NAME);
-        self.inbox.stop();
-        self.watcher.stop();
-        if let Some(writer) = self.writer.take() {
-            writer.close().await;
-        }
-        if let Some(done) = self.stopping.take() {
-            let _ = done.send(());
-        }
-    }
-
-    fn on_cluster(&mut self, update: ClusterUpdate) {
-        let now = tokio::time::Instant::now().into_std();
-        match update.local.state {
-            MemberState::Down | MemberState::Removed => self.downed = true,
-            MemberState::Joining | MemberState::Up if self.downed => {
-                self.downed = false;
-                self.replicator.renew(update.local.incarnation);
-            }
-            _ => {}
-        }
-        let members: Vec<Arc<str>> = update
-            .members
-            .iter()
-            .filter(|m| {
-                matches!(
-                    m.state,
-                    MemberState::Joining
-                        | MemberState::Up
-                        | MemberState::Suspect
-                        | MemberState::Leaving
-                )
-            })
-            .map(|m| Arc::clone(&m.address))
-            .collect();
-        self.replicator.set_members(now, &members);
-    }
-
-    fn flush(&mut self) {
-        while let Some(t) = self.replicator.poll_transmit() {
-            let to = match self
-                .refs
-                .get(&self.node, &t.to, || format!("{}/{ACTOR_NAME}", t.to))
-            {
-                Ok(r) => r,
-                Err(e) => {
-                    tracing::warn!(target: "plexus::data", to = %t.to, error = %e, "cannot reach a member");
-                    continue;
-                }
-            };
-            to.tell(DataPacket(t.packet));
-        }
-        if !self.writing {
-            if let Some(writer) = &self.writer {
-                if let Some(batch) = self.replicator.poll_store() {
-                    self.writing = writer.batches.send(batch).is_ok();
-                }
-            }
-        }
-        while let Some(event) = self.replicator.poll_event() {
-            match event {
-                Event::Changed { key } => {
-                    if let Some(subs) = self.subscribers.get_mut(&key) {
-                        let r = &self.replicator;
-                        subs.retain(|notify| notify(r));
-                    }
-                }
-                Event::UpdateDone {
-                    request, result, ..
-                } => {
-                    if let Some(tx) = self.updates_waiting.remove(&request) {
-                        let _ = tx.send(result);
-                    }
-                }
-                Event::GetDone {
-                    request, result, ..
-                } => {
-                    if let Some(done) = self.gets_waiting.remove(&request) {
-                        done(&self.replicator, result);
-                    }
-                }
-            }
-        }
     }
 }

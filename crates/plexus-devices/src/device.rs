@@ -1,5 +1,7 @@
-//! The device side on a Plexus node that is not a cluster member: the
-//! tokio driver of many [`DeviceSession`]s in one process.
+//! The device side on a Plexus node that is not a cluster member: many
+//! [`DeviceSession`]s in one process, run as one sans-IO protocol
+//! (`sessions.rs`) by the node's driver (`plexus_remote::driver`, with the
+//! host in `host.rs`).
 //!
 //! ```text
 //!   server packets ──► actor `plexus.device` ──► driver task ──► session of the packet's device
@@ -29,19 +31,24 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
-use bytes::Bytes;
-use plexus_core::{ActorRef, SystemRef};
+use plexus_core::SystemRef;
+use plexus_remote::driver::{self, Input, Inputs};
 use plexus_remote::{ForgedRefs, Node};
-use rustc_hash::FxHashMap;
 use tokio::sync::mpsc;
 
 use crate::config::SessionConfig;
 use crate::server::{device_uri, DevicePacket};
 use crate::session::{DeviceEvent, DeviceSession, SessionError};
-use crate::wire::{DeviceId, Packet, SessionId};
-use crate::{To, DEVICE_ACTOR, SERVER_ACTOR};
+use crate::wire::{DeviceId, SessionId};
+use crate::DEVICE_ACTOR;
+
+mod host;
+mod sessions;
+
+use host::{Command, SessionsHost};
+use sessions::Sessions;
 
 /// Fills a report's values for request `seq` (the buffer comes empty and
 /// is reused, so a steady reporter allocates nothing).
@@ -74,16 +81,11 @@ pub enum HostError {
     Stopped,
 }
 
-enum Command {
-    Add(Box<DeviceSession>, Box<dyn Reporter>),
-    Subscribe(mpsc::UnboundedSender<(DeviceId, DeviceEvent)>),
-}
-
 /// Devices of this process and their sessions. Dropping it stops them
 /// (like a crash, as far as the servers can tell).
 #[derive(Debug)]
 pub struct DeviceHost {
-    commands: mpsc::UnboundedSender<Command>,
+    commands: Inputs<Arc<str>, Command>,
     config: SessionConfig,
     reply_to: Arc<str>,
     seeds: Vec<Arc<str>>,
@@ -129,24 +131,21 @@ impl DeviceHost {
             .next()
             .ok_or(HostError::NotListening)?;
         let reply_to: Arc<str> = device_uri(&uri).into();
-        let (packets_tx, packets) = mpsc::unbounded_channel::<Bytes>();
+        let (commands, inputs) = mpsc::unbounded_channel();
+        let packets = commands.clone();
         let inbox = system.spawn_fn(move |DevicePacket(bytes), _ctx| {
-            let _ = packets_tx.send(bytes);
+            let _ = packets.send(Input::Command(Command::Packet(bytes)));
         });
         node.publish(&inbox, DEVICE_ACTOR)?;
-        let (commands, commands_rx) = mpsc::unbounded_channel();
         let reports = Arc::new(AtomicU64::new(0));
-        let driver = HostDriver {
+        let host = SessionsHost {
             node: node.clone(),
-            sessions: FxHashMap::default(),
             refs: ForgedRefs::default(),
             subscribers: Vec::new(),
-            values: Vec::new(),
-            next: None,
             reports: Arc::clone(&reports),
             _inbox: inbox,
         };
-        let task = tokio::spawn(driver.run(packets, commands_rx)).abort_handle();
+        let task = tokio::spawn(driver::run(Sessions::default(), host, inputs)).abort_handle();
         Ok(DeviceHost {
             commands,
             config,
@@ -194,7 +193,10 @@ impl DeviceHost {
             tokio::time::Instant::now().into_std(),
         )?;
         self.commands
-            .send(Command::Add(Box::new(s), Box::new(reporter)))
+            .send(Input::Command(Command::Add(
+                Box::new(s),
+                Box::new(reporter),
+            )))
             .map_err(|_| HostError::Stopped)?;
         Ok(session)
     }
@@ -205,184 +207,12 @@ impl DeviceHost {
     /// moved reports again.
     pub fn subscribe(&self) -> mpsc::UnboundedReceiver<(DeviceId, DeviceEvent)> {
         let (tx, rx) = mpsc::unbounded_channel();
-        let _ = self.commands.send(Command::Subscribe(tx));
+        let _ = self.commands.send(Input::Command(Command::Subscribe(tx)));
         rx
     }
 
     /// Reports sent by this host's devices so far.
     pub fn reports_sent(&self) -> u64 {
         self.reports.load(Ordering::Relaxed)
-    }
-}
-
-struct Device {
-    session: DeviceSession,
-    reporter: Box<dyn Reporter>,
-    /// Attached since the last report request (the next one is handed on).
-    fresh: bool,
-}
-
-struct HostDriver {
-    node: Node,
-    sessions: FxHashMap<DeviceId, Device>,
-    refs: ForgedRefs<DevicePacket>,
-    subscribers: Vec<mpsc::UnboundedSender<(DeviceId, DeviceEvent)>>,
-    /// The reporters' buffer, reused.
-    values: Vec<i64>,
-    /// The earliest deadline of any session (a session's deadline only
-    /// moves later while it handles packets, except through its own
-    /// timeout handling, after which it is read again).
-    next: Option<Instant>,
-    reports: Arc<AtomicU64>,
-    _inbox: ActorRef<DevicePacket>,
-}
-
-/// Packets handled before the driver flushes.
-const BATCH: usize = 256;
-
-impl HostDriver {
-    async fn run(
-        mut self,
-        mut packets: mpsc::UnboundedReceiver<Bytes>,
-        mut commands: mpsc::UnboundedReceiver<Command>,
-    ) {
-        loop {
-            let deadline = self.next.map(tokio::time::Instant::from_std);
-            let sleep = async {
-                match deadline {
-                    Some(d) => tokio::time::sleep_until(d).await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                biased;
-                packet = packets.recv() => {
-                    let Some(bytes) = packet else { return };
-                    let now = tokio::time::Instant::now().into_std();
-                    self.handle(now, &bytes);
-                    for _ in 1..BATCH {
-                        match packets.try_recv() {
-                            Ok(bytes) => self.handle(now, &bytes),
-                            Err(_) => break,
-                        }
-                    }
-                    if self.next.is_some_and(|d| d <= now) {
-                        self.timeouts(now);
-                    }
-                }
-                command = commands.recv() => match command {
-                    Some(Command::Add(session, reporter)) => {
-                        let device = session.device();
-                        let now = tokio::time::Instant::now().into_std();
-                        self.sessions.insert(device, Device { session: *session, reporter, fresh: false });
-                        if let Some(d) = self.sessions.get_mut(&device) {
-                            d.session.handle_timeout(now);
-                        }
-                        self.after(device);
-                    }
-                    Some(Command::Subscribe(s)) => self.subscribers.push(s),
-                    None => return,
-                },
-                () = sleep => {
-                    self.timeouts(tokio::time::Instant::now().into_std());
-                }
-            }
-        }
-    }
-
-    fn handle(&mut self, now: Instant, bytes: &Bytes) {
-        let packet = match Packet::parse(bytes) {
-            Ok(p) => p,
-            Err(e) => {
-                tracing::debug!(target: "plexus::devices", error = %e, "refused a server packet");
-                return;
-            }
-        };
-        let device = match &packet {
-            Packet::Welcome { device, .. }
-            | Packet::ServerHeartbeat { device, .. }
-            | Packet::Request { device, .. }
-            | Packet::Stop { device, .. }
-            | Packet::Refused { device, .. } => *device,
-            _ => return,
-        };
-        let Some(d) = self.sessions.get_mut(&device) else {
-            return;
-        };
-        if let Err(e) = d.session.handle_packet(now, &packet) {
-            tracing::debug!(target: "plexus::devices", error = %e, "refused a server packet");
-        }
-        self.after(device);
-    }
-
-    fn timeouts(&mut self, now: Instant) {
-        let due: Vec<DeviceId> = self
-            .sessions
-            .iter()
-            .filter(|(_, d)| d.session.poll_timeout().is_some_and(|t| t <= now))
-            .map(|(id, _)| *id)
-            .collect();
-        for id in due {
-            if let Some(d) = self.sessions.get_mut(&id) {
-                d.session.handle_timeout(now);
-            }
-            self.after(id);
-        }
-        self.next = self
-            .sessions
-            .values()
-            .filter_map(|d| d.session.poll_timeout())
-            .min();
-    }
-
-    /// Answers report requests, hands on events, sends what the session
-    /// queued.
-    fn after(&mut self, device: DeviceId) {
-        let Some(d) = self.sessions.get_mut(&device) else {
-            return;
-        };
-        while let Some(event) = d.session.poll_event() {
-            match event {
-                DeviceEvent::ReportRequested { seq } => {
-                    if std::mem::take(&mut d.fresh) {
-                        self.subscribers
-                            .retain(|s| s.send((device, event.clone())).is_ok());
-                    }
-                    self.values.clear();
-                    d.reporter.report(seq, &mut self.values);
-                    if d.session.send_report(seq, &self.values).is_ok() {
-                        self.reports.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-                other => {
-                    d.fresh |= matches!(other, DeviceEvent::Attached { .. });
-                    tracing::debug!(target: "plexus::devices", %device, event = ?other, "device event");
-                    self.subscribers
-                        .retain(|s| s.send((device, other.clone())).is_ok());
-                }
-            }
-        }
-        while let Some(t) = d.session.poll_transmit() {
-            let (To::Server(server) | To::Device(server)) = &t.to;
-            let to = match self
-                .refs
-                .get(&self.node, server, || format!("{server}/{SERVER_ACTOR}"))
-            {
-                Ok(r) => r,
-                Err(e) => {
-                    tracing::warn!(target: "plexus::devices", %server, error = %e, "cannot reach a server");
-                    continue;
-                }
-            };
-            to.tell(DevicePacket(t.packet));
-        }
-        if let Some(t) = d.session.poll_timeout() {
-            if self.next.is_none_or(|n| t < n) {
-                self.next = Some(t);
-            }
-        }
-        if d.session.is_stopped() {
-            self.sessions.remove(&device);
-        }
     }
 }

@@ -1,5 +1,5 @@
-//! The server side on a Plexus node: the tokio driver of a [`Tracker`]
-//! beside a running [`Cluster`].
+//! The server side on a Plexus node: a [`Tracker`] beside a running
+//! [`Cluster`], run by the node's protocol driver.
 //!
 //! ```text
 //!   device packets ──► actor `plexus.devices` ─┐        ┌─► refs forged to devices'
@@ -7,25 +7,33 @@
 //!   deadlines      ──► sleep ──────────────────┘  task  └─► servers' `plexus.devices`
 //! ```
 //!
-//! The driver is thin: it moves packets between the node and the tracker,
-//! hands it the ring (and which members are unreachable) on every cluster
-//! change, and sleeps until the tracker's next deadline. Packets waiting
-//! in its channel are handled in one batch before it flushes, so a busy
-//! server sends what a batch produced in one go.
+//! The driver is the node's one driver of sans-IO protocols
+//! (`plexus_remote::driver`, with the host in `host.rs`): it moves packets
+//! between the node and the tracker, hands it the ring (and which members
+//! are unreachable) on every cluster change, and sleeps until the
+//! tracker's next deadline. Inputs waiting in its channel are handled in
+//! one batch (up to `plexus_remote::driver::BATCH`) before it flushes, so
+//! a busy server sends what a batch produced in one go.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use bytes::Bytes;
-use plexus_cluster::{Cluster, ClusterEvent, ClusterUpdate, MemberState};
-use plexus_core::{ActorRef, SystemRef};
+use plexus_cluster::{Cluster, ClusterUpdate};
+use plexus_core::SystemRef;
+use plexus_remote::driver::{self, Input};
 use plexus_remote::{ForgedRefs, Node};
 use tokio::sync::mpsc;
 
 use crate::config::TrackerConfig;
 use crate::directory::{DeviceDirectory, LocalDirectory};
 use crate::tracker::{Tracker, TrackerEvent, TrackerStats};
-use crate::{To, DEVICE_ACTOR, SERVER_ACTOR};
+use crate::{DEVICE_ACTOR, SERVER_ACTOR};
+
+mod host;
+mod protocol;
+
+use host::{Command, ServerHost};
+use protocol::TrackerProtocol;
 
 plexus_core::bytes_message! {
     /// A device protocol packet as a remote message (its bytes travel as
@@ -42,9 +50,7 @@ pub enum ServerStartError {
     Publish(#[from] plexus_remote::PublishError),
 }
 
-/// Packets handled before the driver flushes (bounds one batch's delay).
-const BATCH: usize = 256;
-
+/// What the driver tells the server's handle.
 struct Shared {
     stats: TrackerStats,
     subscribers: Vec<mpsc::UnboundedSender<TrackerEvent>>,
@@ -111,28 +117,28 @@ impl<D: DeviceDirectory + Clone> DeviceServer<D> {
         let address = Arc::clone(&cluster.local().address);
         let now = tokio::time::Instant::now().into_std();
         let tracker = Tracker::new(config, Arc::clone(&address), directory.clone(), now);
-        let (packets_tx, packets) = mpsc::unbounded_channel::<Bytes>();
+        let (inputs_tx, inputs) = mpsc::unbounded_channel();
+        let packets = inputs_tx.clone();
         let inbox = system.spawn_fn(move |DevicePacket(bytes), _ctx| {
-            let _ = packets_tx.send(bytes);
+            let _ = packets.send(Input::Command(Command::Packet(bytes)));
         });
         node.publish(&inbox, SERVER_ACTOR)?;
-        let (updates_tx, updates) = mpsc::unbounded_channel::<ClusterUpdate>();
         cluster.subscribe(system.spawn_fn(move |u: ClusterUpdate, _ctx| {
-            let _ = updates_tx.send(u);
+            let _ = inputs_tx.send(Input::Command(Command::Cluster(Box::new(u))));
         }));
         let shared = Arc::new(Mutex::new(Shared {
             stats: TrackerStats::default(),
             subscribers: Vec::new(),
         }));
-        let driver = Driver {
-            tracker,
+        let host = ServerHost {
             node: node.clone(),
             refs: ForgedRefs::default(),
             shared: Arc::clone(&shared),
             unreachable: HashSet::new(),
+            events: Vec::new(),
             _inbox: inbox,
         };
-        let task = tokio::spawn(driver.run(packets, updates)).abort_handle();
+        let task = tokio::spawn(driver::run(TrackerProtocol(tracker), host, inputs)).abort_handle();
         Ok(DeviceServer {
             directory,
             shared,
@@ -169,122 +175,6 @@ impl<D: DeviceDirectory + Clone> DeviceServer<D> {
             .subscribers
             .push(tx);
         rx
-    }
-}
-
-struct Driver<D: DeviceDirectory> {
-    tracker: Tracker<D>,
-    node: Node,
-    refs: ForgedRefs<DevicePacket>,
-    shared: Arc<Mutex<Shared>>,
-    /// Members the cluster suspects or found unreachable.
-    unreachable: HashSet<Arc<str>>,
-    /// Kept alive as long as the driver runs.
-    _inbox: ActorRef<DevicePacket>,
-}
-
-impl<D: DeviceDirectory> Driver<D> {
-    async fn run(
-        mut self,
-        mut packets: mpsc::UnboundedReceiver<Bytes>,
-        mut updates: mpsc::UnboundedReceiver<ClusterUpdate>,
-    ) {
-        loop {
-            self.flush();
-            let deadline = self
-                .tracker
-                .poll_timeout()
-                .map(tokio::time::Instant::from_std);
-            let sleep = async {
-                match deadline {
-                    Some(d) => tokio::time::sleep_until(d).await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                biased;
-                packet = packets.recv() => {
-                    let Some(bytes) = packet else { return };
-                    let now = tokio::time::Instant::now().into_std();
-                    self.handle(now, &bytes);
-                    for _ in 1..BATCH {
-                        match packets.try_recv() {
-                            Ok(bytes) => self.handle(now, &bytes),
-                            Err(_) => break,
-                        }
-                    }
-                    if deadline.is_some_and(|d| d.into_std() <= now) {
-                        self.tracker.handle_timeout(now);
-                    }
-                }
-                update = updates.recv() => {
-                    let Some(u) = update else { return };
-                    self.on_update(&u);
-                }
-                () = sleep => {
-                    self.tracker.handle_timeout(tokio::time::Instant::now().into_std());
-                }
-            }
-        }
-    }
-
-    fn handle(&mut self, now: std::time::Instant, bytes: &Bytes) {
-        if let Err(e) = self.tracker.handle_packet(now, bytes) {
-            tracing::debug!(target: "plexus::devices", error = %e, "refused a device packet");
-        }
-    }
-
-    fn on_update(&mut self, u: &ClusterUpdate) {
-        match &u.event {
-            ClusterEvent::MemberSuspected(m) | ClusterEvent::MemberUnreachable(m) => {
-                self.unreachable.insert(Arc::clone(&m.address));
-            }
-            ClusterEvent::MemberReachable(m) | ClusterEvent::MemberUp(m) => {
-                self.unreachable.remove(&m.address);
-            }
-            _ => {}
-        }
-        let unreachable: Vec<Arc<str>> = u
-            .members
-            .iter()
-            .filter(|m| m.state == MemberState::Suspect || self.unreachable.contains(&m.address))
-            .map(|m| Arc::clone(&m.address))
-            .collect();
-        let now = tokio::time::Instant::now().into_std();
-        self.tracker
-            .handle_ring(now, Arc::clone(&u.ring), unreachable);
-    }
-
-    fn flush(&mut self) {
-        while let Some(t) = self.tracker.poll_transmit() {
-            let (key, uri) = match &t.to {
-                To::Device(reply_to) => (reply_to, None),
-                To::Server(address) => (address, Some(SERVER_ACTOR)),
-            };
-            let full = || match uri {
-                Some(actor) => format!("{key}/{actor}"),
-                None => key.to_string(),
-            };
-            let to = match self.refs.get(&self.node, key, full) {
-                Ok(r) => r,
-                Err(e) => {
-                    tracing::warn!(target: "plexus::devices", to = %key, error = %e, "cannot reach");
-                    continue;
-                }
-            };
-            to.tell(DevicePacket(t.packet));
-        }
-        let mut shared = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
-        shared.stats = self.tracker.stats();
-        while let Some(event) = self.tracker.poll_event() {
-            match &event {
-                TrackerEvent::DuplicateStopped { .. } => {
-                    tracing::warn!(target: "plexus::devices", ?event, "duplicate device driver");
-                }
-                _ => tracing::debug!(target: "plexus::devices", ?event, "device event"),
-            }
-            shared.subscribers.retain(|s| s.send(event.clone()).is_ok());
-        }
     }
 }
 

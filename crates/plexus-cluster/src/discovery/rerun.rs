@@ -1,9 +1,12 @@
 //! The driver's side of a discovery: run it, then again `every` after each
-//! answer, one run at a time, each bounded by [`TIMEOUT`].
+//! answer, one run at a time, each bounded by [`TIMEOUT`]; [`Rerun::feed`]
+//! is the task that does so while the member joins and hands each answer
+//! to the driver.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::{Discovered, Discovery, DiscoveryError};
@@ -63,5 +66,30 @@ impl Rerun {
         self.running = None;
         self.next = Instant::now() + self.every;
         found
+    }
+
+    /// Runs discoveries while `wanted` holds (a member joining), handing
+    /// each answer to `found`; returns when `found` refuses one (the driver
+    /// is gone) or `wanted`'s sender is dropped.
+    pub(crate) async fn feed(
+        mut self,
+        mut wanted: watch::Receiver<bool>,
+        found: impl Fn(Result<Vec<String>, DiscoveryError>) -> bool,
+    ) {
+        loop {
+            let now_wanted = *wanted.borrow_and_update();
+            tokio::select! {
+                answer = self.next(now_wanted) => {
+                    if !found(answer) {
+                        return;
+                    }
+                }
+                changed = wanted.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
     }
 }

@@ -16,10 +16,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use plexus_core::{ActorRef, Down};
+use plexus_remote::driver::{Input, Inputs};
 use plexus_remote::{Node, ResolveError};
-use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
 
+use super::host::Command;
+use super::protocol::Peer;
 use super::{ClusterPacket, ACTOR_NAME};
 
 /// Dead routes are dropped once more than this many are kept.
@@ -33,7 +35,9 @@ pub(super) type Failure = (Arc<str>, u64, Down);
 pub(super) struct Routes {
     routes: HashMap<Arc<str>, Route>,
     next: u64,
-    failures: mpsc::UnboundedSender<Failure>,
+    /// The driver's inputs, where a failure goes as
+    /// [`Command::RouteFailed`].
+    failures: Inputs<Peer, Command>,
 }
 
 struct Route {
@@ -52,8 +56,9 @@ impl Drop for Route {
 }
 
 impl Routes {
-    /// Routes whose refs, when they die, are reported on `failures`.
-    pub(super) fn new(failures: mpsc::UnboundedSender<Failure>) -> Self {
+    /// Routes whose refs, when they die, are reported to the driver on
+    /// `failures`.
+    pub(super) fn new(failures: Inputs<Peer, Command>) -> Self {
         Self {
             routes: HashMap::new(),
             next: 0,
@@ -87,7 +92,8 @@ impl Routes {
             let address = Arc::clone(to);
             let watch = tokio::spawn(async move {
                 let down = monitor.await;
-                let _ = failures.send((address, number, down));
+                let failure = Command::RouteFailed((address, number, down));
+                let _ = failures.send(Input::Command(failure));
             })
             .abort_handle();
             if self.routes.len() > PRUNE_ABOVE {
