@@ -78,14 +78,15 @@ fn packet(from: u32) -> Input<u32, Command> {
     Input::Packet(from, Bytes::new())
 }
 
+/// The inputs of a driven recorder, and the task handing it back.
+type Driven = (
+    super::Inputs<u32, Command>,
+    tokio::task::JoinHandle<(Recorder, Answer)>,
+);
+
 /// A driven recorder that wakes `after` from now; the test sends it inputs
 /// and awaits what the driver hands back.
-fn spawn_waking_after(
-    after: Duration,
-) -> (
-    mpsc::UnboundedSender<Input<u32, Command>>,
-    tokio::task::JoinHandle<(Recorder, Answer)>,
-) {
+fn spawn_waking_after(after: Duration) -> Driven {
     let (inputs, rx) = mpsc::unbounded_channel();
     let recorder = Recorder {
         deadline: Some((tokio::time::Instant::now() + after).into_std()),
