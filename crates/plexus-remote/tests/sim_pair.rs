@@ -294,7 +294,7 @@ impl Actor for SeqActor {
 async fn tell_numbered(to: &ActorRef<Seq>, n: u64) {
     for i in 1..=n {
         to.tell(Seq::Next(i));
-        tokio::time::sleep(Duration::from_micros(20)).await;
+        tokio::time::sleep(Duration::from_micros(20)).await; // timing-ok: paces the stream on the paused clock
     }
 }
 

@@ -117,7 +117,7 @@ async fn the_protocol_is_woken_at_its_deadline() {
     let (inputs, task) = spawn_waking_after(Duration::from_secs(3));
     // Handled at the deadline (the paused clock jumps to it), before the
     // packet sent after it.
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    tokio::time::sleep(Duration::from_secs(5)).await; // timing-ok: paused clock, jumps past the deadline
     inputs.send(packet(1)).unwrap();
     inputs.send(Input::Command(Command::Stop)).unwrap();
     let (recorder, _) = task.await.unwrap();
