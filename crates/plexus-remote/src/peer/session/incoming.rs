@@ -152,7 +152,7 @@ impl Incoming {
     }
 
     /// The arrival of a frame decoded whole (not a `MESSAGE`).
-    pub(crate) fn sort(frame: WireFrame) -> Result<Arrival<'static>, ProtocolError> {
+    fn sort(frame: WireFrame) -> Result<Arrival<'static>, ProtocolError> {
         Ok(match frame {
             WireFrame::Message {
                 to,
