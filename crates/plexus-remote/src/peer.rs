@@ -481,34 +481,24 @@ impl Peer {
     ) -> Result<(), Undelivered> {
         let p = self.canonical();
         let frame = match &*p.links.load() {
-            Some(links) => match links.try_send_on(carrier, strand, frame) {
-                Ok(()) => return Ok(()),
-                Err(LinkTrySendError::Full { .. }) => return Err(Undelivered::Full),
+            Some(links) => match link_sent(links.try_send_on(carrier, strand, frame)) {
+                Sent::Done(outcome) => return outcome,
                 // Lost, or retired for a duplicate: the lock decides.
-                Err(LinkTrySendError::Send(plexus_transport::LinkSendError::Closed {
-                    message,
-                    ..
-                })) => message,
-                Err(_) => return Err(Undelivered::Refused),
+                Sent::Closed(frame) => frame,
             },
             None => frame,
         };
         let mut st = lock(&p.session);
         if let Some(links) = st.sender() {
-            return match links.try_send_on(carrier, strand, frame) {
-                Ok(()) => Ok(()),
-                Err(LinkTrySendError::Full { .. }) => Err(Undelivered::Full),
-                Err(LinkTrySendError::Send(plexus_transport::LinkSendError::Closed {
-                    message,
-                    ..
-                })) => {
+            return match link_sent(links.try_send_on(carrier, strand, frame)) {
+                Sent::Done(outcome) => outcome,
+                Sent::Closed(frame) => {
                     // The reader will mark the link down; hold the frame
                     // for the reconnect like any other.
                     let meant_for = st.remote;
-                    st.pending.push_back((carrier, strand, message, meant_for));
+                    st.pending.push_back((carrier, strand, frame, meant_for));
                     Ok(())
                 }
-                Err(_) => Err(Undelivered::Refused),
             };
         }
         let bound = p.inner.upgrade().map_or(0, |i| i.config.pending_messages);
@@ -532,14 +522,9 @@ impl Peer {
     ) -> Result<(), Undelivered> {
         let p = self.canonical();
         if let Some(links) = &*p.links.load() {
-            return match links.try_send_copy_on(carrier, strand, frame) {
-                Ok(()) => Ok(()),
-                Err(LinkTrySendError::Full { .. }) => Err(Undelivered::Full),
-                Err(LinkTrySendError::Send(plexus_transport::LinkSendError::Closed {
-                    message,
-                    ..
-                })) => p.send_frame(carrier, strand, message),
-                Err(_) => Err(Undelivered::Refused),
+            return match link_sent(links.try_send_copy_on(carrier, strand, frame)) {
+                Sent::Done(outcome) => outcome,
+                Sent::Closed(frame) => p.send_frame(carrier, strand, frame),
             };
         }
         p.send_frame(carrier, strand, Bytes::copy_from_slice(frame))
@@ -801,6 +786,29 @@ fn flush(
                 DeadLetterReason::SendBufferFull,
             );
         }
+    }
+}
+
+/// What a link made of a frame sent on it.
+enum Sent {
+    /// Queued, or refused for good (full, too large).
+    Done(Result<(), Undelivered>),
+    /// The link is closed and gave the frame back: another link, or the
+    /// frames held for the next one, may take it.
+    Closed(Bytes),
+}
+
+/// The three sends on a link (lock-free, under the session lock, from a
+/// scratch buffer) read a link's answer alike.
+#[inline]
+fn link_sent(sent: Result<(), LinkTrySendError>) -> Sent {
+    match sent {
+        Ok(()) => Sent::Done(Ok(())),
+        Err(LinkTrySendError::Full { .. }) => Sent::Done(Err(Undelivered::Full)),
+        Err(LinkTrySendError::Send(plexus_transport::LinkSendError::Closed {
+            message, ..
+        })) => Sent::Closed(message),
+        Err(_) => Sent::Done(Err(Undelivered::Refused)),
     }
 }
 
