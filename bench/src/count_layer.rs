@@ -4,6 +4,7 @@
 //! what a layer of one's own costs on the one send and receive path
 //! (`--transport "tcp / framing / count"`).
 
+use std::collections::VecDeque;
 use std::time::Instant;
 
 use plexus::net::{
@@ -36,6 +37,18 @@ impl Layer for Count {
     ) -> Result<(), StackSendError> {
         self.sent += 1;
         out.push_down(frame);
+        Ok(())
+    }
+
+    // A run passes down whole, as a built-in pass-through layer's would.
+    fn handle_send_run(
+        &mut self,
+        _: Instant,
+        frames: &mut VecDeque<Frame>,
+        out: &mut Output,
+    ) -> Result<(), StackSendError> {
+        self.sent += frames.len() as u64;
+        out.push_down_all(frames);
         Ok(())
     }
 

@@ -151,6 +151,18 @@ impl Output {
         self.down.push_back(frame);
     }
 
+    /// Passes every frame of `frames` to the layer below, in order, leaving
+    /// `frames` empty: a run handed on whole (see
+    /// [`Layer::handle_send_run`]).
+    #[inline]
+    pub fn push_down_all(&mut self, frames: &mut VecDeque<Frame>) {
+        if self.down.is_empty() {
+            std::mem::swap(&mut self.down, frames);
+        } else {
+            self.down.append(frames);
+        }
+    }
+
     /// Prepends `header` to `frame` (as [`Frame::push_header`]) and passes
     /// it to the layer below. The header is written in the queue's slot after
     /// the frame is moved there: a few bytes written just before the move
@@ -307,6 +319,36 @@ pub trait Layer: Send {
         frame: Frame,
         out: &mut Output,
     ) -> Result<(), StackSendError>;
+
+    /// Processes a run of frames from the layer above, taking them from the
+    /// front of `frames`, in order: the same as a
+    /// [`handle_send`](Layer::handle_send) for each, which is what the
+    /// default does. The stack hands a layer everything queued for it at
+    /// once (a driver's batch of messages, what the layer above pushed
+    /// down), so a layer whose work per frame amortises over a run does it
+    /// once per run: `framing` writes a run of small frames into one
+    /// buffer, a pass-through layer moves the whole run down
+    /// ([`Output::push_down_all`]).
+    ///
+    /// # Errors
+    ///
+    /// The first frame the layer cannot send, as from `handle_send`; the
+    /// frames before it were sent, those after it are still in `frames`.
+    fn handle_send_run(
+        &mut self,
+        now: Instant,
+        frames: &mut VecDeque<Frame>,
+        out: &mut Output,
+    ) -> Result<(), StackSendError> {
+        while let Some(frame) = take_front(frames) {
+            self.handle_send(now, frame, out)?;
+            if out.close.is_some() {
+                // The link is closing: the stack drops what is left.
+                break;
+            }
+        }
+        Ok(())
+    }
 
     /// Processes a frame coming from the layer below.
     ///

@@ -293,6 +293,56 @@ impl Stack {
         Ok(())
     }
 
+    /// Sends the messages in `messages` down the stack, in order, taking
+    /// them from its front: the same as a [`handle_send`](Stack::handle_send)
+    /// for each, in one pass through the layers, each layer handed the
+    /// whole run ([`Layer::handle_send_run`]). A driver hands over its
+    /// batch this way.
+    ///
+    /// A stack with a layer that may refuse a send
+    /// ([`Layer::limits_sends`]), or a run with a message it would refuse,
+    /// takes the messages one by one, which refuses them where
+    /// `handle_send` would.
+    ///
+    /// # Errors
+    ///
+    /// As [`handle_send`](Stack::handle_send), for the first message
+    /// refused, handed back in the error; the messages before it were sent,
+    /// those after it are still in `messages`.
+    pub fn handle_send_run(
+        &mut self,
+        now: Instant,
+        messages: &mut VecDeque<Frame>,
+    ) -> Result<(), StackSendError> {
+        let whole = self.closed.is_none()
+            && self.limiting.is_empty()
+            && !self.layers.is_empty()
+            && messages.iter().all(|m| self.fits(m));
+        if !whole {
+            while let Some(message) = take_front(messages) {
+                self.handle_send(now, message)?;
+            }
+            return Ok(());
+        }
+        self.unflushed = Some(now);
+        let top = self.layers.len() - 1;
+        let before = messages.len();
+        let result = self.layers[top].handle_send_run(now, messages, &mut self.outs[top]);
+        // The refused message (if any) left `messages` in the error.
+        self.stats.sent += (before - messages.len() - usize::from(result.is_err())) as u64;
+        self.after_call(top);
+        self.run_if_needed(now, Start::Sent);
+        result
+    }
+
+    /// Whether [`admit`](Stack::admit) lets `frame` through on its size and
+    /// payload alone (not on the link's state or the layers' room).
+    #[inline]
+    fn fits(&self, frame: &Frame) -> bool {
+        self.max_message_len.is_none_or(|max| frame.len() <= max)
+            && (self.file_region_stop.is_none() || !frame.has_file_region())
+    }
+
     /// Feeds bytes read from the transport: a chunk of the byte stream, or
     /// exactly one datagram.
     ///
@@ -466,13 +516,7 @@ impl Stack {
         let n = self.layers.len();
         for i in (0..n).rev() {
             if i + 1 < n {
-                while let Some(frame) = take_front(&mut self.outs[i + 1].down) {
-                    if let Err(error) = self.layers[i].handle_send(now, frame, &mut self.outs[i]) {
-                        self.stats.send_failures += 1;
-                        tracing::debug!(target: "plexus::net", layer = self.layers[i].name(), %error, "send dropped");
-                    }
-                    self.after_call(i);
-                }
+                self.send_run_at(i, now);
             }
             if self.flushing[i] {
                 self.layers[i].handle_flush(now, &mut self.outs[i]);
@@ -486,6 +530,34 @@ impl Stack {
             // Events raised while flushing (none of the built-in layers
             // raises any) still reach the layers above and the driver.
             self.run(now, Start::Down);
+        }
+    }
+
+    /// Layer `i` sends everything layer `i + 1` pushed down, as one run;
+    /// a frame it refuses is dropped (counted) and the rest go on.
+    fn send_run_at(&mut self, i: usize, now: Instant) {
+        while self.closed.is_none() {
+            let (below, above) = self.outs.split_at_mut(i + 1);
+            let run = &mut above[0].down;
+            let before = run.len();
+            if before == 0 {
+                return;
+            }
+            let result = self.layers[i].handle_send_run(now, run, &mut below[i]);
+            let progressed = run.len() < before;
+            self.after_call(i);
+            match result {
+                Ok(()) => return,
+                Err(error) => {
+                    self.stats.send_failures += 1;
+                    tracing::debug!(target: "plexus::net", layer = self.layers[i].name(), %error, "send dropped");
+                    // A refusal takes its frame out of the run; a layer
+                    // that refuses without taking one would never end.
+                    if !progressed {
+                        return;
+                    }
+                }
+            }
         }
     }
 
@@ -540,16 +612,8 @@ impl Stack {
                 // the top layer from above but `handle_send`, which calls it
                 // directly.
                 for i in (0..n.saturating_sub(1)).rev() {
-                    while let Some(frame) = take_front(&mut self.outs[i + 1].down) {
-                        if let Err(error) =
-                            self.layers[i].handle_send(now, frame, &mut self.outs[i])
-                        {
-                            self.stats.send_failures += 1;
-                            tracing::debug!(target: "plexus::net", layer = self.layers[i].name(), %error, "send dropped");
-                        }
-                        self.after_call(i);
-                        up |= !self.outs[i].up.is_empty();
-                    }
+                    self.send_run_at(i, now);
+                    up |= !self.outs[i].up.is_empty();
                 }
             }
             if up {

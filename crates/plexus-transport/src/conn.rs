@@ -17,6 +17,11 @@ use crate::error::CloseReason;
 use crate::link::{lock, OutQueue, Received, Shared, INITIAL_QUEUE, MESSAGE_OVERHEAD};
 use crate::stats::LinkStats;
 
+/// The most messages [`Conn::pump`] hands the stack in one run: enough for
+/// a layer's work per run to amortise, few enough that a run cut short (a
+/// layer out of room) costs little to count again.
+const RUN_MAX: usize = 64;
+
 /// The current time on tokio's clock (so paused-time tests drive stacks too).
 pub(crate) fn now() -> Instant {
     tokio::time::Instant::now().into_std()
@@ -42,6 +47,8 @@ pub(crate) struct Conn {
     outq: OutQueue,
     /// A message the stack refused with `WouldBlock`; retried first.
     held: Option<Frame>,
+    /// A run cut from `outq` at the budget (kept for its buffer).
+    run: VecDeque<Frame>,
     staged: VecDeque<Received>,
     /// The inbound queue is over its bound: stop reading.
     pub(crate) inbox_full: bool,
@@ -58,6 +65,7 @@ impl Conn {
             shared,
             outq: OutQueue::with_capacity(INITIAL_QUEUE),
             held: None,
+            run: VecDeque::new(),
             staged: VecDeque::with_capacity(INITIAL_QUEUE),
             inbox_full: false,
             receiver_alive: true,
@@ -91,15 +99,50 @@ impl Conn {
                 more = true;
                 break;
             }
-            let Some(message) = self.next_message() else {
+            if !self.refill() {
                 break;
+            }
+            // The run: the queued messages that fit what is left of the
+            // budget (at least one), at most RUN_MAX, handed to the stack
+            // in one call.
+            let queue = self.outq.frames();
+            let (mut n, mut cost, mut bytes) = (0usize, 0usize, 0u64);
+            for message in queue.iter() {
+                if moved >= budget || n == RUN_MAX {
+                    break;
+                }
+                let len = message.len();
+                moved += len + MESSAGE_OVERHEAD;
+                cost += self.shared.cost(len);
+                bytes += len as u64;
+                n += 1;
+            }
+            let behind = queue.len() - n;
+            let result = if behind == 0 {
+                self.stack.handle_send_run(now, queue)
+            } else {
+                self.run.extend(queue.drain(..n));
+                let result = self.stack.handle_send_run(now, &mut self.run);
+                while let Some(message) = self.run.pop_back() {
+                    queue.push_front(message);
+                }
+                result
             };
-            let len = message.len();
-            moved += len + MESSAGE_OVERHEAD;
-            released += self.shared.cost(len);
-            taken += 1;
-            taken_bytes += len as u64;
-            self.stack_send(now, message);
+            // What the stack did not take (after a refusal) stays queued,
+            // not counted.
+            for message in queue.iter().take(queue.len() - behind) {
+                let len = message.len();
+                moved -= len + MESSAGE_OVERHEAD;
+                cost -= self.shared.cost(len);
+                bytes -= len as u64;
+                n -= 1;
+            }
+            released += cost;
+            taken += n as u64;
+            taken_bytes += bytes;
+            if let Err(error) = result {
+                self.refused(error);
+            }
             if self.held.is_some() || self.stack.is_closed() {
                 break;
             }
@@ -113,7 +156,9 @@ impl Conn {
         more
     }
 
-    fn next_message(&mut self) -> Option<Frame> {
+    /// Takes the application's queue if nothing of the last batch is left;
+    /// whether there are messages to send.
+    fn refill(&mut self) -> bool {
         if self.outq.is_empty() {
             // Empty: its start back to the front of its buffer, so one
             // message at a time reuses one slot (as the stack's queues).
@@ -122,17 +167,25 @@ impl Conn {
             std::mem::swap(&mut out.queue, &mut self.outq);
             if self.outq.is_empty() {
                 out.driver_waiting = true;
+                return false;
             }
         }
-        self.outq.pop_frame()
+        true
     }
 
     fn stack_send(&mut self, now: Instant, frame: impl Into<Frame>) {
-        match self.stack.handle_send(now, frame) {
-            Ok(()) => {}
-            Err(StackSendError::WouldBlock(frame)) => self.held = Some(frame),
-            Err(StackSendError::Closed(_)) => {}
-            Err(error) => {
+        if let Err(error) = self.stack.handle_send(now, frame) {
+            self.refused(error);
+        }
+    }
+
+    /// A message the stack refused: held to retry if it had no room,
+    /// dropped otherwise.
+    fn refused(&mut self, error: StackSendError) {
+        match error {
+            StackSendError::WouldBlock(frame) => self.held = Some(frame),
+            StackSendError::Closed(_) => {}
+            error => {
                 // TooLarge is checked by LinkSender; a custom layer may
                 // refuse a frame for its own reasons.
                 tracing::warn!(target: "plexus::transport", peer = %self.shared.peer, %error, "stack refused a message; dropped");

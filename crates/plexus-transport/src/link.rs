@@ -159,11 +159,11 @@ impl OutQueue {
         Some((strand, frame))
     }
 
-    /// The next frame, its strand dropped (links whose stack carries every
-    /// strand in queue order).
-    pub(crate) fn pop_frame(&mut self) -> Option<Frame> {
-        self.strands.pop_front();
-        self.frames.pop_front()
+    /// The queued frames, their strands dropped (links whose stack carries
+    /// every strand in queue order).
+    pub(crate) fn frames(&mut self) -> &mut VecDeque<Frame> {
+        self.strands.clear();
+        &mut self.frames
     }
 
     /// The strands of the queued messages, in order.

@@ -16,14 +16,22 @@
 //! itself decodes straight out of the received chunks: a frame wholly inside
 //! one chunk is handed up as a slice of that chunk (no copy); only a frame
 //! split across chunks is copied once into a reassembly buffer.
+//!
+//! A run of frames handed down together ([`Layer::handle_send_run`]) leaves
+//! as few frames: the small ones, prefixed, are copied into one buffer of
+//! up to [`RUN_BYTES`] (what the layer below accepts, if less), which the
+//! transport writes as it is; a large one keeps its own buffer behind its
+//! prefix. The bytes on the stream are the same as for frames handed down
+//! one by one.
 
+use std::collections::VecDeque;
 use std::time::Instant;
 
 use bytes::{Buf, Bytes, BytesMut};
 
 use crate::error::{ReceiveError, StackSendError};
 use crate::frame::Frame;
-use crate::layer::{DataUnit, Interface, Layer, LinkContext, Output};
+use crate::layer::{take_front, DataUnit, Interface, Layer, LinkContext, Output};
 use crate::options::{LayerOptions, OptionError};
 use crate::registry::LayerConfig;
 use crate::wire;
@@ -146,12 +154,25 @@ pub fn decode(src: &mut BytesMut, max: usize) -> Result<Option<Bytes>, FramingEr
     Ok(Some(frame.freeze()))
 }
 
+/// The most bytes a run of small frames is gathered into
+/// ([`Layer::handle_send_run`]).
+pub const RUN_BYTES: usize = 16 << 10;
+
+/// The largest frame copied into a run's buffer; a longer one goes down
+/// with its own buffer (a copy would cost more than the frame it saves).
+const RUN_COPY_MAX: usize = 1024;
+
 /// The `framing` layer. See the [module docs](self).
 #[derive(Debug)]
 pub struct Framing {
     config: FramingConfig,
     /// Bytes of a frame split across chunks (header included).
     partial: BytesMut,
+    /// The run being gathered: prefixed small frames, sent down as one.
+    run: BytesMut,
+    /// The most bytes of one gathered run: [`RUN_BYTES`], or less if the
+    /// layer below takes less.
+    run_max: usize,
 }
 
 impl Framing {
@@ -160,6 +181,15 @@ impl Framing {
         Self {
             config,
             partial: BytesMut::new(),
+            run: BytesMut::new(),
+            run_max: RUN_BYTES,
+        }
+    }
+
+    /// Sends the run gathered so far down as one frame.
+    fn seal_run(&mut self, out: &mut Output) {
+        if !self.run.is_empty() {
+            out.push_down(Frame::from_payload(self.run.split().freeze()));
         }
     }
 
@@ -204,6 +234,12 @@ impl Layer for Framing {
         false
     }
 
+    fn bind_below(&mut self, below: Option<usize>) {
+        if let Some(below) = below {
+            self.run_max = self.run_max.min(below);
+        }
+    }
+
     fn max_frame_len(&self, _below: Option<usize>) -> Option<usize> {
         Some(self.config.max_frame_len)
     }
@@ -227,6 +263,49 @@ impl Layer for Framing {
         // Fits u32: max_frame_len is capped at u32::MAX when configured.
         let header = FrameHeader { len: len as u32 };
         out.push_down_with_header(frame, &header.emit());
+        Ok(())
+    }
+
+    fn handle_send_run(
+        &mut self,
+        now: Instant,
+        frames: &mut VecDeque<Frame>,
+        out: &mut Output,
+    ) -> Result<(), StackSendError> {
+        if frames.len() < 2 {
+            // Nothing to gather: the frame goes down as it is.
+            return match take_front(frames) {
+                Some(frame) => self.handle_send(now, frame, out),
+                None => Ok(()),
+            };
+        }
+        while let Some(frame) = frames.front() {
+            let len = frame.len();
+            let framed = FrameHeader::LEN + len;
+            if len > RUN_COPY_MAX.min(self.config.max_frame_len)
+                || framed > self.run_max
+                || frame.has_file_region()
+            {
+                // On its own (and refused there if too long), after what
+                // was gathered before it.
+                self.seal_run(out);
+                let frame = take_front(frames).expect("a front frame");
+                self.handle_send(now, frame, out)?;
+                continue;
+            }
+            if self.run.len() + framed > self.run_max {
+                self.seal_run(out);
+            }
+            if self.run.capacity() - self.run.len() < framed {
+                self.run.reserve(self.run_max);
+            }
+            // Fits u32: at most RUN_COPY_MAX.
+            self.run
+                .extend_from_slice(&FrameHeader { len: len as u32 }.emit());
+            frame.extend_into(&mut self.run);
+            take_front(frames);
+        }
+        self.seal_run(out);
         Ok(())
     }
 
