@@ -256,6 +256,14 @@ impl Stack {
         self.closed.is_some()
     }
 
+    /// Whether a layer may refuse a send for want of room
+    /// ([`Layer::limits_sends`]): such a stack takes a run of messages one
+    /// by one ([`handle_send_run`](Stack::handle_send_run)), and a run it
+    /// cuts short is handed over again.
+    pub fn limits_sends(&self) -> bool {
+        !self.limiting.is_empty()
+    }
+
     /// Whether [`handle_send`](Stack::handle_send) would accept a message now.
     pub fn can_send(&self) -> bool {
         self.closed.is_none() && self.limiting.iter().all(|&i| self.layers[i].can_send())

@@ -18,8 +18,7 @@ use crate::link::{lock, OutQueue, Received, Shared, INITIAL_QUEUE, MESSAGE_OVERH
 use crate::stats::LinkStats;
 
 /// The most messages [`Conn::pump`] hands the stack in one run: enough for
-/// a layer's work per run to amortise, few enough that a run cut short (a
-/// layer out of room) costs little to count again.
+/// a layer's work per run to amortise, few enough to stay in the cache.
 const RUN_MAX: usize = 64;
 
 /// The current time on tokio's clock (so paused-time tests drive stacks too).
@@ -103,12 +102,19 @@ impl Conn {
                 break;
             }
             // The run: the queued messages that fit what is left of the
-            // budget (at least one), at most RUN_MAX, handed to the stack
-            // in one call.
+            // budget (at least one), handed to the stack in one call. A
+            // stack that may refuse one for want of room takes them one by
+            // one anyway, and a run it cuts short is counted again: it gets
+            // runs of one.
+            let most = if self.stack.limits_sends() {
+                1
+            } else {
+                RUN_MAX
+            };
             let queue = self.outq.frames();
             let (mut n, mut cost, mut bytes) = (0usize, 0usize, 0u64);
             for message in queue.iter() {
-                if moved >= budget || n == RUN_MAX {
+                if moved >= budget || n == most {
                     break;
                 }
                 let len = message.len();
@@ -120,6 +126,9 @@ impl Conn {
             let behind = queue.len() - n;
             let result = if behind == 0 {
                 self.stack.handle_send_run(now, queue)
+            } else if n == 1 {
+                let message = queue.pop_front().expect("a run of one");
+                self.stack.handle_send(now, message)
             } else {
                 self.run.extend(queue.drain(..n));
                 let result = self.stack.handle_send_run(now, &mut self.run);

@@ -65,6 +65,10 @@ pub(crate) const MESSAGE_OVERHEAD: usize = 128;
 /// them.
 pub(crate) const INITIAL_QUEUE: usize = 16;
 
+/// Messages queued in a row, without the driver taking them, after which
+/// a sender offers to take the driver's turn (`LinkSender::push_frame`).
+pub(crate) const TURN_DEPTH: usize = 64;
+
 /// Per-link buffer sizes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LinkConfig {
@@ -259,6 +263,13 @@ pub(crate) struct Shared {
 pub(crate) struct Extras {
     pub(crate) unreliable: Option<Box<dyn UnreliableSink>>,
     pub(crate) sender_turn: Option<SenderTurn>,
+    /// Senders offer to take the turn also when the link's queue grows
+    /// [`TURN_DEPTH`] deep while the driver is away: the transport's turn
+    /// moves messages somewhere cheaper to hold (a stream's write queue,
+    /// a few bytes a message) and writes them. A datagram transport's turn
+    /// holds what it cannot send in a bounded spill, so it leaves deep
+    /// queues to its task.
+    pub(crate) turn_when_deep: bool,
     /// The link's stack passes file regions and its driver writes them
     /// (`sendfile`): a message ending in one is queued as it is. Otherwise
     /// the sender reads the region into memory first.

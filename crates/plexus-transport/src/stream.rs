@@ -30,6 +30,13 @@
 //! the stack's layers. One write per window: a sender in a tight loop gets
 //! its messages batched into the driver's vectored writes instead of a
 //! system call each.
+//!
+//! A sender in a long loop (a handler telling thousands of messages, with
+//! the driver on the same thread, so it runs only after the loop) takes a
+//! turn every [`TURN_DEPTH`](crate::link::TURN_DEPTH) messages as well: the
+//! stack takes them while they are in the cache, the link's queue stays
+//! short, and once [`TURN_WRITE`] bytes wait for the socket the turn writes
+//! them, so the peer gets the first of them before the loop ends.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -56,6 +63,9 @@ pub(crate) const READ_BUF: usize = 128 << 10;
 const FIRST_READ_BUF: usize = 16 << 10;
 /// Slices per vectored write (Linux `IOV_MAX` is 1024).
 pub(crate) const MAX_IOV: usize = 512;
+/// Bytes waiting for the socket at which a sender's turn writes them
+/// whether or not the write window is open.
+const TURN_WRITE: usize = 64 << 10;
 /// Bytes of messages moved into the stack between two drains of its
 /// transmit queue.
 const PUMP_STEP: usize = 8 << 10;
@@ -249,6 +259,7 @@ pub(crate) fn spawn<S: StreamSocket>(
                 weak.upgrade().is_some_and(|s| sender_turn(&s))
             })),
             writes_file_regions,
+            turn_when_deep: true,
             ..Extras::default()
         };
         let shared = Shared::with_extras(
@@ -295,7 +306,11 @@ fn sender_turn<S: StreamSocket>(link: &StreamLink<S>) -> bool {
     let more = budget == 0 || core.conn.pump(now(), budget);
     let out = &mut core.out;
     core.conn.stack.drain_transmit(|frame| out.push(frame));
-    if std::mem::take(&mut core.write_window) && out.write_to(&link.socket).is_err() {
+    // A sender in a long loop keeps the driver away (on this thread) until
+    // the loop ends: once a write's worth waits, it writes them itself, or
+    // the loop would stop at the write budget.
+    let write = std::mem::take(&mut core.write_window) || out.bytes >= TURN_WRITE;
+    if write && out.write_to(&link.socket).is_err() {
         // The driver meets the error on its next write and closes.
         return false;
     }

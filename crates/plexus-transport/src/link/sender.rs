@@ -10,7 +10,7 @@ use bytes::Bytes;
 use plexus_net::Frame;
 use tokio::sync::TryAcquireError;
 
-use super::{lock, Shared, Strand};
+use super::{lock, Shared, Strand, TURN_DEPTH};
 use crate::error::{LinkSendError, LinkTrySendError, UnreliableError};
 use crate::stats::LinkStats;
 
@@ -97,17 +97,26 @@ impl LinkSender {
     /// Queues a frame on `strand` (its `cost` permits were taken). Refused,
     /// the permits given back, if the link was sealed meanwhile
     /// ([`try_send_last_on`](LinkSender::try_send_last_on)).
+    ///
+    /// The sender offers to take the driver's turn when the driver waits
+    /// for its message, and, where the transport asks for it
+    /// (`Extras::turn_when_deep`), each [`TURN_DEPTH`] messages queued while
+    /// the driver has not come (it runs on this thread, after this sender's
+    /// loop): the queue then stays a few cache lines deep instead of
+    /// growing to the whole send buffer, and the stack takes the messages
+    /// while they are still in the cache.
     fn push_frame(&self, strand: Strand, frame: Frame, cost: usize) -> Result<(), LinkSendError> {
-        let wake = {
+        let (waiting, deep) = {
             let mut out = lock(&self.shared.out);
             if out.sealed {
                 drop(out);
                 return Err(self.refuse_sealed(frame, cost));
             }
             out.queue.push_back((strand, frame));
-            std::mem::take(&mut out.driver_waiting)
+            let deep = out.queue.len() % TURN_DEPTH == 0;
+            (std::mem::take(&mut out.driver_waiting), deep)
         };
-        if wake {
+        if waiting || (deep && self.shared.extras.turn_when_deep) {
             self.shared.wake_for_send();
         }
         Ok(())

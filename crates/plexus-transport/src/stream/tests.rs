@@ -204,3 +204,27 @@ async fn a_file_region_arrives_whole_sent_from_the_file_or_read_first() {
         .expect("send");
     assert!(right.recv_message().await.expect("the region") == expected);
 }
+
+/// A sender telling thousands of messages in one go, on the thread its
+/// driver runs on (so the driver cannot run until it is done), takes the
+/// driver's turn every `TURN_DEPTH` messages: the link's queue never holds
+/// more, and every message arrives, in order.
+#[tokio::test]
+async fn a_long_send_loop_on_the_drivers_thread_keeps_the_queue_short() {
+    let (client, mut server) = pair(LinkConfig::default()).await;
+    let mut deepest = 0;
+    for i in 0..5_000u32 {
+        client
+            .try_send_copy(&i.to_le_bytes())
+            .expect("room to send");
+        deepest = deepest.max(crate::link::lock(&client.shared().out).queue.len());
+    }
+    assert!(
+        deepest <= crate::link::TURN_DEPTH,
+        "{deepest} messages waited for the driver"
+    );
+    for i in 0..5_000u32 {
+        let message = server.recv_message().await.expect("a message");
+        assert_eq!(message, &i.to_le_bytes()[..], "message {i}");
+    }
+}
