@@ -347,6 +347,21 @@ impl Frame {
         n
     }
 
+    /// The headers in the inline headroom (the bytes before the payload).
+    #[inline]
+    pub fn header(&self) -> &[u8] {
+        &self.head[self.head_start as usize..]
+    }
+
+    /// The payload's byte segments in order, shared, not copied (a file
+    /// region that ends the payload is not among them:
+    /// [`file_region`](Self::file_region)). With [`header`](Self::header),
+    /// what a transport that takes owned buffers (QUIC streams) writes
+    /// without copying a large payload.
+    pub fn payload_segments(&self) -> impl Iterator<Item = &Bytes> + '_ {
+        self.segs()
+    }
+
     /// The first contiguous chunk (empty for an empty frame).
     pub fn first_chunk(&self) -> &[u8] {
         if self.head_start as usize != HEADROOM {

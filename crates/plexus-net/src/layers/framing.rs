@@ -198,6 +198,17 @@ impl Framing {
         self.partial.len()
     }
 
+    /// Bytes the partial frame will hold once whole (its header included),
+    /// as its header announces; what is held while the header itself is
+    /// incomplete. A driver bounding the memory of many streams together
+    /// counts this: a peer's announced frame is charged before it arrives.
+    pub fn partial_len(&self) -> usize {
+        match FrameHeader::parse(&self.partial, self.config.max_frame_len) {
+            Ok(Some(header)) => FrameHeader::LEN + header.len as usize,
+            _ => self.partial.len(),
+        }
+    }
+
     /// Completes the partial frame from `data`; returns whether it is done.
     fn fill_partial(&mut self, data: &mut Bytes, out: &mut Output) -> Result<(), FramingError> {
         if self.partial.len() < FrameHeader::LEN {
@@ -349,6 +360,10 @@ impl Layer for Framing {
 
     fn poll_timeout(&self) -> Option<Instant> {
         None
+    }
+
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
     }
 }
 

@@ -1,28 +1,30 @@
-//! The driver of one QUIC link: a task that hands queued messages to one
-//! writer task per strand, accepts the peer's strand streams (one reader task
-//! each), reads datagrams, and runs the graceful close (see the
-//! [module docs](super)).
+//! The driver of one QUIC link: a task that runs each strand's stack
+//! ([`strand_stack`](super::strand_stack)) on the queued messages and hands
+//! what it transmits to one writer task per strand, accepts the peer's
+//! strand streams (one reader task each, feeding the strand's stack), fires
+//! the stacks' timers, reads datagrams, and runs the graceful close (see
+//! the [module docs](super)).
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::Instant;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use futures_util::FutureExt;
+use plexus_net::{Frame, StackSpec};
 use quinn::{Connection, ConnectionError, RecvStream, SendDatagramError, VarInt};
 use rustls_pki_types::CertificateDer;
 use tokio::sync::{mpsc, Notify};
 use tokio::task::JoinSet;
 
-use super::{code, strand_wire, QuicConfig, QuicError};
+use super::strand_stack::{StrandStacks, StrandWire, COPY_MAX, LEN};
+use super::{code, QuicConfig, QuicError};
+use crate::conn::now;
 use crate::error::{CloseReason, UnreliableError};
 use crate::link::{
     lock, Extras, Link, OutQueue, PeerIdentity, Received, Shared, Strand, UnreliableSink,
 };
-
-/// Messages up to this length are copied next to their header (one chunk
-/// per batch); longer ones are handed to quinn as their own chunk.
-const COPY_MAX: usize = 1024;
 /// A batch holding a message at least this long is sent at a lower
 /// priority than other strands: small messages on other strands go first
 /// instead of sharing the connection round-robin with it.
@@ -39,25 +41,34 @@ pub(super) const READ_ALL: u8 = 0x80;
 pub(super) const MAX_STREAMS: usize = Strand::COUNT + 1;
 
 /// Starts the driver of an established connection and returns its link;
-/// the peer's `identity` comes from [`peer_identity`].
+/// the peer's `identity` comes from [`peer_identity`], its strands' stacks
+/// from `spec` (fit to the transport).
 pub(crate) fn spawn(
     conn: Connection,
     config: &QuicConfig,
+    spec: &StackSpec,
     peer: Arc<str>,
     identity: PeerIdentity,
 ) -> Link {
     let notify = Arc::new(Notify::new());
     let room = Arc::new(Notify::new());
     let wake = (notify.clone(), room.clone());
-    let handoff = Arc::new(Handoff::default());
+    // Framing's length prefix is a u32.
+    let max_frame = config.max_message_len.min(u32::MAX as usize);
+    let stacks = Arc::new(StrandStacks::new(
+        spec,
+        max_frame,
+        conn.stable_id() as u64,
+        now(),
+    ));
+    let max_message_len = stacks.max_message_len();
+    let handoff = Arc::new(Handoff::new(stacks.clone()));
     let turn = handoff.clone();
     let extras = Extras {
         unreliable: Some(Box::new(Datagrams(conn.clone()))),
         sender_turn: Some(Box::new(move || turn.sender_turn())),
         ..Extras::default()
     };
-    // The strand format's length prefix is a u32.
-    let max_message_len = config.max_message_len.min(u32::MAX as usize);
     let shared = Shared::with_extras(
         peer,
         Some(max_message_len),
@@ -74,10 +85,13 @@ pub(crate) fn spawn(
     let strands = Arc::new(Strands {
         shared: shared.clone(),
         room,
+        driver: notify.clone(),
         max_message_len,
+        stacks,
+        active: AtomicU64::new(0),
         seen: Mutex::new(StrandsSeen::default()),
         partial: AtomicUsize::new(0),
-        partial_max: reassembly_budget(max_message_len),
+        partial_max: reassembly_budget(max_frame),
         bulk: tokio::sync::Mutex::new(()),
         handoff: handoff.clone(),
     });
@@ -86,9 +100,11 @@ pub(crate) fn spawn(
         shared,
         strands,
         handoff,
-        writers: std::array::from_fn(|_| None),
-        staged: std::array::from_fn(|_| StrandWire::default()),
-        encoding: std::array::from_fn(|_| BytesMut::new()),
+        running: 0,
+        opened: 0,
+        deadline: None,
+        run: VecDeque::new(),
+        events: VecDeque::new(),
         writer_tasks: JoinSet::new(),
         readers: JoinSet::new(),
         accepted: 0,
@@ -162,8 +178,8 @@ enum Sending {
 /// next starts: our writers send one bulk message at a time) and a small
 /// one on every strand. A peer that needs more is closed
 /// ([`QuicError::TooMuchPartial`]).
-pub(super) fn reassembly_budget(max_message_len: usize) -> usize {
-    2 * (max_message_len + strand_wire::LEN) + Strand::COUNT * (BULK + READ_CHUNK)
+pub(super) fn reassembly_budget(max_frame: usize) -> usize {
+    2 * (max_frame + LEN) + Strand::COUNT * (BULK + READ_CHUNK)
 }
 
 /// What the strand readers and writers of one connection share.
@@ -171,7 +187,15 @@ struct Strands {
     shared: Arc<Shared>,
     /// Woken when the receiver makes room in the inbound queue.
     room: Arc<Notify>,
+    /// Wakes the driver (a reader left it work: bytes for a writer not
+    /// open yet, a timer, held messages to retry).
+    driver: Arc<Notify>,
     max_message_len: usize,
+    /// Each strand's stack.
+    stacks: Arc<StrandStacks>,
+    /// Strands whose stack has been used (bit per strand): the driver
+    /// serves their timers.
+    active: AtomicU64,
     /// Streams the peer opened.
     seen: Mutex<StrandsSeen>,
     /// Bytes of partly received messages, all readers together (counted
@@ -190,14 +214,16 @@ struct Driver {
     shared: Arc<Shared>,
     strands: Arc<Strands>,
     handoff: Arc<Handoff>,
-    /// The queue of each strand's writer task (opened on first use).
-    /// Each strand's writer task, fed whole batches (one channel send per
-    /// strand per pump round, not per message).
-    writers: [Option<mpsc::UnboundedSender<StrandWire>>; Strand::COUNT],
-    /// This pump round's wire bytes per strand, before they go to the writers.
-    staged: [StrandWire; Strand::COUNT],
-    /// Per strand, where this pump round's small messages are encoded.
-    encoding: [BytesMut; Strand::COUNT],
+    /// Strands whose writer task runs (bit per strand).
+    running: u64,
+    /// Strands whose writer was opened (bit per strand).
+    opened: u64,
+    /// The earliest timer of the strands' stacks.
+    deadline: Option<Instant>,
+    /// A run of one strand's messages, cut from the batch.
+    run: VecDeque<Frame>,
+    /// Events of the stacks for the application.
+    events: VecDeque<Received>,
     /// Writer tasks: `Ok(strand)` once their stream is finished and
     /// acknowledged.
     writer_tasks: JoinSet<Result<u8, QuicError>>,
@@ -237,6 +263,9 @@ impl Driver {
         // after the reason.
         self.readers.abort_all();
         self.writer_tasks.abort_all();
+        for i in 0..Strand::COUNT {
+            self.strands.stacks.lock(strand(i)).finish();
+        }
         let text = &text.as_bytes()[..text.len().min(256)];
         self.conn.close(VarInt::from_u32(code), text);
         tracing::debug!(target: "plexus::transport", peer = %self.shared.peer, %reason, "link closed");
@@ -248,9 +277,17 @@ impl Driver {
         let closed = conn.closed();
         tokio::pin!(closed);
         let mut batch = OutQueue::with_capacity(256);
+        let sleep = tokio::time::sleep_until(tokio::time::Instant::now());
+        tokio::pin!(sleep);
         loop {
             if self.sending == Sending::Open {
                 self.pump(&mut batch, notify);
+            }
+            if let Err(reason) = self.service() {
+                return reason;
+            }
+            if let Some(deadline) = self.deadline {
+                sleep.as_mut().reset(deadline.into());
             }
             // Both directions were sent and read: closing loses nothing.
             if self.inbound_ended && self.sending == Sending::Done && self.peer_read_all {
@@ -268,6 +305,7 @@ impl Driver {
             let accepting = !self.peer_done || !self.peer_read_all;
             tokio::select! {
                 () = notify.notified() => {}
+                () = &mut sleep, if self.deadline.is_some() => {}
                 e = &mut closed => return connection_reason(e),
                 s = conn.accept_uni(), if accepting => match s {
                     Ok(stream) => {
@@ -297,7 +335,10 @@ impl Driver {
                     Err(_) => return CloseReason::Local,
                 },
                 Some(r) = self.writer_tasks.join_next() => match r {
-                    Ok(Ok(_)) => self.on_writer_done(),
+                    Ok(Ok(strand)) => {
+                        self.running &= !(1 << strand);
+                        self.on_writer_done();
+                    }
                     Ok(Err(e)) => return quic_reason(e),
                     Err(_) => return CloseReason::Local,
                 },
@@ -305,8 +346,9 @@ impl Driver {
         }
     }
 
-    /// Hands queued messages to their strands' writers; starts the close once
-    /// the application is done sending.
+    /// Hands queued messages to their strands' stacks (whose bytes go to
+    /// the strands' writers); starts the close once the application is
+    /// done sending and no stack holds messages back.
     fn pump(&mut self, batch: &mut OutQueue, notify: &Notify) {
         let mut rounds = 0;
         let done = loop {
@@ -315,60 +357,39 @@ impl Driver {
                 std::mem::swap(&mut out.queue, batch);
                 if batch.is_empty() {
                     // The next push wakes us, or its sender hands its
-                    // message to the strand writer itself meanwhile.
+                    // message to the strand's stack itself meanwhile.
                     out.driver_waiting = true;
-                    let done = out.senders == 0 || out.close_requested;
+                    let done = (out.senders == 0 || out.close_requested) && !self.holding();
                     let mut handoff = lock(&self.handoff.state);
                     if done {
                         // The writers' queues must close for the strands to
                         // finish: no sender may reach them any more.
-                        handoff.writers = None;
+                        handoff.open = false;
                     }
-                    // Everything taken is with the writers: the next
-                    // message may go to its writer straight away.
-                    handoff.window = handoff.writers.is_some();
+                    // Everything taken is with the stacks: the next
+                    // message may enter its stack straight away.
+                    handoff.window = handoff.open;
                     break done;
                 }
             }
-            let mut touched = 0u64;
-            while let Some((strand, message)) = batch.pop_front() {
-                let i = usize::from(strand.index());
-                touched |= 1 << i;
-                let wire = &mut self.staged[i];
-                wire.permits += self.shared.cost(message.len());
-                strand_wire::encode(message, COPY_MAX, &mut self.encoding[i], &mut wire.chunks);
-            }
-            while touched != 0 {
-                let i = touched.trailing_zeros() as usize;
-                touched &= touched - 1;
-                if !self.encoding[i].is_empty() {
-                    let encoded = self.encoding[i].split().freeze();
-                    self.staged[i].chunks.push(encoded);
+            let now = now();
+            let strands = self.strands.clone();
+            while let Some(strand) = front_strand(batch) {
+                // The run of this strand's messages at the batch's front.
+                let mut permits = 0;
+                while front_strand(batch) == Some(strand) {
+                    let Some((_, message)) = batch.pop_front() else {
+                        break;
+                    };
+                    permits += self.shared.cost(message.len());
+                    self.run.push_back(message);
                 }
-                if self.encoding[i].capacity() < COPY_MAX * 2 {
-                    self.encoding[i].reserve(16 << 10);
-                }
-                if self.writers[i].is_none() {
-                    // A strand index from the loop above.
-                    let strand = Strand::new(i as u8).expect("a strand index");
+                let mut state = strands.stacks.lock(strand);
+                if !state.has_writer() {
                     let writer = self.open_strand(strand);
-                    if !lock(&self.shared.out).close_requested {
-                        lock(&self.handoff.state)
-                            .writers
-                            .get_or_insert_with(|| {
-                                Box::new(StrandWriters(std::array::from_fn(|_| None)))
-                            })
-                            .0[i] = Some(writer.clone());
-                    }
-                    self.writers[i] = Some(writer);
+                    state.set_writer(writer);
                 }
-                let wire = std::mem::take(&mut self.staged[i]);
-                if let Some(writer) = &self.writers[i] {
-                    // The writer ends only after its queue is dropped (or
-                    // on a connection error, reported through its join
-                    // handle).
-                    let _ = writer.send(wire);
-                }
+                state.send_run(now, &mut self.run, permits);
             }
             rounds += 1;
             if rounds == 16 {
@@ -381,14 +402,57 @@ impl Driver {
         if done {
             self.sending = Sending::Finishing;
             // Strand 0 goes last: its end tells the peer everything is in.
-            for w in self.writers.iter_mut().skip(1) {
-                *w = None;
+            for i in 1..Strand::COUNT {
+                self.strands.stacks.lock(strand(i)).finish();
             }
             self.on_writer_done();
         }
     }
 
+    /// Whether a strand's stack holds messages back for want of room.
+    fn holding(&self) -> bool {
+        let active = self.strands.active.load(Ordering::Acquire);
+        (0..Strand::COUNT)
+            .filter(|i| active & (1 << i) != 0)
+            .any(|i| self.strands.stacks.lock(strand(i)).holds())
+    }
+
+    /// Serves the used strands' stacks: fires due timers, retries held
+    /// messages, opens the writer of a strand with bytes for one, hands the
+    /// stacks' events to the application; sets the next deadline.
+    fn service(&mut self) -> Result<(), CloseReason> {
+        let active = self.strands.active.load(Ordering::Acquire);
+        if active == 0 {
+            return Ok(());
+        }
+        let now = now();
+        let mut deadline: Option<Instant> = None;
+        let strands = self.strands.clone();
+        for i in (0..Strand::COUNT).filter(|i| active & (1 << i) != 0) {
+            let mut state = strands.stacks.lock(strand(i));
+            state
+                .service(now, &mut self.events)
+                .map_err(|source| stack_reason(i, source))?;
+            if state.waits_for_writer() && self.sending == Sending::Open {
+                let writer = self.open_strand(strand(i));
+                state.set_writer(writer);
+            }
+            if let Some(t) = state.poll_timeout() {
+                deadline = Some(deadline.map_or(t, |d| d.min(t)));
+            }
+        }
+        self.deadline = deadline;
+        if !self.events.is_empty() {
+            push(&self.strands, &mut self.events);
+        }
+        Ok(())
+    }
+
     fn open_strand(&mut self, strand: Strand) -> mpsc::UnboundedSender<StrandWire> {
+        let bit = 1 << strand.index();
+        self.running |= bit;
+        self.opened |= bit;
+        self.strands.active.fetch_or(bit, Ordering::Release);
         let (tx, rx) = mpsc::unbounded_channel();
         self.writer_tasks.spawn(write_strand(
             self.conn.clone(),
@@ -401,19 +465,24 @@ impl Driver {
 
     /// A writer finished: move the close along.
     fn on_writer_done(&mut self) {
-        let others_running = self.writer_tasks.len() > usize::from(self.writers[0].is_some());
         match self.sending {
-            Sending::Finishing if !others_running => {
+            Sending::Finishing if self.running & !1 == 0 => {
                 self.sending = Sending::FinishingStrandZero;
-                if self.writers[0].is_none() {
-                    self.writers[0] = Some(self.open_strand(Strand::ZERO));
+                let strands = self.strands.clone();
+                let mut zero = strands.stacks.lock(Strand::ZERO);
+                if self.opened & 1 == 0 {
+                    // Opened just to be finished: its end tells the peer
+                    // everything is in.
+                    let writer = self.open_strand(Strand::ZERO);
+                    zero.set_writer(writer);
                 }
-                self.writers[0] = None;
-                if self.writer_tasks.is_empty() {
+                zero.finish();
+                drop(zero);
+                if self.running == 0 {
                     self.sending = Sending::Done;
                 }
             }
-            Sending::FinishingStrandZero if self.writer_tasks.is_empty() => {
+            Sending::FinishingStrandZero if self.running == 0 => {
                 self.sending = Sending::Done;
             }
             _ => {}
@@ -480,6 +549,24 @@ impl Driver {
     }
 }
 
+/// The strand of the batch's first message.
+fn front_strand(batch: &OutQueue) -> Option<Strand> {
+    batch.strands().next()
+}
+
+/// Strand `i` (below [`Strand::COUNT`]).
+fn strand(i: usize) -> Strand {
+    Strand::new(i as u8).expect("a strand index")
+}
+
+/// Why a strand's stack closed the link.
+fn stack_reason(strand: usize, source: plexus_net::LinkError) -> CloseReason {
+    quic_reason(QuicError::Stack {
+        strand: strand as u8,
+        source,
+    })
+}
+
 fn quic_reason(e: QuicError) -> CloseReason {
     match e {
         QuicError::Connection(c) => connection_reason(c),
@@ -505,78 +592,81 @@ fn connection_reason(e: ConnectionError) -> CloseReason {
     }
 }
 
-/// The senders' way to the strand writers: once the driver, with nothing
+/// The senders' way to the strands' stacks: once the driver, with nothing
 /// left to take, opens the window, the next sender whose message the
-/// driver waits for hands it to its strand's writer itself
-/// ([`sender_turn`](Handoff::sender_turn)), instead of waking the driver
-/// to do that: one task wake-up less per message of a request–response
-/// exchange. Everything queued before is with the writers already, so the
-/// strand keeps its order. One turn per window: the messages after it wait
-/// for the driver and go to the writers together.
-#[derive(Default)]
+/// driver waits for runs its strand's stack itself
+/// ([`sender_turn`](Handoff::sender_turn)), whose bytes go to the strand's
+/// writer, instead of waking the driver to do that: one task wake-up less
+/// per message of a request–response exchange. Everything queued before is
+/// with the stacks already, so the strand keeps its order. One turn per
+/// window: the messages after it wait for the driver and go to the stacks
+/// together.
 pub(crate) struct Handoff {
     /// The link's shared state (set once the link exists).
     shared: OnceLock<Weak<Shared>>,
+    stacks: Arc<StrandStacks>,
     state: Mutex<HandoffState>,
 }
 
-#[derive(Default)]
 struct HandoffState {
-    /// The strand writers' queues; `None` once sending ends, so the queues
-    /// close.
-    writers: Option<Box<StrandWriters>>,
+    /// Sending goes on: `false` once the strands are finishing.
+    open: bool,
     /// Open: the next sender may take the driver's turn.
     window: bool,
 }
 
 impl Handoff {
+    fn new(stacks: Arc<StrandStacks>) -> Self {
+        Self {
+            shared: OnceLock::new(),
+            stacks,
+            state: Mutex::new(HandoffState {
+                open: true,
+                window: false,
+            }),
+        }
+    }
+
     /// A sender's turn (see [`Handoff`]): returns whether it left nothing
     /// for the driver.
     fn sender_turn(&self) -> bool {
         let Some(shared) = self.shared.get().and_then(Weak::upgrade) else {
             return false;
         };
-        // The queue's lock first, then the window's: the driver takes them
-        // in that order too.
+        // The queue's lock first, then the window's, then a strand's: the
+        // driver takes them in that order too.
         let mut out = lock(&shared.out);
         let mut state = lock(&self.state);
-        if !std::mem::take(&mut state.window) {
+        if !std::mem::take(&mut state.window) || !state.open || out.close_requested {
             return false;
         }
-        let Some(writers) = &state.writers else {
-            return false;
-        };
-        if out.close_requested || !out.queue.strands().all(|strand| writers.has(strand)) {
-            // A strand to open, or the close to run: the driver's work.
+        if !out
+            .queue
+            .strands()
+            .all(|strand| self.stacks.lock(strand).has_writer())
+        {
+            // A strand to open: the driver's work.
             return false;
         }
+        let now = crate::conn::now();
+        let mut left = false;
         while let Some((strand, message)) = out.queue.pop_front() {
             let permits = shared.cost(message.len());
-            let mut encoded =
-                BytesMut::with_capacity(strand_wire::LEN + message.len().min(COPY_MAX));
-            let mut chunks = Vec::with_capacity(2);
-            strand_wire::encode(message, COPY_MAX, &mut encoded, &mut chunks);
-            if !encoded.is_empty() {
-                chunks.push(encoded.freeze());
-            }
-            if writers
-                .send(strand, StrandWire { chunks, permits })
-                .is_err()
-            {
-                // Its writer ended: the connection failed. The driver
-                // finds out and closes the link, counting what is still
-                // queued as unsent; this one is lost with the connection.
-                tracing::debug!(target: "plexus::transport", peer = %shared.peer, "quic strand writer gone; message dropped");
-                return false;
-            }
+            let mut stack = self.stacks.lock(strand);
+            stack.send(now, message, permits);
+            // A timer to arm or messages held back: the driver's work.
+            left |= stack.poll_timeout().is_some() || stack.holds();
+        }
+        if left {
+            return false;
         }
         // Nobody is on the way to the queue: the next push needs a turn.
         out.driver_waiting = true;
         true
     }
 
-    /// Something arrived while the driver has nothing to hand the writers:
-    /// the reply to it may go to its writer straight away (as a
+    /// Something arrived while the driver has nothing to hand the stacks:
+    /// the reply to it may go to its stack straight away (as a
     /// byte-stream link's driver opens the window after a turn that
     /// received). A waiting driver left nothing queued.
     fn on_received(&self, shared: &Shared) {
@@ -586,36 +676,9 @@ impl Handoff {
         };
         if waiting {
             let mut state = lock(&self.state);
-            state.window = state.writers.is_some();
+            state.window = state.open;
         }
     }
-}
-
-/// The strand writers' queues, one per strand that has been opened.
-pub(crate) struct StrandWriters([Option<mpsc::UnboundedSender<StrandWire>>; Strand::COUNT]);
-
-impl StrandWriters {
-    /// Hands `wire` to `strand`'s writer; gives it back if the strand has
-    /// none (not opened yet, or its writer ended).
-    fn send(&self, strand: Strand, wire: StrandWire) -> Result<(), StrandWire> {
-        match &self.0[usize::from(strand.index())] {
-            Some(writer) => writer.send(wire).map_err(|e| e.0),
-            None => Err(wire),
-        }
-    }
-
-    /// Whether `strand` has a writer.
-    fn has(&self, strand: Strand) -> bool {
-        self.0[usize::from(strand.index())].is_some()
-    }
-}
-
-/// Messages of one strand in the strand stream's format (`strand_wire`), and
-/// the permits to return once they are written.
-#[derive(Default)]
-pub(crate) struct StrandWire {
-    chunks: Vec<Bytes>,
-    permits: usize,
 }
 
 /// One strand's writer: opens the stream, writes the strand byte, then the
@@ -696,10 +759,10 @@ async fn write_strand(
     }
 }
 
-/// One stream's reader: the strand byte, then messages until the stream
-/// ends. Stops reading while the link's receive buffer is full.
+/// One stream's reader: the strand byte, then chunks for the strand's
+/// stack until the stream ends. Stops reading while the link's receive
+/// buffer is full.
 async fn read_strand(mut stream: RecvStream, strands: Arc<Strands>) -> Result<u8, QuicError> {
-    let mut buf = BytesMut::new();
     let mut strand = NO_STRAND;
     let mut staged = VecDeque::new();
     // This reader's share of `strands.partial`, returned when it ends.
@@ -714,66 +777,53 @@ async fn read_strand(mut stream: RecvStream, strands: Arc<Strands>) -> Result<u8
             .await
             .map_err(|source| QuicError::Read { strand, source })?;
         let Some(chunk) = chunk else {
-            if strand == NO_STRAND || !buf.is_empty() {
+            if strand == NO_STRAND || held.bytes > 0 {
                 return Err(QuicError::Truncated { strand });
             }
             return Ok(strand);
         };
         let mut data = chunk.bytes;
         if strand == NO_STRAND && !data.is_empty() {
-            // `buf` is empty until the strand byte is read.
             strand = data[0];
             bytes::Buf::advance(&mut data, 1);
             claim_strand(&strands.seen, strand)?;
+            if strand != READ_ALL {
+                strands.active.fetch_or(1 << strand, Ordering::Release);
+            }
         }
-        if strand == READ_ALL && !(buf.is_empty() && data.is_empty()) {
+        if strand == READ_ALL {
+            if !data.is_empty() {
+                return Err(QuicError::BadStrand {
+                    strand,
+                    max: Strand::COUNT,
+                });
+            }
+            continue;
+        }
+        if data.is_empty() {
+            continue;
+        }
+        // Claimed above: a strand below Strand::COUNT.
+        let Some(s) = Strand::new(strand) else {
             return Err(QuicError::BadStrand {
                 strand,
                 max: Strand::COUNT,
             });
-        }
-        let framing_err = |source| QuicError::Framing { strand, source };
-        // First the message the previous chunk cut: only its missing bytes
-        // are copied behind it.
-        while !buf.is_empty() && !data.is_empty() {
-            let missing =
-                match strand_wire::parse(&buf, strands.max_message_len).map_err(framing_err)? {
-                    Some(len) => strand_wire::LEN + len - buf.len(),
-                    None => strand_wire::LEN - buf.len(),
-                };
-            let take = missing.min(data.len());
-            buf.extend_from_slice(&data.split_to(take));
-            if let Some(message) =
-                strand_wire::decode(&mut buf, strands.max_message_len).map_err(framing_err)?
-            {
-                staged.push_back(Received::Message(message));
-            }
-        }
-        if buf.is_empty() {
-            // Whole messages are sliced off the chunk itself, uncopied;
-            // only a message cut by the chunk's end is copied to `buf`.
-            while let Some(len) =
-                strand_wire::parse(&data, strands.max_message_len).map_err(framing_err)?
-            {
-                let total = strand_wire::LEN + len;
-                if data.len() < total {
-                    break;
-                }
-                let mut message = data.split_to(total);
-                bytes::Buf::advance(&mut message, strand_wire::LEN);
-                staged.push_back(Received::Message(message));
-            }
-            buf.extend_from_slice(&data);
+        };
+        let (partial, wake) = {
+            let mut state = strands.stacks.lock(s);
+            state
+                .receive(crate::conn::now(), data, &mut staged)
+                .map_err(|source| QuicError::Stack { strand, source })?;
+            let wake = state.waits_for_writer() || state.holds() || state.poll_timeout().is_some();
+            (state.partial_len(), wake)
+        };
+        if wake {
+            strands.driver.notify_one();
         }
         if !staged.is_empty() {
             push(&strands, &mut staged);
         }
-        // What the partial message left in `buf` will take once whole.
-        let partial =
-            match strand_wire::parse(&buf, strands.max_message_len).map_err(framing_err)? {
-                Some(len) => strand_wire::LEN + len,
-                None => buf.len(),
-            };
         held.set(partial, strand)?;
     }
 }

@@ -19,9 +19,12 @@
 //!
 //! **Strands.** Each strand is its own unidirectional QUIC stream, opened on
 //! first use and kept for the connection's life. A stream starts with one
-//! byte, the strand number, followed by messages in the `framing` format
-//! (`len: u32 big-endian | payload`; decoded by
-//! [`plexus_net::layers::framing::decode`]). Messages on one strand arrive in
+//! byte, the strand number, followed by the bytes of the strand's
+//! [`Stack`](plexus_net::Stack): the `framing` layer (`len: u32 big-endian |
+//! payload`) delimits messages on the stream, and the spec's layers run
+//! above it, one instance per strand (`quic / compression` compresses each
+//! strand's messages; any layer that takes messages fits, a user's own
+//! too). Messages on one strand arrive in
 //! order; strands do not wait for each other, so a 16 MiB message on one strand
 //! does not hold up a small one on another: a strand writing a message of
 //! 256 KiB or more lowers its stream's priority while it does, so other
@@ -35,6 +38,8 @@
 //! sends one QUIC datagram (RFC 9221). The peer receives it as an ordinary
 //! [`Received::Message`](crate::Received::Message); it may be lost, and it
 //! may overtake or be overtaken by any other message.
+//! Datagrams do not pass through the strands' layers: a layer that must
+//! see every message (compression, a counter) sees those on strands.
 //!
 //! **Graceful close.** When the application is done sending
 //! ([`Link::close`], or every sender dropped), the link finishes its strand
@@ -83,7 +88,7 @@
 
 pub(crate) mod driver;
 mod socket;
-mod strand_wire;
+mod strand_stack;
 
 use std::io;
 use std::net::SocketAddr;
@@ -275,14 +280,16 @@ pub enum QuicError {
         /// [`Strand::COUNT`].
         max: usize,
     },
-    /// A message on a strand was refused (longer than the configured maximum).
+    /// A strand's stack closed the link: the peer's bytes were corrupt
+    /// (a message longer than the configured maximum, a layer's header it
+    /// cannot read), or a layer ended the link for its own reason.
     #[error("strand {strand}: {source}")]
-    Framing {
+    Stack {
         /// The strand.
         strand: u8,
-        /// What was wrong with it.
+        /// Why its stack closed.
         #[source]
-        source: plexus_net::layers::framing::FramingError,
+        source: plexus_net::LinkError,
     },
     /// A stream ended in the middle of a message.
     #[error("strand {strand}: stream ended inside a message")]
@@ -360,6 +367,8 @@ pub struct QuicEndpoint {
     local: SocketAddr,
     client: quinn::ClientConfig,
     config: QuicConfig,
+    /// The stack of every link's strands (fit to the transport).
+    spec: StackSpec,
     handshake_timeout: Duration,
     incoming: Option<tokio::sync::Mutex<mpsc::Receiver<Result<Link, AcceptError>>>>,
     task: Option<AbortHandle>,
@@ -373,24 +382,17 @@ impl Drop for QuicEndpoint {
     }
 }
 
-fn check_spec(spec: &StackSpec, addr: SocketAddr) -> Result<(), BindError> {
-    BindError::fit(spec, NAME, PROFILE, || url(addr))?;
-    if let Some(layer) = spec.layer_names().next() {
-        return Err(BindError::Io {
-            addr: url(addr),
-            source: io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("layer `{layer}` over quic is not supported; use the spec `quic`"),
-            ),
-        });
-    }
-    Ok(())
+/// `spec` fit to the transport: `quic`, or `quic` with layers that take
+/// messages (they run over framing on each strand).
+fn check_spec(spec: &StackSpec, addr: SocketAddr) -> Result<StackSpec, BindError> {
+    BindError::fit(spec, NAME, PROFILE, || url(addr))
 }
 
 impl QuicEndpoint {
     /// Binds `addr` to accept and dial QUIC connections with `tls` as
     /// identity and trust (mutual TLS) and `config` for every link. `spec`
-    /// must be `quic` (QUIC brings its own reliability and framing).
+    /// is `quic`, or `quic` with layers that take messages (each strand
+    /// runs them over framing; QUIC brings its own reliability).
     ///
     /// # Errors
     ///
@@ -406,7 +408,7 @@ impl QuicEndpoint {
         tls: &TlsConfig,
         config: QuicConfig,
     ) -> Result<Self, BindError> {
-        check_spec(spec, addr)?;
+        let spec = check_spec(spec, addr)?;
         let mut crypto = (*tls.server).clone();
         crypto.alpn_protocols = vec![ALPN.to_vec()];
         let crypto = QuicServerConfig::try_from(crypto).map_err(|e| crypto_error(addr, e))?;
@@ -416,13 +418,14 @@ impl QuicEndpoint {
             .migration(false)
             .max_incoming(MAX_INCOMING);
         let endpoint = endpoint_on(addr, Some(server))?;
-        let mut this = Self::new(endpoint, addr, tls, config)?;
+        let mut this = Self::new(endpoint, addr, spec, tls, config)?;
         let (tx, rx) = mpsc::channel(ACCEPT_QUEUE);
         let task = tokio::spawn(accept_loop(
             this.endpoint.clone(),
             Arc::new(Accepting {
                 timeout: this.handshake_timeout,
                 config,
+                spec: this.spec.clone(),
                 local: this.local,
             }),
             tx,
@@ -448,14 +451,15 @@ impl QuicEndpoint {
         tls: &TlsConfig,
         config: QuicConfig,
     ) -> Result<Self, BindError> {
-        check_spec(spec, addr)?;
+        let spec = check_spec(spec, addr)?;
         let endpoint = endpoint_on(addr, None)?;
-        Self::new(endpoint, addr, tls, config)
+        Self::new(endpoint, addr, spec, tls, config)
     }
 
     fn new(
         endpoint: quinn::Endpoint,
         addr: SocketAddr,
+        spec: StackSpec,
         tls: &TlsConfig,
         config: QuicConfig,
     ) -> Result<Self, BindError> {
@@ -473,6 +477,7 @@ impl QuicEndpoint {
             local,
             client,
             config,
+            spec,
             handshake_timeout: tls.handshake_timeout,
             incoming: None,
             task: None,
@@ -549,6 +554,7 @@ impl QuicEndpoint {
         Ok(driver::spawn(
             conn,
             &self.config,
+            &self.spec,
             url(addr).into(),
             identity,
         ))
@@ -568,6 +574,7 @@ impl QuicEndpoint {
 struct Accepting {
     timeout: Duration,
     config: QuicConfig,
+    spec: StackSpec,
     local: SocketAddr,
 }
 
@@ -615,5 +622,11 @@ async fn handshake(ctx: &Accepting, incoming: quinn::Incoming) -> Result<Link, A
         .map_err(|_| failed(format!("no QUIC handshake within {:?}", ctx.timeout)))?
         .map_err(|e| failed(e.to_string()))?;
     let identity = driver::peer_identity(&conn).map_err(failed)?;
-    Ok(driver::spawn(conn, &ctx.config, url(peer).into(), identity))
+    Ok(driver::spawn(
+        conn,
+        &ctx.config,
+        &ctx.spec,
+        url(peer).into(),
+        identity,
+    ))
 }

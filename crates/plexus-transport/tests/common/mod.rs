@@ -3,6 +3,8 @@
 //! exactly once, in order, byte-identical.
 #![allow(dead_code)]
 
+pub mod tap;
+
 use bytes::Bytes;
 use plexus_transport::{Link, LinkReceiver, LinkSender};
 use rand::rngs::SmallRng;
