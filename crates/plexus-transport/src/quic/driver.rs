@@ -31,6 +31,8 @@ use crate::link::{
 const BULK: usize = 256 << 10;
 /// Bytes asked of quinn per read.
 const READ_CHUNK: usize = 64 << 10;
+/// Bytes of a read handed to a strand's stack at once.
+const RECEIVE_PIECE: usize = 8 << 10;
 /// Strand byte of a reader that has not read it yet (for errors).
 const NO_STRAND: u8 = u8::MAX;
 /// First byte of the stream that says "I have read everything you sent":
@@ -374,6 +376,21 @@ impl Driver {
             }
             let now = now();
             let strands = self.strands.clone();
+            if let Some(strand) = single_strand(batch) {
+                // The usual batch: one strand's messages, handed over in
+                // place.
+                let permits = batch
+                    .frames()
+                    .iter()
+                    .map(|m| self.shared.cost(m.len()))
+                    .sum();
+                let mut state = strands.stacks.lock(strand);
+                if !state.has_writer() {
+                    let writer = self.open_strand(strand);
+                    state.set_writer(writer);
+                }
+                state.send_run(now, batch.frames(), permits);
+            }
             while let Some(strand) = front_strand(batch) {
                 // The run of this strand's messages at the batch's front.
                 let mut permits = 0;
@@ -552,6 +569,12 @@ impl Driver {
 /// The strand of the batch's first message.
 fn front_strand(batch: &OutQueue) -> Option<Strand> {
     batch.strands().next()
+}
+
+/// The strand of every message in the batch, if they share one.
+fn single_strand(batch: &OutQueue) -> Option<Strand> {
+    let first = front_strand(batch)?;
+    batch.strands().all(|s| s == first).then_some(first)
 }
 
 /// Strand `i` (below [`Strand::COUNT`]).
@@ -810,21 +833,27 @@ async fn read_strand(mut stream: RecvStream, strands: Arc<Strands>) -> Result<u8
                 max: Strand::COUNT,
             });
         };
-        let (partial, wake) = {
-            let mut state = strands.stacks.lock(s);
-            state
-                .receive(crate::conn::now(), data, &mut staged)
-                .map_err(|source| QuicError::Stack { strand, source })?;
-            let wake = state.waits_for_writer() || state.holds() || state.poll_timeout().is_some();
-            (state.partial_len(), wake)
-        };
-        if wake {
-            strands.driver.notify_one();
+        while !data.is_empty() {
+            // A piece at a time: the messages of a piece, handed up through
+            // the stack and on to the receiver, stay in the cache.
+            let piece = data.split_to(data.len().min(RECEIVE_PIECE));
+            let (partial, wake) = {
+                let mut state = strands.stacks.lock(s);
+                state
+                    .receive(crate::conn::now(), piece, &mut staged)
+                    .map_err(|source| QuicError::Stack { strand, source })?;
+                let wake =
+                    state.waits_for_writer() || state.holds() || state.poll_timeout().is_some();
+                (state.partial_len(), wake)
+            };
+            if wake {
+                strands.driver.notify_one();
+            }
+            if !staged.is_empty() {
+                push(&strands, &mut staged);
+            }
+            held.set(partial, strand)?;
         }
-        if !staged.is_empty() {
-            push(&strands, &mut staged);
-        }
-        held.set(partial, strand)?;
     }
 }
 
