@@ -31,6 +31,9 @@ use crate::link::{
 const BULK: usize = 256 << 10;
 /// Bytes asked of quinn per read.
 const READ_CHUNK: usize = 64 << 10;
+/// The most messages handed to a strand's stack in one run (as
+/// `Conn::pump`'s runs).
+const RUN_MAX: usize = 64;
 /// Bytes of a read handed to a strand's stack at once.
 const RECEIVE_PIECE: usize = 8 << 10;
 /// Strand byte of a reader that has not read it yet (for errors).
@@ -376,25 +379,12 @@ impl Driver {
             }
             let now = now();
             let strands = self.strands.clone();
-            if let Some(strand) = single_strand(batch) {
-                // The usual batch: one strand's messages, handed over in
-                // place.
-                let permits = batch
-                    .frames()
-                    .iter()
-                    .map(|m| self.shared.cost(m.len()))
-                    .sum();
-                let mut state = strands.stacks.lock(strand);
-                if !state.has_writer() {
-                    let writer = self.open_strand(strand);
-                    state.set_writer(writer);
-                }
-                state.send_run(now, batch.frames(), permits);
-            }
             while let Some(strand) = front_strand(batch) {
-                // The run of this strand's messages at the batch's front.
+                // The run of this strand's messages at the batch's front,
+                // at most RUN_MAX: the stack's passes over it stay in the
+                // cache (a batch may be thousands deep).
                 let mut permits = 0;
-                while front_strand(batch) == Some(strand) {
+                while self.run.len() < RUN_MAX && front_strand(batch) == Some(strand) {
                     let Some((_, message)) = batch.pop_front() else {
                         break;
                     };
@@ -569,12 +559,6 @@ impl Driver {
 /// The strand of the batch's first message.
 fn front_strand(batch: &OutQueue) -> Option<Strand> {
     batch.strands().next()
-}
-
-/// The strand of every message in the batch, if they share one.
-fn single_strand(batch: &OutQueue) -> Option<Strand> {
-    let first = front_strand(batch)?;
-    batch.strands().all(|s| s == first).then_some(first)
 }
 
 /// Strand `i` (below [`Strand::COUNT`]).
