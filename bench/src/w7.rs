@@ -1,7 +1,13 @@
 //! W7 local: `spawn`, `pingpong` and `fanin` on one machine, no network,
-//! each with a plain-tokio baseline of the same pattern (tasks and
-//! `tokio::sync::mpsc`).
+//! each run in the same invocation on Plexus, on a plain-tokio baseline of
+//! the same pattern (tasks and `tokio::sync::mpsc`) and on actix (see
+//! [`actix_peer`]), alternating run by run.
+//!
+//! `spawn` runs each system's run in a child process of its own: the
+//! bytes per actor come from the peak RSS, which is per process and would
+//! otherwise keep the first run's peak.
 
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use clap::ValueEnum;
@@ -10,14 +16,19 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::report::{median, peak_rss_bytes, rss_bytes, ResultLine};
 
+mod actix_peer;
+
 #[derive(clap::Args)]
 pub struct Args {
     /// Which W7 sub-workload.
     #[arg(value_enum)]
     kind: Kind,
-    /// Run only the plain-tokio baseline.
+    /// Run only the plain-tokio baseline (as `--systems baseline`).
     #[arg(long)]
     baseline: bool,
+    /// The systems to run, comma-separated (default: all three).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    systems: Vec<System>,
     /// Actors to spawn (`spawn`) or messages in all (`pingpong`, `fanin`);
     /// defaults to the workload's 1,000,000 / 10,000,000.
     #[arg(long)]
@@ -25,9 +36,13 @@ pub struct Args {
     /// Measured runs of each system; the median is reported.
     #[arg(long, default_value_t = 3)]
     runs: usize,
-    /// Worker threads of the tokio runtime (default: one per core).
+    /// Worker threads of the tokio runtime (default: one per core); actix
+    /// takes as many arbiters for `fanin`'s senders.
     #[arg(long)]
     threads: Option<usize>,
+    /// Internal: one `spawn` run of this system in this process.
+    #[arg(long, hide = true)]
+    one: Option<System>,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -35,6 +50,38 @@ enum Kind {
     Spawn,
     Pingpong,
     Fanin,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug, ValueEnum)]
+enum System {
+    Plexus,
+    /// The plain-tokio baseline.
+    Baseline,
+    Actix,
+}
+
+impl System {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Plexus => "plexus",
+            Self::Baseline => "baseline",
+            Self::Actix => "actix",
+        }
+    }
+}
+
+impl Args {
+    /// The systems to run; Plexus last, so its line (with the ratios)
+    /// is the last `RESULT`.
+    fn systems(&self) -> Vec<System> {
+        if self.baseline {
+            return vec![System::Baseline];
+        }
+        let all = [System::Baseline, System::Actix, System::Plexus];
+        all.into_iter()
+            .filter(|s| self.systems.is_empty() || self.systems.contains(s))
+            .collect()
+    }
 }
 
 pub fn run(args: &Args) {
@@ -45,22 +92,27 @@ pub fn run(args: &Args) {
     }
     let rt = rt.build().expect("cannot start the tokio runtime");
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let threads = args.threads.unwrap_or(cores);
     match args.kind {
-        Kind::Spawn => spawn(&rt, args),
-        Kind::Pingpong => throughput(&rt, args, "w7-pingpong", 10_000_000, |n| {
-            (Box::pin(pingpong_plexus(n)), Box::pin(pingpong_tokio(n)))
+        Kind::Spawn => match args.one {
+            Some(system) => spawn_one(&rt, args, system),
+            None => spawn(args),
+        },
+        Kind::Pingpong => throughput(args, "w7-pingpong", |system, n| match system {
+            System::Plexus => on_worker(&rt, pingpong_plexus(n)),
+            System::Baseline => on_worker(&rt, pingpong_tokio(n)),
+            System::Actix => actix_peer::pingpong(n),
         }),
-        Kind::Fanin => throughput(&rt, args, "w7-fanin", 10_000_000, move |n| {
+        Kind::Fanin => {
             let senders = 2 * cores as u64;
-            (
-                Box::pin(fanin_plexus(n, senders)),
-                Box::pin(fanin_tokio(n, senders)),
-            )
-        }),
+            throughput(args, "w7-fanin", |system, n| match system {
+                System::Plexus => on_worker(&rt, fanin_plexus(n, senders)),
+                System::Baseline => on_worker(&rt, fanin_tokio(n, senders)),
+                System::Actix => actix_peer::fanin(n, senders, threads),
+            })
+        }
     }
 }
-
-type Timed = std::pin::Pin<Box<dyn std::future::Future<Output = Duration> + Send>>;
 
 /// Runs `work` as a task on a worker thread of the runtime, as an actor
 /// program's code would run, rather than on the thread that calls
@@ -73,48 +125,49 @@ fn on_worker<T: Send + 'static>(
     rt.block_on(async { tokio::spawn(work).await.expect("benchmark task panicked") })
 }
 
-/// Runs Plexus and baseline alternately `runs` times each and reports the
-/// median messages per second.
-fn throughput(
-    rt: &tokio::runtime::Runtime,
-    args: &Args,
-    workload: &str,
-    default_n: u64,
-    make: impl Fn(u64) -> (Timed, Timed),
-) {
-    let n = args.n.unwrap_or(default_n);
-    let (mut ours, mut base) = (Vec::new(), Vec::new());
-    // One unmeasured round warms allocator and scheduler for both.
+/// Runs the systems alternately `runs` times each and reports each one's
+/// median messages per second; Plexus' line adds its ratio to the others
+/// (above 1: Plexus is faster).
+fn throughput(args: &Args, workload: &str, measure: impl Fn(System, u64) -> Duration) {
+    let n = args.n.unwrap_or(10_000_000);
+    let systems = args.systems();
+    // One unmeasured round warms allocator and scheduler for all.
     let warm = (n / 10).max(1);
-    let (p, b) = make(warm);
-    on_worker(rt, p);
-    on_worker(rt, b);
+    for &s in &systems {
+        measure(s, warm);
+    }
+    let mut rates: Vec<Vec<f64>> = vec![Vec::new(); systems.len()];
     for run in 0..args.runs {
-        let (p, b) = make(n);
-        if !args.baseline {
-            let t = on_worker(rt, p);
-            ours.push(n as f64 / t.as_secs_f64());
-            eprintln!("run {run}: plexus   {:>12.0} msgs/s", ours[run]);
+        for (i, &s) in systems.iter().enumerate() {
+            let rate = n as f64 / measure(s, n).as_secs_f64();
+            rates[i].push(rate);
+            eprintln!("run {run}: {:<8} {rate:>12.0} msgs/s", s.name());
         }
-        let t = on_worker(rt, b);
-        base.push(n as f64 / t.as_secs_f64());
-        eprintln!("run {run}: baseline {:>12.0} msgs/s", base[run]);
     }
-    let base = median(&mut base);
-    if args.baseline {
-        ResultLine::new(workload, "baseline")
-            .field("msgs_per_s", format!("{base:.0}"))
-            .field("n", n)
-            .print();
-        return;
+    let medians: Vec<(System, f64)> = systems
+        .iter()
+        .zip(&mut rates)
+        .map(|(&s, r)| (s, median(r)))
+        .collect();
+    let of = |sys| medians.iter().find(|(s, _)| *s == sys).map(|&(_, m)| m);
+    for &(s, m) in &medians {
+        let mut line = ResultLine::new(workload, s.name())
+            .field("msgs_per_s", format!("{m:.0}"))
+            .field("n", n);
+        if s == System::Plexus {
+            if let Some(b) = of(System::Baseline) {
+                line = line
+                    .field("baseline_msgs_per_s", format!("{b:.0}"))
+                    .field("vs_baseline", format!("{:.2}", m / b));
+            }
+            if let Some(a) = of(System::Actix) {
+                line = line
+                    .field("actix_msgs_per_s", format!("{a:.0}"))
+                    .field("vs_actix", format!("{:.2}", m / a));
+            }
+        }
+        line.print();
     }
-    let ours = median(&mut ours);
-    ResultLine::new(workload, "plexus")
-        .field("msgs_per_s", format!("{ours:.0}"))
-        .field("n", n)
-        .field("baseline_msgs_per_s", format!("{base:.0}"))
-        .field("vs_baseline", format!("{:.2}", ours / base))
-        .print();
 }
 
 // ---------------------------------------------------------------- spawn
@@ -144,18 +197,113 @@ fn collector(system: &ActorSystem, expected: u64) -> (ActorRef<()>, oneshot::Rec
     (r, done_rx)
 }
 
-fn spawn(rt: &tokio::runtime::Runtime, args: &Args) {
+/// Runs each system's `spawn` `runs` times, alternating, each run in a
+/// child process (`--one`), and reports each one's medians; Plexus' line
+/// adds its speed ratio to the others (their seconds over its own: above
+/// 1, Plexus is faster).
+///
+/// The children run back to back on purpose. On a VM whose kernel reports
+/// free pages to the host (`/sys/module/page_reporting`), memory freed
+/// some seconds ago has gone back to the host, and the kernel's zeroing
+/// of it on first touch (`clear_page_erms`) then costs several times
+/// more: issue 32 measured a 1 M `spawn` at 2.6-2.8 s (1.5-2.2 s of it
+/// system time) after a 5 s pause against 0.48-0.64 s (0.11-0.19 s)
+/// right after another run, the same on the tokio baseline. That is the
+/// bimodal spawn time; a run's `seconds` includes it.
+fn spawn(args: &Args) {
+    let n = args.n.unwrap_or(1_000_000);
+    let systems = args.systems();
+    let exe = std::env::current_exe().expect("cannot find this program");
+    // (seconds, bytes per actor, peak RSS in MB) of each run, per system.
+    let mut runs: Vec<Vec<[f64; 3]>> = vec![Vec::new(); systems.len()];
+    for run in 0..args.runs {
+        for (i, &s) in systems.iter().enumerate() {
+            let mut cmd = Command::new(&exe);
+            cmd.args(["w7", "spawn", "--n", &n.to_string(), "--one", s.name()]);
+            if let Some(t) = args.threads {
+                cmd.args(["--threads", &t.to_string()]);
+            }
+            let out = cmd
+                .stderr(std::process::Stdio::inherit())
+                .output()
+                .expect("cannot run a spawn child");
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            let field = |key: &str| -> f64 {
+                stdout
+                    .lines()
+                    .filter(|l| l.starts_with("RESULT "))
+                    .flat_map(str::split_whitespace)
+                    .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or_else(|| {
+                        panic!("spawn child of {} gave no {key}: {stdout}", s.name())
+                    })
+            };
+            let r = [
+                field("seconds"),
+                field("bytes_per_actor"),
+                field("peak_rss_mb"),
+            ];
+            eprintln!(
+                "run {run}: {:<8} {:.3} s, {:.0} B/actor, peak RSS {:.1} MB",
+                s.name(),
+                r[0],
+                r[1],
+                r[2]
+            );
+            runs[i].push(r);
+        }
+    }
+    let medians: Vec<(System, [f64; 3])> = systems
+        .iter()
+        .zip(&runs)
+        .map(|(&s, r)| {
+            let mut m = [0.0; 3];
+            for (k, m) in m.iter_mut().enumerate() {
+                *m = median(&mut r.iter().map(|x| x[k]).collect::<Vec<_>>());
+            }
+            (s, m)
+        })
+        .collect();
+    let of = |sys| medians.iter().find(|(s, _)| *s == sys).map(|&(_, m)| m[0]);
+    for (s, [secs, per_actor, peak]) in &medians {
+        let i = systems.iter().position(|x| x == s).unwrap_or(0);
+        let each: Vec<String> = runs[i].iter().map(|r| format!("{:.3}", r[0])).collect();
+        let mut line = ResultLine::new("w7-spawn", s.name())
+            .field("seconds", format!("{secs:.3}"))
+            .field("peak_rss_mb", format!("{peak:.1}"))
+            .field("bytes_per_actor", format!("{per_actor:.0}"))
+            .field("n", n)
+            .field("runs", each.join(","));
+        if *s == System::Plexus {
+            if let Some(b) = of(System::Baseline) {
+                line = line
+                    .field("baseline_seconds", format!("{b:.3}"))
+                    .field("vs_baseline", format!("{:.2}", b / secs));
+            }
+            if let Some(a) = of(System::Actix) {
+                line = line
+                    .field("actix_seconds", format!("{a:.3}"))
+                    .field("vs_actix", format!("{:.2}", a / secs));
+            }
+        }
+        line.print();
+    }
+}
+
+/// One `spawn` run of `system` in this process (a child of [`spawn`]).
+fn spawn_one(rt: &tokio::runtime::Runtime, args: &Args, system: System) {
     let n = args.n.unwrap_or(1_000_000);
     let rss_before = rss_bytes().unwrap_or(0);
     // Each run reports the peak RSS when all answers are in, before the
     // (untimed) teardown.
-    let ((secs, peak), system) = if args.baseline {
-        (on_worker(rt, spawn_tokio(n)), "baseline")
-    } else {
-        (on_worker(rt, spawn_plexus(n)), "plexus")
+    let (secs, peak) = match system {
+        System::Plexus => on_worker(rt, spawn_plexus(n)),
+        System::Baseline => on_worker(rt, spawn_tokio(n)),
+        System::Actix => actix_peer::spawn(n),
     };
     let per_actor = peak.saturating_sub(rss_before) as f64 / n as f64;
-    ResultLine::new("w7-spawn", system)
+    ResultLine::new("w7-spawn", system.name())
         .field("seconds", format!("{secs:.3}"))
         .field("peak_rss_mb", format!("{:.1}", peak as f64 / 1e6))
         .field("bytes_per_actor", format!("{per_actor:.0}"))
