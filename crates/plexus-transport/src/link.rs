@@ -59,6 +59,12 @@ pub use sender::LinkSender;
 /// [`Frame`], about this much).
 pub(crate) const MESSAGE_OVERHEAD: usize = 128;
 
+/// Permits a message of `len` bytes costs of a send buffer of
+/// `send_buffer` bytes ([`Shared::cost`]).
+pub(crate) fn cost(len: usize, send_buffer: usize) -> usize {
+    (len + MESSAGE_OVERHEAD).min(send_buffer)
+}
+
 /// Messages a link's queues hold before they first grow. Small: a link
 /// that carries one request (a web server's connection) should not pay for
 /// a streaming link's queues; a streaming one grows them once, then reuses
@@ -365,7 +371,7 @@ impl Shared {
     /// Permits a message of `len` bytes costs: its length and its queue
     /// entry, at most the whole buffer (so any message can be sent).
     pub(crate) fn cost(&self, len: usize) -> usize {
-        (len + MESSAGE_OVERHEAD).min(self.config.send_buffer)
+        cost(len, self.config.send_buffer)
     }
 
     /// Marks the link closed for its handles: receivers get `reason` after

@@ -64,6 +64,7 @@ pub(crate) fn spawn(
         spec,
         max_frame,
         conn.stable_id() as u64,
+        config.link.send_buffer,
         now(),
     ));
     let max_message_len = stacks.max_message_len();
@@ -383,12 +384,10 @@ impl Driver {
                 // The run of this strand's messages at the batch's front,
                 // at most RUN_MAX: the stack's passes over it stay in the
                 // cache (a batch may be thousands deep).
-                let mut permits = 0;
                 while self.run.len() < RUN_MAX && front_strand(batch) == Some(strand) {
                     let Some((_, message)) = batch.pop_front() else {
                         break;
                     };
-                    permits += self.shared.cost(message.len());
                     self.run.push_back(message);
                 }
                 let mut state = strands.stacks.lock(strand);
@@ -396,7 +395,7 @@ impl Driver {
                     let writer = self.open_strand(strand);
                     state.set_writer(writer);
                 }
-                state.send_run(now, &mut self.run, permits);
+                state.send_run(now, &mut self.run);
             }
             rounds += 1;
             if rounds == 16 {
@@ -658,9 +657,8 @@ impl Handoff {
         let now = crate::conn::now();
         let mut left = false;
         while let Some((strand, message)) = out.queue.pop_front() {
-            let permits = shared.cost(message.len());
             let mut stack = self.stacks.lock(strand);
-            stack.send(now, message, permits);
+            stack.send(now, message);
             // A timer to arm or messages held back: the driver's work.
             left |= stack.poll_timeout().is_some() || stack.holds();
         }

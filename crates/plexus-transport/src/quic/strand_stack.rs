@@ -27,7 +27,7 @@ use plexus_net::layers::framing::{Framing, FramingConfig};
 use plexus_net::{Frame, LinkContext, LinkError, LinkEvent, Stack, StackSendError, StackSpec};
 use tokio::sync::mpsc;
 
-use crate::link::{lock, Received, Strand};
+use crate::link::{cost, lock, Received, Strand};
 
 /// Bytes of framing's length prefix.
 pub(super) const LEN: usize = plexus_net::layers::framing::FrameHeader::LEN;
@@ -120,19 +120,18 @@ impl StrandState {
         !self.held.is_empty()
     }
 
-    /// Sends `message` (`permits` of the send buffer taken for it).
-    pub(super) fn send(&mut self, now: Instant, message: Frame, permits: usize) {
+    /// Sends `message` (its permits of the send buffer taken).
+    pub(super) fn send(&mut self, now: Instant, message: Frame) {
         self.run.push_back(message);
         let mut run = std::mem::take(&mut self.run);
-        self.send_run(now, &mut run, permits);
+        self.send_run(now, &mut run);
         self.run = run;
     }
 
-    /// Sends the messages of `run` in order (`permits` taken for them all),
-    /// behind those the stack refused before; hands what the stack
-    /// transmits to the writer. Leaves `run` empty.
-    pub(super) fn send_run(&mut self, now: Instant, run: &mut VecDeque<Frame>, permits: usize) {
-        self.permits += permits;
+    /// Sends the messages of `run` in order (their permits taken), behind
+    /// those the stack refused before; hands what the stack transmits to
+    /// the writer. Leaves `run` empty.
+    pub(super) fn send_run(&mut self, now: Instant, run: &mut VecDeque<Frame>) {
         if self.held.is_empty() {
             self.enter(now, run);
         }
@@ -143,8 +142,22 @@ impl StrandState {
     }
 
     /// Hands the stack what `queue` holds, from its front, until it refuses
-    /// one for want of room (that one back at the front).
+    /// one for want of room (that one back at the front). The permits of
+    /// the messages it took go with the next bytes; those still in `queue`
+    /// stay taken, so senders wait while a layer holds messages back.
     fn enter(&mut self, now: Instant, queue: &mut VecDeque<Frame>) {
+        let send_buffer = self.builder.send_buffer;
+        let permits = |queue: &VecDeque<Frame>| -> usize {
+            queue.iter().map(|m| cost(m.len(), send_buffer)).sum()
+        };
+        self.permits += permits(queue);
+        self.enter_all(now, queue);
+        if !queue.is_empty() {
+            self.permits -= permits(queue);
+        }
+    }
+
+    fn enter_all(&mut self, now: Instant, queue: &mut VecDeque<Frame>) {
         while !queue.is_empty() {
             match self.stack().handle_send_run(now, queue) {
                 Ok(()) => {}
@@ -316,11 +329,18 @@ pub(super) struct StrandStacks {
 impl StrandStacks {
     /// One stack of `spec` over `framing(max_frame = max_frame)` per strand,
     /// each built when its strand is first used.
-    pub(super) fn new(spec: &StackSpec, max_frame: usize, link_id: u64, now: Instant) -> Self {
+    pub(super) fn new(
+        spec: &StackSpec,
+        max_frame: usize,
+        link_id: u64,
+        send_buffer: usize,
+        now: Instant,
+    ) -> Self {
         let builder = Arc::new(Builder {
             spec: spec.clone(),
             max_frame,
             link_id,
+            send_buffer,
         });
         let max_message_len = builder
             .build_at(now)
@@ -349,6 +369,8 @@ pub(super) struct Builder {
     spec: StackSpec,
     max_frame: usize,
     link_id: u64,
+    /// The link's send buffer, in permits (for what a message costs).
+    send_buffer: usize,
 }
 
 impl Builder {
