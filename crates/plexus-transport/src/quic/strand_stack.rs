@@ -36,6 +36,9 @@ pub(super) const LEN: usize = plexus_net::layers::framing::FrameHeader::LEN;
 /// it; longer ones go to quinn as chunks of their own, uncopied.
 pub(super) const COPY_MAX: usize = 1024;
 
+/// Held messages retried per run.
+const RETRY_RUN: usize = 64;
+
 /// Stream bytes of one strand, and the permits of the link's send buffer
 /// to return once quinn took them.
 #[derive(Default)]
@@ -141,10 +144,11 @@ impl StrandState {
         self.transmit();
     }
 
-    /// Hands the stack what `queue` holds, from its front, until it refuses
-    /// one for want of room (that one back at the front). The permits of
-    /// the messages it took go with the next bytes; those still in `queue`
-    /// stay taken, so senders wait while a layer holds messages back.
+    /// Hands the stack what `queue` holds (a run: its costs are summed),
+    /// from its front, until it refuses one for want of room (that one
+    /// back at the front). The permits of the messages it took go with the
+    /// next bytes; those still in `queue` stay taken, so senders wait while
+    /// a layer holds messages back.
     fn enter(&mut self, now: Instant, queue: &mut VecDeque<Frame>) {
         let send_buffer = self.builder.send_buffer;
         let permits = |queue: &VecDeque<Frame>| -> usize {
@@ -178,11 +182,22 @@ impl StrandState {
 
     /// Retries the held messages if the stack has room now.
     fn retry_held(&mut self, now: Instant) {
-        if !self.held.is_empty() && self.stack().can_send() {
-            let mut held = std::mem::take(&mut self.held);
-            self.enter(now, &mut held);
-            self.held = held;
+        // A run at a time, so that what `enter` counts is the run's, not
+        // everything held.
+        let mut run = std::mem::take(&mut self.run);
+        while !self.held.is_empty() && self.stack().can_send() {
+            let n = self.held.len().min(RETRY_RUN);
+            run.extend(self.held.drain(..n));
+            self.enter(now, &mut run);
+            if !run.is_empty() {
+                // Refused again: back in front, in order.
+                while let Some(frame) = run.pop_back() {
+                    self.held.push_front(frame);
+                }
+                break;
+            }
         }
+        self.run = run;
     }
 
     /// Moves what the stack transmits into stream bytes and hands them to
