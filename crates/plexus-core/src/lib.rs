@@ -43,6 +43,7 @@ mod supervision;
 mod system;
 pub mod telemetry;
 pub mod trace;
+pub mod turn;
 
 pub use actor::{Actor, FnActor};
 pub use actor_ref::{ActorRef, Monitor, Receipt, ReceiptFuture, ReplyTo, Via};

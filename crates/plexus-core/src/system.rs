@@ -213,12 +213,12 @@ impl SystemRef {
             (None, None) => unreachable!("spawn_with is called with an instance or a factory"),
         };
         shared.insert_live(id, mailbox.clone());
-        let task = run_actor(ActorCell::new(
+        let task = crate::turn::Turns::new(run_actor(ActorCell::new(
             actor,
             restarter,
             mailbox.clone(),
             self.clone(),
-        ));
+        )));
         if options.detached {
             let started = std::thread::Builder::new()
                 .name(format!("plexus-actor-{}", id.serial()))

@@ -479,6 +479,8 @@ impl Peer {
         strand: Strand,
         frame: Bytes,
     ) -> Result<(), Undelivered> {
+        // What this thread's actor holds goes first (see `proxy::cork`).
+        crate::proxy::cork::flush();
         let p = self.canonical();
         let frame = match &*p.links.load() {
             Some(links) => match link_sent(links.try_send_on(carrier, strand, frame)) {
@@ -520,6 +522,7 @@ impl Peer {
         strand: Strand,
         frame: &[u8],
     ) -> Result<(), Undelivered> {
+        crate::proxy::cork::flush();
         let p = self.canonical();
         if let Some(links) = &*p.links.load() {
             return match link_sent(links.try_send_copy_on(carrier, strand, frame)) {
@@ -528,6 +531,23 @@ impl Peer {
             };
         }
         p.send_frame(carrier, strand, Bytes::copy_from_slice(frame))
+    }
+
+    /// Queues a run of frames laid end to end in `bytes` (frame `i` ends
+    /// at `ends[i]`) on the link that is up, if it has room for all of
+    /// them: how many were queued, all or none. The caller sends the rest
+    /// one by one ([`send_slice`](Peer::send_slice)).
+    pub(crate) fn send_run(
+        self: &Arc<Self>,
+        carrier: Carrier,
+        strand: Strand,
+        bytes: &[u8],
+        ends: &[u32],
+    ) -> usize {
+        match &*self.canonical().links.load() {
+            Some(links) => links.try_send_copies_on(carrier, strand, bytes, ends),
+            None => 0,
+        }
     }
 
     /// Waits until a frame of `len` bytes on `carrier` would fit: in the
@@ -682,6 +702,8 @@ impl Peer {
 
     /// Sends `GOODBYE` and closes the link.
     pub(crate) async fn goodbye(self: &Arc<Self>, code: GoodbyeCode) {
+        // Messages this thread's actor holds go before the goodbye.
+        crate::proxy::cork::flush();
         let sender = lock(&self.session).sender().cloned();
         if let Some(s) = sender {
             let _ = s.send(WireFrame::Goodbye { code }.encode()).await;

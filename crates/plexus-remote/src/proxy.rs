@@ -531,14 +531,17 @@ impl RemoteEndpoint for RemoteActor {
             crate::wire::put_message_header(frame, target.serial(), type_id, 0);
             encode(frame)?;
             let strand = Strand::for_key(target.serial());
+            let carrier = Carrier::Lane(lane);
+            if frame.len() < HAND_OVER && cork::hold(self, carrier, strand, frame, type_name) {
+                return Ok(true);
+            }
             let sent = if frame.len() >= HAND_OVER {
                 // The buffer leaves with the frame; the scratch gets a new
                 // one of the same capacity.
                 let full = std::mem::replace(frame, Vec::with_capacity(frame.capacity()));
-                self.peer
-                    .send_frame(Carrier::Lane(lane), strand, Bytes::from(full))
+                self.peer.send_frame(carrier, strand, Bytes::from(full))
             } else {
-                self.peer.send_slice(Carrier::Lane(lane), strand, frame)
+                self.peer.send_slice(carrier, strand, frame)
             };
             if let Err(why) = sent {
                 self.refused(type_name, why);
@@ -825,6 +828,8 @@ impl Control for RemoteActor {
         &self.runtime
     }
 }
+
+pub(crate) mod cork;
 
 #[cfg(test)]
 mod tests;

@@ -117,15 +117,24 @@ impl SessionLinks {
         carrier: Carrier,
         strand: Strand,
     ) -> Result<(&LinkSender, Strand), &AdaptiveLane> {
+        if let Carrier::Lane(lane) = carrier {
+            self.frames[lane.index()].fetch_add(1, Ordering::Relaxed);
+        }
+        self.route_run(carrier, strand)
+    }
+
+    /// Where `carrier`'s frames on `strand` go, not yet counted.
+    fn route_run(
+        &self,
+        carrier: Carrier,
+        strand: Strand,
+    ) -> Result<(&LinkSender, Strand), &AdaptiveLane> {
         match carrier {
-            Carrier::Lane(lane) => {
-                self.frames[lane.index()].fetch_add(1, Ordering::Relaxed);
-                match &self.lanes[lane.index()] {
-                    LaneRoute::Own(l) => Ok((&l.sender, Strand::ZERO)),
-                    LaneRoute::Adaptive(a) => Err(a),
-                    LaneRoute::Primary => Ok((&self.primary, strand)),
-                }
-            }
+            Carrier::Lane(lane) => match &self.lanes[lane.index()] {
+                LaneRoute::Own(l) => Ok((&l.sender, Strand::ZERO)),
+                LaneRoute::Adaptive(a) => Err(a),
+                LaneRoute::Primary => Ok((&self.primary, strand)),
+            },
             Carrier::Primary => Ok((&self.primary, strand)),
         }
     }
@@ -157,6 +166,30 @@ impl SessionLinks {
                 adaptive.try_send(&frame).map_err(|e| e.with_message(frame))
             }
         }
+    }
+
+    /// Queues copies of a run of frames on `carrier` and `strand` if the
+    /// link has room for all of them, without waiting: the frames lie end
+    /// to end in `bytes`, frame `i` ending at `ends[i]` (see
+    /// [`LinkSender::try_send_copies_on`]). Returns how many were queued:
+    /// all or none (then also on an adaptive lane, whose candidates take
+    /// frames one by one).
+    pub(crate) fn try_send_copies_on(
+        &self,
+        carrier: Carrier,
+        strand: Strand,
+        bytes: &[u8],
+        ends: &[u32],
+    ) -> usize {
+        let (sender, strand) = match self.route_run(carrier, strand) {
+            Ok(route) => route,
+            Err(_) => return 0,
+        };
+        let sent = sender.try_send_copies_on(strand, bytes, ends);
+        if let Carrier::Lane(lane) = carrier {
+            self.frames[lane.index()].fetch_add(sent as u64, Ordering::Relaxed);
+        }
+        sent
     }
 
     /// Waits until a frame of `len` bytes fits on the link that carries

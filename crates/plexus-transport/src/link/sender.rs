@@ -201,6 +201,59 @@ impl LinkSender {
         Ok(())
     }
 
+    /// Queues copies of several messages on `strand`, in order, under one
+    /// lock and one count of the send buffer's permits: the messages lie
+    /// end to end in `bytes`, message `i` ending at `ends[i]`. Returns how
+    /// many were queued: all, or none when one is too large, the send
+    /// buffer has no room for all of them, or the link is closed; the
+    /// caller then sends them one by one ([`try_send_copy_on`]) to learn
+    /// each one's fate.
+    ///
+    /// For a sender that gathered a run of small messages to one peer (an
+    /// actor's turn): per run, not per message, it takes the lock and the
+    /// permits. The messages then take the same path as any other.
+    ///
+    /// [`try_send_copy_on`]: LinkSender::try_send_copy_on
+    ///
+    /// # Panics
+    ///
+    /// If `ends` is not ascending or its last end lies beyond `bytes`.
+    pub fn try_send_copies_on(&self, strand: Strand, bytes: &[u8], ends: &[u32]) -> usize {
+        let (mut cost, mut start) = (0usize, 0usize);
+        for &end in ends {
+            let len = end as usize - start;
+            if self.shared.max_message_len.is_some_and(|max| len > max) {
+                return 0;
+            }
+            cost += self.shared.cost(len);
+            start = end as usize;
+        }
+        if ends.is_empty() || self.take_permits(cost, Bytes::new).is_err() {
+            return 0;
+        }
+        let (waiting, deep) = {
+            let mut out = lock(&self.shared.out);
+            if out.sealed {
+                drop(out);
+                self.shared.out_space.add_permits(cost);
+                return 0;
+            }
+            let before = out.queue.len();
+            let mut start = 0usize;
+            for &end in ends {
+                let frame = Frame::copy_from_slice(&bytes[start..end as usize]);
+                out.queue.push_back((strand, frame));
+                start = end as usize;
+            }
+            let deep = before / TURN_DEPTH != out.queue.len() / TURN_DEPTH;
+            (std::mem::take(&mut out.driver_waiting), deep)
+        };
+        if waiting || (deep && self.shared.extras.turn_when_deep) {
+            self.shared.wake_for_send();
+        }
+        ends.len()
+    }
+
     /// Takes `cost` permits without waiting; on failure hands back the
     /// message `make` builds.
     fn take_permits(
