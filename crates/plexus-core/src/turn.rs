@@ -33,6 +33,8 @@ use std::task::{Context, Poll};
 thread_local! {
     static IN_TURN: Cell<bool> = const { Cell::new(false) };
     static HELD: Cell<bool> = const { Cell::new(false) };
+    /// Counts the turns begun on this thread.
+    static TURNS: Cell<u64> = const { Cell::new(0) };
 }
 
 static TURN_END: OnceLock<fn()> = OnceLock::new();
@@ -41,6 +43,13 @@ static TURN_END: OnceLock<fn()> = OnceLock::new();
 #[inline]
 pub fn in_turn() -> bool {
     IN_TURN.with(Cell::get)
+}
+
+/// The number of the turn on this thread (a new one each turn): to tell a
+/// turn's first send from its later ones.
+#[inline]
+pub fn number() -> u64 {
+    TURNS.with(Cell::get)
 }
 
 /// Something was held during this turn: the hook of [`set_turn_end`] runs
@@ -105,6 +114,9 @@ impl<F: Future> Future for Turns<F> {
         // A nested poll (an actor polled from within another's turn, as a
         // test's block_on might) ends nothing: the outer turn does.
         let outer = IN_TURN.with(|t| t.replace(true));
+        if !outer {
+            TURNS.with(|n| n.set(n.get().wrapping_add(1)));
+        }
         let _guard = TurnGuard { outer };
         self.project().inner.poll(cx)
     }

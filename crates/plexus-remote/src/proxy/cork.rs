@@ -12,7 +12,9 @@
 //!   or strand is held, and before anything else this thread sends to a
 //!   peer ([`flush`] at the top of [`Peer`]'s sends): a sender's messages
 //!   keep their order on every path, and none waits past its turn.
-//! * Outside a turn (a task, the main thread) nothing is held.
+//! * Outside a turn (a task, the main thread) nothing is held, and a
+//!   turn's first message to a ref goes at once: a turn that sends one
+//!   message (a pong's reply) pays nothing for the holding of others.
 //! * A held message meets the link as a message sent alone would: the run
 //!   is queued whole if the send buffer has room for all of it, otherwise
 //!   its messages are sent one by one, each queued, held for a reconnect
@@ -43,6 +45,12 @@ thread_local! {
 struct Cork {
     to: Option<Route>,
     run: Run,
+    /// The turn and route of the last message sent at once: a turn's first
+    /// message to a route goes at once (a turn that sends one, as a pong's
+    /// reply, pays nothing for holding), its next ones are held. The
+    /// address only identifies; a stale one at most holds a message that
+    /// could have gone at once.
+    first: Option<(u64, usize, Carrier, Strand)>,
 }
 
 /// Where a held run goes.
@@ -70,7 +78,8 @@ impl Run {
 
 /// Holds `frame` (a message of type `type_name` from `actor`, for
 /// `carrier` and `strand`) until the turn ends or the run is full. Returns
-/// `false`, holding nothing, outside a turn: the caller sends it now.
+/// `false`, holding nothing, outside a turn and for the turn's first
+/// message to this route: the caller sends it now.
 pub(super) fn hold(
     actor: &RemoteActor,
     carrier: Carrier,
@@ -84,7 +93,22 @@ pub(super) fn hold(
     let same = |to: &Route| {
         std::ptr::eq(Arc::as_ptr(&to.actor), actor) && to.carrier == carrier && to.strand == strand
     };
-    let other = CORK.with(|c| c.borrow().to.as_ref().is_some_and(|to| !same(to)));
+    let turn = turn::number();
+    let first = (turn, actor as *const RemoteActor as usize, carrier, strand);
+    let (other, at_once) = CORK.with(|c| {
+        let mut c = c.borrow_mut();
+        match &c.to {
+            Some(to) => (!same(to), false),
+            None if c.first != Some(first) => {
+                c.first = Some(first);
+                (false, true)
+            }
+            None => (false, false),
+        }
+    });
+    if at_once {
+        return false;
+    }
     if other {
         flush();
     }
