@@ -387,6 +387,10 @@ impl<M: Send + 'static> ActorRef<M> {
     /// receiving node confirms the enqueue; a message for an actor it does
     /// not know is a dead letter there and an error here.
     ///
+    /// The message is sent when the future is first polled, not when this
+    /// is called: futures collected and awaited later send their messages
+    /// then, after any `tell` made meanwhile.
+    ///
     /// # Errors
     ///
     /// [`ReceiptError`] saying why the message did not reach the mailbox.
