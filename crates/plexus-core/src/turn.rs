@@ -153,6 +153,18 @@ mod tests {
     }
 
     #[test]
+    fn flush_runs_the_hook_once_for_what_was_held() {
+        set_turn_end(count_end);
+        let before = ENDS.with(Cell::get);
+        flush();
+        assert_eq!(ENDS.with(Cell::get), before, "nothing held: no hook");
+        held();
+        flush();
+        flush();
+        assert_eq!(ENDS.with(Cell::get), before + 1);
+    }
+
+    #[test]
     fn a_panicking_turn_still_ends() {
         let result = std::panic::catch_unwind(|| {
             let waker = futures_util::task::noop_waker();
