@@ -8,6 +8,7 @@ use bytes::Bytes;
 
 use crate::error::{LinkError, ReceiveError, StackSendError};
 use crate::frame::Frame;
+use crate::packed::Packed;
 
 /// What a layer (or transport) carries: the unit of data it needs below and
 /// offers above.
@@ -342,6 +343,36 @@ pub trait Layer: Send {
     ) -> Result<(), StackSendError> {
         while let Some(frame) = take_front(frames) {
             self.handle_send(now, frame, out)?;
+            if out.close.is_some() {
+                // The link is closing: the stack drops what is left.
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Processes small messages from the layer above, packed end to end in
+    /// one buffer ([`Packed`]), taking them from its front, in order: the
+    /// same as a [`handle_send`](Layer::handle_send) of a frame holding
+    /// each, which is what the default does. A driver hands a sender's
+    /// packed messages over this way, so a layer that copies each message
+    /// into a buffer of its own (`framing`'s run of prefixed frames,
+    /// `batching`'s batch) copies it from the pack and builds no frame for
+    /// it.
+    ///
+    /// # Errors
+    ///
+    /// The first message the layer cannot send, as a frame, as from
+    /// `handle_send`; it and the messages before it were taken, those after
+    /// it are still in `messages`.
+    fn handle_send_packed(
+        &mut self,
+        now: Instant,
+        messages: &mut Packed<'_>,
+        out: &mut Output,
+    ) -> Result<(), StackSendError> {
+        for message in messages.by_ref() {
+            self.handle_send(now, Frame::copy_from_slice(message), out)?;
             if out.close.is_some() {
                 // The link is closing: the stack drops what is left.
                 break;

@@ -11,6 +11,7 @@ use bytes::Bytes;
 use crate::error::{LinkError, StackSendError};
 use crate::frame::Frame;
 use crate::layer::{earliest, take_front, Layer, LinkEvent, Output};
+use crate::packed::Packed;
 
 /// Counters of a stack instance.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -257,9 +258,9 @@ impl Stack {
     }
 
     /// Whether a layer may refuse a send for want of room
-    /// ([`Layer::limits_sends`]): such a stack takes a run of messages one
-    /// by one ([`handle_send_run`](Stack::handle_send_run)), and a run it
-    /// cuts short is handed over again.
+    /// ([`Layer::limits_sends`]): such a stack's top layer takes a run of
+    /// messages one at a time ([`handle_send_run`](Stack::handle_send_run)),
+    /// and the run may stop short at the first message refused.
     pub fn limits_sends(&self) -> bool {
         !self.limiting.is_empty()
     }
@@ -308,9 +309,12 @@ impl Stack {
     /// batch this way.
     ///
     /// A stack with a layer that may refuse a send
-    /// ([`Layer::limits_sends`]), or a run with a message it would refuse,
-    /// takes the messages one by one, which refuses them where
-    /// `handle_send` would.
+    /// ([`Layer::limits_sends`]) hands the top layer one message at a time,
+    /// each admitted as `handle_send` admits it, and refuses the first one
+    /// a layer has no room for; a run with a message the stack would refuse
+    /// on its own (too large, a file region it cannot carry) or a closed
+    /// stack takes them one by one, which refuses them where `handle_send`
+    /// would.
     ///
     /// # Errors
     ///
@@ -323,9 +327,11 @@ impl Stack {
         messages: &mut VecDeque<Frame>,
     ) -> Result<(), StackSendError> {
         let whole = self.closed.is_none()
-            && self.limiting.is_empty()
             && !self.layers.is_empty()
             && messages.iter().all(|m| self.fits(m));
+        if whole && !self.limiting.is_empty() {
+            return self.send_run_checked(now, messages);
+        }
         if !whole {
             while let Some(message) = take_front(messages) {
                 self.handle_send(now, message)?;
@@ -341,6 +347,123 @@ impl Stack {
         self.after_call(top);
         self.run_if_needed(now, Start::Sent);
         result
+    }
+
+    /// Sends small messages packed end to end in one buffer down the stack,
+    /// in order, taking them from the front of `messages`: the same as a
+    /// [`handle_send`](Stack::handle_send) of each, in one pass through the
+    /// layers, the top layer handed the whole pack
+    /// ([`Layer::handle_send_packed`]: `framing` and `batching` copy each
+    /// message into their own buffer; a layer without a packed form gets a
+    /// frame per message). A driver hands over what its senders packed
+    /// this way.
+    ///
+    /// A stack with a layer that may refuse a send hands the top layer one
+    /// message at a time and refuses the first one a layer has no room
+    /// for, as [`handle_send_run`](Stack::handle_send_run) does.
+    ///
+    /// # Errors
+    ///
+    /// As [`handle_send`](Stack::handle_send), for the first message
+    /// refused, handed back as a frame in the error; it and the messages
+    /// before it were taken, those after it are still in `messages`.
+    pub fn handle_send_packed(
+        &mut self,
+        now: Instant,
+        messages: &mut Packed<'_>,
+    ) -> Result<(), StackSendError> {
+        let whole = self.closed.is_none()
+            && !self.layers.is_empty()
+            && self
+                .max_message_len
+                .is_none_or(|max| messages.longest() <= max);
+        if !whole {
+            for message in messages.by_ref() {
+                self.handle_send(now, Frame::copy_from_slice(message))?;
+            }
+            return Ok(());
+        }
+        self.unflushed = Some(now);
+        let top = self.layers.len() - 1;
+        if self.limiting.is_empty() {
+            let before = messages.taken();
+            let result = self.layers[top].handle_send_packed(now, messages, &mut self.outs[top]);
+            self.stats.sent += (messages.taken() - before - usize::from(result.is_err())) as u64;
+            self.after_call(top);
+            self.run_if_needed(now, Start::Sent);
+            return result;
+        }
+        let top_limits = self.limiting.last() == Some(&top);
+        let mut room = false;
+        while let Some(front) = messages.front() {
+            if self.closed.is_some() {
+                // Closed by the pass of an earlier message: refused where
+                // handle_send refuses it.
+                messages.next();
+                return self.handle_send(now, Frame::copy_from_slice(front));
+            }
+            if !room || (top_limits && !self.layers[top].can_send()) {
+                room = self.limiting.iter().all(|&i| self.layers[i].can_send());
+                if !room {
+                    self.blocked = true;
+                    messages.next();
+                    return Err(StackSendError::WouldBlock(Frame::copy_from_slice(front)));
+                }
+            }
+            let mut one = messages.take_one().expect("a message");
+            self.layers[top].handle_send_packed(now, &mut one, &mut self.outs[top])?;
+            self.stats.sent += 1;
+            self.after_call(top);
+            if !self.outs[top].down.is_empty() || !self.raised.is_empty() || self.blocked {
+                // The layers below may change their answer.
+                room = false;
+            }
+            self.run_if_needed(now, Start::Sent);
+        }
+        Ok(())
+    }
+
+    /// [`handle_send_run`](Stack::handle_send_run) on a stack with a layer
+    /// that may refuse a send, every message fitting: the top layer takes
+    /// them one at a time, as from `handle_send`. The layers' room is asked
+    /// again only after the layers below the top one took something (a
+    /// pass ran), since nothing else changes their answer; a top layer that
+    /// limits sends itself is asked before every message.
+    fn send_run_checked(
+        &mut self,
+        now: Instant,
+        messages: &mut VecDeque<Frame>,
+    ) -> Result<(), StackSendError> {
+        let top = self.layers.len() - 1;
+        let top_limits = self.limiting.last() == Some(&top);
+        let mut room = false;
+        while !messages.is_empty() {
+            if self.closed.is_some() {
+                // Closed by the pass of an earlier message: refused where
+                // handle_send refuses it.
+                let message = take_front(messages).expect("a message");
+                return self.handle_send(now, message);
+            }
+            if !room || (top_limits && !self.layers[top].can_send()) {
+                room = self.limiting.iter().all(|&i| self.layers[i].can_send());
+                if !room {
+                    self.blocked = true;
+                    let frame = take_front(messages).expect("a message");
+                    return Err(StackSendError::WouldBlock(frame));
+                }
+            }
+            let frame = take_front(messages).expect("a message");
+            self.unflushed = Some(now);
+            self.layers[top].handle_send(now, frame, &mut self.outs[top])?;
+            self.stats.sent += 1;
+            self.after_call(top);
+            if !self.outs[top].down.is_empty() || !self.raised.is_empty() || self.blocked {
+                // The layers below may change their answer.
+                room = false;
+            }
+            self.run_if_needed(now, Start::Sent);
+        }
+        Ok(())
     }
 
     /// Whether [`admit`](Stack::admit) lets `frame` through on its size and

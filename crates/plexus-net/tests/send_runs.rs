@@ -1,11 +1,12 @@
 //! A run of messages handed to a stack at once (`Stack::handle_send_run`,
 //! as a driver hands over its batch) is the same as the messages handed
 //! over one by one: the same bytes on the wire, the same messages at the
-//! peer, in order, and the same refusals. For the built-in layers with a
+//! peer, in order, and the same refusals; and so are messages handed over
+//! packed end to end in one buffer (`Stack::handle_send_packed`). For the built-in layers with a
 //! run form of their own (`framing`), for a layer of one's own that keeps
 //! the default (each frame of the run through `handle_send`), and for
-//! stacks with a layer that may refuse a send (which take a run one by
-//! one).
+//! stacks with a layer that may refuse a send (whose top layer takes a
+//! run one message at a time, the run stopping at the first refused).
 
 use std::collections::VecDeque;
 use std::time::Instant;
@@ -14,7 +15,7 @@ use bytes::{Bytes, BytesMut};
 use plexus_net::layers::framing::{Framing, FramingConfig};
 use plexus_net::{
     Frame, Interface, Layer, LayerConfig, LayerOptions, LayerRegistry, LinkContext, OptionError,
-    Output, ReceiveError, Stack, StackSendError, StackSpec,
+    Output, Packed, ReceiveError, Stack, StackSendError, StackSpec,
 };
 use proptest::prelude::*;
 
@@ -151,6 +152,39 @@ fn in_runs(stack: &mut Stack, now: Instant, sizes: &[usize], cuts: &[usize]) -> 
     }
 }
 
+/// Sends `sizes` packed end to end in packs cut at `cuts`
+/// (`Stack::handle_send_packed`), each pack handed again after a refusal.
+fn in_packs(stack: &mut Stack, now: Instant, sizes: &[usize], cuts: &[usize]) -> Sent {
+    let mut refused = Vec::new();
+    let mut start = 0;
+    let mut ends: Vec<usize> = cuts.iter().map(|c| c % (sizes.len() + 1)).collect();
+    ends.push(sizes.len());
+    ends.sort_unstable();
+    for end in ends {
+        if end <= start {
+            continue;
+        }
+        let mut bytes = Vec::new();
+        let mut message_ends = Vec::new();
+        for (i, &len) in sizes.iter().enumerate().take(end).skip(start) {
+            bytes.extend_from_slice(&message(i, len));
+            message_ends.push(bytes.len() as u32);
+        }
+        let mut pack = Packed::new(&bytes, &message_ends);
+        while !pack.is_empty() {
+            if let Err(e) = stack.handle_send_packed(now, &mut pack) {
+                // The refused one is the last taken from the pack.
+                refused.push((start + pack.taken() - 1, error_name(&e)));
+            }
+        }
+        start = end;
+    }
+    Sent {
+        wire: drain(stack),
+        refused,
+    }
+}
+
 fn drain(stack: &mut Stack) -> Vec<Bytes> {
     std::iter::from_fn(|| stack.poll_transmit())
         .map(|f| f.to_bytes())
@@ -204,6 +238,9 @@ proptest! {
         let runs = in_runs(&mut spec.build(now), now, &sizes, &cuts);
         prop_assert_eq!(&runs.refused, &single.refused);
         prop_assert_eq!(concat(&runs.wire), concat(&single.wire));
+        let packs = in_packs(&mut spec.build(now), now, &sizes, &cuts);
+        prop_assert_eq!(&packs.refused, &single.refused);
+        prop_assert_eq!(concat(&packs.wire), concat(&single.wire));
         let expected: Vec<Bytes> = (0..sizes.len())
             .filter(|i| !single.refused.iter().any(|(r, _)| r == i))
             .map(|i| message(i, sizes[i]))
@@ -223,6 +260,11 @@ proptest! {
             Just("udp / slicing / tap"),
             Just("udp / batching / tap"),
             Just("udp / slicing / delivery / ordering"),
+            // Delivery's buffer fills within a run: the run stops at the
+            // first message refused, as one by one.
+            Just("udp / slicing / delivery(send_buffer=8KiB) / ordering"),
+            Just("udp / heartbeat / slicing / delivery(send_buffer=4KiB) / ordering / batching"),
+            Just("udp / heartbeat / slicing / delivery / ordering / batching"),
         ],
     ) {
         let spec = spec(text);
@@ -231,6 +273,9 @@ proptest! {
         let runs = in_runs(&mut spec.build(now), now, &sizes, &cuts);
         prop_assert_eq!(&runs.refused, &single.refused);
         prop_assert_eq!(&runs.wire, &single.wire);
+        let packs = in_packs(&mut spec.build(now), now, &sizes, &cuts);
+        prop_assert_eq!(&packs.refused, &single.refused);
+        prop_assert_eq!(&packs.wire, &single.wire);
     }
 }
 

@@ -101,51 +101,12 @@ impl Conn {
             if !self.refill() {
                 break;
             }
-            // The run: the queued messages that fit what is left of the
-            // budget (at least one), handed to the stack in one call. A
-            // stack that may refuse one for want of room takes them one by
-            // one anyway, and a run it cuts short is counted again: it gets
-            // runs of one.
-            let most = if self.stack.limits_sends() {
-                1
+            let (n, bytes, cost, result) = if self.outq.front_pack().is_some() {
+                self.send_pack(now)
             } else {
-                RUN_MAX
+                self.send_frames(now, budget - moved)
             };
-            let queue = self.outq.frames();
-            let (mut n, mut cost, mut bytes) = (0usize, 0usize, 0u64);
-            for message in queue.iter() {
-                if moved >= budget || n == most {
-                    break;
-                }
-                let len = message.len();
-                moved += len + MESSAGE_OVERHEAD;
-                cost += self.shared.cost(len);
-                bytes += len as u64;
-                n += 1;
-            }
-            let behind = queue.len() - n;
-            let result = if behind == 0 {
-                self.stack.handle_send_run(now, queue)
-            } else if n == 1 {
-                let message = queue.pop_front().expect("a run of one");
-                self.stack.handle_send(now, message)
-            } else {
-                self.run.extend(queue.drain(..n));
-                let result = self.stack.handle_send_run(now, &mut self.run);
-                while let Some(message) = self.run.pop_back() {
-                    queue.push_front(message);
-                }
-                result
-            };
-            // What the stack did not take (after a refusal) stays queued,
-            // not counted.
-            for message in queue.iter().take(queue.len() - behind) {
-                let len = message.len();
-                moved -= len + MESSAGE_OVERHEAD;
-                cost -= self.shared.cost(len);
-                bytes -= len as u64;
-                n -= 1;
-            }
+            moved += bytes as usize + n * MESSAGE_OVERHEAD;
             released += cost;
             taken += n as u64;
             taken_bytes += bytes;
@@ -163,6 +124,78 @@ impl Conn {
             self.shared.traffic.sent(taken, taken_bytes);
         }
         more
+    }
+
+    /// Hands the stack the pack at the front of the queue, whole. Returns
+    /// the messages it took (a refused one among them: it is held), their
+    /// bytes and permits, and the stack's answer.
+    fn send_pack(&mut self, now: Instant) -> (usize, u64, usize, Result<(), StackSendError>) {
+        let Some(pack) = self.outq.front_pack() else {
+            return (0, 0, 0, Ok(()));
+        };
+        let mut messages = pack.messages();
+        let (mut bytes, mut cost) = (0u64, 0usize);
+        let before = messages.clone();
+        let result = self.stack.handle_send_packed(now, &mut messages);
+        let n = messages.taken() - before.taken();
+        for message in before.take(n) {
+            bytes += message.len() as u64;
+            cost += self.shared.cost(message.len());
+        }
+        self.outq.take_from_front_pack(n);
+        (n, bytes, cost, result)
+    }
+
+    /// Hands the stack the frames that lead the queue, as one run: those
+    /// that fit what is left of the `budget` (at least one), at most
+    /// [`RUN_MAX`]. What it does not take (a stack that had no room) stays
+    /// queued. Returns as [`send_pack`](Conn::send_pack).
+    fn send_frames(
+        &mut self,
+        now: Instant,
+        budget: usize,
+    ) -> (usize, u64, usize, Result<(), StackSendError>) {
+        let most = self.outq.leading_frames(RUN_MAX);
+        let queue = self.outq.frames_mut();
+        let (mut n, mut moved) = (0usize, 0usize);
+        for message in queue.iter().take(most) {
+            if n > 0 && moved >= budget {
+                break;
+            }
+            moved += message.len() + MESSAGE_OVERHEAD;
+            n += 1;
+        }
+        let before = queue.len();
+        let behind = before - n;
+        let (mut bytes, mut cost) = (0u64, 0usize);
+        let result = if behind == 0 {
+            for message in queue.iter() {
+                bytes += message.len() as u64;
+                cost += self.shared.cost(message.len());
+            }
+            self.stack.handle_send_run(now, queue)
+        } else {
+            self.run.extend(queue.drain(..n));
+            for message in &self.run {
+                bytes += message.len() as u64;
+                cost += self.shared.cost(message.len());
+            }
+            let result = self.stack.handle_send_run(now, &mut self.run);
+            while let Some(message) = self.run.pop_back() {
+                queue.push_front(message);
+            }
+            result
+        };
+        // What the stack did not take (after a refusal) stays queued, not
+        // counted.
+        let left = queue.len() - behind;
+        for message in queue.iter().take(left) {
+            bytes -= message.len() as u64;
+            cost -= self.shared.cost(message.len());
+        }
+        let n = before - queue.len();
+        self.outq.took_frames(n);
+        (n, bytes, cost, result)
     }
 
     /// Takes the application's queue if nothing of the last batch is left;

@@ -38,7 +38,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::Waker;
 
 use bytes::Bytes;
-use plexus_net::{Frame, LinkEvent};
+use plexus_net::LinkEvent;
 use rustls_pki_types::CertificateDer;
 use tokio::sync::{Notify, Semaphore};
 
@@ -46,11 +46,13 @@ use crate::error::{CloseReason, LinkClosed, LinkSendError, LinkTrySendError, Unr
 use crate::stats::LinkStats;
 pub use crate::strand::Strand;
 
+mod out_queue;
 mod receiver;
 mod sender;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use out_queue::{OutQueue, PACK_MESSAGE_MAX};
 pub use receiver::{DriverReceive, LinkReceiver};
 pub use sender::LinkSender;
 
@@ -137,64 +139,6 @@ pub(crate) type DriverWaker = Box<dyn Fn() + Send + Sync>;
 /// supplies its own (`stream::sender_turn`, `udp::peer::sender_turn`);
 /// the frames take the same path through the stack either way.
 pub(crate) type SenderTurn = Box<dyn Fn() -> bool + Send + Sync>;
-
-/// Messages with their strands, in order. Kept as two queues rather than one
-/// of `(Strand, Frame)`: a 128-byte frame moves with two inline 64-byte
-/// stores, a 136-byte pair through a `memmove` call, on every push and pop
-/// of every message.
-#[derive(Default)]
-pub(crate) struct OutQueue {
-    frames: VecDeque<Frame>,
-    strands: VecDeque<Strand>,
-}
-
-impl OutQueue {
-    pub(crate) fn with_capacity(n: usize) -> Self {
-        Self {
-            frames: VecDeque::with_capacity(n),
-            strands: VecDeque::with_capacity(n),
-        }
-    }
-
-    pub(crate) fn push_back(&mut self, (strand, frame): (Strand, Frame)) {
-        self.frames.push_back(frame);
-        self.strands.push_back(strand);
-    }
-
-    /// The next message with its strand (quic carries each strand apart).
-    #[cfg(feature = "quic")]
-    pub(crate) fn pop_front(&mut self) -> Option<(Strand, Frame)> {
-        let frame = self.frames.pop_front()?;
-        let strand = self.strands.pop_front().unwrap_or(Strand::ZERO);
-        Some((strand, frame))
-    }
-
-    /// The queued frames, their strands dropped (links whose stack carries
-    /// every strand in queue order).
-    pub(crate) fn frames(&mut self) -> &mut VecDeque<Frame> {
-        self.strands.clear();
-        &mut self.frames
-    }
-
-    /// The strands of the queued messages, in order.
-    #[cfg(feature = "quic")]
-    pub(crate) fn strands(&self) -> impl Iterator<Item = Strand> + '_ {
-        self.strands.iter().copied()
-    }
-
-    pub(crate) fn len(&self) -> usize {
-        self.frames.len()
-    }
-
-    pub(crate) fn is_empty(&self) -> bool {
-        self.frames.is_empty()
-    }
-
-    pub(crate) fn clear(&mut self) {
-        self.frames.clear();
-        self.strands.clear();
-    }
-}
 
 pub(crate) struct OutState {
     /// Messages with their strand, waiting for whoever drives the stack next

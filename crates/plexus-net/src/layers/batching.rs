@@ -55,6 +55,7 @@ use crate::error::{ReceiveError, StackSendError};
 use crate::frame::Frame;
 use crate::layer::{Interface, Layer, LinkContext, Output};
 use crate::options::{LayerOptions, OptionError};
+use crate::packed::Packed;
 use crate::registry::LayerConfig;
 
 /// Kind byte of a frame carrying one message.
@@ -316,10 +317,79 @@ impl Batching {
         self.batched_messages += 1;
     }
 
-    fn append(&mut self, frame: &Frame) {
-        put_len(&mut self.open, frame.len());
-        frame.extend_into(&mut self.open);
+    fn append(&mut self, message: &impl Message) {
+        put_len(&mut self.open, message.len());
+        message.extend_into(&mut self.open);
         self.batched_messages += 1;
+    }
+
+    /// Takes one message from above: into the open batch if it fits, else
+    /// what is open leaves first.
+    fn send(&mut self, message: impl Message, out: &mut Output) {
+        let len = message.len();
+        if !batchable(len, self.limit) {
+            // Order: what is open leaves first.
+            self.emit(out);
+            out.push_down_with_header(message.into_frame(), &[SINGLE]);
+            return;
+        }
+        let record = len_of_len(len) + len;
+        if let Some(first) = self.first.take() {
+            if 1 + len_of_len(first.len()) + first.len() + record <= self.limit {
+                self.open_batch(first, record);
+                self.append(&message);
+            } else {
+                out.push_down_with_header(first, &[SINGLE]);
+                self.first = Some(message.into_frame());
+            }
+            return;
+        }
+        if self.open.is_empty() {
+            self.first = Some(message.into_frame());
+            return;
+        }
+        if self.open.len() + record > self.limit {
+            self.emit(out);
+            self.first = Some(message.into_frame());
+            return;
+        }
+        self.append(&message);
+    }
+}
+
+/// What the layer batches: a frame, or a packed message's bytes (copied
+/// into a frame only if it is held or leaves alone).
+trait Message {
+    fn len(&self) -> usize;
+    fn extend_into(&self, buf: &mut BytesMut);
+    fn into_frame(self) -> Frame;
+}
+
+impl Message for Frame {
+    fn len(&self) -> usize {
+        Frame::len(self)
+    }
+
+    fn extend_into(&self, buf: &mut BytesMut) {
+        Frame::extend_into(self, buf);
+    }
+
+    fn into_frame(self) -> Frame {
+        self
+    }
+}
+
+impl Message for &[u8] {
+    fn len(&self) -> usize {
+        <[u8]>::len(self)
+    }
+
+    fn extend_into(&self, buf: &mut BytesMut) {
+        buf.extend_from_slice(self);
+    }
+
+    fn into_frame(self) -> Frame {
+        Frame::copy_from_slice(self)
     }
 }
 
@@ -348,34 +418,19 @@ impl Layer for Batching {
         frame: Frame,
         out: &mut Output,
     ) -> Result<(), StackSendError> {
-        let len = frame.len();
-        if !batchable(len, self.limit) {
-            // Order: what is open leaves first.
-            self.emit(out);
-            out.push_down_with_header(frame, &[SINGLE]);
-            return Ok(());
+        self.send(frame, out);
+        Ok(())
+    }
+
+    fn handle_send_packed(
+        &mut self,
+        _now: Instant,
+        messages: &mut Packed<'_>,
+        out: &mut Output,
+    ) -> Result<(), StackSendError> {
+        for message in messages {
+            self.send(message, out);
         }
-        let record = len_of_len(len) + len;
-        if let Some(first) = self.first.take() {
-            if 1 + len_of_len(first.len()) + first.len() + record <= self.limit {
-                self.open_batch(first, record);
-                self.append(&frame);
-            } else {
-                out.push_down_with_header(first, &[SINGLE]);
-                self.first = Some(frame);
-            }
-            return Ok(());
-        }
-        if self.open.is_empty() {
-            self.first = Some(frame);
-            return Ok(());
-        }
-        if self.open.len() + record > self.limit {
-            self.emit(out);
-            self.first = Some(frame);
-            return Ok(());
-        }
-        self.append(&frame);
         Ok(())
     }
 

@@ -33,6 +33,7 @@ use crate::error::{ReceiveError, StackSendError};
 use crate::frame::Frame;
 use crate::layer::{take_front, DataUnit, Interface, Layer, LinkContext, Output};
 use crate::options::{LayerOptions, OptionError};
+use crate::packed::Packed;
 use crate::registry::LayerConfig;
 use crate::wire;
 
@@ -315,6 +316,39 @@ impl Layer for Framing {
                 .extend_from_slice(&FrameHeader { len: len as u32 }.emit());
             frame.extend_into(&mut self.run);
             take_front(frames);
+        }
+        self.seal_run(out);
+        Ok(())
+    }
+
+    fn handle_send_packed(
+        &mut self,
+        now: Instant,
+        messages: &mut Packed<'_>,
+        out: &mut Output,
+    ) -> Result<(), StackSendError> {
+        while let Some(message) = messages.front() {
+            let len = message.len();
+            let framed = FrameHeader::LEN + len;
+            if len > RUN_COPY_MAX.min(self.config.max_frame_len) || framed > self.run_max {
+                // On its own (and refused there if too long), after what
+                // was gathered before it.
+                self.seal_run(out);
+                messages.next();
+                self.handle_send(now, Frame::copy_from_slice(message), out)?;
+                continue;
+            }
+            if self.run.len() + framed > self.run_max {
+                self.seal_run(out);
+            }
+            if self.run.capacity() - self.run.len() < framed {
+                self.run.reserve(self.run_max);
+            }
+            // Fits u32: at most RUN_COPY_MAX.
+            self.run
+                .extend_from_slice(&FrameHeader { len: len as u32 }.emit());
+            self.run.extend_from_slice(message);
+            messages.next();
         }
         self.seal_run(out);
         Ok(())

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use plexus_net::Frame;
 use tokio::sync::TryAcquireError;
 
-use super::{lock, Shared, Strand, TURN_DEPTH};
+use super::{lock, Shared, Strand, PACK_MESSAGE_MAX, TURN_DEPTH};
 use crate::error::{LinkSendError, LinkTrySendError, UnreliableError};
 use crate::stats::LinkStats;
 
@@ -112,8 +112,9 @@ impl LinkSender {
                 drop(out);
                 return Err(self.refuse_sealed(frame, cost));
             }
+            let before = out.queue.len();
             out.queue.push_back((strand, frame));
-            let deep = out.queue.len() % TURN_DEPTH == 0;
+            let deep = before / TURN_DEPTH != out.queue.len() / TURN_DEPTH;
             (std::mem::take(&mut out.driver_waiting), deep)
         };
         if waiting || (deep && self.shared.extras.turn_when_deep) {
@@ -176,8 +177,11 @@ impl LinkSender {
 
     /// Queues a copy of `message` on `strand` if the send buffer has room,
     /// without waiting: for callers that encode into a reused scratch
-    /// buffer. A small message is copied into its [`Frame`]'s own space
-    /// ([`Frame::copy_from_slice`]): no allocation.
+    /// buffer. A small message (up to 1 KiB) is copied into the pack at
+    /// the back of the send queue, with the small messages queued on
+    /// `strand` right before it: no allocation, no frame of its own, and
+    /// the driver hands the pack to the stack whole
+    /// ([`Stack::handle_send_packed`](plexus_net::Stack::handle_send_packed)).
     ///
     /// # Errors
     ///
@@ -195,7 +199,16 @@ impl LinkSender {
         }
         let cost = self.shared.cost(message.len());
         self.take_permits(cost, || Bytes::copy_from_slice(message))?;
-        // Copied before the lock: a small message into the frame itself.
+        if message.len() <= PACK_MESSAGE_MAX {
+            let end = [message.len() as u32];
+            if self.push_packed(strand, message, &end) {
+                return Ok(());
+            }
+            return Err(self
+                .refuse_sealed(Frame::copy_from_slice(message), cost)
+                .into());
+        }
+        // Copied before the lock.
         let frame = Frame::copy_from_slice(message);
         self.push_frame(strand, frame, cost)?;
         Ok(())
@@ -211,7 +224,8 @@ impl LinkSender {
     ///
     /// For a sender that gathered a run of small messages to one peer (an
     /// actor's turn): per run, not per message, it takes the lock and the
-    /// permits. The messages then take the same path as any other.
+    /// permits, and the messages join the send queue's pack, as small ones
+    /// from [`try_send_copy_on`] do.
     ///
     /// [`try_send_copy_on`]: LinkSender::try_send_copy_on
     ///
@@ -231,27 +245,33 @@ impl LinkSender {
         if ends.is_empty() || self.take_permits(cost, Bytes::new).is_err() {
             return 0;
         }
+        if !self.push_packed(strand, &bytes[..start], ends) {
+            self.shared.out_space.add_permits(cost);
+            return 0;
+        }
+        ends.len()
+    }
+
+    /// Queues copies of small messages (end to end in `bytes`, message `i`
+    /// ending at `ends[i]`) on `strand`, packed (`OutQueue::push_packed`);
+    /// their permits were taken. Returns `false`, queueing nothing (the
+    /// caller gives the permits back), if the link was sealed meanwhile.
+    /// Wakes the driver as [`push_frame`](LinkSender::push_frame) does.
+    fn push_packed(&self, strand: Strand, bytes: &[u8], ends: &[u32]) -> bool {
         let (waiting, deep) = {
             let mut out = lock(&self.shared.out);
             if out.sealed {
-                drop(out);
-                self.shared.out_space.add_permits(cost);
-                return 0;
+                return false;
             }
             let before = out.queue.len();
-            let mut start = 0usize;
-            for &end in ends {
-                let frame = Frame::copy_from_slice(&bytes[start..end as usize]);
-                out.queue.push_back((strand, frame));
-                start = end as usize;
-            }
+            out.queue.push_packed(strand, bytes, ends);
             let deep = before / TURN_DEPTH != out.queue.len() / TURN_DEPTH;
             (std::mem::take(&mut out.driver_waiting), deep)
         };
         if waiting || (deep && self.shared.extras.turn_when_deep) {
             self.shared.wake_for_send();
         }
-        ends.len()
+        true
     }
 
     /// Takes `cost` permits without waiting; on failure hands back the

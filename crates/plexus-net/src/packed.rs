@@ -1,0 +1,144 @@
+//! [`Packed`]: small messages end to end in one buffer, handed to a stack
+//! as one run ([`Stack::handle_send_packed`](crate::Stack::handle_send_packed)).
+//!
+//! A sender that gathers many small messages (a remote actor's turn, a
+//! link's send queue) writes them into one buffer and notes where each
+//! ends. Handed over packed, a message costs the stack a copy of its bytes
+//! into whatever the top layer builds (`framing`'s run of prefixed frames,
+//! `batching`'s batch), and no [`Frame`](crate::Frame) of its own to build,
+//! queue and move; a layer without a packed form gets a frame per message
+//! ([`Layer::handle_send_packed`](crate::Layer::handle_send_packed)'s
+//! default), the same as if they had been sent one by one.
+//!
+//! ```
+//! use plexus_net::Packed;
+//!
+//! let bytes = b"onetwothree";
+//! let ends = [3, 6, 11];
+//! let mut messages = Packed::new(bytes, &ends);
+//! assert_eq!(messages.next(), Some(&b"one"[..]));
+//! assert_eq!(messages.len(), 2);
+//! assert_eq!(messages.collect::<Vec<_>>(), [&b"two"[..], &b"three"[..]]);
+//! ```
+
+/// Messages end to end in one buffer, taken from the front: message `i` is
+/// `bytes[ends[i - 1]..ends[i]]` (the first starts at 0). An iterator over
+/// the messages not yet taken.
+#[derive(Debug, Clone)]
+pub struct Packed<'a> {
+    bytes: &'a [u8],
+    ends: &'a [u32],
+    /// Messages taken so far.
+    taken: usize,
+    /// Where the next message starts.
+    start: usize,
+}
+
+impl<'a> Packed<'a> {
+    /// The messages of `bytes` ending at `ends`.
+    ///
+    /// # Panics
+    ///
+    /// If `ends` is not ascending or its last end lies beyond `bytes`.
+    pub fn new(bytes: &'a [u8], ends: &'a [u32]) -> Self {
+        let mut last = 0;
+        for &end in ends {
+            assert!(
+                end >= last && end as usize <= bytes.len(),
+                "message ends ascending within the buffer"
+            );
+            last = end;
+        }
+        Self {
+            bytes,
+            ends,
+            taken: 0,
+            start: 0,
+        }
+    }
+
+    /// Messages not yet taken.
+    pub fn len(&self) -> usize {
+        self.ends.len() - self.taken
+    }
+
+    /// Whether every message was taken.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Messages taken so far.
+    pub fn taken(&self) -> usize {
+        self.taken
+    }
+
+    /// The next message, not taken.
+    pub fn front(&self) -> Option<&'a [u8]> {
+        let end = *self.ends.get(self.taken)? as usize;
+        Some(&self.bytes[self.start..end])
+    }
+
+    /// The longest message not yet taken (0 when none is left).
+    pub fn longest(&self) -> usize {
+        let mut start = self.start;
+        let mut longest = 0;
+        for &end in &self.ends[self.taken..] {
+            longest = longest.max(end as usize - start);
+            start = end as usize;
+        }
+        longest
+    }
+
+    /// The next message alone, as a pack of its own, taken from this one.
+    pub(crate) fn take_one(&mut self) -> Option<Packed<'a>> {
+        let at = self.taken;
+        let one = Packed {
+            bytes: self.bytes,
+            ends: self.ends.get(at..=at)?,
+            taken: 0,
+            start: self.start,
+        };
+        self.next();
+        Some(one)
+    }
+}
+
+impl<'a> Iterator for Packed<'a> {
+    type Item = &'a [u8];
+
+    fn next(&mut self) -> Option<&'a [u8]> {
+        let message = self.front()?;
+        self.start += message.len();
+        self.taken += 1;
+        Some(message)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.len(), Some(self.len()))
+    }
+}
+
+impl ExactSizeIterator for Packed<'_> {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_come_out_in_order_and_empty_ones_too() {
+        let ends = [0, 2, 2, 5];
+        let mut p = Packed::new(b"abcde", &ends);
+        assert_eq!(p.longest(), 3);
+        let one = p.take_one().expect("a message");
+        assert_eq!(one.collect::<Vec<_>>(), [&b""[..]]);
+        assert_eq!(p.taken(), 1);
+        assert_eq!(p.front(), Some(&b"ab"[..]));
+        assert_eq!(p.collect::<Vec<_>>(), [&b"ab"[..], &b""[..], &b"cde"[..]]);
+    }
+
+    #[test]
+    #[should_panic(expected = "ascending")]
+    fn ends_beyond_the_buffer_are_refused() {
+        let _ = Packed::new(b"ab", &[1, 3]);
+    }
+}
