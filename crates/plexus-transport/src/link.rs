@@ -224,6 +224,11 @@ pub(crate) struct Extras {
     /// (`sendfile`): a message ending in one is queued as it is. Otherwise
     /// the sender reads the region into memory first.
     pub(crate) writes_file_regions: bool,
+    /// Copied small messages are queued as frames, never packed
+    /// (`OutQueue::push_packed`): for a driver that hands its stacks frames
+    /// only (quic's strands take them one strand's run at a time), where a
+    /// pack would be copied twice.
+    pub(crate) frames_only: bool,
 }
 
 /// Sends a message as one unreliable datagram, right away.

@@ -201,7 +201,7 @@ impl LinkSender {
         self.take_permits(cost, || Bytes::copy_from_slice(message))?;
         if message.len() <= PACK_MESSAGE_MAX {
             let end = [message.len() as u32];
-            if self.push_packed(strand, message, &end) {
+            if self.push_copies(strand, message, &end) {
                 return Ok(());
             }
             return Err(self
@@ -245,7 +245,7 @@ impl LinkSender {
         if ends.is_empty() || self.take_permits(cost, Bytes::new).is_err() {
             return 0;
         }
-        if !self.push_packed(strand, &bytes[..start], ends) {
+        if !self.push_copies(strand, &bytes[..start], ends) {
             self.shared.out_space.add_permits(cost);
             return 0;
         }
@@ -253,18 +253,30 @@ impl LinkSender {
     }
 
     /// Queues copies of small messages (end to end in `bytes`, message `i`
-    /// ending at `ends[i]`) on `strand`, packed (`OutQueue::push_packed`);
-    /// their permits were taken. Returns `false`, queueing nothing (the
+    /// ending at `ends[i]`) on `strand`; their permits were taken. They are
+    /// packed (`OutQueue::push_packed`), except a message sent alone while
+    /// the queue is empty (the driver takes it at once: a frame of its own
+    /// is cheaper) and on a link whose driver takes frames only
+    /// (`Extras::frames_only`). Returns `false`, queueing nothing (the
     /// caller gives the permits back), if the link was sealed meanwhile.
     /// Wakes the driver as [`push_frame`](LinkSender::push_frame) does.
-    fn push_packed(&self, strand: Strand, bytes: &[u8], ends: &[u32]) -> bool {
+    fn push_copies(&self, strand: Strand, bytes: &[u8], ends: &[u32]) -> bool {
         let (waiting, deep) = {
             let mut out = lock(&self.shared.out);
             if out.sealed {
                 return false;
             }
             let before = out.queue.len();
-            out.queue.push_packed(strand, bytes, ends);
+            if self.shared.extras.frames_only || (ends.len() == 1 && before == 0) {
+                let mut start = 0usize;
+                for &end in ends {
+                    let frame = Frame::copy_from_slice(&bytes[start..end as usize]);
+                    out.queue.push_back((strand, frame));
+                    start = end as usize;
+                }
+            } else {
+                out.queue.push_packed(strand, bytes, ends);
+            }
             let deep = before / TURN_DEPTH != out.queue.len() / TURN_DEPTH;
             (std::mem::take(&mut out.driver_waiting), deep)
         };

@@ -73,6 +73,8 @@ pub(crate) fn spawn(
     let extras = Extras {
         unreliable: Some(Box::new(Datagrams(conn.clone()))),
         sender_turn: Some(Box::new(move || turn.sender_turn())),
+        // The strands' stacks take frames, a strand's run at a time.
+        frames_only: true,
         ..Extras::default()
     };
     let shared = Shared::with_extras(
