@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use plexus::net::{
     Frame, Interface, Layer, LayerConfig, LayerOptions, LayerRegistry, LinkContext, OptionError,
-    Output, ReceiveError, StackSendError,
+    Output, Packed, ReceiveError, StackSendError,
 };
 
 /// Counts frames both ways.
@@ -49,6 +49,18 @@ impl Layer for Count {
     ) -> Result<(), StackSendError> {
         self.sent += frames.len() as u64;
         out.push_down_all(frames);
+        Ok(())
+    }
+
+    // So does a pack of small messages.
+    fn handle_send_packed(
+        &mut self,
+        _: Instant,
+        messages: &mut Packed<'_>,
+        out: &mut Output,
+    ) -> Result<(), StackSendError> {
+        self.sent += messages.len() as u64;
+        out.push_down_packed(messages);
         Ok(())
     }
 

@@ -8,7 +8,7 @@ use bytes::Bytes;
 
 use crate::error::{LinkError, ReceiveError, StackSendError};
 use crate::frame::Frame;
-use crate::packed::Packed;
+use crate::packed::{PackBuf, Packed};
 
 /// What a layer (or transport) carries: the unit of data it needs below and
 /// offers above.
@@ -138,6 +138,9 @@ pub struct Output {
     /// (into `app`) instead of being queued as frames and moved again.
     pub(crate) to_app: bool,
     pub(crate) app: VecDeque<Bytes>,
+    /// Messages pushed down packed, after every frame of `down` (a frame
+    /// pushed after them first moves them into `down`, a frame each).
+    pub(crate) packed: PackBuf,
 }
 
 impl Output {
@@ -149,7 +152,32 @@ impl Output {
     /// Passes `frame` to the layer below (or the transport).
     #[inline]
     pub fn push_down(&mut self, frame: Frame) {
+        self.unpack_down();
         self.down.push_back(frame);
+    }
+
+    /// Passes the messages left in `messages` to the layer below, packed,
+    /// taking them: the layer below gets them as a pack
+    /// ([`Layer::handle_send_packed`]), so a layer that passes small
+    /// messages on unchanged builds no frame for them. The same as a
+    /// [`push_down`](Output::push_down) of a frame holding each, in order.
+    pub fn push_down_packed(&mut self, messages: &mut Packed<'_>) {
+        self.packed.push(messages);
+    }
+
+    /// Moves what was pushed down packed into `down`, so a frame pushed now
+    /// comes after it.
+    #[inline]
+    pub(crate) fn unpack_down(&mut self) {
+        if !self.packed.is_empty() {
+            self.packed.unpack_into(&mut self.down);
+        }
+    }
+
+    /// Whether anything was pushed down and waits for the layer below.
+    #[inline]
+    pub(crate) fn has_down(&self) -> bool {
+        !self.down.is_empty() || !self.packed.is_empty()
     }
 
     /// Passes every frame of `frames` to the layer below, in order, leaving
@@ -157,6 +185,7 @@ impl Output {
     /// [`Layer::handle_send_run`]).
     #[inline]
     pub fn push_down_all(&mut self, frames: &mut VecDeque<Frame>) {
+        self.unpack_down();
         if self.down.is_empty() {
             std::mem::swap(&mut self.down, frames);
         } else {
@@ -170,6 +199,7 @@ impl Output {
     /// would stall the wide loads that copy the frame.
     #[inline]
     pub fn push_down_with_header(&mut self, frame: Frame, header: &[u8]) {
+        self.unpack_down();
         self.down.push_back(frame);
         if let Some(frame) = self.down.back_mut() {
             frame.push_header(header);
@@ -218,8 +248,12 @@ impl Output {
         }
     }
 
-    /// Takes the next frame pushed down.
+    /// Takes the next frame pushed down (a message pushed down packed as a
+    /// frame of its own).
     pub fn pop_down(&mut self) -> Option<Frame> {
+        if self.down.is_empty() {
+            self.unpack_down();
+        }
         take_front(&mut self.down)
     }
 

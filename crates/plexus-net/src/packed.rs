@@ -120,6 +120,43 @@ impl<'a> Iterator for Packed<'a> {
 
 impl ExactSizeIterator for Packed<'_> {}
 
+/// Messages a layer pushed down packed ([`Output::push_down_packed`](crate::Output::push_down_packed)),
+/// copied end to end, waiting for the layer below.
+#[derive(Debug, Default)]
+pub(crate) struct PackBuf {
+    bytes: Vec<u8>,
+    ends: Vec<u32>,
+}
+
+impl PackBuf {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    /// Appends copies of the messages left in `messages`, taking them.
+    pub(crate) fn push(&mut self, messages: &mut Packed<'_>) {
+        for message in messages {
+            self.bytes.extend_from_slice(message);
+            self.ends.push(self.bytes.len() as u32);
+        }
+    }
+
+    pub(crate) fn messages(&self) -> Packed<'_> {
+        Packed::new(&self.bytes, &self.ends)
+    }
+
+    pub(crate) fn clear(&mut self) {
+        self.bytes.clear();
+        self.ends.clear();
+    }
+
+    /// Moves the messages into `frames`, a frame each, after those there.
+    pub(crate) fn unpack_into(&mut self, frames: &mut std::collections::VecDeque<crate::Frame>) {
+        frames.extend(self.messages().map(crate::Frame::copy_from_slice));
+        self.clear();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

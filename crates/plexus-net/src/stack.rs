@@ -161,6 +161,7 @@ impl Stack {
                     close: None,
                     to_app: i + 1 == n,
                     app: VecDeque::with_capacity(if i + 1 == n { QUEUE_CAPACITY } else { 0 }),
+                    ..Output::default()
                 })
                 .collect(),
             raised: VecDeque::with_capacity(8),
@@ -414,7 +415,7 @@ impl Stack {
             self.layers[top].handle_send_packed(now, &mut one, &mut self.outs[top])?;
             self.stats.sent += 1;
             self.after_call(top);
-            if !self.outs[top].down.is_empty() || !self.raised.is_empty() || self.blocked {
+            if self.outs[top].has_down() || !self.raised.is_empty() || self.blocked {
                 // The layers below may change their answer.
                 room = false;
             }
@@ -457,7 +458,7 @@ impl Stack {
             self.layers[top].handle_send(now, frame, &mut self.outs[top])?;
             self.stats.sent += 1;
             self.after_call(top);
-            if !self.outs[top].down.is_empty() || !self.raised.is_empty() || self.blocked {
+            if self.outs[top].has_down() || !self.raised.is_empty() || self.blocked {
                 // The layers below may change their answer.
                 room = false;
             }
@@ -601,6 +602,11 @@ impl Stack {
     #[inline(always)]
     fn after_call(&mut self, i: usize) {
         let out = &mut self.outs[i];
+        if i == 0 {
+            // The transport takes frames: what the bottom layer pushed
+            // down packed becomes a frame each.
+            out.unpack_down();
+        }
         // Only the top layer's output has `to_app` set: what it pushed up
         // is already `Bytes`.
         if !out.app.is_empty() {
@@ -630,6 +636,7 @@ impl Stack {
         for (i, out) in self.outs.iter_mut().enumerate() {
             if i > 0 {
                 out.down.clear();
+                out.packed.clear();
             }
             if i + 1 < n {
                 out.up.clear();
@@ -667,29 +674,58 @@ impl Stack {
     /// Layer `i` sends everything layer `i + 1` pushed down, as one run;
     /// a frame it refuses is dropped (counted) and the rest go on.
     fn send_run_at(&mut self, i: usize, now: Instant) {
+        // The frames first: what was pushed down packed came after them.
         while self.closed.is_none() {
             let (below, above) = self.outs.split_at_mut(i + 1);
             let run = &mut above[0].down;
             let before = run.len();
             if before == 0 {
-                return;
+                break;
             }
             let result = self.layers[i].handle_send_run(now, run, &mut below[i]);
             let progressed = run.len() < before;
             self.after_call(i);
+            if let Err(error) = result {
+                self.send_dropped(i, &error);
+                if progressed {
+                    continue;
+                }
+                // A refusal takes its frame out of the run; a layer that
+                // refuses without taking one would never end.
+            }
+            break;
+        }
+        if self.closed.is_some() || self.outs[i + 1].packed.is_empty() {
+            return;
+        }
+        let packed = std::mem::take(&mut self.outs[i + 1].packed);
+        let mut messages = packed.messages();
+        while self.closed.is_none() && !messages.is_empty() {
+            let before = messages.taken();
+            let result = self.layers[i].handle_send_packed(now, &mut messages, &mut self.outs[i]);
+            let progressed = messages.taken() > before;
+            self.after_call(i);
             match result {
-                Ok(()) => return,
+                Ok(()) => break,
                 Err(error) => {
-                    self.stats.send_failures += 1;
-                    tracing::debug!(target: "plexus::net", layer = self.layers[i].name(), %error, "send dropped");
-                    // A refusal takes its frame out of the run; a layer
-                    // that refuses without taking one would never end.
+                    self.send_dropped(i, &error);
                     if !progressed {
-                        return;
+                        break;
                     }
                 }
             }
         }
+        // The buffer back for the next pack (the layer above pushes
+        // nothing while the one below runs).
+        let mut packed = packed;
+        packed.clear();
+        self.outs[i + 1].packed = packed;
+    }
+
+    /// Layer `i` refused a frame of a run from above: dropped, counted.
+    fn send_dropped(&mut self, i: usize, error: &StackSendError) {
+        self.stats.send_failures += 1;
+        tracing::debug!(target: "plexus::net", layer = self.layers[i].name(), %error, "send dropped");
     }
 
     /// Layer `i` processes `frame` from the layer below.
@@ -720,7 +756,7 @@ impl Stack {
         // it pushed up went to the application in `after_call`): a layer
         // that holds the frame (batching) needs no pass.
         let top = self.layers.len() - 1;
-        if start == Start::Sent && self.outs[top].down.is_empty() {
+        if start == Start::Sent && !self.outs[top].has_down() {
             return;
         }
         self.run(now, start);
@@ -756,7 +792,7 @@ impl Stack {
                     while let Some(frame) = take_front(&mut self.outs[i - 1].up) {
                         self.receive_at(i, now, frame);
                         self.after_call(i);
-                        down |= !self.outs[i].down.is_empty();
+                        down |= self.outs[i].has_down();
                     }
                 }
             }
@@ -764,7 +800,7 @@ impl Stack {
                 for j in origin + 1..n {
                     self.layers[j].handle_event(now, &event, &mut self.outs[j]);
                     self.after_call(j);
-                    down |= !self.outs[j].down.is_empty();
+                    down |= self.outs[j].has_down();
                     up |= !self.outs[j].up.is_empty();
                 }
                 self.events.push_back(event);

@@ -78,9 +78,79 @@ impl LayerConfig for TapConfig {
     }
 }
 
+/// A pass-through layer of one's own that passes packs of small messages
+/// down as packs (`Output::push_down_packed`), as `count` in the bench.
+struct PackTap;
+
+impl Layer for PackTap {
+    fn name(&self) -> &'static str {
+        PackTapConfig::NAME
+    }
+
+    fn limits_sends(&self) -> bool {
+        false
+    }
+
+    fn handle_send(
+        &mut self,
+        _: Instant,
+        frame: Frame,
+        out: &mut Output,
+    ) -> Result<(), StackSendError> {
+        out.push_down(frame);
+        Ok(())
+    }
+
+    fn handle_send_packed(
+        &mut self,
+        _: Instant,
+        messages: &mut Packed<'_>,
+        out: &mut Output,
+    ) -> Result<(), StackSendError> {
+        out.push_down_packed(messages);
+        Ok(())
+    }
+
+    fn handle_receive(
+        &mut self,
+        _: Instant,
+        frame: Frame,
+        out: &mut Output,
+    ) -> Result<(), ReceiveError> {
+        out.push_up(frame);
+        Ok(())
+    }
+
+    fn handle_timeout(&mut self, _: Instant, _: &mut Output) {}
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        None
+    }
+}
+
+#[derive(Clone, Default)]
+struct PackTapConfig;
+
+impl LayerConfig for PackTapConfig {
+    const NAME: &'static str = "ptap";
+    const INTERFACE: Interface = Interface::MESSAGE;
+
+    fn from_options(options: &LayerOptions) -> Result<Self, OptionError> {
+        match options.iter().next() {
+            Some(o) => Err(o.unknown()),
+            None => Ok(PackTapConfig),
+        }
+    }
+
+    fn build(&self, _: &LinkContext) -> Box<dyn Layer> {
+        Box::new(PackTap)
+    }
+}
+
 fn spec(text: &str) -> StackSpec {
     let mut registry = LayerRegistry::default();
     registry.register_config::<TapConfig>();
+    registry.register_config::<PackTapConfig>();
     StackSpec::parse(text, &registry).expect("valid spec")
 }
 
@@ -230,6 +300,10 @@ proptest! {
             Just("tcp / framing / tap / tap"),
             Just("tcp / framing(max_frame=4KiB)"),
             Just("tcp / framing(max_frame=600) / tap"),
+            Just("tcp / framing / ptap"),
+            Just("tcp / framing(max_frame=600) / ptap / tap"),
+            Just("tcp / framing / tap / ptap"),
+            Just("tcp / framing / ptap / ptap"),
         ],
     ) {
         let spec = spec(text);
@@ -265,6 +339,9 @@ proptest! {
             Just("udp / slicing / delivery(send_buffer=8KiB) / ordering"),
             Just("udp / heartbeat / slicing / delivery(send_buffer=4KiB) / ordering / batching"),
             Just("udp / heartbeat / slicing / delivery / ordering / batching"),
+            Just("udp / heartbeat / slicing / delivery(send_buffer=4KiB) / ordering / batching / ptap"),
+            Just("udp / slicing / ptap"),
+            Just("udp / ptap"),
         ],
     ) {
         let spec = spec(text);
