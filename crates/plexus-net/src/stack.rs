@@ -403,23 +403,13 @@ impl Stack {
                 messages.next();
                 return self.handle_send(now, Frame::copy_from_slice(front));
             }
-            if !room || (top_limits && !self.layers[top].can_send()) {
-                room = self.limiting.iter().all(|&i| self.layers[i].can_send());
-                if !room {
-                    self.blocked = true;
-                    messages.next();
-                    return Err(StackSendError::WouldBlock(Frame::copy_from_slice(front)));
-                }
+            if !self.has_room(&mut room, top_limits) {
+                messages.next();
+                return Err(StackSendError::WouldBlock(Frame::copy_from_slice(front)));
             }
             let mut one = messages.take_one().expect("a message");
             self.layers[top].handle_send_packed(now, &mut one, &mut self.outs[top])?;
-            self.stats.sent += 1;
-            self.after_call(top);
-            if self.outs[top].has_down() || !self.raised.is_empty() || self.blocked {
-                // The layers below may change their answer.
-                room = false;
-            }
-            self.run_if_needed(now, Start::Sent);
+            room &= self.after_checked_send(now);
         }
         Ok(())
     }
@@ -445,26 +435,44 @@ impl Stack {
                 let message = take_front(messages).expect("a message");
                 return self.handle_send(now, message);
             }
-            if !room || (top_limits && !self.layers[top].can_send()) {
-                room = self.limiting.iter().all(|&i| self.layers[i].can_send());
-                if !room {
-                    self.blocked = true;
-                    let frame = take_front(messages).expect("a message");
-                    return Err(StackSendError::WouldBlock(frame));
-                }
+            if !self.has_room(&mut room, top_limits) {
+                let frame = take_front(messages).expect("a message");
+                return Err(StackSendError::WouldBlock(frame));
             }
             let frame = take_front(messages).expect("a message");
             self.unflushed = Some(now);
             self.layers[top].handle_send(now, frame, &mut self.outs[top])?;
-            self.stats.sent += 1;
-            self.after_call(top);
-            if self.outs[top].has_down() || !self.raised.is_empty() || self.blocked {
-                // The layers below may change their answer.
-                room = false;
-            }
-            self.run_if_needed(now, Start::Sent);
+            room &= self.after_checked_send(now);
         }
         Ok(())
+    }
+
+    /// Whether the layers that may refuse a send have room for the next
+    /// message of a checked run. `room` holds their last answer, asked
+    /// again only if it was no or the top layer limits sends itself
+    /// (`top_limits`); a no blocks the stack (`SendReady` follows).
+    fn has_room(&mut self, room: &mut bool, top_limits: bool) -> bool {
+        let top = self.layers.len() - 1;
+        if !*room || (top_limits && !self.layers[top].can_send()) {
+            *room = self.limiting.iter().all(|&i| self.layers[i].can_send());
+            if !*room {
+                self.blocked = true;
+            }
+        }
+        *room
+    }
+
+    /// After the top layer took a message of a checked run: counts it and
+    /// runs the pass below. Returns whether the layers' last answer about
+    /// room still holds: no if anything went below the top layer or was
+    /// raised, which may change it.
+    fn after_checked_send(&mut self, now: Instant) -> bool {
+        let top = self.layers.len() - 1;
+        self.stats.sent += 1;
+        self.after_call(top);
+        let still = !(self.outs[top].has_down() || !self.raised.is_empty() || self.blocked);
+        self.run_if_needed(now, Start::Sent);
+        still
     }
 
     /// Whether [`admit`](Stack::admit) lets `frame` through on its size and

@@ -188,6 +188,22 @@ impl Framing {
     }
 
     /// Sends the run gathered so far down as one frame.
+    /// Writes the header of a frame of `len` bytes (at most
+    /// [`RUN_COPY_MAX`]) into the run, sealing it first if the frame does
+    /// not fit; the caller writes the payload after it.
+    fn open_record(&mut self, len: usize, out: &mut Output) {
+        let framed = FrameHeader::LEN + len;
+        if self.run.len() + framed > self.run_max {
+            self.seal_run(out);
+        }
+        if self.run.capacity() - self.run.len() < framed {
+            self.run.reserve(self.run_max);
+        }
+        // Fits u32: at most RUN_COPY_MAX.
+        self.run
+            .extend_from_slice(&FrameHeader { len: len as u32 }.emit());
+    }
+
     fn seal_run(&mut self, out: &mut Output) {
         if !self.run.is_empty() {
             out.push_down(Frame::from_payload(self.run.split().freeze()));
@@ -305,15 +321,7 @@ impl Layer for Framing {
                 self.handle_send(now, frame, out)?;
                 continue;
             }
-            if self.run.len() + framed > self.run_max {
-                self.seal_run(out);
-            }
-            if self.run.capacity() - self.run.len() < framed {
-                self.run.reserve(self.run_max);
-            }
-            // Fits u32: at most RUN_COPY_MAX.
-            self.run
-                .extend_from_slice(&FrameHeader { len: len as u32 }.emit());
+            self.open_record(len, out);
             frame.extend_into(&mut self.run);
             take_front(frames);
         }
@@ -338,15 +346,7 @@ impl Layer for Framing {
                 self.handle_send(now, Frame::copy_from_slice(message), out)?;
                 continue;
             }
-            if self.run.len() + framed > self.run_max {
-                self.seal_run(out);
-            }
-            if self.run.capacity() - self.run.len() < framed {
-                self.run.reserve(self.run_max);
-            }
-            // Fits u32: at most RUN_COPY_MAX.
-            self.run
-                .extend_from_slice(&FrameHeader { len: len as u32 }.emit());
+            self.open_record(len, out);
             self.run.extend_from_slice(message);
             messages.next();
         }
