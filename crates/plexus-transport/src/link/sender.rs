@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use plexus_net::Frame;
+use plexus_net::{Frame, Packed};
 use tokio::sync::TryAcquireError;
 
 use super::{lock, Shared, Strand, PACK_MESSAGE_MAX, TURN_DEPTH};
@@ -177,11 +177,13 @@ impl LinkSender {
 
     /// Queues a copy of `message` on `strand` if the send buffer has room,
     /// without waiting: for callers that encode into a reused scratch
-    /// buffer. A small message (up to 1 KiB) is copied into the pack at
-    /// the back of the send queue, with the small messages queued on
-    /// `strand` right before it: no allocation, no frame of its own, and
-    /// the driver hands the pack to the stack whole
+    /// buffer. A small message (up to 1 KiB) queued behind others is
+    /// copied into the pack at the back of the send queue, with the small
+    /// messages queued on `strand` right before it: no frame of its own,
+    /// and the driver hands the pack to the stack whole
     /// ([`Stack::handle_send_packed`](plexus_net::Stack::handle_send_packed)).
+    /// One sent to an empty queue (or on a link whose driver takes frames
+    /// only) is copied into a [`Frame`] ([`Frame::copy_from_slice`]).
     ///
     /// # Errors
     ///
@@ -268,11 +270,9 @@ impl LinkSender {
             }
             let before = out.queue.len();
             if self.shared.extras.frames_only || (ends.len() == 1 && before == 0) {
-                let mut start = 0usize;
-                for &end in ends {
-                    let frame = Frame::copy_from_slice(&bytes[start..end as usize]);
-                    out.queue.push_back((strand, frame));
-                    start = end as usize;
+                for message in Packed::new(bytes, ends) {
+                    out.queue
+                        .push_back((strand, Frame::copy_from_slice(message)));
                 }
             } else {
                 out.queue.push_packed(strand, bytes, ends);
