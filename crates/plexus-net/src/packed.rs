@@ -89,17 +89,27 @@ impl<'a> Packed<'a> {
         longest
     }
 
-    /// The next message alone, as a pack of its own, taken from this one.
-    pub(crate) fn take_one(&mut self) -> Option<Packed<'a>> {
-        let at = self.taken;
-        let one = Packed {
+    /// The leading messages whose bytes add up to at most `max_bytes` (at
+    /// least one, if any is left), as a pack of their own; none is taken
+    /// from this one ([`advance`](Packed::advance) does that).
+    pub(crate) fn leading(&self, max_bytes: usize) -> Packed<'a> {
+        let rest = &self.ends[self.taken..];
+        let fit = rest.partition_point(|&end| end as usize - self.start <= max_bytes);
+        Packed {
             bytes: self.bytes,
-            ends: self.ends.get(at..=at)?,
+            ends: &rest[..fit.max(1).min(rest.len())],
             taken: 0,
             start: self.start,
-        };
-        self.next();
-        Some(one)
+        }
+    }
+
+    /// Takes the next `n` messages (fewer if fewer are left) unread.
+    pub(crate) fn advance(&mut self, n: usize) {
+        let n = n.min(self.len());
+        if n > 0 {
+            self.taken += n;
+            self.start = self.ends[self.taken - 1] as usize;
+        }
     }
 }
 
@@ -166,11 +176,31 @@ mod tests {
         let ends = [0, 2, 2, 5];
         let mut p = Packed::new(b"abcde", &ends);
         assert_eq!(p.longest(), 3);
-        let one = p.take_one().expect("a message");
+        let one = p.leading(0);
         assert_eq!(one.collect::<Vec<_>>(), [&b""[..]]);
+        assert_eq!(p.taken(), 0, "leading takes nothing");
+        p.advance(1);
         assert_eq!(p.taken(), 1);
         assert_eq!(p.front(), Some(&b"ab"[..]));
         assert_eq!(p.collect::<Vec<_>>(), [&b"ab"[..], &b""[..], &b"cde"[..]]);
+    }
+
+    #[test]
+    fn leading_messages_fit_the_bytes_asked_for_and_at_least_one() {
+        let ends = [3, 6, 11, 12];
+        let mut p = Packed::new(b"onetwothreeX", &ends);
+        assert_eq!(p.leading(0).collect::<Vec<_>>(), [&b"one"[..]]);
+        assert_eq!(p.leading(6).len(), 2);
+        assert_eq!(p.leading(10).len(), 2);
+        assert_eq!(p.leading(usize::MAX).len(), 4);
+        p.advance(1);
+        assert_eq!(
+            p.leading(8).collect::<Vec<_>>(),
+            [&b"two"[..], &b"three"[..]]
+        );
+        p.advance(10);
+        assert!(p.is_empty());
+        assert!(p.leading(100).is_empty());
     }
 
     #[test]

@@ -130,6 +130,15 @@ const TRANSPORT: &str = "transport";
 /// allocate.
 const QUEUE_CAPACITY: usize = 16;
 
+/// The most bytes of a pack a stack whose layers may refuse a send hands
+/// its top layer between two asks for room
+/// ([`Stack::handle_send_packed`]): the per-call cost of a pass spread
+/// over many small messages, and the most a layer that ran out of room
+/// meanwhile takes beyond it (its bound is a soft one already: it takes
+/// whatever a pass pushes down). A link's send queue packs up to this
+/// much.
+pub const CHECKED_CHUNK: usize = 16 << 10;
+
 impl Stack {
     /// A stack of `layers` (bottom first) over a transport whose datagrams
     /// are at most `max_datagram` bytes (`None`: unbounded, or a byte
@@ -359,9 +368,14 @@ impl Stack {
     /// frame per message). A driver hands over what its senders packed
     /// this way.
     ///
-    /// A stack with a layer that may refuse a send hands the top layer one
-    /// message at a time and refuses the first one a layer has no room
-    /// for, as [`handle_send_run`](Stack::handle_send_run) does.
+    /// A stack with a layer that may refuse a send asks those layers for
+    /// room before it hands the top layer up to [`CHECKED_CHUNK`] bytes of
+    /// the pack (at least one message; one at a time if the top layer
+    /// limits sends itself), and again after anything went below the top
+    /// layer: a layer below may take up to that much more than one by one
+    /// would have given it before the first refusal. From there on it
+    /// refuses what a layer has no room for, as
+    /// [`handle_send_run`](Stack::handle_send_run) does.
     ///
     /// # Errors
     ///
@@ -407,9 +421,16 @@ impl Stack {
                 messages.next();
                 return Err(StackSendError::WouldBlock(Frame::copy_from_slice(front)));
             }
-            let mut one = messages.take_one().expect("a message");
-            self.layers[top].handle_send_packed(now, &mut one, &mut self.outs[top])?;
-            room &= self.after_checked_send(now);
+            // A top layer that limits sends itself is asked before each
+            // message; otherwise it takes up to `CHECKED_CHUNK` bytes in
+            // one call, and the layers below are asked again after them.
+            let max = if top_limits { 0 } else { CHECKED_CHUNK };
+            let mut chunk = messages.leading(max);
+            let result = self.layers[top].handle_send_packed(now, &mut chunk, &mut self.outs[top]);
+            messages.advance(chunk.taken());
+            let sent = chunk.taken() - usize::from(result.is_err());
+            room &= self.after_checked_send(now, sent);
+            result?;
         }
         Ok(())
     }
@@ -442,7 +463,7 @@ impl Stack {
             let frame = take_front(messages).expect("a message");
             self.unflushed = Some(now);
             self.layers[top].handle_send(now, frame, &mut self.outs[top])?;
-            room &= self.after_checked_send(now);
+            room &= self.after_checked_send(now, 1);
         }
         Ok(())
     }
@@ -462,13 +483,13 @@ impl Stack {
         *room
     }
 
-    /// After the top layer took a message of a checked run: counts it and
-    /// runs the pass below. Returns whether the layers' last answer about
-    /// room still holds: no if anything went below the top layer or was
-    /// raised, which may change it.
-    fn after_checked_send(&mut self, now: Instant) -> bool {
+    /// After the top layer took `sent` messages of a checked run: counts
+    /// them and runs the pass below. Returns whether the layers' last
+    /// answer about room still holds: no if anything went below the top
+    /// layer or was raised, which may change it.
+    fn after_checked_send(&mut self, now: Instant, sent: usize) -> bool {
         let top = self.layers.len() - 1;
-        self.stats.sent += 1;
+        self.stats.sent += sent as u64;
         self.after_call(top);
         let still = !(self.outs[top].has_down() || !self.raised.is_empty() || self.blocked);
         self.run_if_needed(now, Start::Sent);

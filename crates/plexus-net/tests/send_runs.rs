@@ -2,17 +2,22 @@
 //! as a driver hands over its batch) is the same as the messages handed
 //! over one by one: the same bytes on the wire, the same messages at the
 //! peer, in order, and the same refusals; and so are messages handed over
-//! packed end to end in one buffer (`Stack::handle_send_packed`). For the built-in layers with a
-//! run form of their own (`framing`), for a layer of one's own that keeps
-//! the default (each frame of the run through `handle_send`), and for
-//! stacks with a layer that may refuse a send (whose top layer takes a
-//! run one message at a time, the run stopping at the first refused).
+//! packed end to end in one buffer (`Stack::handle_send_packed`). For the
+//! built-in layers with a run form of their own (`framing`), for a layer of
+//! one's own that keeps the default (each frame of the run through
+//! `handle_send`), and for stacks with a layer that may refuse a send
+//! (whose top layer takes a run one message at a time, the run stopping at
+//! the first refused). A pack on such a stack reaches its top layer up to
+//! `CHECKED_CHUNK` bytes at a time, so a layer below that runs out of room
+//! may take up to that much more before the first refusal, never less, and
+//! what was taken reaches the peer in order.
 
 use std::collections::VecDeque;
 use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 use plexus_net::layers::framing::{Framing, FramingConfig};
+use plexus_net::stack::CHECKED_CHUNK;
 use plexus_net::{
     Frame, Interface, Layer, LayerConfig, LayerOptions, LayerRegistry, LinkContext, OptionError,
     Output, Packed, ReceiveError, Stack, StackSendError, StackSpec,
@@ -351,8 +356,39 @@ proptest! {
         prop_assert_eq!(&runs.refused, &single.refused);
         prop_assert_eq!(&runs.wire, &single.wire);
         let packs = in_packs(&mut spec.build(now), now, &sizes, &cuts);
-        prop_assert_eq!(&packs.refused, &single.refused);
-        prop_assert_eq!(&packs.wire, &single.wire);
+        // Packs: the same messages refused for their size; a layer that
+        // runs out of room may have taken up to a chunk more before the
+        // first refusal (`CHECKED_CHUNK`), never less; the peer gets
+        // exactly what was taken, in order.
+        let refused_for = |sent: &Sent, why: &str| -> Vec<usize> {
+            sent.refused.iter().filter(|r| r.1 == why).map(|r| r.0).collect()
+        };
+        prop_assert_eq!(refused_for(&packs, "too large"), refused_for(&single, "too large"));
+        let blocked_from = |sent: &Sent| refused_for(sent, "would block").first().copied();
+        match (blocked_from(&single), blocked_from(&packs)) {
+            (None, packed) => prop_assert_eq!(packed, None),
+            (Some(one), packed) => {
+                let packed = packed.unwrap_or(sizes.len());
+                prop_assert!(packed >= one, "packs refused from {packed}, one by one from {one}");
+                let more: usize = sizes[one..packed].iter().sum();
+                prop_assert!(more <= CHECKED_CHUNK + 3000, "{more} bytes more");
+                // From there on every message not refused for its size.
+                let too_large = refused_for(&single, "too large");
+                let blocked = refused_for(&packs, "would block");
+                let rest = (packed..sizes.len()).filter(|i| !too_large.contains(i));
+                prop_assert!(blocked.iter().copied().eq(rest), "{blocked:?}");
+            }
+        }
+        // What was taken reaches the peer in order, none twice (what
+        // `delivery` holds for want of window is still to come), and at
+        // least what one by one got there.
+        let taken: Vec<Bytes> = (0..sizes.len())
+            .filter(|i| !packs.refused.iter().any(|(r, _)| r == i))
+            .map(|i| message(i, sizes[i]))
+            .collect();
+        let got = received(&spec, now, &packs.wire);
+        prop_assert!(taken.starts_with(&got), "{} of {} taken arrived, not in order", got.len(), taken.len());
+        prop_assert!(got.len() >= received(&spec, now, &single.wire).len());
     }
 }
 
