@@ -30,8 +30,13 @@ pub struct Ring {
     probes: u32,
 }
 
-/// A stable 64-bit hash of `parts` (BLAKE3, first 8 bytes).
-pub(crate) fn hash64(parts: &[&[u8]]) -> u64 {
+/// A stable 64-bit hash of `parts` (BLAKE3, first 8 bytes), each part
+/// length-prefixed so that `["ab", "c"]` and `["a", "bc"]` differ.
+///
+/// Stable across builds, platforms and versions: what it places (the ring's
+/// points, `plexus-sharding`'s shards) must not move when a cluster is
+/// upgraded member by member.
+pub fn hash64(parts: &[&[u8]]) -> u64 {
     let mut h = blake3::Hasher::new();
     for p in parts {
         h.update(&(p.len() as u32).to_le_bytes());

@@ -1,0 +1,21 @@
+//! Virtual actors for a Plexus cluster: entities addressed by type and id,
+//! wherever they live (issue 33).
+//!
+//! An entity id hashes to one of its type's shards ([`ShardId`]); a shard
+//! is the unit of placement and hand-off, and one coordinator decides which
+//! member hosts it ([`Allocation`]). `ALGORITHM.md` beside this crate holds
+//! the design and its reasons: why a coordinator and not the ring alone,
+//! the leases that keep an entity active on at most one member through
+//! partitions and crashes, and the hand-off that moves a shard without
+//! losing a message or handling one twice.
+//!
+//! What is here so far is sans-IO and deterministic: the shard of an id
+//! and the coordinator's placement and rebalancing.
+
+#![forbid(unsafe_code)]
+
+pub mod allocation;
+pub mod shard;
+
+pub use allocation::{AllocateError, Allocation, Move, Rebalance};
+pub use shard::{shard_of, EntityId, EntityIdError, ShardId, MAX_ID_LEN};
