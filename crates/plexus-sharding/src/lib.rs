@@ -10,12 +10,14 @@
 //! losing a message or handling one twice.
 //!
 //! What is here so far is sans-IO and deterministic: the shard of an id
-//! and the coordinator's placement and rebalancing.
+//! the coordinator's placement and rebalancing, and the shard leases.
 
 #![forbid(unsafe_code)]
 
 pub mod allocation;
+pub mod lease;
 pub mod shard;
 
 pub use allocation::{AllocateError, Allocation, Move, Rebalance};
+pub use lease::{Grants, LeaseState, RegionLease};
 pub use shard::{shard_of, EntityId, EntityIdError, ShardId, MAX_ID_LEN};
