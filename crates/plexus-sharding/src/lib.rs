@@ -10,14 +10,17 @@
 //! losing a message or handling one twice.
 //!
 //! What is here so far is sans-IO and deterministic: the shard of an id
-//! the coordinator's placement and rebalancing, and the shard leases.
+//! the coordinator's placement and rebalancing, the shard leases, and a
+//! region's routing with its half of a hand-off.
 
 #![forbid(unsafe_code)]
 
 pub mod allocation;
 pub mod lease;
+pub mod routing;
 pub mod shard;
 
 pub use allocation::{AllocateError, Allocation, Move, Rebalance};
 pub use lease::{Grants, LeaseState, RegionLease};
+pub use routing::{MarkerWait, RouteError, Routed, Routing, RoutingOutput};
 pub use shard::{shard_of, EntityId, EntityIdError, ShardId, MAX_ID_LEN};

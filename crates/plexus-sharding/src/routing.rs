@@ -1,0 +1,214 @@
+//! A region's routing of messages to shards, and its half of a hand-off
+//! (`ALGORITHM.md`, "Planned hand-off").
+//!
+//! A region knows the home of the shards it sent to. A message for a shard
+//! whose home it does not know, or whose hand-off is under way, is held
+//! (bounded per shard) until the coordinator names the home; then the held
+//! messages leave in the order they came. When a hand-off begins, the
+//! region holds the shard's new messages and sends a marker to the old home
+//! behind everything it already sent there, so the old home knows when the
+//! last of them arrived ([`MarkerWait`]).
+//!
+//! Guarantees (property test below): every message routed is handed on
+//! exactly once or refused with a typed error, and a shard's messages are
+//! handed on in the order they were routed.
+//!
+//! Sans-IO and generic over the message: the caller sends, asks and acks.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
+
+use crate::shard::ShardId;
+
+/// Where a message goes now.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Routed<M> {
+    /// To the shard's home (maybe this region itself): send it there.
+    To(Arc<str>, M),
+    /// Held until the shard's home is known.
+    Held,
+}
+
+/// What the region must do for the routing, in order.
+#[derive(Debug, PartialEq, Eq)]
+pub enum RoutingOutput<M> {
+    /// Ask the coordinator for the shard's home (once per unknown shard).
+    AskHome(ShardId),
+    /// Send a held message to its shard's home, now known.
+    Send(Arc<str>, M),
+    /// A hand-off began: send the marker to the old home, on the link and
+    /// lane this region's messages for the shard took.
+    Marker {
+        /// The shard handed over.
+        shard: ShardId,
+        /// Its old home.
+        to: Arc<str>,
+    },
+    /// Tell the coordinator this region holds the shard's messages now.
+    HandOffAck(ShardId),
+}
+
+/// Why a message was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RouteError {
+    /// The shard's home is being looked up or handed over, and as many
+    /// messages as the region holds per shard are already waiting.
+    #[error("{shard}: {limit} messages already wait for its hand-off; try again later")]
+    HandOffBufferFull {
+        /// The shard.
+        shard: ShardId,
+        /// The bound per shard.
+        limit: usize,
+    },
+}
+
+#[derive(Debug)]
+enum Route<M> {
+    Home(Arc<str>),
+    Held(VecDeque<M>),
+}
+
+/// One region's routes to the shards of one entity type. See the
+/// [module docs](self).
+#[derive(Debug)]
+pub struct Routing<M> {
+    routes: BTreeMap<ShardId, Route<M>>,
+    held_limit: usize,
+    out: VecDeque<RoutingOutput<M>>,
+}
+
+impl<M> Routing<M> {
+    /// Routes that hold at most `held_limit` messages per shard while its
+    /// home is unknown.
+    pub fn new(held_limit: usize) -> Self {
+        Self {
+            routes: BTreeMap::new(),
+            held_limit: held_limit.max(1),
+            out: VecDeque::new(),
+        }
+    }
+
+    /// Routes `message` to `shard`.
+    ///
+    /// # Errors
+    ///
+    /// [`RouteError::HandOffBufferFull`] if it would be held and the
+    /// shard's bound is reached.
+    pub fn route(&mut self, shard: ShardId, message: M) -> Result<Routed<M>, RouteError> {
+        match self.routes.get_mut(&shard) {
+            Some(Route::Home(home)) => Ok(Routed::To(home.clone(), message)),
+            Some(Route::Held(held)) => {
+                if held.len() >= self.held_limit {
+                    return Err(RouteError::HandOffBufferFull {
+                        shard,
+                        limit: self.held_limit,
+                    });
+                }
+                held.push_back(message);
+                Ok(Routed::Held)
+            }
+            None => {
+                self.routes
+                    .insert(shard, Route::Held(VecDeque::from([message])));
+                self.out.push_back(RoutingOutput::AskHome(shard));
+                Ok(Routed::Held)
+            }
+        }
+    }
+
+    /// The coordinator named `home` as the shard's home: the messages held
+    /// for it leave, in order.
+    pub fn home_is(&mut self, shard: ShardId, home: Arc<str>) {
+        let before = self.routes.insert(shard, Route::Home(home.clone()));
+        if let Some(Route::Held(held)) = before {
+            self.out.extend(
+                held.into_iter()
+                    .map(|m| RoutingOutput::Send(home.clone(), m)),
+            );
+        }
+    }
+
+    /// The coordinator began handing `shard` over: new messages are held,
+    /// and the old home gets a marker behind those already sent to it.
+    pub fn begin_hand_off(&mut self, shard: ShardId) {
+        match self.routes.get_mut(&shard) {
+            Some(Route::Home(home)) => {
+                let to = home.clone();
+                self.routes.insert(shard, Route::Held(VecDeque::new()));
+                self.out.push_back(RoutingOutput::Marker { shard, to });
+            }
+            Some(Route::Held(_)) => {}
+            None => {
+                self.routes.insert(shard, Route::Held(VecDeque::new()));
+            }
+        }
+        self.out.push_back(RoutingOutput::HandOffAck(shard));
+    }
+
+    /// `region` is gone (its member left or was downed): the shards homed
+    /// there are held again and their homes asked for anew.
+    pub fn region_gone(&mut self, region: &str) {
+        for (shard, route) in &mut self.routes {
+            if matches!(route, Route::Home(home) if **home == *region) {
+                *route = Route::Held(VecDeque::new());
+                self.out.push_back(RoutingOutput::AskHome(*shard));
+            }
+        }
+    }
+
+    /// The messages held for `shard`.
+    pub fn held(&self, shard: ShardId) -> usize {
+        match self.routes.get(&shard) {
+            Some(Route::Held(held)) => held.len(),
+            _ => 0,
+        }
+    }
+
+    /// The next thing to do.
+    pub fn poll_output(&mut self) -> Option<RoutingOutput<M>> {
+        self.out.pop_front()
+    }
+}
+
+/// The old home's wait for the markers of a hand-off: the shard stops once
+/// every region named by the coordinator sent its marker or is gone.
+#[derive(Debug, Clone)]
+pub struct MarkerWait {
+    shard: ShardId,
+    waiting: BTreeSet<Arc<str>>,
+}
+
+impl MarkerWait {
+    /// Waits for the markers of `regions` for `shard`.
+    pub fn new(shard: ShardId, regions: impl IntoIterator<Item = Arc<str>>) -> Self {
+        Self {
+            shard,
+            waiting: regions.into_iter().collect(),
+        }
+    }
+
+    /// The shard handed over.
+    pub fn shard(&self) -> ShardId {
+        self.shard
+    }
+
+    /// `region`'s marker arrived; returns whether none is awaited any more.
+    pub fn marker(&mut self, region: &str) -> bool {
+        self.waiting.remove(region);
+        self.done()
+    }
+
+    /// `region` is gone (nothing more arrives from it); returns whether
+    /// none is awaited any more.
+    pub fn region_gone(&mut self, region: &str) -> bool {
+        self.marker(region)
+    }
+
+    /// Whether every marker arrived: the shard may stop.
+    pub fn done(&self) -> bool {
+        self.waiting.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests;
