@@ -154,6 +154,18 @@ impl Grants {
         now >= self.stopped_from(region)
     }
 
+    /// When every lease an older coordinator may have granted is surely
+    /// over: `lease + margin` after this one started.
+    pub fn old_leases_end(&self) -> Instant {
+        self.started + self.lease + self.margin
+    }
+
+    /// Whether every lease an older coordinator may have granted is surely
+    /// over at `now`: a shard no region reported is hosted nowhere.
+    pub fn old_leases_over(&self, now: Instant) -> bool {
+        now >= self.old_leases_end()
+    }
+
     /// Forgets a region that was removed and whose shards went elsewhere.
     pub fn forget(&mut self, region: &str) {
         self.answered.remove(region);

@@ -1,0 +1,376 @@
+//! The coordinator of one entity type: which region hosts each shard, the
+//! leases, and the hand-offs (`ALGORITHM.md`).
+//!
+//! It answers regions' questions for a shard's home, allocating shards that
+//! have none; it renews regions' leases; it rebalances on a timer, moving a
+//! shard by a hand-off (`BeginHandOff` to every region, `HandOff` to the old
+//! home once all acked, the new home after `ShardStopped`); and it re-homes
+//! the shards of a region that is gone only once that region's lease and
+//! the margin are over ([`Grants`]). It never names two homes for a shard
+//! at once, and answers no question about a shard being handed over.
+//!
+//! Sans-IO: inputs are method calls with `now`, outputs are
+//! [`CoordinatorOutput`]s the driver sends; timers through
+//! [`poll_timeout`](Coordinator::poll_timeout) /
+//! [`handle_timeout`](Coordinator::handle_timeout).
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::allocation::{Allocation, Rebalance};
+use crate::lease::Grants;
+use crate::shard::ShardId;
+
+/// The coordinator's settings.
+#[derive(Debug, Clone, Copy)]
+pub struct CoordinatorConfig {
+    /// Shards of the type.
+    pub shards: u32,
+    /// A lease's length.
+    pub lease: Duration,
+    /// How long after a lease's end a silent region counts as stopped.
+    pub margin: Duration,
+    /// How often the load is evened out.
+    pub rebalance_every: Duration,
+    /// The rebalancing rule.
+    pub rebalance: Rebalance,
+}
+
+/// Something for the driver to send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CoordinatorOutput {
+    /// Tell `to` that `shard` lives in `home` (an answer, or news after a
+    /// hand-off to every region that asked).
+    Home {
+        /// The region told.
+        to: Arc<str>,
+        /// The shard.
+        shard: ShardId,
+        /// Its home.
+        home: Arc<str>,
+    },
+    /// Tell `to` to hold `shard`'s messages and mark its old home.
+    BeginHandOff {
+        /// The region told.
+        to: Arc<str>,
+        /// The shard.
+        shard: ShardId,
+    },
+    /// Tell the old home `to` to stop `shard` once the markers of
+    /// `regions` arrived.
+    HandOff {
+        /// The old home.
+        to: Arc<str>,
+        /// The shard.
+        shard: ShardId,
+        /// The regions whose markers it waits for.
+        regions: Vec<Arc<str>>,
+    },
+    /// Answer `to`'s lease renewal `seq`.
+    Renewed {
+        /// The region.
+        to: Arc<str>,
+        /// Its request's number.
+        seq: u64,
+    },
+}
+
+#[derive(Debug)]
+struct HandOff {
+    from: Arc<str>,
+    to: Arc<str>,
+    /// Regions told to begin (the old home waits for their markers), less
+    /// those gone since.
+    told: BTreeSet<Arc<str>>,
+    /// Regions whose `BeginHandOff` ack has not come.
+    acks: BTreeSet<Arc<str>>,
+    /// `HandOff` went to the old home.
+    stopping: bool,
+}
+
+/// The coordinator of one entity type. See the [module docs](self).
+#[derive(Debug)]
+pub struct Coordinator {
+    config: CoordinatorConfig,
+    allocation: Allocation,
+    grants: Grants,
+    handoffs: BTreeMap<ShardId, HandOff>,
+    /// Shards whose home is gone, with the region they were in: re-homed
+    /// once its lease is surely over.
+    orphans: BTreeMap<ShardId, Arc<str>>,
+    /// Regions waiting for a shard's home.
+    askers: BTreeMap<ShardId, BTreeSet<Arc<str>>>,
+    /// Shards without a home known to be hosted nowhere (stopped by a
+    /// hand-off, or orphans whose lease is over) before the old
+    /// coordinators' leases are surely over; after that every shard
+    /// without a home is.
+    free: BTreeSet<ShardId>,
+    /// A region waits for a shard that only the end of the old
+    /// coordinators' leases lets this one place.
+    start_wait: bool,
+    next_rebalance: Instant,
+    out: VecDeque<CoordinatorOutput>,
+}
+
+impl Coordinator {
+    /// A coordinator that starts at `now` with no region.
+    pub fn new(config: CoordinatorConfig, now: Instant) -> Self {
+        Self {
+            allocation: Allocation::new(config.shards),
+            grants: Grants::new(config.lease, config.margin, now),
+            handoffs: BTreeMap::new(),
+            orphans: BTreeMap::new(),
+            askers: BTreeMap::new(),
+            free: BTreeSet::new(),
+            start_wait: false,
+            next_rebalance: now + config.rebalance_every,
+            out: VecDeque::new(),
+            config,
+        }
+    }
+
+    /// The map of shards to regions.
+    pub fn allocation(&self) -> &Allocation {
+        &self.allocation
+    }
+
+    /// Hand-offs under way.
+    pub fn handoffs(&self) -> usize {
+        self.handoffs.len()
+    }
+
+    /// A region joined (its member is up and registered the type).
+    pub fn region_up(&mut self, region: Arc<str>, now: Instant) {
+        self.allocation.add_region(region);
+        self.serve_askers(now);
+    }
+
+    /// A region reported a shard it hosts (to a new coordinator).
+    pub fn hosted(&mut self, region: Arc<str>, shard: ShardId) {
+        let _ = self.allocation.adopt(region, shard);
+    }
+
+    /// A region's member left or was downed: its shards are re-homed once
+    /// its lease is surely over; hand-offs from it wait for the same, those
+    /// to it pick another home.
+    pub fn region_gone(&mut self, region: &str, now: Instant) {
+        let region: Arc<str> = region.into();
+        for shard in self.allocation.remove_region(&region) {
+            if !self.handoffs.contains_key(&shard) {
+                self.orphans.insert(shard, region.clone());
+            }
+        }
+        let mut from_gone = Vec::new();
+        for (shard, handoff) in &mut self.handoffs {
+            handoff.acks.remove(&region);
+            handoff.told.remove(&region);
+            if handoff.from == region {
+                from_gone.push(*shard);
+            }
+        }
+        for shard in from_gone {
+            // Stopped only when its lease is over: an orphan.
+            self.handoffs.remove(&shard);
+            self.orphans.insert(shard, region.clone());
+        }
+        for askers in self.askers.values_mut() {
+            askers.remove(&region);
+        }
+        self.advance_handoffs();
+        self.rehome_orphans(now);
+        self.serve_askers(now);
+    }
+
+    /// `region` asks where `shard` lives.
+    pub fn ask_home(&mut self, region: Arc<str>, shard: ShardId, now: Instant) {
+        if shard.0 >= self.config.shards {
+            return;
+        }
+        self.askers.entry(shard).or_default().insert(region);
+        self.serve_askers(now);
+    }
+
+    /// `region` renews its lease with request `seq`.
+    pub fn renew(&mut self, region: Arc<str>, seq: u64, now: Instant) {
+        self.grants.answer(region.clone(), now);
+        self.out
+            .push_back(CoordinatorOutput::Renewed { to: region, seq });
+    }
+
+    /// `region` holds `shard`'s messages and marked its old home.
+    pub fn hand_off_ack(&mut self, region: &str, shard: ShardId) {
+        if let Some(handoff) = self.handoffs.get_mut(&shard) {
+            handoff.acks.remove(region);
+        }
+        self.advance_handoffs();
+    }
+
+    /// The old home stopped `shard`: it moves to its new home.
+    pub fn shard_stopped(&mut self, region: &str, shard: ShardId, now: Instant) {
+        let Some(handoff) = self.handoffs.get(&shard) else {
+            return;
+        };
+        if *handoff.from != *region || !handoff.stopping {
+            return;
+        }
+        let handoff = self.handoffs.remove(&shard).expect("just found");
+        if !self.allocation.apply(shard, &handoff.to) {
+            // The new home left meanwhile: stopped everywhere, so it is
+            // allocated afresh at once.
+            self.free.insert(shard);
+            if self.allocation.allocate(shard).is_ok() {
+                self.free.remove(&shard);
+            }
+        }
+        self.announce(shard);
+        self.serve_askers(now);
+    }
+
+    /// When [`handle_timeout`](Coordinator::handle_timeout) has work: an
+    /// orphan's old lease ends, the old coordinators' leases end while a
+    /// region waits, or the next rebalance.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let orphans = self
+            .orphans
+            .values()
+            .map(|region| self.grants.stopped_from(region));
+        let start = self.start_wait.then(|| self.grants.old_leases_end());
+        orphans.chain(start).chain([self.next_rebalance]).min()
+    }
+
+    /// Re-homes orphans whose old region is surely stopped, and rebalances
+    /// when it is time.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.rehome_orphans(now);
+        if now >= self.next_rebalance {
+            self.next_rebalance = now + self.config.rebalance_every;
+            self.rebalance();
+        }
+        self.serve_askers(now);
+    }
+
+    fn rehome_orphans(&mut self, now: Instant) {
+        let ready: Vec<ShardId> = self
+            .orphans
+            .iter()
+            .filter(|(_, region)| self.grants.surely_stopped(region, now))
+            .map(|(shard, _)| *shard)
+            .collect();
+        for shard in ready {
+            let Some(region) = self.orphans.remove(&shard) else {
+                continue;
+            };
+            if !self.orphans.values().any(|r| *r == region) {
+                self.grants.forget(&region);
+            }
+            if self.allocation.allocate(shard).is_ok() {
+                self.announce(shard);
+            } else {
+                self.free.insert(shard);
+            }
+        }
+    }
+
+    /// The next thing to send.
+    pub fn poll_output(&mut self) -> Option<CoordinatorOutput> {
+        self.out.pop_front()
+    }
+
+    fn rebalance(&mut self) {
+        let moving: BTreeSet<ShardId> = self.handoffs.keys().copied().collect();
+        for m in self.allocation.rebalance(self.config.rebalance, &moving) {
+            let regions: BTreeSet<Arc<str>> =
+                self.allocation.regions().map(|(r, _)| r.clone()).collect();
+            for region in &regions {
+                self.out.push_back(CoordinatorOutput::BeginHandOff {
+                    to: region.clone(),
+                    shard: m.shard,
+                });
+            }
+            self.handoffs.insert(
+                m.shard,
+                HandOff {
+                    from: m.from,
+                    to: m.to,
+                    told: regions.clone(),
+                    acks: regions,
+                    stopping: false,
+                },
+            );
+        }
+    }
+
+    /// Sends `HandOff` for every hand-off whose acks are all in.
+    fn advance_handoffs(&mut self) {
+        for (shard, handoff) in &mut self.handoffs {
+            if !handoff.stopping && handoff.acks.is_empty() {
+                handoff.stopping = true;
+                self.out.push_back(CoordinatorOutput::HandOff {
+                    to: handoff.from.clone(),
+                    shard: *shard,
+                    regions: handoff.told.iter().cloned().collect(),
+                });
+            }
+        }
+    }
+
+    /// Answers the regions waiting for homes that are known and not moving,
+    /// allocating shards hosted nowhere.
+    fn serve_askers(&mut self, now: Instant) {
+        let old_leases_over = self.grants.old_leases_over(now);
+        self.start_wait = false;
+        let shards: Vec<ShardId> = self.askers.keys().copied().collect();
+        for shard in shards {
+            if self.handoffs.contains_key(&shard) || self.orphans.contains_key(&shard) {
+                continue;
+            }
+            let home = match self.allocation.home(shard) {
+                Some(home) => home.clone(),
+                None if old_leases_over || self.free.contains(&shard) => {
+                    match self.allocation.allocate(shard) {
+                        Ok(home) => {
+                            self.free.remove(&shard);
+                            home
+                        }
+                        Err(_) => continue,
+                    }
+                }
+                None => {
+                    self.start_wait = true;
+                    continue;
+                }
+            };
+            if let Some(askers) = self.askers.remove(&shard) {
+                for to in askers {
+                    self.out.push_back(CoordinatorOutput::Home {
+                        to,
+                        shard,
+                        home: home.clone(),
+                    });
+                }
+            }
+        }
+    }
+
+    /// Tells every region where `shard` lives now (after a move or a
+    /// re-homing), those that asked included.
+    fn announce(&mut self, shard: ShardId) {
+        let Some(home) = self.allocation.home(shard).cloned() else {
+            return;
+        };
+        let mut to: BTreeSet<Arc<str>> =
+            self.allocation.regions().map(|(r, _)| r.clone()).collect();
+        to.extend(self.askers.remove(&shard).unwrap_or_default());
+        for region in to {
+            self.out.push_back(CoordinatorOutput::Home {
+                to: region,
+                shard,
+                home: home.clone(),
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

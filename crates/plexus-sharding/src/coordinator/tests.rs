@@ -1,0 +1,195 @@
+use super::*;
+
+const LEASE: Duration = Duration::from_secs(10);
+const MARGIN: Duration = Duration::from_secs(2);
+
+fn region(n: u8) -> Arc<str> {
+    format!("tcp://198.51.100.{n}:4000").into()
+}
+
+fn config(shards: u32) -> CoordinatorConfig {
+    CoordinatorConfig {
+        shards,
+        lease: LEASE,
+        margin: MARGIN,
+        rebalance_every: Duration::from_secs(1),
+        rebalance: Rebalance {
+            threshold: 2,
+            max_moves: 1,
+        },
+    }
+}
+
+fn outputs(c: &mut Coordinator) -> Vec<CoordinatorOutput> {
+    std::iter::from_fn(|| c.poll_output()).collect()
+}
+
+fn home(to: Arc<str>, shard: u32, home: Arc<str>) -> CoordinatorOutput {
+    CoordinatorOutput::Home {
+        to,
+        shard: ShardId(shard),
+        home,
+    }
+}
+
+/// A coordinator whose start wait is over, with `regions` regions up.
+fn running(shards: u32, regions: u8, t0: Instant) -> (Coordinator, Instant) {
+    let mut c = Coordinator::new(config(shards), t0);
+    for r in 0..regions {
+        c.region_up(region(r), t0);
+    }
+    let now = t0 + LEASE + MARGIN;
+    c.handle_timeout(now);
+    outputs(&mut c);
+    (c, now)
+}
+
+#[test]
+fn a_new_coordinator_places_unreported_shards_only_after_old_leases_end() {
+    let t0 = Instant::now();
+    let mut c = Coordinator::new(config(8), t0);
+    c.region_up(region(1), t0);
+    c.hosted(region(1), ShardId(5));
+    c.ask_home(region(1), ShardId(5), t0);
+    c.ask_home(region(1), ShardId(6), t0);
+    // A reported shard is answered at once; an unreported one may still be
+    // hosted under an older coordinator's lease.
+    assert_eq!(outputs(&mut c), [home(region(1), 5, region(1))]);
+    assert_eq!(c.poll_timeout(), Some(t0 + Duration::from_secs(1)));
+    c.handle_timeout(t0 + LEASE + MARGIN - Duration::from_millis(1));
+    assert!(!outputs(&mut c)
+        .iter()
+        .any(|o| matches!(o, CoordinatorOutput::Home { .. })));
+    c.handle_timeout(t0 + LEASE + MARGIN);
+    assert_eq!(outputs(&mut c), [home(region(1), 6, region(1))]);
+}
+
+#[test]
+fn a_move_is_begun_everywhere_stopped_by_the_old_home_then_announced() {
+    let t0 = Instant::now();
+    let (mut c, now) = running(2, 1, t0);
+    c.ask_home(region(0), ShardId(0), now);
+    c.ask_home(region(0), ShardId(1), now);
+    outputs(&mut c);
+    c.region_up(region(1), now);
+    c.handle_timeout(now + Duration::from_secs(1));
+    let begun = outputs(&mut c);
+    assert_eq!(
+        begun,
+        [
+            CoordinatorOutput::BeginHandOff {
+                to: region(0),
+                shard: ShardId(0)
+            },
+            CoordinatorOutput::BeginHandOff {
+                to: region(1),
+                shard: ShardId(0)
+            },
+        ]
+    );
+    // Asked meanwhile: no answer until the move is done.
+    c.ask_home(region(1), ShardId(0), now);
+    c.hand_off_ack(&region(0), ShardId(0));
+    assert_eq!(outputs(&mut c), []);
+    c.hand_off_ack(&region(1), ShardId(0));
+    assert_eq!(
+        outputs(&mut c),
+        [CoordinatorOutput::HandOff {
+            to: region(0),
+            shard: ShardId(0),
+            regions: vec![region(0), region(1)],
+        }]
+    );
+    // Only the old home's word counts.
+    c.shard_stopped(&region(1), ShardId(0), now);
+    assert_eq!(outputs(&mut c), []);
+    c.shard_stopped(&region(0), ShardId(0), now);
+    assert_eq!(
+        outputs(&mut c),
+        [home(region(0), 0, region(1)), home(region(1), 0, region(1))]
+    );
+    assert_eq!(c.allocation().home(ShardId(0)), Some(&region(1)));
+    assert_eq!(c.handoffs(), 0);
+}
+
+#[test]
+fn a_crashed_region_s_shards_wait_for_its_lease_and_the_margin() {
+    let t0 = Instant::now();
+    let (mut c, now) = running(1, 2, t0);
+    c.ask_home(region(0), ShardId(0), now);
+    assert_eq!(outputs(&mut c), [home(region(0), 0, region(0))]);
+    let renewed = now + Duration::from_secs(3);
+    c.renew(region(0), 7, renewed);
+    assert_eq!(
+        outputs(&mut c),
+        [CoordinatorOutput::Renewed {
+            to: region(0),
+            seq: 7
+        }]
+    );
+    c.region_gone(&region(0), renewed + Duration::from_secs(1));
+    c.ask_home(region(1), ShardId(0), renewed + Duration::from_secs(1));
+    assert_eq!(outputs(&mut c), []);
+    assert_eq!(c.poll_timeout(), Some(now + Duration::from_secs(1)));
+    c.handle_timeout(renewed + LEASE + MARGIN - Duration::from_millis(1));
+    assert!(!outputs(&mut c)
+        .iter()
+        .any(|o| matches!(o, CoordinatorOutput::Home { .. })));
+    c.handle_timeout(renewed + LEASE + MARGIN);
+    assert_eq!(outputs(&mut c), [home(region(1), 0, region(1))]);
+}
+
+#[test]
+fn a_hand_off_from_a_region_that_crashes_waits_for_its_lease() {
+    let t0 = Instant::now();
+    let (mut c, now) = running(2, 1, t0);
+    c.ask_home(region(0), ShardId(0), now);
+    c.ask_home(region(0), ShardId(1), now);
+    // Region 0 hosts them under a lease renewed now.
+    c.renew(region(0), 1, now);
+    c.region_up(region(1), now);
+    c.handle_timeout(now + Duration::from_secs(1));
+    outputs(&mut c);
+    assert_eq!(c.handoffs(), 1);
+    c.region_gone(&region(0), now + Duration::from_secs(1));
+    assert_eq!(c.handoffs(), 0);
+    c.ask_home(region(1), ShardId(0), now + Duration::from_secs(1));
+    assert!(!outputs(&mut c)
+        .iter()
+        .any(|o| matches!(o, CoordinatorOutput::Home { .. })));
+    c.handle_timeout(now + LEASE + MARGIN - Duration::from_millis(1));
+    assert!(!outputs(&mut c)
+        .iter()
+        .any(|o| matches!(o, CoordinatorOutput::Home { .. })));
+    c.handle_timeout(now + LEASE + MARGIN);
+    let out = outputs(&mut c);
+    assert!(out.contains(&home(region(1), 0, region(1))), "{out:?}");
+}
+
+#[test]
+fn a_hand_off_to_a_region_that_left_goes_elsewhere_at_once() {
+    let t0 = Instant::now();
+    let (mut c, now) = running(2, 1, t0);
+    c.ask_home(region(0), ShardId(0), now);
+    c.ask_home(region(0), ShardId(1), now);
+    c.region_up(region(1), now);
+    c.handle_timeout(now + Duration::from_secs(1));
+    outputs(&mut c);
+    c.region_up(region(2), now);
+    c.region_gone(&region(1), now);
+    c.hand_off_ack(&region(0), ShardId(0));
+    let out = outputs(&mut c);
+    // Region 2 came after the hand-off began: no marker is awaited from it.
+    assert_eq!(
+        out,
+        [CoordinatorOutput::HandOff {
+            to: region(0),
+            shard: ShardId(0),
+            regions: vec![region(0)],
+        }]
+    );
+    c.shard_stopped(&region(0), ShardId(0), now);
+    assert_eq!(c.allocation().home(ShardId(0)), Some(&region(2)));
+    let out = outputs(&mut c);
+    assert!(out.contains(&home(region(2), 0, region(2))), "{out:?}");
+}
