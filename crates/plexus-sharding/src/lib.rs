@@ -12,18 +12,21 @@
 //! What is here so far is sans-IO and deterministic: the shard of an id
 //! the coordinator's placement and rebalancing, the shard leases, the
 //! coordinator's protocol (answers, renewals, hand-offs, re-homing after a
-//! crash), and a region's routing with its half of a hand-off.
+//! crash), a region's routing with its half of a hand-off, and its active
+//! entities (idle and least-recently-used passivation).
 
 #![forbid(unsafe_code)]
 
 pub mod allocation;
 pub mod coordinator;
+pub mod entities;
 pub mod lease;
 pub mod routing;
 pub mod shard;
 
 pub use allocation::{AllocateError, Allocation, Move, Rebalance};
 pub use coordinator::{Coordinator, CoordinatorConfig, CoordinatorOutput};
+pub use entities::{Entities, Touch};
 pub use lease::{Grants, LeaseState, RegionLease};
 pub use routing::{MarkerWait, RouteError, Routed, Routing, RoutingOutput};
 pub use shard::{shard_of, EntityId, EntityIdError, ShardId, MAX_ID_LEN};
