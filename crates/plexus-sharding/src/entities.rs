@@ -111,6 +111,19 @@ impl Entities {
         Touch::Activate { evict }
     }
 
+    /// Passivates `id` now (its shard moves away, or the lease is lost):
+    /// `true` if it was running, and it counts as stopping from here on.
+    pub fn passivate(&mut self, id: &EntityId) -> bool {
+        match self.entries.get_mut(id) {
+            Some(entry) if !entry.stopping => {
+                entry.stopping = true;
+                self.by_use.remove(&(entry.last, entry.tick, id.clone()));
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// The caller reports `id` stopped (passivated, or failed): it is no
     /// longer active.
     pub fn stopped(&mut self, id: &EntityId) {

@@ -12,8 +12,8 @@
 //! What is here so far is sans-IO and deterministic: the shard of an id
 //! the coordinator's placement and rebalancing, the shard leases, the
 //! coordinator's protocol (answers, renewals, hand-offs, re-homing after a
-//! crash), a region's routing with its half of a hand-off, and its active
-//! entities (idle and least-recently-used passivation).
+//! crash), and the region: its routing with its half of a hand-off, its
+//! lease, its active entities (idle and least-recently-used passivation).
 
 #![forbid(unsafe_code)]
 
@@ -21,6 +21,7 @@ pub mod allocation;
 pub mod coordinator;
 pub mod entities;
 pub mod lease;
+pub mod region;
 pub mod routing;
 pub mod shard;
 
@@ -28,5 +29,6 @@ pub use allocation::{AllocateError, Allocation, Move, Rebalance};
 pub use coordinator::{Coordinator, CoordinatorConfig, CoordinatorOutput};
 pub use entities::{Entities, Touch};
 pub use lease::{Grants, LeaseState, RegionLease};
+pub use region::{EntityError, Region, RegionConfig, RegionOutput};
 pub use routing::{MarkerWait, RouteError, Routed, Routing, RoutingOutput};
 pub use shard::{shard_of, EntityId, EntityIdError, ShardId, MAX_ID_LEN};

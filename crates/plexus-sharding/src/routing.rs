@@ -93,16 +93,17 @@ impl<M> Routing<M> {
     /// # Errors
     ///
     /// [`RouteError::HandOffBufferFull`] if it would be held and the
-    /// shard's bound is reached.
-    pub fn route(&mut self, shard: ShardId, message: M) -> Result<Routed<M>, RouteError> {
+    /// shard's bound is reached, with the message handed back.
+    pub fn route(&mut self, shard: ShardId, message: M) -> Result<Routed<M>, (RouteError, M)> {
         match self.routes.get_mut(&shard) {
             Some(Route::Home(home)) => Ok(Routed::To(home.clone(), message)),
             Some(Route::Held(held)) => {
                 if held.len() >= self.held_limit {
-                    return Err(RouteError::HandOffBufferFull {
+                    let error = RouteError::HandOffBufferFull {
                         shard,
                         limit: self.held_limit,
-                    });
+                    };
+                    return Err((error, message));
                 }
                 held.push_back(message);
                 Ok(Routed::Held)

@@ -57,7 +57,7 @@ fn a_full_buffer_refuses_with_the_shard_and_the_bound() {
     r.route(s, 2).unwrap();
     assert_eq!(
         r.route(s, 3),
-        Err(RouteError::HandOffBufferFull { shard: s, limit: 2 })
+        Err((RouteError::HandOffBufferFull { shard: s, limit: 2 }, 3))
     );
     assert_eq!(r.held(s), 2);
 }
@@ -128,7 +128,8 @@ proptest! {
                             handed.entry(s).or_default().push(n);
                         }
                         Ok(Routed::Held) => routed.entry(s).or_default().push(next),
-                        Err(RouteError::HandOffBufferFull { .. }) => {
+                        Err((RouteError::HandOffBufferFull { .. }, (s2, n))) => {
+                            prop_assert_eq!((s2, n), (s, next));
                             prop_assert_eq!(r.held(ShardId(s)), 16);
                         }
                     }

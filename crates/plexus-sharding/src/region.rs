@@ -1,0 +1,402 @@
+//! A region as one machine: routing, the lease, the active entities, and
+//! the old home's side of a hand-off (`ALGORITHM.md`).
+//!
+//! The caller (the region's actor, later under the shared driver) feeds it
+//! messages for entities and the coordinator's and other regions' words,
+//! and carries out its [`RegionOutput`]s: forward to another region,
+//! activate, deliver, passivate, send markers and acks, renew the lease.
+//!
+//! Guarantees, tested below: an entity is activated only while the lease
+//! holds; a message for a local entity is delivered once, in order per
+//! entity, also across a passivation (held while it stops, then it is
+//! activated again); a shard handed over is stopped only after every
+//! region's marker, with every message sent before the markers delivered;
+//! a lost lease passivates everything at once and refuses what comes
+//! after.
+//!
+//! Sans-IO: time comes in as `now`.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::entities::{Entities, Touch};
+use crate::lease::{LeaseState, RegionLease};
+use crate::routing::{MarkerWait, RouteError, Routed, Routing, RoutingOutput};
+use crate::shard::{shard_of, EntityId, ShardId};
+
+/// A region's settings.
+#[derive(Debug, Clone, Copy)]
+pub struct RegionConfig {
+    /// The type's shard count.
+    pub shards: u32,
+    /// Messages held per shard while its home is unknown or moving.
+    pub held_limit: usize,
+    /// Entities running at once.
+    pub max_active: usize,
+    /// An entity without a message this long is passivated.
+    pub passivate_after: Duration,
+    /// The lease's length; renewed every third of it.
+    pub lease: Duration,
+}
+
+/// Why a message to an entity was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EntityError {
+    /// Its shard's messages wait for a home and the bound is reached.
+    #[error(transparent)]
+    Route(#[from] RouteError),
+    /// This region holds no lease (not granted yet, and as many messages
+    /// as it holds wait for it; or lost, cut off from the coordinator): it
+    /// hosts nothing until the lease is renewed.
+    #[error("the region hosting it holds no lease (not granted yet, or lost: cut off from the coordinator); try again later")]
+    Unavailable,
+}
+
+/// What the caller must do, in order.
+#[derive(Debug, PartialEq, Eq)]
+pub enum RegionOutput<M> {
+    /// Ask the coordinator for a shard's home.
+    AskHome(ShardId),
+    /// Send a message to the region hosting its entity.
+    Forward {
+        /// That region.
+        to: Arc<str>,
+        /// The entity.
+        id: EntityId,
+        /// The message.
+        message: M,
+    },
+    /// Start the entity (its factory), before the delivery that follows.
+    Activate(EntityId),
+    /// Hand a message to the running entity.
+    Deliver {
+        /// The entity.
+        id: EntityId,
+        /// The message.
+        message: M,
+    },
+    /// Stop the entity (its `stopping` hook runs); report it with
+    /// [`Region::entity_stopped`].
+    Passivate(EntityId),
+    /// Refuse a message to its sender.
+    Refuse {
+        /// The entity.
+        id: EntityId,
+        /// The message.
+        message: M,
+        /// Why.
+        error: EntityError,
+    },
+    /// Send a hand-off marker to the shard's old home, behind this region's
+    /// messages to it.
+    Marker {
+        /// The shard.
+        shard: ShardId,
+        /// The old home.
+        to: Arc<str>,
+    },
+    /// Tell the coordinator this region holds the shard's messages.
+    HandOffAck(ShardId),
+    /// Tell the coordinator the shard stopped here.
+    ShardStopped(ShardId),
+    /// Send the coordinator a lease renewal with this number.
+    Renew(u64),
+}
+
+/// One region of one entity type. See the [module docs](self).
+#[derive(Debug)]
+pub struct Region<M> {
+    me: Arc<str>,
+    entity_type: Arc<str>,
+    config: RegionConfig,
+    routing: Routing<(EntityId, M)>,
+    lease: RegionLease,
+    next_renew: Instant,
+    entities: Entities,
+    /// Active entities (running or stopping) of each shard hosted here.
+    hosted: BTreeMap<ShardId, BTreeSet<EntityId>>,
+    /// Messages for an entity that is stopping, delivered after it is
+    /// activated again.
+    waiting: BTreeMap<EntityId, VecDeque<M>>,
+    /// Old-home hand-offs waiting for markers.
+    markers: BTreeMap<ShardId, MarkerWait>,
+    /// Markers that came before the coordinator's `HandOff` (they travel
+    /// on other paths).
+    early_markers: BTreeMap<ShardId, BTreeSet<Arc<str>>>,
+    /// Shards stopping after their hand-off: `ShardStopped` once empty.
+    stopping: BTreeSet<ShardId>,
+    /// Messages for local entities before the first lease (bounded by
+    /// `held_limit`): delivered once it is granted.
+    before_lease: VecDeque<(ShardId, EntityId, M)>,
+    leased: bool,
+    out: VecDeque<RegionOutput<M>>,
+}
+
+impl<M> Region<M> {
+    /// The region `me` of `entity_type`, starting at `now`: it asks for its
+    /// lease at once.
+    pub fn new(me: Arc<str>, entity_type: Arc<str>, config: RegionConfig, now: Instant) -> Self {
+        let mut region = Self {
+            me,
+            entity_type,
+            routing: Routing::new(config.held_limit),
+            lease: RegionLease::new(config.lease),
+            next_renew: now,
+            entities: Entities::new(config.max_active, config.passivate_after),
+            hosted: BTreeMap::new(),
+            waiting: BTreeMap::new(),
+            markers: BTreeMap::new(),
+            early_markers: BTreeMap::new(),
+            stopping: BTreeSet::new(),
+            before_lease: VecDeque::new(),
+            leased: false,
+            out: VecDeque::new(),
+            config,
+        };
+        region.renew_if_due(now);
+        region
+    }
+
+    /// A message for entity `id`.
+    pub fn send(&mut self, id: EntityId, message: M, now: Instant) {
+        let shard = shard_of(&self.entity_type, &id, self.config.shards);
+        match self.routing.route(shard, (id, message)) {
+            Ok(Routed::To(home, (id, message))) => self.dispatch(home, id, message, now),
+            Ok(Routed::Held) => {}
+            Err((error, (id, message))) => self.out.push_back(RegionOutput::Refuse {
+                id,
+                message,
+                error: error.into(),
+            }),
+        }
+        self.drain_routing(now);
+    }
+
+    /// The coordinator named `home` for `shard`.
+    pub fn home_is(&mut self, shard: ShardId, home: Arc<str>, now: Instant) {
+        self.routing.home_is(shard, home);
+        self.drain_routing(now);
+    }
+
+    /// The coordinator began a hand-off of `shard`.
+    pub fn begin_hand_off(&mut self, shard: ShardId, now: Instant) {
+        self.routing.begin_hand_off(shard);
+        self.drain_routing(now);
+    }
+
+    /// As the old home: stop `shard` once the markers of `regions` came.
+    pub fn hand_off(&mut self, shard: ShardId, regions: impl IntoIterator<Item = Arc<str>>) {
+        let mut wait = MarkerWait::new(shard, regions);
+        for from in self.early_markers.remove(&shard).unwrap_or_default() {
+            wait.marker(&from);
+        }
+        if wait.done() {
+            self.stop_shard(shard);
+        } else {
+            self.markers.insert(shard, wait);
+        }
+    }
+
+    /// `from`'s marker for `shard` arrived (behind its messages).
+    pub fn marker(&mut self, from: &str, shard: ShardId) {
+        match self.markers.get_mut(&shard) {
+            Some(wait) => {
+                if wait.marker(from) {
+                    self.markers.remove(&shard);
+                    self.stop_shard(shard);
+                }
+            }
+            None => {
+                self.early_markers
+                    .entry(shard)
+                    .or_default()
+                    .insert(from.into());
+            }
+        }
+    }
+
+    /// `region` is gone: routes to it are asked for again, and no marker
+    /// is awaited from it.
+    pub fn region_gone(&mut self, region: &str, now: Instant) {
+        self.routing.region_gone(region);
+        let done: Vec<ShardId> = self
+            .markers
+            .iter_mut()
+            .filter_map(|(shard, w)| w.region_gone(region).then_some(*shard))
+            .collect();
+        for shard in done {
+            self.markers.remove(&shard);
+            self.stop_shard(shard);
+        }
+        self.drain_routing(now);
+    }
+
+    /// The coordinator answered renewal `seq`: the messages that waited
+    /// for the first lease are delivered.
+    pub fn renewed(&mut self, seq: u64, now: Instant) {
+        if self.lease.answered(seq) && self.lease.holds(now) {
+            self.leased = true;
+            while let Some((shard, id, message)) = self.before_lease.pop_front() {
+                self.local(shard, id, message, now);
+            }
+        }
+    }
+
+    /// The caller stopped entity `id`.
+    pub fn entity_stopped(&mut self, id: &EntityId, now: Instant) {
+        self.entities.stopped(id);
+        let shard = shard_of(&self.entity_type, id, self.config.shards);
+        if let Some(ids) = self.hosted.get_mut(&shard) {
+            ids.remove(id);
+        }
+        if let Some(waiting) = self.waiting.remove(id) {
+            // Sent before anything that stops its shard: delivered here.
+            for message in waiting {
+                self.local(shard, id.clone(), message, now);
+            }
+            if self.stopping.contains(&shard) && self.entities.passivate(id) {
+                self.out.push_back(RegionOutput::Passivate(id.clone()));
+            }
+        }
+        self.shard_stopped_if_empty(shard);
+    }
+
+    /// When [`handle_timeout`](Region::handle_timeout) has work.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        [
+            Some(self.next_renew),
+            self.entities.poll_timeout(),
+            self.lease.poll_timeout(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// Renews the lease when due, passivates idle entities, and stops
+    /// everything when the lease ran out.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.renew_if_due(now);
+        for id in self.entities.handle_timeout(now) {
+            self.out.push_back(RegionOutput::Passivate(id));
+        }
+        if self.lease.handle_timeout(now) == LeaseState::Expired {
+            let all: Vec<EntityId> = self.hosted.values().flatten().cloned().collect();
+            for id in all {
+                if self.entities.passivate(&id) {
+                    self.out.push_back(RegionOutput::Passivate(id));
+                }
+            }
+        }
+    }
+
+    /// The next thing to do.
+    pub fn poll_output(&mut self) -> Option<RegionOutput<M>> {
+        self.out.pop_front()
+    }
+
+    fn renew_if_due(&mut self, now: Instant) {
+        if now >= self.next_renew {
+            let seq = self.lease.request(now);
+            self.out.push_back(RegionOutput::Renew(seq));
+            self.next_renew = now + self.config.lease / 3;
+        }
+    }
+
+    fn drain_routing(&mut self, now: Instant) {
+        while let Some(o) = self.routing.poll_output() {
+            match o {
+                RoutingOutput::AskHome(shard) => self.out.push_back(RegionOutput::AskHome(shard)),
+                RoutingOutput::Send(home, (id, message)) => self.dispatch(home, id, message, now),
+                RoutingOutput::Marker { shard, to } => {
+                    if to == self.me {
+                        // Its own messages are all in: handled in order here.
+                        self.marker(&to.clone(), shard);
+                    } else {
+                        self.out.push_back(RegionOutput::Marker { shard, to });
+                    }
+                }
+                RoutingOutput::HandOffAck(shard) => {
+                    self.out.push_back(RegionOutput::HandOffAck(shard));
+                }
+            }
+        }
+    }
+
+    fn dispatch(&mut self, home: Arc<str>, id: EntityId, message: M, now: Instant) {
+        if home == self.me {
+            let shard = shard_of(&self.entity_type, &id, self.config.shards);
+            self.local(shard, id, message, now);
+        } else {
+            self.out.push_back(RegionOutput::Forward {
+                to: home,
+                id,
+                message,
+            });
+        }
+    }
+
+    /// A message for an entity of a shard hosted here.
+    fn local(&mut self, shard: ShardId, id: EntityId, message: M, now: Instant) {
+        if !self.lease.holds(now) {
+            if !self.leased && self.before_lease.len() < self.config.held_limit {
+                self.before_lease.push_back((shard, id, message));
+                return;
+            }
+            self.out.push_back(RegionOutput::Refuse {
+                id,
+                message,
+                error: EntityError::Unavailable,
+            });
+            return;
+        }
+        match self.entities.touch(&id, now) {
+            Touch::Active => {}
+            Touch::Activate { evict } => {
+                if let Some(lru) = evict {
+                    self.out.push_back(RegionOutput::Passivate(lru));
+                }
+                self.hosted.entry(shard).or_default().insert(id.clone());
+                self.out.push_back(RegionOutput::Activate(id.clone()));
+            }
+            Touch::Stopping => {
+                self.waiting.entry(id).or_default().push_back(message);
+                return;
+            }
+        }
+        self.out.push_back(RegionOutput::Deliver { id, message });
+    }
+
+    /// Every marker came: passivate the shard's entities, and report it
+    /// stopped once they are.
+    fn stop_shard(&mut self, shard: ShardId) {
+        self.stopping.insert(shard);
+        let ids: Vec<EntityId> = self
+            .hosted
+            .get(&shard)
+            .map(|ids| ids.iter().cloned().collect())
+            .unwrap_or_default();
+        for id in ids {
+            if self.entities.passivate(&id) {
+                self.out.push_back(RegionOutput::Passivate(id));
+            }
+        }
+        self.shard_stopped_if_empty(shard);
+    }
+
+    fn shard_stopped_if_empty(&mut self, shard: ShardId) {
+        if !self.stopping.contains(&shard) {
+            return;
+        }
+        if self.hosted.get(&shard).is_some_and(|ids| !ids.is_empty()) {
+            return;
+        }
+        self.hosted.remove(&shard);
+        self.stopping.remove(&shard);
+        self.out.push_back(RegionOutput::ShardStopped(shard));
+    }
+}
+
+#[cfg(test)]
+mod tests;

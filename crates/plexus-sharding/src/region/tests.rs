@@ -1,0 +1,308 @@
+use super::*;
+
+const LEASE: Duration = Duration::from_secs(9);
+
+fn me() -> Arc<str> {
+    "tcp://198.51.100.1:4000".into()
+}
+
+fn other() -> Arc<str> {
+    "tcp://198.51.100.2:4000".into()
+}
+
+fn id(n: u32) -> EntityId {
+    EntityId::new(&n.to_string()).unwrap()
+}
+
+fn config() -> RegionConfig {
+    RegionConfig {
+        shards: 4,
+        held_limit: 8,
+        max_active: 100,
+        passivate_after: Duration::from_secs(5),
+        lease: LEASE,
+    }
+}
+
+fn outputs(r: &mut Region<u32>) -> Vec<RegionOutput<u32>> {
+    std::iter::from_fn(|| r.poll_output()).collect()
+}
+
+fn shard(n: u32) -> ShardId {
+    shard_of("cart", &id(n), 4)
+}
+
+/// A region of "cart" with its first lease granted at `t0`.
+fn leased(t0: Instant) -> Region<u32> {
+    let mut r = Region::new(me(), "cart".into(), config(), t0);
+    assert_eq!(outputs(&mut r), [RegionOutput::Renew(0)]);
+    r.renewed(0, t0);
+    r
+}
+
+#[test]
+fn messages_before_the_first_lease_wait_for_it() {
+    let t0 = Instant::now();
+    let mut r = Region::new(me(), "cart".into(), config(), t0);
+    assert_eq!(outputs(&mut r), [RegionOutput::Renew(0)]);
+    r.send(id(1), 10, t0);
+    assert_eq!(outputs(&mut r), [RegionOutput::AskHome(shard(1))]);
+    r.home_is(shard(1), me(), t0);
+    r.send(id(1), 11, t0);
+    assert_eq!(outputs(&mut r), []);
+    r.renewed(0, t0);
+    assert_eq!(
+        outputs(&mut r),
+        [
+            RegionOutput::Activate(id(1)),
+            RegionOutput::Deliver {
+                id: id(1),
+                message: 10
+            },
+            RegionOutput::Deliver {
+                id: id(1),
+                message: 11
+            },
+        ]
+    );
+}
+
+#[test]
+fn a_remote_home_gets_the_message_forwarded() {
+    let t0 = Instant::now();
+    let mut r = leased(t0);
+    r.home_is(shard(2), other(), t0);
+    r.send(id(2), 5, t0);
+    assert_eq!(
+        outputs(&mut r),
+        [RegionOutput::Forward {
+            to: other(),
+            id: id(2),
+            message: 5
+        }]
+    );
+}
+
+#[test]
+fn messages_to_a_stopping_entity_wait_and_restart_it() {
+    let t0 = Instant::now();
+    let mut r = leased(t0);
+    r.home_is(shard(1), me(), t0);
+    r.send(id(1), 1, t0);
+    outputs(&mut r);
+    let idle = t0 + Duration::from_secs(5);
+    r.handle_timeout(idle);
+    let out = outputs(&mut r);
+    assert!(out.contains(&RegionOutput::Passivate(id(1))), "{out:?}");
+    r.send(id(1), 2, idle);
+    assert_eq!(outputs(&mut r), []);
+    r.entity_stopped(&id(1), idle);
+    assert_eq!(
+        outputs(&mut r),
+        [
+            RegionOutput::Activate(id(1)),
+            RegionOutput::Deliver {
+                id: id(1),
+                message: 2
+            },
+        ]
+    );
+}
+
+#[test]
+fn the_old_home_stops_a_shard_after_every_marker_and_not_before() {
+    let t0 = Instant::now();
+    let mut r = leased(t0);
+    let s = shard(1);
+    r.home_is(s, me(), t0);
+    r.send(id(1), 1, t0);
+    outputs(&mut r);
+    // The coordinator begins: this region holds its own messages, its own
+    // marker is in at once.
+    r.begin_hand_off(s, t0);
+    assert_eq!(outputs(&mut r), [RegionOutput::HandOffAck(s)]);
+    r.send(id(1), 2, t0);
+    assert_eq!(outputs(&mut r), [], "held for the new home");
+    r.hand_off(s, [me(), other()]);
+    assert_eq!(outputs(&mut r), []);
+    // A message the other region sent before its marker is still handled
+    // here.
+    r.home_is(s, me(), t0);
+    let out = outputs(&mut r);
+    assert_eq!(
+        out,
+        [RegionOutput::Deliver {
+            id: id(1),
+            message: 2
+        }]
+    );
+    r.marker(&other(), s);
+    assert_eq!(outputs(&mut r), [RegionOutput::Passivate(id(1))]);
+    r.entity_stopped(&id(1), t0);
+    assert_eq!(outputs(&mut r), [RegionOutput::ShardStopped(s)]);
+}
+
+#[test]
+fn a_marker_before_the_hand_off_is_kept() {
+    let t0 = Instant::now();
+    let mut r = leased(t0);
+    let s = shard(3);
+    r.marker(&other(), s);
+    r.hand_off(s, [other()]);
+    assert_eq!(outputs(&mut r), [RegionOutput::ShardStopped(s)]);
+}
+
+#[test]
+fn a_lost_lease_passivates_everything_and_refuses_after() {
+    let t0 = Instant::now();
+    let mut r = leased(t0);
+    r.home_is(shard(1), me(), t0);
+    r.send(id(1), 1, t0);
+    outputs(&mut r);
+    // Renewals go out every third of the lease; none is answered.
+    r.handle_timeout(t0 + LEASE / 3);
+    assert_eq!(outputs(&mut r), [RegionOutput::Renew(1)]);
+    assert!(r.poll_timeout() <= Some(t0 + LEASE));
+    r.handle_timeout(t0 + LEASE);
+    let out = outputs(&mut r);
+    assert!(out.contains(&RegionOutput::Passivate(id(1))), "{out:?}");
+    r.entity_stopped(&id(1), t0 + LEASE);
+    r.send(id(1), 2, t0 + LEASE);
+    assert_eq!(
+        outputs(&mut r),
+        [RegionOutput::Refuse {
+            id: id(1),
+            message: 2,
+            error: EntityError::Unavailable
+        }]
+    );
+}
+
+#[test]
+fn a_full_buffer_refuses_the_message_with_its_shard() {
+    let t0 = Instant::now();
+    let mut r = leased(t0);
+    for n in 0..8 {
+        r.send(id(1), n, t0);
+    }
+    outputs(&mut r);
+    r.send(id(1), 8, t0);
+    assert_eq!(
+        outputs(&mut r),
+        [RegionOutput::Refuse {
+            id: id(1),
+            message: 8,
+            error: EntityError::Route(RouteError::HandOffBufferFull {
+                shard: shard(1),
+                limit: 8
+            }),
+        }]
+    );
+}
+
+mod property {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Send(u32),
+        Home(u32, bool),
+        Begin(u32),
+        Advance(u64),
+        StopAll,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            6 => (0u32..6).prop_map(Op::Send),
+            2 => (0u32..4, any::<bool>()).prop_map(|(s, mine)| Op::Home(s, mine)),
+            1 => (0u32..4).prop_map(Op::Begin),
+            1 => (0u64..4_000).prop_map(Op::Advance),
+            1 => Just(Op::StopAll),
+        ]
+    }
+
+    proptest! {
+        /// Whatever the order of messages, homes, hand-offs, idleness and
+        /// stops: each message ends up delivered, forwarded or refused
+        /// exactly once, and each entity gets its deliveries in the order
+        /// they were sent.
+        #[test]
+        fn each_message_once_and_in_order_per_entity(ops in proptest::collection::vec(op(), 0..150)) {
+            let t0 = Instant::now();
+            let mut now = t0;
+            let mut r = leased(t0);
+            let mut seen: BTreeMap<u32, u32> = BTreeMap::new();
+            let mut delivered: BTreeMap<EntityId, Vec<u32>> = BTreeMap::new();
+            let mut running: BTreeSet<EntityId> = BTreeSet::new();
+            let mut stopping: BTreeSet<EntityId> = BTreeSet::new();
+            let mut next = 0u32;
+            let pump = |r: &mut Region<u32>,
+                            seen: &mut BTreeMap<u32, u32>,
+                            delivered: &mut BTreeMap<EntityId, Vec<u32>>,
+                            running: &mut BTreeSet<EntityId>,
+                            stopping: &mut BTreeSet<EntityId>,
+                            now: Instant| {
+                while let Some(o) = r.poll_output() {
+                    match o {
+                        RegionOutput::Deliver { id, message } => {
+                            assert!(running.contains(&id), "delivered to {id}, not running");
+                            *seen.entry(message).or_default() += 1;
+                            delivered.entry(id).or_default().push(message);
+                        }
+                        RegionOutput::Forward { message, .. } | RegionOutput::Refuse { message, .. } => {
+                            *seen.entry(message).or_default() += 1;
+                        }
+                        RegionOutput::Activate(id) => {
+                            assert!(running.insert(id));
+                        }
+                        RegionOutput::Passivate(id) => {
+                            assert!(running.remove(&id));
+                            stopping.insert(id);
+                        }
+                        RegionOutput::Renew(seq) => r.renewed(seq, now),
+                        _ => {}
+                    }
+                }
+            };
+            for op in ops {
+                match op {
+                    Op::Send(n) => {
+                        r.send(id(n), next, now);
+                        next += 1;
+                    }
+                    Op::Home(s, mine) => r.home_is(ShardId(s), if mine { me() } else { other() }, now),
+                    Op::Begin(s) => r.begin_hand_off(ShardId(s), now),
+                    Op::Advance(ms) => {
+                        now += Duration::from_millis(ms);
+                        r.handle_timeout(now);
+                    }
+                    Op::StopAll => {
+                        for id in std::mem::take(&mut stopping) {
+                            r.entity_stopped(&id, now);
+                        }
+                    }
+                }
+                pump(&mut r, &mut seen, &mut delivered, &mut running, &mut stopping, now);
+            }
+            // Every shard gets a home, every stop is reported: nothing is
+            // left waiting.
+            for round in 0..3 {
+                for s in 0..4 {
+                    r.home_is(ShardId(s), if round == 0 { me() } else { other() }, now);
+                }
+                pump(&mut r, &mut seen, &mut delivered, &mut running, &mut stopping, now);
+                for id in std::mem::take(&mut stopping) {
+                    r.entity_stopped(&id, now);
+                }
+                pump(&mut r, &mut seen, &mut delivered, &mut running, &mut stopping, now);
+            }
+            prop_assert_eq!(seen.len() as u32, next, "some message never came out");
+            prop_assert!(seen.values().all(|&n| n == 1), "a message came out twice");
+            for (id, messages) in delivered {
+                prop_assert!(messages.windows(2).all(|w| w[0] < w[1]), "{id}: {messages:?}");
+            }
+        }
+    }
+}
