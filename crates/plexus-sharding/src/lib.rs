@@ -9,7 +9,7 @@
 //! partitions and crashes, and the hand-off that moves a shard without
 //! losing a message or handling one twice.
 //!
-//! What is here so far is sans-IO and deterministic: the shard of an id
+//! What is here so far is sans-IO and deterministic: the shard of an id,
 //! the coordinator's placement and rebalancing, the shard leases, the
 //! coordinator's protocol (answers, renewals, hand-offs, re-homing after a
 //! crash), and the region: its routing with its half of a hand-off, its
