@@ -32,6 +32,22 @@ fn home(to: Arc<str>, shard: u32, home: Arc<str>) -> CoordinatorOutput {
     }
 }
 
+/// Whether the coordinator told anyone a home.
+fn answers_home(c: &mut Coordinator) -> bool {
+    outputs(c)
+        .iter()
+        .any(|o| matches!(o, CoordinatorOutput::Home { .. }))
+}
+
+/// Both shards of two on region 0, which asked for them.
+fn both_on_region_0(t0: Instant) -> (Coordinator, Instant) {
+    let (mut c, now) = running(2, 1, t0);
+    c.ask_home(region(0), ShardId(0), now);
+    c.ask_home(region(0), ShardId(1), now);
+    outputs(&mut c);
+    (c, now)
+}
+
 /// A coordinator whose start wait is over, with `regions` regions up.
 fn running(shards: u32, regions: u8, t0: Instant) -> (Coordinator, Instant) {
     let mut c = Coordinator::new(config(shards), t0);
@@ -57,9 +73,7 @@ fn a_new_coordinator_places_unreported_shards_only_after_old_leases_end() {
     assert_eq!(outputs(&mut c), [home(region(1), 5, region(1))]);
     assert_eq!(c.poll_timeout(), Some(t0 + Duration::from_secs(1)));
     c.handle_timeout(t0 + LEASE + MARGIN - Duration::from_millis(1));
-    assert!(!outputs(&mut c)
-        .iter()
-        .any(|o| matches!(o, CoordinatorOutput::Home { .. })));
+    assert!(!answers_home(&mut c));
     c.handle_timeout(t0 + LEASE + MARGIN);
     assert_eq!(outputs(&mut c), [home(region(1), 6, region(1))]);
 }
@@ -67,10 +81,7 @@ fn a_new_coordinator_places_unreported_shards_only_after_old_leases_end() {
 #[test]
 fn a_move_is_begun_everywhere_stopped_by_the_old_home_then_announced() {
     let t0 = Instant::now();
-    let (mut c, now) = running(2, 1, t0);
-    c.ask_home(region(0), ShardId(0), now);
-    c.ask_home(region(0), ShardId(1), now);
-    outputs(&mut c);
+    let (mut c, now) = both_on_region_0(t0);
     c.region_up(region(1), now);
     c.handle_timeout(now + Duration::from_secs(1));
     let begun = outputs(&mut c);
@@ -132,9 +143,7 @@ fn a_crashed_region_s_shards_wait_for_its_lease_and_the_margin() {
     assert_eq!(outputs(&mut c), []);
     assert_eq!(c.poll_timeout(), Some(now + Duration::from_secs(1)));
     c.handle_timeout(renewed + LEASE + MARGIN - Duration::from_millis(1));
-    assert!(!outputs(&mut c)
-        .iter()
-        .any(|o| matches!(o, CoordinatorOutput::Home { .. })));
+    assert!(!answers_home(&mut c));
     c.handle_timeout(renewed + LEASE + MARGIN);
     assert_eq!(outputs(&mut c), [home(region(1), 0, region(1))]);
 }
@@ -142,9 +151,7 @@ fn a_crashed_region_s_shards_wait_for_its_lease_and_the_margin() {
 #[test]
 fn a_hand_off_from_a_region_that_crashes_waits_for_its_lease() {
     let t0 = Instant::now();
-    let (mut c, now) = running(2, 1, t0);
-    c.ask_home(region(0), ShardId(0), now);
-    c.ask_home(region(0), ShardId(1), now);
+    let (mut c, now) = both_on_region_0(t0);
     // Region 0 hosts them under a lease renewed now.
     c.renew(region(0), 1, now);
     c.region_up(region(1), now);
@@ -154,13 +161,9 @@ fn a_hand_off_from_a_region_that_crashes_waits_for_its_lease() {
     c.region_gone(&region(0), now + Duration::from_secs(1));
     assert_eq!(c.handoffs(), 0);
     c.ask_home(region(1), ShardId(0), now + Duration::from_secs(1));
-    assert!(!outputs(&mut c)
-        .iter()
-        .any(|o| matches!(o, CoordinatorOutput::Home { .. })));
+    assert!(!answers_home(&mut c));
     c.handle_timeout(now + LEASE + MARGIN - Duration::from_millis(1));
-    assert!(!outputs(&mut c)
-        .iter()
-        .any(|o| matches!(o, CoordinatorOutput::Home { .. })));
+    assert!(!answers_home(&mut c));
     c.handle_timeout(now + LEASE + MARGIN);
     let out = outputs(&mut c);
     assert!(out.contains(&home(region(1), 0, region(1))), "{out:?}");
@@ -169,9 +172,7 @@ fn a_hand_off_from_a_region_that_crashes_waits_for_its_lease() {
 #[test]
 fn a_hand_off_to_a_region_that_left_goes_elsewhere_at_once() {
     let t0 = Instant::now();
-    let (mut c, now) = running(2, 1, t0);
-    c.ask_home(region(0), ShardId(0), now);
-    c.ask_home(region(0), ShardId(1), now);
+    let (mut c, now) = both_on_region_0(t0);
     c.region_up(region(1), now);
     c.handle_timeout(now + Duration::from_secs(1));
     outputs(&mut c);
