@@ -13,7 +13,8 @@
 //! the coordinator's placement and rebalancing, the shard leases, the
 //! coordinator's protocol (answers, renewals, hand-offs, re-homing after a
 //! crash), and the region: its routing with its half of a hand-off, its
-//! lease, its active entities (idle and least-recently-used passivation).
+//! lease, its active entities (idle and least-recently-used passivation);
+//! and the protocol's wire format.
 
 #![forbid(unsafe_code)]
 
@@ -24,6 +25,7 @@ pub mod lease;
 pub mod region;
 pub mod routing;
 pub mod shard;
+pub mod wire;
 
 pub use allocation::{AllocateError, Allocation, Move, Rebalance};
 pub use coordinator::{Coordinator, CoordinatorConfig, CoordinatorOutput};

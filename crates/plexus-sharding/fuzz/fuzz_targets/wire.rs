@@ -1,0 +1,9 @@
+//! The sharding message decoder on arbitrary bytes: never panics, and
+//! whatever decodes encodes back to the same bytes.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    plexus_sharding::wire::fuzz_decode(data);
+});

@@ -1,0 +1,325 @@
+//! The sharding protocol's messages and their byte format.
+//!
+//! Every message: `version: u8 (1) | kind: u8 | entity_type: str8 | body`,
+//! where `str8` is a length byte and that many UTF-8 bytes, `str16` the
+//! same with a big-endian `u16` length, and integers are big endian.
+//! Bodies:
+//!
+//! | kind | body | from, to | meaning |
+//! | --- | --- | --- | --- |
+//! | 0 ask home | `shard: u32` | region, coordinator | where does it live? |
+//! | 1 home | `shard: u32, home: str8` | coordinator, region | it lives there |
+//! | 2 begin hand-off | `shard: u32` | coordinator, every region | hold its messages, mark the old home |
+//! | 3 hand-off ack | `shard: u32` | region, coordinator | held, marked |
+//! | 4 hand-off | `shard: u32, count: u16, regions: str8 × count` | coordinator, old home | stop it after these regions' markers |
+//! | 5 marker | `shard: u32` | region, old home | my messages for it are all in |
+//! | 6 shard stopped | `shard: u32` | old home, coordinator | stopped |
+//! | 7 renew | `seq: u64` | region, coordinator | renew my lease |
+//! | 8 renewed | `seq: u64` | coordinator, region | renewed, from when you asked |
+//! | 9 hosted | `count: u32, shards: u32 × count` | region, new coordinator | what I host |
+//! | 10 envelope | `id: str16, payload: the rest` | region, region | a message for an entity |
+//!
+//! Decoding is the checked path for untrusted bytes: lengths, counts,
+//! codes and ids are validated, nothing panics, trailing bytes are an
+//! error. The `wire` fuzz target checks that on arbitrary input.
+
+use std::sync::Arc;
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+use crate::shard::{EntityId, EntityIdError, ShardId};
+
+const VERSION: u8 = 1;
+
+/// The most regions a hand-off names.
+pub const MAX_REGIONS: usize = 4096;
+
+/// The most shards a `hosted` report names.
+pub const MAX_SHARDS: usize = 1 << 16;
+
+/// A sharding message. See the [module docs](self).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Message {
+    /// The entity type it is about.
+    pub entity_type: Arc<str>,
+    /// What it says.
+    pub body: Body,
+}
+
+/// A message's body. See the [module docs](self).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Body {
+    /// Where does the shard live?
+    AskHome(ShardId),
+    /// The shard lives in `home`.
+    Home {
+        /// The shard.
+        shard: ShardId,
+        /// Its home region.
+        home: Arc<str>,
+    },
+    /// Hold the shard's messages and mark its old home.
+    BeginHandOff(ShardId),
+    /// Held and marked.
+    HandOffAck(ShardId),
+    /// Stop the shard after these regions' markers.
+    HandOff {
+        /// The shard.
+        shard: ShardId,
+        /// The regions whose markers to await.
+        regions: Vec<Arc<str>>,
+    },
+    /// The sender's messages for the shard are all in.
+    Marker(ShardId),
+    /// The shard stopped at the sender.
+    ShardStopped(ShardId),
+    /// Renew the sender's lease (request number).
+    Renew(u64),
+    /// Renewed (the request's number).
+    Renewed(u64),
+    /// The shards the sender hosts.
+    Hosted(Vec<ShardId>),
+    /// A message for entity `id`.
+    Envelope {
+        /// The entity.
+        id: EntityId,
+        /// The message, encoded by the entity's message type.
+        payload: Bytes,
+    },
+}
+
+/// Why bytes are not a [`Message`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WireError {
+    /// The bytes end inside a field.
+    #[error("sharding message truncated")]
+    Truncated,
+    /// A version this build does not speak.
+    #[error("sharding message of version {0}; this build speaks {VERSION}")]
+    Version(u8),
+    /// An unknown kind.
+    #[error("unknown sharding message kind {0}")]
+    Kind(u8),
+    /// A string that is not UTF-8.
+    #[error("sharding message with a string that is not UTF-8")]
+    Utf8,
+    /// A count over its bound.
+    #[error("sharding message names {count} {what}, over the limit of {max}")]
+    TooMany {
+        /// What is counted.
+        what: &'static str,
+        /// How many the message says.
+        count: usize,
+        /// The bound.
+        max: usize,
+    },
+    /// An entity id that is not one.
+    #[error("sharding message with a bad entity id: {0}")]
+    Id(#[from] EntityIdError),
+    /// Bytes after the message.
+    #[error("{0} bytes after the sharding message")]
+    Trailing(usize),
+}
+
+impl Message {
+    /// The message's bytes.
+    ///
+    /// # Panics
+    ///
+    /// If a string is longer than its length field holds (a region address
+    /// over 255 bytes, an entity type over 255): addresses and type names
+    /// are checked where they are configured.
+    pub fn encode(&self) -> Bytes {
+        let mut b = BytesMut::with_capacity(64);
+        b.put_u8(VERSION);
+        b.put_u8(self.body.kind());
+        put_str8(&mut b, &self.entity_type);
+        match &self.body {
+            Body::AskHome(s)
+            | Body::BeginHandOff(s)
+            | Body::HandOffAck(s)
+            | Body::Marker(s)
+            | Body::ShardStopped(s) => b.put_u32(s.0),
+            Body::Home { shard, home } => {
+                b.put_u32(shard.0);
+                put_str8(&mut b, home);
+            }
+            Body::HandOff { shard, regions } => {
+                b.put_u32(shard.0);
+                b.put_u16(u16::try_from(regions.len()).expect("at most MAX_REGIONS"));
+                for r in regions {
+                    put_str8(&mut b, r);
+                }
+            }
+            Body::Renew(seq) | Body::Renewed(seq) => b.put_u64(*seq),
+            Body::Hosted(shards) => {
+                b.put_u32(u32::try_from(shards.len()).expect("at most MAX_SHARDS"));
+                for s in shards {
+                    b.put_u32(s.0);
+                }
+            }
+            Body::Envelope { id, payload } => {
+                let id = id.as_str();
+                b.put_u16(u16::try_from(id.len()).expect("ids are bounded"));
+                b.put_slice(id.as_bytes());
+                b.put_slice(payload);
+            }
+        }
+        b.freeze()
+    }
+
+    /// Parses `bytes`.
+    ///
+    /// # Errors
+    ///
+    /// [`WireError`] for anything but exactly one well-formed message.
+    pub fn decode(bytes: &Bytes) -> Result<Self, WireError> {
+        let mut r = Reader { bytes, at: 0 };
+        let version = r.u8()?;
+        if version != VERSION {
+            return Err(WireError::Version(version));
+        }
+        let kind = r.u8()?;
+        let entity_type: Arc<str> = r.str8()?.into();
+        let body = match kind {
+            0 => Body::AskHome(r.shard()?),
+            1 => Body::Home {
+                shard: r.shard()?,
+                home: r.str8()?.into(),
+            },
+            2 => Body::BeginHandOff(r.shard()?),
+            3 => Body::HandOffAck(r.shard()?),
+            4 => {
+                let shard = r.shard()?;
+                let count = usize::from(r.u16()?);
+                if count > MAX_REGIONS {
+                    return Err(WireError::TooMany {
+                        what: "regions",
+                        count,
+                        max: MAX_REGIONS,
+                    });
+                }
+                let regions = (0..count)
+                    .map(|_| r.str8().map(Arc::from))
+                    .collect::<Result<_, _>>()?;
+                Body::HandOff { shard, regions }
+            }
+            5 => Body::Marker(r.shard()?),
+            6 => Body::ShardStopped(r.shard()?),
+            7 => Body::Renew(r.u64()?),
+            8 => Body::Renewed(r.u64()?),
+            9 => {
+                let count = r.u32()? as usize;
+                if count > MAX_SHARDS {
+                    return Err(WireError::TooMany {
+                        what: "shards",
+                        count,
+                        max: MAX_SHARDS,
+                    });
+                }
+                // Four bytes each must be there before anything is kept.
+                if r.rest() < count * 4 {
+                    return Err(WireError::Truncated);
+                }
+                Body::Hosted((0..count).map(|_| r.shard()).collect::<Result<_, _>>()?)
+            }
+            10 => {
+                let len = usize::from(r.u16()?);
+                let id = std::str::from_utf8(r.take(len)?).map_err(|_| WireError::Utf8)?;
+                let id = EntityId::new(id)?;
+                let payload = bytes.slice(r.at..);
+                r.at = bytes.len();
+                Body::Envelope { id, payload }
+            }
+            other => return Err(WireError::Kind(other)),
+        };
+        if r.rest() > 0 {
+            return Err(WireError::Trailing(r.rest()));
+        }
+        Ok(Self { entity_type, body })
+    }
+}
+
+impl Body {
+    fn kind(&self) -> u8 {
+        match self {
+            Body::AskHome(_) => 0,
+            Body::Home { .. } => 1,
+            Body::BeginHandOff(_) => 2,
+            Body::HandOffAck(_) => 3,
+            Body::HandOff { .. } => 4,
+            Body::Marker(_) => 5,
+            Body::ShardStopped(_) => 6,
+            Body::Renew(_) => 7,
+            Body::Renewed(_) => 8,
+            Body::Hosted(_) => 9,
+            Body::Envelope { .. } => 10,
+        }
+    }
+}
+
+fn put_str8(b: &mut BytesMut, s: &str) {
+    b.put_u8(u8::try_from(s.len()).expect("a name of at most 255 bytes"));
+    b.put_slice(s.as_bytes());
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn rest(&self) -> usize {
+        self.bytes.len() - self.at
+    }
+
+    fn take(&mut self, n: usize) -> Result<&'a [u8], WireError> {
+        if self.rest() < n {
+            return Err(WireError::Truncated);
+        }
+        let s = &self.bytes[self.at..self.at + n];
+        self.at += n;
+        Ok(s)
+    }
+
+    fn u8(&mut self) -> Result<u8, WireError> {
+        Ok(self.take(1)?[0])
+    }
+
+    fn u16(&mut self) -> Result<u16, WireError> {
+        let b = self.take(2)?;
+        Ok(u16::from_be_bytes([b[0], b[1]]))
+    }
+
+    fn u32(&mut self) -> Result<u32, WireError> {
+        let b = self.take(4)?;
+        Ok(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
+    fn u64(&mut self) -> Result<u64, WireError> {
+        let mut a = [0; 8];
+        a.copy_from_slice(self.take(8)?);
+        Ok(u64::from_be_bytes(a))
+    }
+
+    fn shard(&mut self) -> Result<ShardId, WireError> {
+        self.u32().map(ShardId)
+    }
+
+    fn str8(&mut self) -> Result<&'a str, WireError> {
+        let len = usize::from(self.u8()?);
+        std::str::from_utf8(self.take(len)?).map_err(|_| WireError::Utf8)
+    }
+}
+
+/// Decodes arbitrary bytes and, when they are a message, checks that it
+/// encodes back to the same bytes: the `wire` fuzz target's body.
+pub fn fuzz_decode(data: &[u8]) {
+    let bytes = Bytes::copy_from_slice(data);
+    if let Ok(message) = Message::decode(&bytes) {
+        assert_eq!(message.encode(), bytes, "a decoded message encodes back");
+    }
+}
+
+#[cfg(test)]
+mod tests;
