@@ -135,8 +135,7 @@ const QUEUE_CAPACITY: usize = 16;
 /// ([`Stack::handle_send_packed`]): the per-call cost of a pass spread
 /// over many small messages, and the most a layer that ran out of room
 /// meanwhile takes beyond it (its bound is a soft one already: it takes
-/// whatever a pass pushes down). A link's send queue packs up to this
-/// much.
+/// whatever a pass pushes down).
 pub const CHECKED_CHUNK: usize = 16 << 10;
 
 impl Stack {
