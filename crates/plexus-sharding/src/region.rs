@@ -255,8 +255,8 @@ impl<M> Region<M> {
             for message in waiting {
                 self.local(shard, id.clone(), message, now);
             }
-            if self.stopping.contains(&shard) && self.entities.passivate(id) {
-                self.out.push_back(RegionOutput::Passivate(id.clone()));
+            if self.stopping.contains(&shard) {
+                self.passivate(id.clone());
             }
         }
         self.shard_stopped_if_empty(shard);
@@ -284,9 +284,7 @@ impl<M> Region<M> {
         if self.lease.handle_timeout(now) == LeaseState::Expired {
             let all: Vec<EntityId> = self.hosted.values().flatten().cloned().collect();
             for id in all {
-                if self.entities.passivate(&id) {
-                    self.out.push_back(RegionOutput::Passivate(id));
-                }
+                self.passivate(id);
             }
         }
     }
@@ -378,11 +376,17 @@ impl<M> Region<M> {
             .map(|ids| ids.iter().cloned().collect())
             .unwrap_or_default();
         for id in ids {
-            if self.entities.passivate(&id) {
-                self.out.push_back(RegionOutput::Passivate(id));
-            }
+            self.passivate(id);
         }
         self.shard_stopped_if_empty(shard);
+    }
+
+    /// Asks the caller to stop `id` if it is running (not already
+    /// stopping).
+    fn passivate(&mut self, id: EntityId) {
+        if self.entities.passivate(&id) {
+            self.out.push_back(RegionOutput::Passivate(id));
+        }
     }
 
     fn shard_stopped_if_empty(&mut self, shard: ShardId) {
