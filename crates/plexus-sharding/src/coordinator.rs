@@ -279,9 +279,14 @@ impl Coordinator {
 
     fn rebalance(&mut self) {
         let moving: BTreeSet<ShardId> = self.handoffs.keys().copied().collect();
-        for m in self.allocation.rebalance(self.config.rebalance, &moving) {
-            let regions: BTreeSet<Arc<str>> =
-                self.allocation.regions().map(|(r, _)| r.clone()).collect();
+        let moves = self.allocation.rebalance(self.config.rebalance, &moving);
+        if moves.is_empty() {
+            return;
+        }
+        // Planning moves changes no region: one set for them all.
+        let regions: BTreeSet<Arc<str>> =
+            self.allocation.regions().map(|(r, _)| r.clone()).collect();
+        for m in moves {
             for region in &regions {
                 self.out.push_back(CoordinatorOutput::BeginHandOff {
                     to: region.clone(),
@@ -294,7 +299,7 @@ impl Coordinator {
                     from: m.from,
                     to: m.to,
                     told: regions.clone(),
-                    acks: regions,
+                    acks: regions.clone(),
                     stopping: false,
                 },
             );
