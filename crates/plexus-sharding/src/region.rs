@@ -114,6 +114,9 @@ pub struct Region<M> {
     lease: RegionLease,
     next_renew: Instant,
     entities: Entities,
+    /// Shards the coordinator named this region the home of, until they
+    /// stopped here (a hand-off) or the lease ran out.
+    homed: BTreeSet<ShardId>,
     /// Active entities (running or stopping) of each shard hosted here.
     hosted: BTreeMap<ShardId, BTreeSet<EntityId>>,
     /// Messages for an entity that is stopping, delivered after it is
@@ -144,6 +147,7 @@ impl<M> Region<M> {
             lease: RegionLease::new(config.lease),
             next_renew: now,
             entities: Entities::new(config.max_active, config.passivate_after),
+            homed: BTreeSet::new(),
             hosted: BTreeMap::new(),
             waiting: BTreeMap::new(),
             markers: BTreeMap::new(),
@@ -173,8 +177,43 @@ impl<M> Region<M> {
         self.drain_routing(now);
     }
 
+    /// A message for entity `id` that another region forwarded here,
+    /// taking this region for its home. While the shard is homed here and
+    /// not stopping, it is handled here, even during its hand-off: it left
+    /// its sender before that sender's marker, so it belongs to this
+    /// incarnation. Otherwise (the sender's route is stale) it is routed
+    /// on, like a message sent here.
+    pub fn arrived(&mut self, id: EntityId, message: M, now: Instant) {
+        let shard = shard_of(&self.entity_type, &id, self.config.shards);
+        if self.homed.contains(&shard) && !self.stopping.contains(&shard) {
+            self.local(shard, id, message, now);
+        } else {
+            self.send(id, message, now);
+        }
+    }
+
+    /// The shards homed here (what a new coordinator is told).
+    pub fn homed(&self) -> impl Iterator<Item = ShardId> + '_ {
+        self.homed.iter().copied()
+    }
+
+    /// Active entities (running or stopping).
+    pub fn active(&self) -> usize {
+        self.entities.active()
+    }
+
+    /// Messages held: for a shard's home, or for the first lease.
+    pub fn held(&self) -> usize {
+        self.routing.held_total() + self.before_lease.len()
+    }
+
     /// The coordinator named `home` for `shard`.
     pub fn home_is(&mut self, shard: ShardId, home: Arc<str>, now: Instant) {
+        if home == self.me {
+            self.homed.insert(shard);
+        } else {
+            self.homed.remove(&shard);
+        }
         self.routing.home_is(shard, home);
         self.drain_routing(now);
     }
@@ -286,6 +325,12 @@ impl<M> Region<M> {
             for id in all {
                 self.passivate(id);
             }
+            // The coordinator may re-home them once it counts this region
+            // stopped: ask again rather than trust the old answers.
+            self.homed.clear();
+            let me = self.me.clone();
+            self.routing.region_gone(&me);
+            self.drain_routing(now);
         }
     }
 
@@ -397,6 +442,7 @@ impl<M> Region<M> {
             return;
         }
         self.hosted.remove(&shard);
+        self.homed.remove(&shard);
         self.stopping.remove(&shard);
         self.out.push_back(RegionOutput::ShardStopped(shard));
     }

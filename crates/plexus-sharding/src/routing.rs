@@ -165,6 +165,17 @@ impl<M> Routing<M> {
         }
     }
 
+    /// Messages held for all shards.
+    pub fn held_total(&self) -> usize {
+        self.routes
+            .values()
+            .map(|route| match route {
+                Route::Held(held) => held.len(),
+                Route::Home(_) => 0,
+            })
+            .sum()
+    }
+
     /// The next thing to do.
     pub fn poll_output(&mut self) -> Option<RoutingOutput<M>> {
         self.out.pop_front()

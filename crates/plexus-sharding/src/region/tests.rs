@@ -126,20 +126,47 @@ fn the_old_home_stops_a_shard_after_every_marker_and_not_before() {
     r.hand_off(s, [me(), other()]);
     assert_eq!(outputs(&mut r), []);
     // A message the other region sent before its marker is still handled
-    // here.
-    r.home_is(s, me(), t0);
-    let out = outputs(&mut r);
+    // here, ahead of this region's own held one.
+    r.arrived(id(1), 3, t0);
     assert_eq!(
-        out,
+        outputs(&mut r),
         [RegionOutput::Deliver {
             id: id(1),
-            message: 2
+            message: 3
         }]
     );
     r.marker(&other(), s);
     assert_eq!(outputs(&mut r), [RegionOutput::Passivate(id(1))]);
     r.entity_stopped(&id(1), t0);
     assert_eq!(outputs(&mut r), [RegionOutput::ShardStopped(s)]);
+    assert_eq!(r.homed().count(), 0);
+    // Stopped here: what arrives now is routed, behind the held one, to
+    // the new home once it is named.
+    r.arrived(id(1), 4, t0);
+    assert_eq!(outputs(&mut r), []);
+    r.home_is(s, other(), t0);
+    let forward = |message| RegionOutput::Forward {
+        to: other(),
+        id: id(1),
+        message,
+    };
+    assert_eq!(outputs(&mut r), [forward(2), forward(4)]);
+}
+
+#[test]
+fn a_message_forwarded_on_a_stale_route_is_routed_on() {
+    let t0 = Instant::now();
+    let mut r = leased(t0);
+    r.home_is(shard(2), other(), t0);
+    r.arrived(id(2), 7, t0);
+    assert_eq!(
+        outputs(&mut r),
+        [RegionOutput::Forward {
+            to: other(),
+            id: id(2),
+            message: 7
+        }]
+    );
 }
 
 #[test]
@@ -166,8 +193,13 @@ fn a_lost_lease_passivates_everything_and_refuses_after() {
     r.handle_timeout(t0 + LEASE);
     let out = outputs(&mut r);
     assert!(out.contains(&RegionOutput::Passivate(id(1))), "{out:?}");
+    // Its homes are asked for again: the coordinator may move them.
+    assert!(out.contains(&RegionOutput::AskHome(shard(1))), "{out:?}");
+    assert_eq!(r.homed().count(), 0);
     r.entity_stopped(&id(1), t0 + LEASE);
     r.send(id(1), 2, t0 + LEASE);
+    assert_eq!(outputs(&mut r), []);
+    r.home_is(shard(1), me(), t0 + LEASE);
     assert_eq!(
         outputs(&mut r),
         [RegionOutput::Refuse {
@@ -207,6 +239,7 @@ mod property {
     #[derive(Debug, Clone)]
     enum Op {
         Send(u32),
+        Arrived(u32),
         Home(u32, bool),
         Begin(u32),
         Advance(u64),
@@ -216,6 +249,7 @@ mod property {
     fn op() -> impl Strategy<Value = Op> {
         prop_oneof![
             6 => (0u32..6).prop_map(Op::Send),
+            3 => (0u32..6).prop_map(Op::Arrived),
             2 => (0u32..4, any::<bool>()).prop_map(|(s, mine)| Op::Home(s, mine)),
             1 => (0u32..4).prop_map(Op::Begin),
             1 => (0u64..4_000).prop_map(Op::Advance),
@@ -224,10 +258,10 @@ mod property {
     }
 
     proptest! {
-        /// Whatever the order of messages, homes, hand-offs, idleness and
-        /// stops: each message ends up delivered, forwarded or refused
-        /// exactly once, and each entity gets its deliveries in the order
-        /// they were sent.
+        /// Whatever the order of messages (sent here or forwarded here),
+        /// homes, hand-offs, idleness and stops: each message ends up
+        /// delivered, forwarded or refused exactly once, and each entity
+        /// gets each sender's messages in the order they were sent.
         #[test]
         fn each_message_once_and_in_order_per_entity(ops in proptest::collection::vec(op(), 0..150)) {
             let t0 = Instant::now();
@@ -238,6 +272,8 @@ mod property {
             let mut running: BTreeSet<EntityId> = BTreeSet::new();
             let mut stopping: BTreeSet<EntityId> = BTreeSet::new();
             let mut next = 0u32;
+            // Messages another region forwarded here (the other sender).
+            let mut forwarded: BTreeSet<u32> = BTreeSet::new();
             let pump = |r: &mut Region<u32>,
                             seen: &mut BTreeMap<u32, u32>,
                             delivered: &mut BTreeMap<EntityId, Vec<u32>>,
@@ -272,6 +308,11 @@ mod property {
                         r.send(id(n), next, now);
                         next += 1;
                     }
+                    Op::Arrived(n) => {
+                        r.arrived(id(n), next, now);
+                        forwarded.insert(next);
+                        next += 1;
+                    }
                     Op::Home(s, mine) => r.home_is(ShardId(s), if mine { me() } else { other() }, now),
                     Op::Begin(s) => r.begin_hand_off(ShardId(s), now),
                     Op::Advance(ms) => {
@@ -300,8 +341,18 @@ mod property {
             }
             prop_assert_eq!(seen.len() as u32, next, "some message never came out");
             prop_assert!(seen.values().all(|&n| n == 1), "a message came out twice");
+            // In order per sender: a forwarded message that came before
+            // its sender's marker is handled here while this region's own
+            // wait for the new home.
             for (id, messages) in delivered {
-                prop_assert!(messages.windows(2).all(|w| w[0] < w[1]), "{id}: {messages:?}");
+                for from_other in [false, true] {
+                    let sent: Vec<u32> = messages
+                        .iter()
+                        .copied()
+                        .filter(|m| forwarded.contains(m) == from_other)
+                        .collect();
+                    prop_assert!(sent.windows(2).all(|w| w[0] < w[1]), "{id}: {messages:?}");
+                }
             }
         }
     }
