@@ -25,6 +25,8 @@ pub struct Allocation {
     shards: u32,
     homes: BTreeMap<ShardId, Arc<str>>,
     regions: BTreeMap<Arc<str>, BTreeSet<ShardId>>,
+    /// Regions leaving: they get no shard, and every shard of theirs moves.
+    draining: BTreeSet<Arc<str>>,
 }
 
 /// A shard to hand over from one region to another.
@@ -84,6 +86,7 @@ impl Allocation {
             shards: shards.max(1),
             homes: BTreeMap::new(),
             regions: BTreeMap::new(),
+            draining: BTreeSet::new(),
         }
     }
 
@@ -116,6 +119,7 @@ impl Allocation {
     /// again under the rules of `ALGORITHM.md` (after a hand-off, or after
     /// the old home's lease ran out).
     pub fn remove_region(&mut self, region: &str) -> Vec<ShardId> {
+        self.draining.remove(region);
         let Some(hosted) = self.regions.remove(region) else {
             return Vec::new();
         };
@@ -123,6 +127,24 @@ impl Allocation {
             self.homes.remove(shard);
         }
         hosted.into_iter().collect()
+    }
+
+    /// Marks `region` as leaving (its member leaves gracefully): it gets no
+    /// new shard, and [`rebalance`](Allocation::rebalance) moves all of
+    /// its shards away. `false` if it is not a region.
+    pub fn drain(&mut self, region: &str) -> bool {
+        match self.regions.get_key_value(region) {
+            Some((address, _)) => {
+                self.draining.insert(address.clone());
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Whether `region` is leaving.
+    pub fn is_draining(&self, region: &str) -> bool {
+        self.draining.contains(region)
     }
 
     /// Records that `region` hosts `shard`: what a region reported to a new
@@ -140,7 +162,8 @@ impl Allocation {
     }
 
     /// The home of `shard`: where it is, or, for a shard without one, the
-    /// region with the fewest shards (ties by address), which it then is.
+    /// region with the fewest shards (ties by address) that is not leaving,
+    /// which it then is.
     ///
     /// # Errors
     ///
@@ -153,6 +176,7 @@ impl Allocation {
         let region = self
             .regions
             .iter()
+            .filter(|(address, _)| !self.draining.contains(*address))
             .min_by_key(|(address, hosted)| (hosted.len(), *address))
             .map(|(address, _)| address.clone())
             .ok_or(AllocateError::NoRegions)?;
@@ -164,26 +188,50 @@ impl Allocation {
         Ok(region)
     }
 
-    /// The moves that even the load, at most `rule.max_moves` minus the
-    /// hand-offs already under way (`moving`, whose shards are not moved
-    /// again). Each move takes the lowest shard of the most loaded region
+    /// The moves that empty the leaving regions and even the load.
+    ///
+    /// First every shard of a leaving region not already moving goes to
+    /// the least loaded region that stays (however many: a leave waits for
+    /// them). Then, at most `rule.max_moves` minus the hand-offs under way
+    /// (`moving`, whose shards are not moved again) and those just
+    /// planned, each move takes the lowest shard of the most loaded region
     /// to the least loaded one (ties by address), counting the moves
     /// planned before it, while the two are at least `rule.threshold`
     /// apart. Nothing changes until [`apply`](Allocation::apply).
     pub fn rebalance(&self, rule: Rebalance, moving: &BTreeSet<ShardId>) -> Vec<Move> {
         let threshold = rule.threshold.max(2) as usize;
-        let budget = (rule.max_moves.max(1) as usize).saturating_sub(moving.len());
         // Counts after the hand-offs under way, which still count at their
         // old home until applied: a region losing a shard is as loaded as
         // it will be.
         let mut load: BTreeMap<&Arc<str>, usize> = self
             .regions
             .iter()
+            .filter(|(address, _)| !self.draining.contains(*address))
             .map(|(address, hosted)| (address, hosted.len()))
             .collect();
         let mut taken: BTreeSet<ShardId> = moving.clone();
         let mut moves = Vec::new();
-        while moves.len() < budget {
+        for leaving in &self.draining {
+            for &shard in &self.regions[leaving] {
+                if taken.contains(&shard) {
+                    continue;
+                }
+                let Some((&least, n)) = load.iter_mut().min_by_key(|(a, n)| (**n, **a)) else {
+                    // No region stays: the shards wait for the leaver to go.
+                    return moves;
+                };
+                *n += 1;
+                taken.insert(shard);
+                moves.push(Move {
+                    shard,
+                    from: leaving.clone(),
+                    to: least.clone(),
+                });
+            }
+        }
+        let budget = (rule.max_moves.max(1) as usize).saturating_sub(taken.len());
+        let mut evening = 0;
+        while evening < budget {
             let Some((&most, &high)) = load
                 .iter()
                 .max_by_key(|(a, n)| (**n, std::cmp::Reverse(**a)))
@@ -202,6 +250,7 @@ impl Allocation {
                 break;
             };
             taken.insert(shard);
+            evening += 1;
             *load.get_mut(most).expect("a region") -= 1;
             *load.get_mut(least).expect("a region") += 1;
             moves.push(Move {

@@ -146,6 +146,15 @@ impl Coordinator {
         self.serve_askers(now);
     }
 
+    /// A region's member is leaving gracefully: every shard of the region
+    /// is handed over now (not at the next rebalance), and it gets no new
+    /// one. The region keeps its lease until it is gone.
+    pub fn region_leaving(&mut self, region: &str) {
+        if self.allocation.drain(region) {
+            self.rebalance();
+        }
+    }
+
     /// A region reported a shard it hosts (to a new coordinator).
     pub fn hosted(&mut self, region: Arc<str>, shard: ShardId) {
         let _ = self.allocation.adopt(region, shard);

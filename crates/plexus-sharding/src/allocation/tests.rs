@@ -168,6 +168,37 @@ proptest! {
         prop_assert!(high - low <= 1, "{low}..{high}");
     }
 
+    /// A graceful leave hands over every shard of the leaver in one
+    /// rebalance, only those, to regions that stay, evenly; the leaver gets
+    /// no new shard meanwhile.
+    #[test]
+    fn a_drained_region_hands_over_only_its_shards(regions in 2u8..12, shards in 1u32..400, leaver in 0u8..12) {
+        let mut a = filled(regions, shards);
+        let before: BTreeMap<ShardId, Arc<str>> = a.homes.clone();
+        let leaver = region(leaver % regions);
+        let theirs = before.values().filter(|h| **h == leaver).count();
+        prop_assert!(a.drain(&leaver));
+        let rule = Rebalance::for_shards(shards);
+        let first = a.rebalance(rule, &BTreeSet::new());
+        prop_assert!(first.len() >= theirs, "{} moves for {theirs} shards", first.len());
+        prop_assert!(first.iter().take(theirs).all(|m| m.from == leaver && m.to != leaver));
+        for m in &first {
+            prop_assert!(a.apply(m.shard, &m.to));
+        }
+        settle(&mut a, rule);
+        prop_assert_eq!(a.regions().find(|(r, _)| **r == leaver).map(|(_, h)| h.len()), Some(0));
+        for (shard, home) in &before {
+            if *home != leaver {
+                prop_assert_eq!(a.home(*shard), Some(home));
+            }
+        }
+        let homeless = a.remove_region(&leaver);
+        prop_assert!(homeless.is_empty());
+        consistent(&a);
+        let (low, high) = spread(&a);
+        prop_assert!(high - low <= 1, "{low}..{high}");
+    }
+
     /// Any sequence of joins, leaves, allocations and completed hand-offs
     /// keeps one home per shard, and a rebalance run to its end leaves the
     /// load under the threshold.

@@ -124,6 +124,38 @@ fn a_move_is_begun_everywhere_stopped_by_the_old_home_then_announced() {
 }
 
 #[test]
+fn a_leaving_region_hands_over_all_its_shards_at_once() {
+    let t0 = Instant::now();
+    let (mut c, now) = both_on_region_0(t0);
+    c.region_up(region(1), now);
+    c.region_leaving(&region(0));
+    let begun = outputs(&mut c);
+    let begins = |shard| {
+        [region(0), region(1)]
+            .map(|to| CoordinatorOutput::BeginHandOff {
+                to,
+                shard: ShardId(shard),
+            })
+            .to_vec()
+    };
+    assert_eq!(begun, [begins(0), begins(1)].concat(), "past max_moves: 1");
+    for shard in [0, 1] {
+        for r in [0, 1] {
+            c.hand_off_ack(&region(r), ShardId(shard));
+        }
+    }
+    outputs(&mut c);
+    for shard in [0, 1] {
+        c.shard_stopped(&region(0), ShardId(shard), now);
+    }
+    assert_eq!(c.allocation().home(ShardId(0)), Some(&region(1)));
+    assert_eq!(c.allocation().home(ShardId(1)), Some(&region(1)));
+    // Nothing goes back to it, by allocation or rebalance.
+    c.handle_timeout(now + Duration::from_secs(5));
+    assert_eq!(c.handoffs(), 0);
+}
+
+#[test]
 fn a_crashed_region_s_shards_wait_for_its_lease_and_the_margin() {
     let t0 = Instant::now();
     let (mut c, now) = running(1, 2, t0);
