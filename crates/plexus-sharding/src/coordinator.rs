@@ -67,6 +67,11 @@ pub enum CoordinatorOutput {
         /// The regions whose markers it waits for.
         regions: Vec<Arc<str>>,
     },
+    /// Tell the leaving region `to` that it hosts nothing any more.
+    Drained {
+        /// The region.
+        to: Arc<str>,
+    },
     /// Answer `to`'s lease renewal `seq`.
     Renewed {
         /// The region.
@@ -106,6 +111,8 @@ pub struct Coordinator {
     /// coordinators' leases are surely over; after that every shard
     /// without a home is.
     free: BTreeSet<ShardId>,
+    /// Leaving regions told they are drained.
+    drained: BTreeSet<Arc<str>>,
     /// A region waits for a shard that only the end of the old
     /// coordinators' leases lets this one place.
     start_wait: bool,
@@ -123,6 +130,7 @@ impl Coordinator {
             orphans: BTreeMap::new(),
             askers: BTreeMap::new(),
             free: BTreeSet::new(),
+            drained: BTreeSet::new(),
             start_wait: false,
             next_rebalance: now + config.rebalance_every,
             out: VecDeque::new(),
@@ -153,6 +161,7 @@ impl Coordinator {
         if self.allocation.drain(region) {
             self.rebalance();
         }
+        self.report_drained();
     }
 
     /// A region reported a shard it hosts (to a new coordinator).
@@ -165,6 +174,7 @@ impl Coordinator {
     /// to it pick another home.
     pub fn region_gone(&mut self, region: &str, now: Instant) {
         let region: Arc<str> = region.into();
+        self.drained.remove(&region);
         for shard in self.allocation.remove_region(&region) {
             if !self.handoffs.contains_key(&shard) {
                 self.orphans.insert(shard, region.clone());
@@ -234,6 +244,7 @@ impl Coordinator {
         }
         self.announce(shard);
         self.serve_askers(now);
+        self.report_drained();
     }
 
     /// When [`handle_timeout`](Coordinator::handle_timeout) has work: an
@@ -257,6 +268,22 @@ impl Coordinator {
             self.rebalance();
         }
         self.serve_askers(now);
+    }
+
+    /// Tells each leaving region that hosts nothing, once.
+    fn report_drained(&mut self) {
+        let empty: Vec<Arc<str>> = self
+            .allocation
+            .regions()
+            .filter(|(r, hosted)| {
+                hosted.is_empty() && self.allocation.is_draining(r) && !self.drained.contains(*r)
+            })
+            .map(|(r, _)| r.clone())
+            .collect();
+        for to in empty {
+            self.drained.insert(to.clone());
+            self.out.push_back(CoordinatorOutput::Drained { to });
+        }
     }
 
     fn rehome_orphans(&mut self, now: Instant) {

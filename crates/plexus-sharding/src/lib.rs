@@ -21,6 +21,7 @@
 pub mod allocation;
 pub mod coordinator;
 pub mod entities;
+pub mod envelope;
 pub mod lease;
 pub mod region;
 pub mod routing;

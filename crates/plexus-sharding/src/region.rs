@@ -321,17 +321,42 @@ impl<M> Region<M> {
             self.out.push_back(RegionOutput::Passivate(id));
         }
         if self.lease.handle_timeout(now) == LeaseState::Expired {
-            let all: Vec<EntityId> = self.hosted.values().flatten().cloned().collect();
-            for id in all {
-                self.passivate(id);
-            }
-            // The coordinator may re-home them once it counts this region
-            // stopped: ask again rather than trust the old answers.
-            self.homed.clear();
-            let me = self.me.clone();
-            self.routing.region_gone(&me);
-            self.drain_routing(now);
+            self.stop_everything(now);
         }
+    }
+
+    /// Gives the lease up and stops everything at once, as when it runs
+    /// out: this region's member was downed.
+    pub fn lose_lease(&mut self, now: Instant) {
+        self.lease.give_up();
+        self.stop_everything(now);
+    }
+
+    /// Asks the coordinator again for every shard whose messages wait for
+    /// a home (a new coordinator took over: the old one may never answer).
+    pub fn reask(&mut self) {
+        for shard in self.routing.waiting() {
+            self.out.push_back(RegionOutput::AskHome(shard));
+        }
+    }
+
+    /// Sends a lease renewal now (to a new coordinator).
+    pub fn renew_now(&mut self, now: Instant) {
+        self.next_renew = now;
+        self.renew_if_due(now);
+    }
+
+    fn stop_everything(&mut self, now: Instant) {
+        let all: Vec<EntityId> = self.hosted.values().flatten().cloned().collect();
+        for id in all {
+            self.passivate(id);
+        }
+        // The coordinator may re-home them once it counts this region
+        // stopped: ask again rather than trust the old answers.
+        self.homed.clear();
+        let me = self.me.clone();
+        self.routing.region_gone(&me);
+        self.drain_routing(now);
     }
 
     /// The next thing to do.

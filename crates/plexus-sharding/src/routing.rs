@@ -165,6 +165,15 @@ impl<M> Routing<M> {
         }
     }
 
+    /// The shards whose messages wait for a home.
+    pub fn waiting(&self) -> Vec<ShardId> {
+        self.routes
+            .iter()
+            .filter(|(_, route)| matches!(route, Route::Held(_)))
+            .map(|(shard, _)| *shard)
+            .collect()
+    }
+
     /// Messages held for all shards.
     pub fn held_total(&self) -> usize {
         self.routes

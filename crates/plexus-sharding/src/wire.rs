@@ -1,8 +1,8 @@
-//! The sharding protocol's messages and their byte format.
+//! The sharding protocol's control messages and their byte format.
 //!
-//! Every message: `version: u8 (1) | kind: u8 | entity_type: str8 | body`,
-//! where `str8` is a length byte and that many UTF-8 bytes, `str16` the
-//! same with a big-endian `u16` length, and integers are big endian.
+//! Every message: `version: u8 (2) | kind: u8 | from: str8 | entity_type:
+//! str8 | body`, where `from` is the sender's member address, `str8` is a
+//! length byte and that many UTF-8 bytes, and integers are big endian.
 //! Bodies:
 //!
 //! | kind | body | from, to | meaning |
@@ -12,24 +12,34 @@
 //! | 2 begin hand-off | `shard: u32` | coordinator, every region | hold its messages, mark the old home |
 //! | 3 hand-off ack | `shard: u32` | region, coordinator | held, marked |
 //! | 4 hand-off | `shard: u32, count: u16, regions: str8 × count` | coordinator, old home | stop it after these regions' markers |
-//! | 5 marker | `shard: u32` | region, old home | my messages for it are all in |
-//! | 6 shard stopped | `shard: u32` | old home, coordinator | stopped |
-//! | 7 renew | `seq: u64` | region, coordinator | renew my lease |
-//! | 8 renewed | `seq: u64` | coordinator, region | renewed, from when you asked |
-//! | 9 hosted | `count: u32, shards: u32 × count` | region, new coordinator | what I host |
-//! | 10 envelope | `id: str16, payload: the rest` | region, region | a message for an entity |
+//! | 5 shard stopped | `shard: u32` | old home, coordinator | stopped |
+//! | 6 renew | `seq: u64` | region, coordinator | renew my lease |
+//! | 7 renewed | `seq: u64` | coordinator, region | renewed, from when you asked |
+//! | 8 hosted | `count: u32, shards: u32 × count` | region, new coordinator | what I host |
+//! | 9 leaving | (none) | region, coordinator | my member leaves: take my shards |
+//! | 10 drained | (none) | coordinator, region | you host nothing any more |
+//! | 11 refused | `request: u64, error: u8, [shard: u32, limit: u32]` | home, sender | your message was refused |
 //!
-//! Decoding is the checked path for untrusted bytes: lengths, counts,
-//! codes and ids are validated, nothing panics, trailing bytes are an
-//! error. The `wire` fuzz target checks that on arbitrary input.
+//! A refusal's error is 0 (the home holds no lease) or 1 (the shard's
+//! hand-off buffer is full; then `shard` and `limit` follow).
+//!
+//! Messages for entities, and the hand-off markers that must travel behind
+//! them on the same link and lane, are not here: they are typed remote
+//! messages ([`Envelope`](crate::envelope::Envelope)).
+//!
+//! Decoding is the checked path for untrusted bytes: lengths, counts and
+//! codes are validated, nothing panics, trailing bytes are an error. The
+//! `wire` fuzz target checks that on arbitrary input.
 
 use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use crate::shard::{EntityId, EntityIdError, ShardId};
+use crate::region::EntityError;
+use crate::routing::RouteError;
+use crate::shard::{EntityIdError, ShardId};
 
-const VERSION: u8 = 1;
+const VERSION: u8 = 2;
 
 /// The most regions a hand-off names.
 pub const MAX_REGIONS: usize = 4096;
@@ -40,6 +50,8 @@ pub const MAX_SHARDS: usize = 1 << 16;
 /// A sharding message. See the [module docs](self).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Message {
+    /// The sender's member address.
+    pub from: Arc<str>,
     /// The entity type it is about.
     pub entity_type: Arc<str>,
     /// What it says.
@@ -69,8 +81,6 @@ pub enum Body {
         /// The regions whose markers to await.
         regions: Vec<Arc<str>>,
     },
-    /// The sender's messages for the shard are all in.
-    Marker(ShardId),
     /// The shard stopped at the sender.
     ShardStopped(ShardId),
     /// Renew the sender's lease (request number).
@@ -79,12 +89,16 @@ pub enum Body {
     Renewed(u64),
     /// The shards the sender hosts.
     Hosted(Vec<ShardId>),
-    /// A message for entity `id`.
-    Envelope {
-        /// The entity.
-        id: EntityId,
-        /// The message, encoded by the entity's message type.
-        payload: Bytes,
+    /// The sender's member leaves: hand over its shards.
+    Leaving,
+    /// The leaving region hosts nothing any more.
+    Drained,
+    /// The sender's message with this request number was refused.
+    Refused {
+        /// The request number the sender gave it.
+        request: u64,
+        /// Why.
+        error: EntityError,
     },
 }
 
@@ -100,6 +114,9 @@ pub enum WireError {
     /// An unknown kind.
     #[error("unknown sharding message kind {0}")]
     Kind(u8),
+    /// An unknown refusal code.
+    #[error("unknown sharding refusal code {0}")]
+    Refusal(u8),
     /// A string that is not UTF-8.
     #[error("sharding message with a string that is not UTF-8")]
     Utf8,
@@ -126,20 +143,22 @@ impl Message {
     ///
     /// # Panics
     ///
-    /// If a string is longer than its length field holds (a region address
-    /// over 255 bytes, an entity type over 255): addresses and type names
-    /// are checked where they are configured.
+    /// If a string is longer than its length field holds (a member address
+    /// over 255 bytes, an entity type over 255): type names are checked
+    /// when registered, and a node's address is at most 255 bytes.
     pub fn encode(&self) -> Bytes {
         let mut b = BytesMut::with_capacity(64);
         b.put_u8(VERSION);
         b.put_u8(self.body.kind());
+        put_str8(&mut b, &self.from);
         put_str8(&mut b, &self.entity_type);
         match &self.body {
             Body::AskHome(s)
             | Body::BeginHandOff(s)
             | Body::HandOffAck(s)
-            | Body::Marker(s)
-            | Body::ShardStopped(s) => b.put_u32(s.0),
+            | Body::ShardStopped(s) => {
+                b.put_u32(s.0);
+            }
             Body::Home { shard, home } => {
                 b.put_u32(shard.0);
                 put_str8(&mut b, home);
@@ -158,11 +177,17 @@ impl Message {
                     b.put_u32(s.0);
                 }
             }
-            Body::Envelope { id, payload } => {
-                let id = id.as_str();
-                b.put_u16(u16::try_from(id.len()).expect("ids are bounded"));
-                b.put_slice(id.as_bytes());
-                b.put_slice(payload);
+            Body::Leaving | Body::Drained => {}
+            Body::Refused { request, error } => {
+                b.put_u64(*request);
+                match error {
+                    EntityError::Unavailable => b.put_u8(0),
+                    EntityError::Route(RouteError::HandOffBufferFull { shard, limit }) => {
+                        b.put_u8(1);
+                        b.put_u32(shard.0);
+                        b.put_u32(u32::try_from(*limit).unwrap_or(u32::MAX));
+                    }
+                }
             }
         }
         b.freeze()
@@ -174,12 +199,13 @@ impl Message {
     ///
     /// [`WireError`] for anything but exactly one well-formed message.
     pub fn decode(bytes: &Bytes) -> Result<Self, WireError> {
-        let mut r = Reader { bytes, at: 0 };
+        let mut r = Reader::new(bytes);
         let version = r.u8()?;
         if version != VERSION {
             return Err(WireError::Version(version));
         }
         let kind = r.u8()?;
+        let from: Arc<str> = r.str8()?.into();
         let entity_type: Arc<str> = r.str8()?.into();
         let body = match kind {
             0 => Body::AskHome(r.shard()?),
@@ -204,11 +230,10 @@ impl Message {
                     .collect::<Result<_, _>>()?;
                 Body::HandOff { shard, regions }
             }
-            5 => Body::Marker(r.shard()?),
-            6 => Body::ShardStopped(r.shard()?),
-            7 => Body::Renew(r.u64()?),
-            8 => Body::Renewed(r.u64()?),
-            9 => {
+            5 => Body::ShardStopped(r.shard()?),
+            6 => Body::Renew(r.u64()?),
+            7 => Body::Renewed(r.u64()?),
+            8 => {
                 let count = r.u32()? as usize;
                 if count > MAX_SHARDS {
                     return Err(WireError::TooMany {
@@ -223,20 +248,30 @@ impl Message {
                 }
                 Body::Hosted((0..count).map(|_| r.shard()).collect::<Result<_, _>>()?)
             }
-            10 => {
-                let len = usize::from(r.u16()?);
-                let id = std::str::from_utf8(r.take(len)?).map_err(|_| WireError::Utf8)?;
-                let id = EntityId::new(id)?;
-                let payload = bytes.slice(r.at..);
-                r.at = bytes.len();
-                Body::Envelope { id, payload }
+            9 => Body::Leaving,
+            10 => Body::Drained,
+            11 => {
+                let request = r.u64()?;
+                let error = match r.u8()? {
+                    0 => EntityError::Unavailable,
+                    1 => EntityError::Route(RouteError::HandOffBufferFull {
+                        shard: r.shard()?,
+                        limit: r.u32()? as usize,
+                    }),
+                    other => return Err(WireError::Refusal(other)),
+                };
+                Body::Refused { request, error }
             }
             other => return Err(WireError::Kind(other)),
         };
         if r.rest() > 0 {
             return Err(WireError::Trailing(r.rest()));
         }
-        Ok(Self { entity_type, body })
+        Ok(Self {
+            from,
+            entity_type,
+            body,
+        })
     }
 }
 
@@ -248,32 +283,43 @@ impl Body {
             Body::BeginHandOff(_) => 2,
             Body::HandOffAck(_) => 3,
             Body::HandOff { .. } => 4,
-            Body::Marker(_) => 5,
-            Body::ShardStopped(_) => 6,
-            Body::Renew(_) => 7,
-            Body::Renewed(_) => 8,
-            Body::Hosted(_) => 9,
-            Body::Envelope { .. } => 10,
+            Body::ShardStopped(_) => 5,
+            Body::Renew(_) => 6,
+            Body::Renewed(_) => 7,
+            Body::Hosted(_) => 8,
+            Body::Leaving => 9,
+            Body::Drained => 10,
+            Body::Refused { .. } => 11,
         }
     }
 }
 
-fn put_str8(b: &mut BytesMut, s: &str) {
+pub(crate) fn put_str8(b: &mut impl BufMut, s: &str) {
     b.put_u8(u8::try_from(s.len()).expect("a name of at most 255 bytes"));
     b.put_slice(s.as_bytes());
 }
 
-struct Reader<'a> {
+/// A cursor over untrusted bytes: every read is checked.
+pub(crate) struct Reader<'a> {
     bytes: &'a [u8],
     at: usize,
 }
 
 impl<'a> Reader<'a> {
-    fn rest(&self) -> usize {
+    pub(crate) fn new(bytes: &'a [u8]) -> Self {
+        Self { bytes, at: 0 }
+    }
+
+    /// Bytes read so far.
+    pub(crate) fn at(&self) -> usize {
+        self.at
+    }
+
+    pub(crate) fn rest(&self) -> usize {
         self.bytes.len() - self.at
     }
 
-    fn take(&mut self, n: usize) -> Result<&'a [u8], WireError> {
+    pub(crate) fn take(&mut self, n: usize) -> Result<&'a [u8], WireError> {
         if self.rest() < n {
             return Err(WireError::Truncated);
         }
@@ -282,21 +328,21 @@ impl<'a> Reader<'a> {
         Ok(s)
     }
 
-    fn u8(&mut self) -> Result<u8, WireError> {
+    pub(crate) fn u8(&mut self) -> Result<u8, WireError> {
         Ok(self.take(1)?[0])
     }
 
-    fn u16(&mut self) -> Result<u16, WireError> {
+    pub(crate) fn u16(&mut self) -> Result<u16, WireError> {
         let b = self.take(2)?;
         Ok(u16::from_be_bytes([b[0], b[1]]))
     }
 
-    fn u32(&mut self) -> Result<u32, WireError> {
+    pub(crate) fn u32(&mut self) -> Result<u32, WireError> {
         let b = self.take(4)?;
         Ok(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
     }
 
-    fn u64(&mut self) -> Result<u64, WireError> {
+    pub(crate) fn u64(&mut self) -> Result<u64, WireError> {
         let mut a = [0; 8];
         a.copy_from_slice(self.take(8)?);
         Ok(u64::from_be_bytes(a))
@@ -306,7 +352,7 @@ impl<'a> Reader<'a> {
         self.u32().map(ShardId)
     }
 
-    fn str8(&mut self) -> Result<&'a str, WireError> {
+    pub(crate) fn str8(&mut self) -> Result<&'a str, WireError> {
         let len = usize::from(self.u8()?);
         std::str::from_utf8(self.take(len)?).map_err(|_| WireError::Utf8)
     }

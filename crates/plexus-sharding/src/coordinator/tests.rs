@@ -145,9 +145,14 @@ fn a_leaving_region_hands_over_all_its_shards_at_once() {
         }
     }
     outputs(&mut c);
-    for shard in [0, 1] {
-        c.shard_stopped(&region(0), ShardId(shard), now);
-    }
+    c.shard_stopped(&region(0), ShardId(0), now);
+    let drained = CoordinatorOutput::Drained { to: region(0) };
+    assert!(!outputs(&mut c).contains(&drained));
+    c.shard_stopped(&region(0), ShardId(1), now);
+    assert!(
+        outputs(&mut c).contains(&drained),
+        "told once it hosts nothing"
+    );
     assert_eq!(c.allocation().home(ShardId(0)), Some(&region(1)));
     assert_eq!(c.allocation().home(ShardId(1)), Some(&region(1)));
     // Nothing goes back to it, by allocation or rebalance.

@@ -17,42 +17,41 @@ fn body() -> impl Strategy<Value = Body> {
         shard().prop_map(Body::HandOffAck),
         (shard(), proptest::collection::vec(name(), 0..8))
             .prop_map(|(shard, regions)| Body::HandOff { shard, regions }),
-        shard().prop_map(Body::Marker),
         shard().prop_map(Body::ShardStopped),
         any::<u64>().prop_map(Body::Renew),
         any::<u64>().prop_map(Body::Renewed),
         proptest::collection::vec(shard(), 0..20).prop_map(Body::Hosted),
-        (
-            "[a-z0-9-]{1,40}",
-            proptest::collection::vec(any::<u8>(), 0..64)
-        )
-            .prop_map(|(id, p)| {
-                Body::Envelope {
-                    id: EntityId::new(&id).unwrap(),
-                    payload: Bytes::from(p),
-                }
-            }),
+        Just(Body::Leaving),
+        Just(Body::Drained),
+        (any::<u64>(), prop::option::of((shard(), any::<u32>()))).prop_map(|(request, full)| {
+            Body::Refused {
+                request,
+                error: match full {
+                    None => EntityError::Unavailable,
+                    Some((shard, limit)) => EntityError::Route(RouteError::HandOffBufferFull {
+                        shard,
+                        limit: limit as usize,
+                    }),
+                },
+            }
+        }),
     ]
 }
 
 proptest! {
     #[test]
-    fn every_message_decodes_to_itself(entity_type in name(), body in body()) {
-        let message = Message { entity_type, body };
+    fn every_message_decodes_to_itself(from in name(), entity_type in name(), body in body()) {
+        let message = Message { from, entity_type, body };
         prop_assert_eq!(Message::decode(&message.encode()), Ok(message));
     }
 
-    /// Any prefix of a message is refused, never mistaken for one (an
-    /// envelope's payload is the rest, so only its header is checked).
+    /// Any prefix of a message is refused, never mistaken for one.
     #[test]
-    fn a_cut_message_is_refused(entity_type in name(), body in body(), cut in any::<prop::sample::Index>()) {
-        let envelope = matches!(body, Body::Envelope { .. });
-        let bytes = Message { entity_type, body }.encode();
+    fn a_cut_message_is_refused(from in name(), entity_type in name(), body in body(), cut in any::<prop::sample::Index>()) {
+        let bytes = Message { from, entity_type, body }.encode();
         let at = cut.index(bytes.len());
         let decoded = Message::decode(&bytes.slice(..at));
-        if !envelope {
-            prop_assert!(decoded.is_err(), "{at} of {} bytes decoded", bytes.len());
-        }
+        prop_assert!(decoded.is_err(), "{at} of {} bytes decoded", bytes.len());
     }
 
     #[test]
@@ -64,8 +63,9 @@ proptest! {
 #[test]
 fn bad_input_gets_a_typed_error() {
     let ok = Message {
+        from: "tcp://198.51.100.1:4000".into(),
         entity_type: "cart".into(),
-        body: Body::Marker(ShardId(1)),
+        body: Body::ShardStopped(ShardId(1)),
     }
     .encode();
     let mut v = ok.to_vec();
@@ -80,20 +80,20 @@ fn bad_input_gets_a_typed_error() {
         Message::decode(&Bytes::from(v)),
         Err(WireError::Trailing(1))
     );
-    // A hosted report claiming more shards than it carries.
-    let mut v = vec![VERSION, 9, 0];
+    // A hosted report claiming more shards than it carries (empty `from`
+    // and type).
+    let mut v = vec![VERSION, 8, 0, 0];
     v.extend_from_slice(&(MAX_SHARDS as u32 + 1).to_be_bytes());
     assert!(matches!(
         Message::decode(&Bytes::from(v)),
         Err(WireError::TooMany { what: "shards", .. })
     ));
-    let mut v = vec![VERSION, 9, 0];
+    let mut v = vec![VERSION, 8, 0, 0];
     v.extend_from_slice(&1000u32.to_be_bytes());
     assert_eq!(Message::decode(&Bytes::from(v)), Err(WireError::Truncated));
-    // An envelope with an empty id.
-    let v = vec![VERSION, 10, 0, 0, 0];
-    assert_eq!(
-        Message::decode(&Bytes::from(v)),
-        Err(WireError::Id(EntityIdError::Empty))
-    );
+    // A refusal with an unknown code.
+    let mut v = vec![VERSION, 11, 0, 0];
+    v.extend_from_slice(&7u64.to_be_bytes());
+    v.push(9);
+    assert_eq!(Message::decode(&Bytes::from(v)), Err(WireError::Refusal(9)));
 }
