@@ -767,6 +767,46 @@ struct Unreachable {
     cause: crate::LinkCause,
 }
 
+/// The reply of a [`ReplyTo::channel`].
+#[must_use = "a reply future does nothing unless awaited"]
+#[derive(Debug)]
+pub struct ReplyFuture<R> {
+    rx: oneshot::Receiver<AskOutcome<R>>,
+}
+
+/// Why a [`ReplyFuture`] has no reply.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReplyError {
+    /// The handle was dropped unanswered (by the handler, or with its
+    /// request when the actor stopped or refused it).
+    #[error("the request was dropped unanswered")]
+    Dropped,
+    /// The handle went to an actor on another node, which became
+    /// unreachable with the request open.
+    #[error("node {node} became unreachable with the request open: {cause}")]
+    NodeUnreachable {
+        /// That node.
+        node: crate::NodeId,
+        /// Why its link closed.
+        cause: crate::LinkCause,
+    },
+}
+
+impl<R> Future for ReplyFuture<R> {
+    type Output = Result<R, ReplyError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.rx).poll(cx).map(|r| match r {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(Unreachable { node, cause })) => {
+                Err(ReplyError::NodeUnreachable { node, cause })
+            }
+            Err(_) => Err(ReplyError::Dropped),
+        })
+    }
+}
+
 enum ReplyInner<R> {
     // A mutex because serde serializes through `&self` and a handle that is
     // sent to another node must give its sender up.
@@ -783,6 +823,24 @@ impl<R> ReplyTo<R> {
         Self {
             inner: ReplyInner::Local(Mutex::new(Some(tx))),
         }
+    }
+
+    /// A reply handle and the future of its reply, for a request that does
+    /// not go through [`ActorRef::ask`] (a sharded entity's ref routes its
+    /// asks itself). The handle travels inside the request like one made by
+    /// `ask`, to an actor on this node or another.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// use plexus_core::ReplyTo;
+    /// let (reply, answer) = ReplyTo::<u32>::channel();
+    /// reply.send(7);
+    /// assert_eq!(answer.await.ok(), Some(7));
+    /// # }
+    /// ```
+    pub fn channel() -> (Self, ReplyFuture<R>) {
+        let (tx, rx) = oneshot::channel();
+        (Self::local(tx), ReplyFuture { rx })
     }
 
     /// Sends the reply. If the asker stopped waiting (timed out), the value

@@ -46,7 +46,9 @@ pub mod trace;
 pub mod turn;
 
 pub use actor::{Actor, FnActor};
-pub use actor_ref::{ActorRef, Monitor, Receipt, ReceiptFuture, ReplyTo, Via};
+pub use actor_ref::{
+    ActorRef, Monitor, Receipt, ReceiptFuture, ReplyError, ReplyFuture, ReplyTo, Via,
+};
 pub use context::{Context, MonitorRef, TimerRef};
 pub use dead_letters::{DeadLetter, DeadLetterOffice, DeadLetterReason};
 pub use error::{

@@ -56,6 +56,8 @@ pub enum CoordinatorOutput {
         to: Arc<str>,
         /// The shard.
         shard: ShardId,
+        /// Its old home.
+        from: Arc<str>,
     },
     /// Tell the old home `to` to stop `shard` once the markers of
     /// `regions` arrived.
@@ -150,6 +152,10 @@ impl Coordinator {
 
     /// A region joined (its member is up and registered the type).
     pub fn region_up(&mut self, region: Arc<str>, now: Instant) {
+        if self.drained.contains(&region) {
+            // It left (its member is on its way out).
+            return;
+        }
         self.allocation.add_region(region);
         self.serve_askers(now);
     }
@@ -160,13 +166,27 @@ impl Coordinator {
     pub fn region_leaving(&mut self, region: &str) {
         if self.allocation.drain(region) {
             self.rebalance();
+            self.report_drained();
+        } else if self.drained.insert(region.into()) {
+            // Never a region here: it hosts nothing, and never will.
+            self.out
+                .push_back(CoordinatorOutput::Drained { to: region.into() });
         }
-        self.report_drained();
     }
 
-    /// A region reported a shard it hosts (to a new coordinator).
+    /// A region reported a shard it hosts (to a new coordinator). A shard
+    /// homed elsewhere meanwhile stays there, and the region is told so
+    /// (it hosts the shard no more).
     pub fn hosted(&mut self, region: Arc<str>, shard: ShardId) {
-        let _ = self.allocation.adopt(region, shard);
+        if let Ok(false) = self.allocation.adopt(region.clone(), shard) {
+            if let Some(home) = self.allocation.home(shard).cloned() {
+                self.out.push_back(CoordinatorOutput::Home {
+                    to: region,
+                    shard,
+                    home,
+                });
+            }
+        }
     }
 
     /// A region's member left or was downed: its shards are re-homed once
@@ -327,6 +347,7 @@ impl Coordinator {
                 self.out.push_back(CoordinatorOutput::BeginHandOff {
                     to: region.clone(),
                     shard: m.shard,
+                    from: m.from.clone(),
                 });
             }
             self.handoffs.insert(

@@ -219,8 +219,13 @@ impl<M> Region<M> {
     }
 
     /// The coordinator began a hand-off of `shard`.
-    pub fn begin_hand_off(&mut self, shard: ShardId, now: Instant) {
-        self.routing.begin_hand_off(shard);
+    pub fn begin_hand_off(&mut self, shard: ShardId, old_home: Arc<str>, now: Instant) {
+        if old_home == self.me {
+            // Its home here may not have reached it yet: what arrives
+            // before the markers is this incarnation's.
+            self.homed.insert(shard);
+        }
+        self.routing.begin_hand_off(shard, old_home);
         self.drain_routing(now);
     }
 
@@ -321,15 +326,24 @@ impl<M> Region<M> {
             self.out.push_back(RegionOutput::Passivate(id));
         }
         if self.lease.handle_timeout(now) == LeaseState::Expired {
-            self.stop_everything(now);
+            // Its shards stay its own (the coordinator moves them only
+            // after its member is down, and then `lose_lease` follows):
+            // their messages are refused until the lease is renewed.
+            self.passivate_all();
         }
     }
 
-    /// Gives the lease up and stops everything at once, as when it runs
-    /// out: this region's member was downed.
+    /// Gives the lease up and stops everything at once: this region's
+    /// member was downed. Its shards are no longer its own (they move
+    /// once the coordinator counts it stopped), so their homes are asked
+    /// for again.
     pub fn lose_lease(&mut self, now: Instant) {
         self.lease.give_up();
-        self.stop_everything(now);
+        self.passivate_all();
+        self.homed.clear();
+        let me = self.me.clone();
+        self.routing.region_gone(&me);
+        self.drain_routing(now);
     }
 
     /// Asks the coordinator again for every shard whose messages wait for
@@ -346,17 +360,11 @@ impl<M> Region<M> {
         self.renew_if_due(now);
     }
 
-    fn stop_everything(&mut self, now: Instant) {
+    fn passivate_all(&mut self) {
         let all: Vec<EntityId> = self.hosted.values().flatten().cloned().collect();
         for id in all {
             self.passivate(id);
         }
-        // The coordinator may re-home them once it counts this region
-        // stopped: ask again rather than trust the old answers.
-        self.homed.clear();
-        let me = self.me.clone();
-        self.routing.region_gone(&me);
-        self.drain_routing(now);
     }
 
     /// The next thing to do.

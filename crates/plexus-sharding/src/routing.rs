@@ -129,20 +129,25 @@ impl<M> Routing<M> {
         }
     }
 
-    /// The coordinator began handing `shard` over: new messages are held,
-    /// and the old home gets a marker behind those already sent to it.
-    pub fn begin_hand_off(&mut self, shard: ShardId) {
-        match self.routes.get_mut(&shard) {
-            Some(Route::Home(home)) => {
-                let to = home.clone();
-                self.routes.insert(shard, Route::Held(VecDeque::new()));
-                self.out.push_back(RoutingOutput::Marker { shard, to });
-            }
-            Some(Route::Held(_)) => {}
-            None => {
-                self.routes.insert(shard, Route::Held(VecDeque::new()));
-            }
+    /// The coordinator began handing `shard` over from `old_home`: new
+    /// messages are held, and the old home gets a marker behind those
+    /// already sent to it. Messages held because the home was not known
+    /// yet were sent before the marker too: they go to the old home ahead
+    /// of it. Every region sends a marker, even one that never sent the
+    /// shard anything: the old home waits for one from each region the
+    /// coordinator told.
+    pub fn begin_hand_off(&mut self, shard: ShardId, old_home: Arc<str>) {
+        let before = self.routes.insert(shard, Route::Held(VecDeque::new()));
+        if let Some(Route::Held(held)) = before {
+            self.out.extend(
+                held.into_iter()
+                    .map(|m| RoutingOutput::Send(old_home.clone(), m)),
+            );
         }
+        self.out.push_back(RoutingOutput::Marker {
+            shard,
+            to: old_home,
+        });
         self.out.push_back(RoutingOutput::HandOffAck(shard));
     }
 

@@ -9,7 +9,7 @@
 //! | --- | --- | --- | --- |
 //! | 0 ask home | `shard: u32` | region, coordinator | where does it live? |
 //! | 1 home | `shard: u32, home: str8` | coordinator, region | it lives there |
-//! | 2 begin hand-off | `shard: u32` | coordinator, every region | hold its messages, mark the old home |
+//! | 2 begin hand-off | `shard: u32, old home: str8` | coordinator, every region | hold its messages, mark the old home |
 //! | 3 hand-off ack | `shard: u32` | region, coordinator | held, marked |
 //! | 4 hand-off | `shard: u32, count: u16, regions: str8 × count` | coordinator, old home | stop it after these regions' markers |
 //! | 5 shard stopped | `shard: u32` | old home, coordinator | stopped |
@@ -71,7 +71,12 @@ pub enum Body {
         home: Arc<str>,
     },
     /// Hold the shard's messages and mark its old home.
-    BeginHandOff(ShardId),
+    BeginHandOff {
+        /// The shard.
+        shard: ShardId,
+        /// Its old home.
+        from: Arc<str>,
+    },
     /// Held and marked.
     HandOffAck(ShardId),
     /// Stop the shard after these regions' markers.
@@ -153,15 +158,12 @@ impl Message {
         put_str8(&mut b, &self.from);
         put_str8(&mut b, &self.entity_type);
         match &self.body {
-            Body::AskHome(s)
-            | Body::BeginHandOff(s)
-            | Body::HandOffAck(s)
-            | Body::ShardStopped(s) => {
+            Body::AskHome(s) | Body::HandOffAck(s) | Body::ShardStopped(s) => {
                 b.put_u32(s.0);
             }
-            Body::Home { shard, home } => {
+            Body::Home { shard, home: name } | Body::BeginHandOff { shard, from: name } => {
                 b.put_u32(shard.0);
-                put_str8(&mut b, home);
+                put_str8(&mut b, name);
             }
             Body::HandOff { shard, regions } => {
                 b.put_u32(shard.0);
@@ -213,7 +215,10 @@ impl Message {
                 shard: r.shard()?,
                 home: r.str8()?.into(),
             },
-            2 => Body::BeginHandOff(r.shard()?),
+            2 => Body::BeginHandOff {
+                shard: r.shard()?,
+                from: r.str8()?.into(),
+            },
             3 => Body::HandOffAck(r.shard()?),
             4 => {
                 let shard = r.shard()?;
@@ -280,7 +285,7 @@ impl Body {
         match self {
             Body::AskHome(_) => 0,
             Body::Home { .. } => 1,
-            Body::BeginHandOff(_) => 2,
+            Body::BeginHandOff { .. } => 2,
             Body::HandOffAck(_) => 3,
             Body::HandOff { .. } => 4,
             Body::ShardStopped(_) => 5,

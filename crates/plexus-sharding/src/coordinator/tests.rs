@@ -90,11 +90,13 @@ fn a_move_is_begun_everywhere_stopped_by_the_old_home_then_announced() {
         [
             CoordinatorOutput::BeginHandOff {
                 to: region(0),
-                shard: ShardId(0)
+                shard: ShardId(0),
+                from: region(0),
             },
             CoordinatorOutput::BeginHandOff {
                 to: region(1),
-                shard: ShardId(0)
+                shard: ShardId(0),
+                from: region(0),
             },
         ]
     );
@@ -135,6 +137,7 @@ fn a_leaving_region_hands_over_all_its_shards_at_once() {
             .map(|to| CoordinatorOutput::BeginHandOff {
                 to,
                 shard: ShardId(shard),
+                from: region(0),
             })
             .to_vec()
     };

@@ -119,7 +119,7 @@ fn the_old_home_stops_a_shard_after_every_marker_and_not_before() {
     outputs(&mut r);
     // The coordinator begins: this region holds its own messages, its own
     // marker is in at once.
-    r.begin_hand_off(s, t0);
+    r.begin_hand_off(s, me(), t0);
     assert_eq!(outputs(&mut r), [RegionOutput::HandOffAck(s)]);
     r.send(id(1), 2, t0);
     assert_eq!(outputs(&mut r), [], "held for the new home");
@@ -193,13 +193,8 @@ fn a_lost_lease_passivates_everything_and_refuses_after() {
     r.handle_timeout(t0 + LEASE);
     let out = outputs(&mut r);
     assert!(out.contains(&RegionOutput::Passivate(id(1))), "{out:?}");
-    // Its homes are asked for again: the coordinator may move them.
-    assert!(out.contains(&RegionOutput::AskHome(shard(1))), "{out:?}");
-    assert_eq!(r.homed().count(), 0);
     r.entity_stopped(&id(1), t0 + LEASE);
     r.send(id(1), 2, t0 + LEASE);
-    assert_eq!(outputs(&mut r), []);
-    r.home_is(shard(1), me(), t0 + LEASE);
     assert_eq!(
         outputs(&mut r),
         [RegionOutput::Refuse {
@@ -208,6 +203,21 @@ fn a_lost_lease_passivates_everything_and_refuses_after() {
             error: EntityError::Unavailable
         }]
     );
+}
+
+#[test]
+fn a_downed_member_s_region_gives_up_its_shards() {
+    let t0 = Instant::now();
+    let mut r = leased(t0);
+    r.home_is(shard(1), me(), t0);
+    r.send(id(1), 1, t0);
+    outputs(&mut r);
+    r.lose_lease(t0);
+    let out = outputs(&mut r);
+    assert!(out.contains(&RegionOutput::Passivate(id(1))), "{out:?}");
+    // Its homes are asked for again: the coordinator moves them.
+    assert!(out.contains(&RegionOutput::AskHome(shard(1))), "{out:?}");
+    assert_eq!(r.homed().count(), 0);
 }
 
 #[test]
@@ -314,7 +324,7 @@ mod property {
                         next += 1;
                     }
                     Op::Home(s, mine) => r.home_is(ShardId(s), if mine { me() } else { other() }, now),
-                    Op::Begin(s) => r.begin_hand_off(ShardId(s), now),
+                    Op::Begin(s) => r.begin_hand_off(ShardId(s), me(), now),
                     Op::Advance(ms) => {
                         now += Duration::from_millis(ms);
                         r.handle_timeout(now);

@@ -33,7 +33,7 @@ fn a_hand_off_marks_the_old_home_and_holds_until_the_new_one() {
     let s = ShardId(0);
     r.home_is(s, region(1));
     assert_eq!(r.route(s, 1), Ok(Routed::To(region(1), 1)));
-    r.begin_hand_off(s);
+    r.begin_hand_off(s, region(1));
     assert_eq!(
         outputs(&mut r),
         [
@@ -135,7 +135,7 @@ proptest! {
                     }
                 }
                 Op::Home(s, n) => r.home_is(ShardId(s), region(n)),
-                Op::Begin(s) => r.begin_hand_off(ShardId(s)),
+                Op::Begin(s) => r.begin_hand_off(ShardId(s), region(1)),
                 Op::Gone(n) => r.region_gone(&region(n)),
             }
             take(&mut r, &mut handed);

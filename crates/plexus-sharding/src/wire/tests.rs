@@ -13,7 +13,7 @@ fn body() -> impl Strategy<Value = Body> {
     prop_oneof![
         shard().prop_map(Body::AskHome),
         (shard(), name()).prop_map(|(shard, home)| Body::Home { shard, home }),
-        shard().prop_map(Body::BeginHandOff),
+        (shard(), name()).prop_map(|(shard, from)| Body::BeginHandOff { shard, from }),
         shard().prop_map(Body::HandOffAck),
         (shard(), proptest::collection::vec(name(), 0..8))
             .prop_map(|(shard, regions)| Body::HandOff { shard, regions }),
