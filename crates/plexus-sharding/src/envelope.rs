@@ -13,11 +13,12 @@
 //!
 //! | kind | header | payload |
 //! | --- | --- | --- |
-//! | 0 entity | `id: str16, origin: u8 (0 or 1), [node: str8, request: u64]` | the message's own encoding |
+//! | 0 entity | `id: str16, origin: u8 (0, 1 or 2), [node: str8, request: u64]` | the message's own encoding |
 //! | 1 marker | `from: str8, shard: u32` | none |
 //!
-//! `origin` names the member and request number a refusal goes back to
-//! (for `ask` and `tell_with_receipt`; a `tell` has none).
+//! `origin` names the member and request number a refusal goes back to:
+//! 1 for an `ask` (refusals only: the reply says the rest), 2 for a
+//! `tell_with_receipt` (the delivery too); a `tell` has none (0).
 //!
 //! [`Header::decode`] is the checked path for untrusted bytes (the `wire`
 //! fuzz target runs it too).
@@ -39,6 +40,8 @@ pub struct Origin {
     pub node: Arc<str>,
     /// The request's number there.
     pub request: u64,
+    /// The sender waits for the delivery too, not only a refusal.
+    pub confirm: bool,
 }
 
 /// An envelope's header: what comes before an entity's message.
@@ -76,8 +79,12 @@ impl Header {
                 b.put_slice(id.as_bytes());
                 match origin {
                     None => b.put_u8(0),
-                    Some(Origin { node, request }) => {
-                        b.put_u8(1);
+                    Some(Origin {
+                        node,
+                        request,
+                        confirm,
+                    }) => {
+                        b.put_u8(1 + u8::from(*confirm));
                         crate::wire::put_str8(b, node);
                         b.put_u64(*request);
                     }
@@ -111,9 +118,10 @@ impl Header {
                 let id = EntityId::new(id)?;
                 let origin = match r.u8()? {
                     0 => None,
-                    1 => Some(Origin {
+                    code @ (1 | 2) => Some(Origin {
                         node: r.str8()?.into(),
                         request: r.u64()?,
+                        confirm: code == 2,
                     }),
                     other => return Err(WireError::Kind(other)),
                 };

@@ -23,6 +23,8 @@ pub mod coordinator;
 pub mod entities;
 pub mod envelope;
 pub mod lease;
+#[cfg(feature = "node")]
+pub mod node;
 pub mod region;
 pub mod regions;
 pub mod routing;

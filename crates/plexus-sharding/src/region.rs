@@ -51,6 +51,10 @@ pub enum EntityError {
     /// hosts nothing until the lease is renewed.
     #[error("the region hosting it holds no lease (not granted yet, or lost: cut off from the coordinator); try again later")]
     Unavailable,
+    /// The member it was sent to crashed or left before it was handled
+    /// (after a crash, messages in flight to the member are lost).
+    #[error("the member hosting it went away before it was handled; it may not have been")]
+    Lost,
 }
 
 /// What the caller must do, in order.

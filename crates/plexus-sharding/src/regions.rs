@@ -164,6 +164,12 @@ pub enum Event<P> {
         /// The old home.
         to: Arc<str>,
     },
+    /// A message this member sent with request number `request` is in
+    /// its entity's mailbox on its home.
+    Delivered {
+        /// The request's number.
+        request: u64,
+    },
     /// A message this member sent with request number `request` was
     /// refused by its home.
     Refused {
@@ -336,6 +342,12 @@ impl<P> Regions<P> {
         error: EntityError,
     ) {
         self.control(origin, entity_type, Body::Refused { request, error });
+    }
+
+    /// Tells the member `origin` that its message with request number
+    /// `request` is in its entity's mailbox here.
+    pub fn delivered_to(&mut self, origin: &Arc<str>, entity_type: &str, request: u64) {
+        self.control(origin, entity_type, Body::Delivered(request));
     }
 
     /// Hands over every shard hosted here (this member is about to leave
@@ -687,6 +699,7 @@ impl<P> Regions<P> {
             Body::Refused { request, error } => {
                 self.events.push_back(Event::Refused { request, error });
             }
+            Body::Delivered(request) => self.events.push_back(Event::Delivered { request }),
         }
     }
 

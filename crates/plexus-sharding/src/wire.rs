@@ -19,9 +19,11 @@
 //! | 9 leaving | (none) | region, coordinator | my member leaves: take my shards |
 //! | 10 drained | (none) | coordinator, region | you host nothing any more |
 //! | 11 refused | `request: u64, error: u8, [shard: u32, limit: u32]` | home, sender | your message was refused |
+//! | 12 delivered | `request: u64` | home, sender | your message is in its entity's mailbox |
 //!
-//! A refusal's error is 0 (the home holds no lease) or 1 (the shard's
-//! hand-off buffer is full; then `shard` and `limit` follow).
+//! A refusal's error is 0 (the home holds no lease), 1 (the shard's
+//! hand-off buffer is full; then `shard` and `limit` follow) or 2 (it went
+//! to a member that went away).
 //!
 //! Messages for entities, and the hand-off markers that must travel behind
 //! them on the same link and lane, are not here: they are typed remote
@@ -98,6 +100,9 @@ pub enum Body {
     Leaving,
     /// The leaving region hosts nothing any more.
     Drained,
+    /// The sender's message with this request number is in its entity's
+    /// mailbox.
+    Delivered(u64),
     /// The sender's message with this request number was refused.
     Refused {
         /// The request number the sender gave it.
@@ -172,7 +177,7 @@ impl Message {
                     put_str8(&mut b, r);
                 }
             }
-            Body::Renew(seq) | Body::Renewed(seq) => b.put_u64(*seq),
+            Body::Renew(seq) | Body::Renewed(seq) | Body::Delivered(seq) => b.put_u64(*seq),
             Body::Hosted(shards) => {
                 b.put_u32(u32::try_from(shards.len()).expect("at most MAX_SHARDS"));
                 for s in shards {
@@ -184,6 +189,7 @@ impl Message {
                 b.put_u64(*request);
                 match error {
                     EntityError::Unavailable => b.put_u8(0),
+                    EntityError::Lost => b.put_u8(2),
                     EntityError::Route(RouteError::HandOffBufferFull { shard, limit }) => {
                         b.put_u8(1);
                         b.put_u32(shard.0);
@@ -259,6 +265,7 @@ impl Message {
                 let request = r.u64()?;
                 let error = match r.u8()? {
                     0 => EntityError::Unavailable,
+                    2 => EntityError::Lost,
                     1 => EntityError::Route(RouteError::HandOffBufferFull {
                         shard: r.shard()?,
                         limit: r.u32()? as usize,
@@ -267,6 +274,7 @@ impl Message {
                 };
                 Body::Refused { request, error }
             }
+            12 => Body::Delivered(r.u64()?),
             other => return Err(WireError::Kind(other)),
         };
         if r.rest() > 0 {
@@ -295,6 +303,7 @@ impl Body {
             Body::Leaving => 9,
             Body::Drained => 10,
             Body::Refused { .. } => 11,
+            Body::Delivered(_) => 12,
         }
     }
 }

@@ -5,13 +5,14 @@ fn header() -> impl Strategy<Value = Header> {
     prop_oneof![
         (
             "[a-z0-9-]{1,40}",
-            prop::option::of(("[a-z0-9:/.]{0,40}", any::<u64>()))
+            prop::option::of(("[a-z0-9:/.]{0,40}", any::<u64>(), any::<bool>()))
         )
             .prop_map(|(id, origin)| Header::Entity {
                 id: EntityId::new(&id).unwrap(),
-                origin: origin.map(|(node, request)| Origin {
+                origin: origin.map(|(node, request, confirm)| Origin {
                     node: node.into(),
-                    request
+                    request,
+                    confirm,
                 }),
             }),
         ("[a-z0-9:/.]{0,40}", any::<u32>()).prop_map(|(from, shard)| Header::Marker {

@@ -179,7 +179,7 @@ impl Cluster {
                 Event::Refuse { parcel, .. } => {
                     assert!(self.refused.insert(parcel), "{parcel} refused twice");
                 }
-                Event::Refused { .. } => {}
+                Event::Refused { .. } | Event::Delivered { .. } => {}
                 Event::Left => {
                     self.left.insert(me.clone());
                 }

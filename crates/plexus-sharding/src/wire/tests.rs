@@ -22,6 +22,7 @@ fn body() -> impl Strategy<Value = Body> {
         any::<u64>().prop_map(Body::Renewed),
         proptest::collection::vec(shard(), 0..20).prop_map(Body::Hosted),
         Just(Body::Leaving),
+        any::<u64>().prop_map(Body::Delivered),
         Just(Body::Drained),
         (any::<u64>(), prop::option::of((shard(), any::<u32>()))).prop_map(|(request, full)| {
             Body::Refused {

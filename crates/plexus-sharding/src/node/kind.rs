@@ -1,0 +1,241 @@
+//! One entity type's messages and entities on this member, behind a trait
+//! object: the driver holds every type, each with its own message type.
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use plexus_core::remote::{control_of, RemoteMessage, Watcher};
+use plexus_core::{ActorId, ActorRef, SystemRef};
+use plexus_remote::{ForgedRefs, Node};
+use tokio::sync::oneshot;
+
+use super::entity::{Entity, EntityActor, Turn};
+use super::host::Command;
+use crate::envelope::{Envelope, Header, Origin};
+use crate::region::EntityError;
+use crate::shard::{EntityId, ShardId};
+
+/// A message for an entity on its way: the typed message, boxed, and who
+/// waits to hear what became of it.
+pub(crate) struct Parcel {
+    pub(crate) message: Box<dyn Any + Send>,
+    pub(crate) waiter: Waiter,
+}
+
+impl std::fmt::Debug for Parcel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Parcel")
+            .field("waiter", &self.waiter)
+            .finish()
+    }
+}
+
+/// Who waits for a parcel's fate.
+#[derive(Debug, Default)]
+pub(crate) enum Waiter {
+    /// Nobody (a `tell`): a refusal is counted and logged.
+    #[default]
+    Nobody,
+    /// A sender on this member.
+    Here {
+        tx: oneshot::Sender<Result<(), EntityError>>,
+        /// It waits for the delivery too, not only a refusal.
+        confirm: bool,
+    },
+    /// A sender on another member.
+    There(Origin),
+}
+
+/// What the driver needs of one entity type.
+pub(crate) trait Kind: Send {
+    /// Hosts entities (registered here), or only routes (a proxy).
+    fn hosts(&self) -> bool;
+    /// Sends a message to the type's region on member `to`.
+    fn forward(
+        &mut self,
+        node: &Node,
+        to: &Arc<str>,
+        id: EntityId,
+        parcel: Parcel,
+        origin: Option<Origin>,
+    ) -> Result<(), Parcel>;
+    /// Sends a hand-off marker to the type's region on member `to`.
+    fn marker(&mut self, node: &Node, to: &Arc<str>, from: &Arc<str>, shard: ShardId);
+    /// Starts an entity.
+    fn activate(&mut self, id: &EntityId);
+    /// Hands a message to a running entity; `false` if it is not running.
+    fn deliver(&mut self, id: &EntityId, parcel: Parcel) -> Result<(), Parcel>;
+    /// Stops an entity after the messages before this.
+    fn passivate(&mut self, id: &EntityId);
+    /// The entity's actor stopped: whether it was the one running as `id`.
+    fn stopped(&mut self, id: &EntityId, actor: ActorId) -> bool;
+    /// Stops every entity now (the driver stops).
+    fn stop_all(&mut self);
+}
+
+/// The name the type's region actor is published under.
+pub(crate) fn region_actor(entity_type: &str) -> String {
+    format!("plexus.sharding.{entity_type}")
+}
+
+/// Starts one entity of a type whose messages are `M`.
+type Spawner<M> = Box<dyn Fn(&EntityId) -> ActorRef<Turn<M>> + Send>;
+
+/// An entity type whose messages are `M`.
+pub(crate) struct TypeOf<M: RemoteMessage> {
+    entity_type: Arc<str>,
+    refs: ForgedRefs<Envelope<M>>,
+    /// Registered here: how to start an entity.
+    spawn: Option<Spawner<M>>,
+    running: HashMap<EntityId, ActorRef<Turn<M>>>,
+}
+
+impl<M: RemoteMessage> TypeOf<M> {
+    /// A type this member only sends to.
+    pub(crate) fn proxy(entity_type: Arc<str>) -> Self {
+        Self {
+            entity_type,
+            refs: ForgedRefs::default(),
+            spawn: None,
+            running: HashMap::new(),
+        }
+    }
+
+    /// A type this member hosts: `factory` makes an entity for an id;
+    /// each stop is reported to the driver through `inputs`.
+    pub(crate) fn hosting<E, F>(
+        entity_type: Arc<str>,
+        system: SystemRef,
+        factory: F,
+        inputs: super::Inputs,
+    ) -> Self
+    where
+        E: Entity<Msg = M>,
+        F: Fn(&EntityId) -> E + Send + Sync + 'static,
+    {
+        let name = entity_type.clone();
+        let spawn: Spawner<M> = Box::new(move |id: &EntityId| {
+            let actor = system.spawn(EntityActor {
+                id: id.clone(),
+                entity: factory(id),
+                passivated: false,
+            });
+            let (inputs, entity_type, id, actor_id) =
+                (inputs.clone(), name.clone(), id.clone(), actor.id());
+            control_of(&actor).watch(Watcher::Callback(Box::new(move |_down| {
+                let _ = inputs.send(plexus_remote::driver::Input::Command(
+                    Command::EntityStopped {
+                        entity_type,
+                        id,
+                        actor: actor_id,
+                    },
+                ));
+            })));
+            actor
+        });
+        Self {
+            spawn: Some(spawn),
+            ..Self::proxy(entity_type)
+        }
+    }
+}
+
+impl<M: RemoteMessage> Kind for TypeOf<M> {
+    fn hosts(&self) -> bool {
+        self.spawn.is_some()
+    }
+
+    fn forward(
+        &mut self,
+        node: &Node,
+        to: &Arc<str>,
+        id: EntityId,
+        parcel: Parcel,
+        origin: Option<Origin>,
+    ) -> Result<(), Parcel> {
+        let name = region_actor(&self.entity_type);
+        let region = match self.refs.get(node, to, || format!("{to}/{name}")) {
+            Ok(region) => region,
+            Err(error) => {
+                tracing::warn!(target: "plexus::sharding", %to, %error, "cannot reach a region");
+                return Err(parcel);
+            }
+        };
+        let message = match parcel.message.downcast::<M>() {
+            Ok(m) => *m,
+            Err(message) => {
+                return Err(Parcel {
+                    message,
+                    waiter: parcel.waiter,
+                })
+            }
+        };
+        region.tell(Envelope {
+            header: Header::Entity { id, origin },
+            message: Some(message),
+        });
+        Ok(())
+    }
+
+    fn marker(&mut self, node: &Node, to: &Arc<str>, from: &Arc<str>, shard: ShardId) {
+        let name = region_actor(&self.entity_type);
+        match self.refs.get(node, to, || format!("{to}/{name}")) {
+            Ok(region) => region.tell(Envelope {
+                header: Header::Marker {
+                    from: from.clone(),
+                    shard,
+                },
+                message: None,
+            }),
+            Err(error) => {
+                // The region is unreachable: the coordinator drops it from
+                // the wait once its member is gone.
+                tracing::warn!(target: "plexus::sharding", %to, %error, "cannot send a hand-off marker");
+            }
+        }
+    }
+
+    fn activate(&mut self, id: &EntityId) {
+        if let Some(spawn) = &self.spawn {
+            let actor = spawn(id);
+            self.running.insert(id.clone(), actor);
+        }
+    }
+
+    fn deliver(&mut self, id: &EntityId, parcel: Parcel) -> Result<(), Parcel> {
+        let Some(actor) = self.running.get(id) else {
+            return Err(parcel);
+        };
+        match parcel.message.downcast::<M>() {
+            Ok(m) => {
+                actor.tell(Turn::Message(*m));
+                Ok(())
+            }
+            Err(message) => Err(Parcel {
+                message,
+                waiter: parcel.waiter,
+            }),
+        }
+    }
+
+    fn passivate(&mut self, id: &EntityId) {
+        if let Some(actor) = self.running.get(id) {
+            actor.tell(Turn::Passivate);
+        }
+    }
+
+    fn stopped(&mut self, id: &EntityId, actor: ActorId) -> bool {
+        if self.running.get(id).is_some_and(|a| a.id() == actor) {
+            self.running.remove(id);
+            return true;
+        }
+        false
+    }
+
+    fn stop_all(&mut self) {
+        for actor in self.running.values() {
+            actor.tell(Turn::Passivate);
+        }
+    }
+}
