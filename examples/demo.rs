@@ -4,7 +4,9 @@
 //! tell, ask, a ref inside a message, forged refs, precise errors, and a
 //! node failure seen by a monitor), and last two nodes over mutual TLS with
 //! a development CA made on the spot (node ids bound to certificates), and
-//! finally a cluster of three nodes that sees one killed and rejoin.
+//! a cluster of three nodes that sees one killed and rejoin, and finally
+//! virtual actors: a cart by id that keeps its count when its member
+//! leaves.
 //!
 //! Run with `cargo run --release --example demo`.
 
@@ -21,6 +23,8 @@ use serde::{Deserialize, Serialize};
 
 #[path = "demo/lanes.rs"]
 mod lanes;
+#[path = "demo/sharding.rs"]
+mod sharding;
 #[path = "demo/web.rs"]
 mod web;
 
@@ -201,7 +205,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     remote_tour().await?;
     devices_tour().await?;
     lanes::tour().await?;
-    web::tour().await
+    web::tour().await?;
+    sharding::tour(demo_cluster(Vec::new())).await
 }
 
 // ------------------------------------------------------------------ remote

@@ -29,6 +29,8 @@ pub mod region;
 pub mod regions;
 pub mod routing;
 pub mod shard;
+#[cfg(feature = "node")]
+pub mod telemetry;
 pub mod wire;
 
 pub use allocation::{AllocateError, Allocation, Move, Rebalance};

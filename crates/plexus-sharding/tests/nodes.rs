@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use metrics_util::debugging::DebugValue;
 use plexus_cluster::{Cluster, ClusterConfig, ClusterUpdate, MemberState};
 use plexus_core::{ActorSystem, ReplyTo};
 use plexus_remote::{Node, NodeConfig};
@@ -206,6 +207,36 @@ async fn carts_answer_from_every_member_and_keep_their_count_when_a_member_leave
     }
     let stats = a.sharding.stats().await;
     assert_eq!(stats.dropped + stats.lost, 0);
+    // Its metrics, through a debugging recorder installed around the
+    // (synchronous) publishing of those counters.
+    let recorder = metrics_util::debugging::DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    metrics::with_local_recorder(&recorder, || {
+        plexus_sharding::telemetry::record_sharding_stats(&stats)
+    });
+    let recorded: HashMap<String, DebugValue> = snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .map(|(k, _, _, v)| {
+            let labels: Vec<String> = k
+                .key()
+                .labels()
+                .map(|l| format!("{}={}", l.key(), l.value()))
+                .collect();
+            (format!("{}{{{}}}", k.key().name(), labels.join(",")), v)
+        })
+        .collect();
+    let active = stats.regions.active["cart"];
+    assert!(active > 0);
+    assert_eq!(
+        recorded.get("plexus_sharding_entities{type=cart}"),
+        Some(&DebugValue::Gauge((active as f64).into()))
+    );
+    assert!(matches!(
+        recorded.get("plexus_sharding_activations_total{}"),
+        Some(DebugValue::Counter(n)) if *n > 0
+    ));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

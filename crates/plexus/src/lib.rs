@@ -85,6 +85,14 @@ pub mod data {
     pub use plexus_data::*;
 }
 
+/// Virtual actors: entities addressed by type and id wherever they live
+/// ([`sharding::node::Sharding`], [`sharding::node::EntityRef`]), placed
+/// on members in shards, handed over on joins and leaves, active on at
+/// most one member. See `crates/plexus-sharding/ALGORITHM.md`.
+pub mod sharding {
+    pub use plexus_sharding::*;
+}
+
 /// HTTP/1.1: the sans-IO request decoder and response encoder, the `http`
 /// layer of the stack (`tcp / http`), and the actor web server
 /// ([`http::server::WebServer`]).

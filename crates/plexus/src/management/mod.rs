@@ -41,6 +41,7 @@ use plexus_http::server::{HttpRequest, WebServer};
 use plexus_http::ws_transport::WsTransport;
 use plexus_http::{Method, Response};
 use plexus_remote::Node;
+use plexus_sharding::node::Sharding;
 use plexus_transport::{LinkConfig, Transport};
 use serde::Serialize;
 
@@ -61,6 +62,7 @@ pub struct Management {
     node: Option<Node>,
     cluster: Option<Arc<Cluster>>,
     data: Option<Replication>,
+    sharding: Option<Sharding>,
     metrics: Option<MetricsRender>,
     on_scrape: Vec<OnScrape>,
 }
@@ -97,6 +99,7 @@ impl Management {
             node: None,
             cluster: None,
             data: None,
+            sharding: None,
             metrics: None,
             on_scrape: Vec::new(),
         }
@@ -120,6 +123,12 @@ impl Management {
     /// counters.
     pub fn data(mut self, data: &Replication) -> Self {
         self.data = Some(data.clone());
+        self
+    }
+
+    /// The member's sharding: its counters on `/metrics`.
+    pub fn sharding(mut self, sharding: &Sharding) -> Self {
+        self.sharding = Some(sharding.clone());
         self
     }
 
@@ -151,6 +160,7 @@ impl Management {
             node: self.node,
             cluster: self.cluster,
             data: self.data,
+            sharding: self.sharding,
             metrics: self.metrics,
             on_scrape: self.on_scrape,
         });
@@ -212,6 +222,7 @@ struct Parts {
     node: Option<Node>,
     cluster: Option<Arc<Cluster>>,
     data: Option<Replication>,
+    sharding: Option<Sharding>,
     metrics: Option<MetricsRender>,
     on_scrape: Vec<OnScrape>,
 }
@@ -423,6 +434,9 @@ fn metrics(parts: Arc<Parts>, req: HttpRequest, system: SystemRef) {
         }
         if let Some(data) = &parts.data {
             data.record_metrics().await;
+        }
+        if let Some(sharding) = &parts.sharding {
+            sharding.record_metrics().await;
         }
         for publish in &parts.on_scrape {
             publish();

@@ -526,6 +526,7 @@ mod tests {
             node: None,
             cluster: None,
             data: None,
+            sharding: None,
             metrics: None,
             on_scrape: Vec::new(),
         };

@@ -1,0 +1,227 @@
+//! Section 23 of the demo: virtual actors. A cart by id, asked from two
+//! members; the member hosting it leaves, and the cart answers from its
+//! new member with its count intact (saved in replicated data when it
+//! stopped, read back when it started again).
+
+use std::time::Duration;
+
+use plexus::cluster::{Cluster, ClusterConfig, ClusterUpdate, MemberState};
+use plexus::data::crdt::GCounter;
+use plexus::data::node::Replication;
+use plexus::data::{Consistency, Key, ReplicatorConfig};
+use plexus::prelude::*;
+use plexus::sharding::node::{Entity, EntityContext, Sharding};
+use plexus::sharding::ShardingConfig;
+use serde::{Deserialize, Serialize};
+
+const WAIT: Duration = Duration::from_secs(10);
+
+#[derive(Serialize, Deserialize)]
+enum CartMsg {
+    Add(u64),
+    Count(ReplyTo<u64>),
+}
+remote_message!(CartMsg = "demo.CartMsg");
+
+/// A cart: its count lives in a replicated counter `cart/<id>`, read at
+/// its first message and increased by what it took when it stops.
+struct Cart {
+    data: Replication,
+    /// What the counter held when the cart started, if read yet.
+    loaded: Option<u64>,
+    items: u64,
+}
+
+impl Cart {
+    fn key(ctx: &EntityContext<'_>) -> Key<GCounter> {
+        Key::new(format!("cart/{}", ctx.id()))
+    }
+}
+
+impl Entity for Cart {
+    type Msg = CartMsg;
+
+    async fn handle(&mut self, msg: CartMsg, ctx: &mut EntityContext<'_>) {
+        if self.loaded.is_none() {
+            let saved = self
+                .data
+                .get(&Self::key(ctx), Consistency::Majority, WAIT)
+                .await;
+            let saved = saved.ok().flatten().map_or(0, |c| c.value() as u64);
+            self.loaded = Some(saved);
+            self.items = saved;
+        }
+        match msg {
+            CartMsg::Add(n) => self.items += n,
+            CartMsg::Count(reply) => reply.send(self.items),
+        }
+    }
+
+    async fn stopping(&mut self, ctx: &mut EntityContext<'_>) {
+        let Some(loaded) = self.loaded else { return };
+        let added = self.items - loaded;
+        let saved = self
+            .data
+            .update(
+                &Self::key(ctx),
+                Consistency::Majority,
+                WAIT,
+                move |c, me| c.increment(me, added),
+            )
+            .await;
+        println!(
+            "  cart {} stops on its member and saves its count ({}): {}",
+            ctx.id(),
+            self.items,
+            if saved.is_ok() {
+                "saved at majority"
+            } else {
+                "NOT saved"
+            }
+        );
+    }
+}
+
+struct Member {
+    _system: ActorSystem,
+    _node: Node,
+    cluster: Cluster,
+    _data: Replication,
+    sharding: Sharding,
+    uri: String,
+}
+
+async fn member(
+    seeds: Vec<String>,
+    cluster: &ClusterConfig,
+) -> Result<Member, Box<dyn std::error::Error>> {
+    let system = ActorSystem::new();
+    let node = Node::start(&system, NodeConfig::default().cookie("demo-cookie"))?;
+    let uri = node.listen("tcp://127.0.0.1:0").await?;
+    let config = cluster.clone().seeds(seeds);
+    let cluster = Cluster::start(&node, &system, config)?;
+    let data = ReplicatorConfig {
+        cluster: "demo-sharding".into(),
+        ..ReplicatorConfig::default()
+    };
+    let data = Replication::start(&node, &system, &cluster, data, None)?;
+    let sharding = Sharding::start(
+        &node,
+        &system,
+        &cluster,
+        ShardingConfig {
+            lease: Duration::from_secs(2),
+            margin: Duration::from_millis(500),
+            rebalance_every: Duration::from_millis(500),
+            ..ShardingConfig::default()
+        },
+    )?;
+    let replicas = data.clone();
+    sharding.register("cart", move |_id| Cart {
+        data: replicas.clone(),
+        loaded: None,
+        items: 0,
+    })?;
+    Ok(Member {
+        _system: system,
+        _node: node,
+        cluster,
+        _data: data,
+        sharding,
+        uri,
+    })
+}
+
+/// Waits until `m`'s cluster lists `n` members up and no other but the
+/// removed.
+async fn until_up(m: &Member, n: usize) -> Result<(), Box<dyn std::error::Error>> {
+    let (tx, mut updates) = tokio::sync::mpsc::unbounded_channel();
+    m.cluster
+        .subscribe(m._system.spawn_fn(move |u: ClusterUpdate, _ctx| {
+            let _ = tx.send(u);
+        }));
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(u) = updates.recv().await {
+            let up = u
+                .members
+                .iter()
+                .filter(|x| x.state == MemberState::Up)
+                .count();
+            let settled = u
+                .members
+                .iter()
+                .all(|x| matches!(x.state, MemberState::Up | MemberState::Removed));
+            if up == n && settled {
+                return;
+            }
+        }
+    })
+    .await
+    .map_err(|_| "gave up waiting for the cluster")?;
+    Ok(())
+}
+
+pub async fn tour(cluster: ClusterConfig) -> Result<(), Box<dyn std::error::Error>> {
+    println!(
+        "\n23. virtual actors: a cart by id from two members; its member leaves; it answers from its new member"
+    );
+    let cluster = cluster.name("demo-sharding");
+    let a = member(Vec::new(), &cluster).await?;
+    let b = member(vec![a.uri.clone()], &cluster).await?;
+    let c = member(vec![a.uri.clone()], &cluster).await?;
+    let members = [a, b, c];
+    for m in &members {
+        until_up(m, 3).await?;
+    }
+    let cart = |m: &Member| m.sharding.entity::<CartMsg>("cart", "42");
+    cart(&members[0])?
+        .tell_with_receipt(CartMsg::Add(2))
+        .await?;
+    cart(&members[1])?
+        .tell_with_receipt(CartMsg::Add(3))
+        .await?;
+    let count = cart(&members[1])?.ask(CartMsg::Count, WAIT).await?;
+    let mut home = 0;
+    for (i, m) in members.iter().enumerate() {
+        if m.sharding.stats().await.regions.active.get("cart").copied() == Some(1) {
+            home = i;
+        }
+    }
+    println!(
+        "  cart 42 took 2 items from member {} and 3 from member {}: count {count}, active on member {}",
+        members[0].uri, members[1].uri, members[home].uri
+    );
+
+    let [a, b, c] = members;
+    let (leaver, stay) = match home {
+        0 => (a, [b, c]),
+        1 => (b, [a, c]),
+        _ => (c, [a, b]),
+    };
+    println!(
+        "  its member {} hands its shards over, then leaves the cluster",
+        leaver.uri
+    );
+    leaver.sharding.leave(Duration::from_secs(30)).await?;
+    leaver.cluster.leave().await;
+    for m in &stay {
+        until_up(m, 2).await?;
+    }
+    let count = cart(&stay[0])?.ask(CartMsg::Count, WAIT).await?;
+    let mut now_at = "";
+    for m in &stay {
+        if m.sharding.stats().await.regions.active.get("cart").copied() == Some(1) {
+            now_at = &m.uri;
+        }
+    }
+    println!(
+        "  asked again from {}: count {count}, now active on member {now_at}",
+        stay[0].uri
+    );
+    let wrong = stay[0].sharding.entity::<CartMsg>("cart", &"x".repeat(300));
+    println!(
+        "  an id over 256 bytes is refused: {}",
+        wrong.err().map(|e| e.to_string()).unwrap_or_default()
+    );
+    Ok(())
+}
