@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use crate::allocation::{Allocation, Rebalance};
 use crate::lease::Grants;
-use crate::shard::ShardId;
+use crate::shard::{HandOffId, ShardId};
 
 /// The coordinator's settings.
 #[derive(Debug, Clone, Copy)]
@@ -58,6 +58,8 @@ pub enum CoordinatorOutput {
         shard: ShardId,
         /// Its old home.
         from: Arc<str>,
+        /// The hand-off.
+        handoff: HandOffId,
     },
     /// Tell the old home `to` to stop `shard` once the markers of
     /// `regions` arrived.
@@ -68,6 +70,8 @@ pub enum CoordinatorOutput {
         shard: ShardId,
         /// The regions whose markers it waits for.
         regions: Vec<Arc<str>>,
+        /// The hand-off.
+        handoff: HandOffId,
     },
     /// Tell the leaving region `to` that it hosts nothing any more.
     Drained {
@@ -80,11 +84,14 @@ pub enum CoordinatorOutput {
         to: Arc<str>,
         /// Its request's number.
         seq: u64,
+        /// Shards it reported that are not its own.
+        revoked: Vec<ShardId>,
     },
 }
 
 #[derive(Debug)]
 struct HandOff {
+    id: HandOffId,
     from: Arc<str>,
     to: Arc<str>,
     /// Regions told to begin (the old home waits for their markers), less
@@ -119,12 +126,18 @@ pub struct Coordinator {
     /// coordinators' leases lets this one place.
     start_wait: bool,
     next_rebalance: Instant,
+    /// The next hand-off's number: this coordinator's epoch in the high
+    /// 32 bits.
+    next_handoff: u64,
     out: VecDeque<CoordinatorOutput>,
 }
 
 impl Coordinator {
-    /// A coordinator that starts at `now` with no region.
-    pub fn new(config: CoordinatorConfig, now: Instant) -> Self {
+    /// A coordinator that starts at `now` with no region. `epoch` tells
+    /// it apart from every other coordinator of the type, past or future
+    /// (its member's up-number and how often that member became the
+    /// coordinator): the high half of its hand-offs' numbers.
+    pub fn new(config: CoordinatorConfig, now: Instant, epoch: u32) -> Self {
         Self {
             allocation: Allocation::new(config.shards),
             grants: Grants::new(config.lease, config.margin, now),
@@ -135,6 +148,7 @@ impl Coordinator {
             drained: BTreeSet::new(),
             start_wait: false,
             next_rebalance: now + config.rebalance_every,
+            next_handoff: u64::from(epoch) << 32,
             out: VecDeque::new(),
             config,
         }
@@ -171,21 +185,6 @@ impl Coordinator {
             // Never a region here: it hosts nothing, and never will.
             self.out
                 .push_back(CoordinatorOutput::Drained { to: region.into() });
-        }
-    }
-
-    /// A region reported a shard it hosts (to a new coordinator). A shard
-    /// homed elsewhere meanwhile stays there, and the region is told so
-    /// (it hosts the shard no more).
-    pub fn hosted(&mut self, region: Arc<str>, shard: ShardId) {
-        if let Ok(false) = self.allocation.adopt(region.clone(), shard) {
-            if let Some(home) = self.allocation.home(shard).cloned() {
-                self.out.push_back(CoordinatorOutput::Home {
-                    to: region,
-                    shard,
-                    home,
-                });
-            }
         }
     }
 
@@ -230,27 +229,52 @@ impl Coordinator {
         self.serve_askers(now);
     }
 
-    /// `region` renews its lease with request `seq`.
-    pub fn renew(&mut self, region: Arc<str>, seq: u64, now: Instant) {
+    /// `region` renews its lease with request `seq`, reporting the shards
+    /// it hosts. While this coordinator rebuilds its map (until the old
+    /// coordinators' leases are surely over) it adopts a reported shard
+    /// that has no home; every reported shard homed elsewhere, or not
+    /// adopted, is revoked in the answer, which the region applies before
+    /// its lease is extended.
+    pub fn renew(&mut self, region: Arc<str>, seq: u64, hosted: &[ShardId], now: Instant) {
+        let rebuilding = !self.grants.old_leases_over(now);
+        let mut revoked = Vec::new();
+        for &shard in hosted {
+            let adoptable = match self.allocation.home(shard) {
+                Some(home) => *home == region,
+                None => {
+                    rebuilding
+                        && !self.orphans.contains_key(&shard)
+                        && !self.handoffs.contains_key(&shard)
+                        && self.allocation.adopt(region.clone(), shard) == Ok(true)
+                }
+            };
+            if !adoptable {
+                revoked.push(shard);
+            }
+        }
         self.grants.answer(region.clone(), now);
-        self.out
-            .push_back(CoordinatorOutput::Renewed { to: region, seq });
+        self.out.push_back(CoordinatorOutput::Renewed {
+            to: region,
+            seq,
+            revoked,
+        });
+        self.serve_askers(now);
     }
 
     /// `region` holds `shard`'s messages and marked its old home.
-    pub fn hand_off_ack(&mut self, region: &str, shard: ShardId) {
-        if let Some(handoff) = self.handoffs.get_mut(&shard) {
+    pub fn hand_off_ack(&mut self, region: &str, shard: ShardId, id: HandOffId) {
+        if let Some(handoff) = self.handoffs.get_mut(&shard).filter(|h| h.id == id) {
             handoff.acks.remove(region);
         }
         self.advance_handoffs();
     }
 
     /// The old home stopped `shard`: it moves to its new home.
-    pub fn shard_stopped(&mut self, region: &str, shard: ShardId, now: Instant) {
+    pub fn shard_stopped(&mut self, region: &str, shard: ShardId, id: HandOffId, now: Instant) {
         let Some(handoff) = self.handoffs.get(&shard) else {
             return;
         };
-        if *handoff.from != *region || !handoff.stopping {
+        if handoff.id != id || *handoff.from != *region || !handoff.stopping {
             return;
         }
         let handoff = self.handoffs.remove(&shard).expect("just found");
@@ -285,6 +309,7 @@ impl Coordinator {
         self.rehome_orphans(now);
         if now >= self.next_rebalance {
             self.next_rebalance = now + self.config.rebalance_every;
+            self.resend_handoffs();
             self.rebalance();
         }
         self.serve_askers(now);
@@ -343,16 +368,20 @@ impl Coordinator {
         let regions: BTreeSet<Arc<str>> =
             self.allocation.regions().map(|(r, _)| r.clone()).collect();
         for m in moves {
+            let id = HandOffId(self.next_handoff);
+            self.next_handoff += 1;
             for region in &regions {
                 self.out.push_back(CoordinatorOutput::BeginHandOff {
                     to: region.clone(),
                     shard: m.shard,
                     from: m.from.clone(),
+                    handoff: id,
                 });
             }
             self.handoffs.insert(
                 m.shard,
                 HandOff {
+                    id,
                     from: m.from,
                     to: m.to,
                     told: regions.clone(),
@@ -360,6 +389,31 @@ impl Coordinator {
                     stopping: false,
                 },
             );
+        }
+    }
+
+    /// Asks again what a hand-off under way waits for (a message lost with
+    /// a link): `BeginHandOff` of the regions that have not acked, or
+    /// `HandOff` of the old home. Regions take both again harmlessly.
+    fn resend_handoffs(&mut self) {
+        for (shard, handoff) in &self.handoffs {
+            if handoff.stopping {
+                self.out.push_back(CoordinatorOutput::HandOff {
+                    to: handoff.from.clone(),
+                    shard: *shard,
+                    regions: handoff.told.iter().cloned().collect(),
+                    handoff: handoff.id,
+                });
+            } else {
+                for to in &handoff.acks {
+                    self.out.push_back(CoordinatorOutput::BeginHandOff {
+                        to: to.clone(),
+                        shard: *shard,
+                        from: handoff.from.clone(),
+                        handoff: handoff.id,
+                    });
+                }
+            }
         }
     }
 
@@ -372,6 +426,7 @@ impl Coordinator {
                     to: handoff.from.clone(),
                     shard: *shard,
                     regions: handoff.told.iter().cloned().collect(),
+                    handoff: handoff.id,
                 });
             }
         }
@@ -393,6 +448,17 @@ impl Coordinator {
                     match self.allocation.allocate(shard) {
                         Ok(home) => {
                             self.free.remove(&shard);
+                            // The new home hears it first, ahead of any
+                            // hand-off of the shard: it knows itself the
+                            // home before the messages it must handle.
+                            let asked = self.askers.get(&shard).is_some_and(|a| a.contains(&home));
+                            if !asked {
+                                self.out.push_back(CoordinatorOutput::Home {
+                                    to: home.clone(),
+                                    shard,
+                                    home: home.clone(),
+                                });
+                            }
                             home
                         }
                         Err(_) => continue,

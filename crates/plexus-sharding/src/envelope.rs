@@ -14,7 +14,7 @@
 //! | kind | header | payload |
 //! | --- | --- | --- |
 //! | 0 entity | `id: str16, origin: u8 (0, 1 or 2), [node: str8, request: u64]` | the message's own encoding |
-//! | 1 marker | `from: str8, shard: u32` | none |
+//! | 1 marker | `from: str8, shard: u32, hand-off: u64` | none |
 //!
 //! `origin` names the member and request number a refusal goes back to:
 //! 1 for an `ask` (refusals only: the reply says the rest), 2 for a
@@ -27,7 +27,7 @@ use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use crate::shard::{EntityId, ShardId};
+use crate::shard::{EntityId, HandOffId, ShardId};
 use crate::wire::{Reader, WireError};
 
 const VERSION: u8 = 1;
@@ -60,6 +60,8 @@ pub enum Header {
         from: Arc<str>,
         /// The shard.
         shard: ShardId,
+        /// The hand-off.
+        handoff: HandOffId,
     },
 }
 
@@ -90,10 +92,15 @@ impl Header {
                     }
                 }
             }
-            Header::Marker { from, shard } => {
+            Header::Marker {
+                from,
+                shard,
+                handoff,
+            } => {
                 b.put_u8(1);
                 crate::wire::put_str8(b, from);
                 b.put_u32(shard.0);
+                b.put_u64(handoff.0);
             }
         }
     }
@@ -131,6 +138,7 @@ impl Header {
                 let header = Header::Marker {
                     from: r.str8()?.into(),
                     shard: ShardId(r.u32()?),
+                    handoff: HandOffId(r.u64()?),
                 };
                 if r.rest() > 0 {
                     return Err(WireError::Trailing(r.rest()));

@@ -342,10 +342,18 @@ impl Sharding {
                                 waiter: origin.map_or(Waiter::Nobody, Waiter::There),
                             },
                         },
-                        (Header::Marker { from, shard }, _) => Command::Marker {
+                        (
+                            Header::Marker {
+                                from,
+                                shard,
+                                handoff,
+                            },
+                            _,
+                        ) => Command::Marker {
                             entity_type: entity_type.clone(),
                             from,
                             shard,
+                            handoff,
                         },
                         (Header::Entity { .. }, None) => return,
                     };

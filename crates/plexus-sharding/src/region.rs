@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use crate::entities::{Entities, Touch};
 use crate::lease::{LeaseState, RegionLease};
 use crate::routing::{MarkerWait, RouteError, Routed, Routing, RoutingOutput};
-use crate::shard::{shard_of, EntityId, ShardId};
+use crate::shard::{shard_of, EntityId, HandOffId, ShardId};
 
 /// A region's settings.
 #[derive(Debug, Clone, Copy)]
@@ -99,13 +99,21 @@ pub enum RegionOutput<M> {
         shard: ShardId,
         /// The old home.
         to: Arc<str>,
+        /// The hand-off.
+        handoff: HandOffId,
     },
     /// Tell the coordinator this region holds the shard's messages.
-    HandOffAck(ShardId),
+    HandOffAck(ShardId, HandOffId),
     /// Tell the coordinator the shard stopped here.
-    ShardStopped(ShardId),
-    /// Send the coordinator a lease renewal with this number.
-    Renew(u64),
+    ShardStopped(ShardId, HandOffId),
+    /// Send the coordinator a lease renewal with this number, and the
+    /// shards this region hosts.
+    Renew {
+        /// The request's number.
+        seq: u64,
+        /// The shards homed here.
+        hosted: Vec<ShardId>,
+    },
 }
 
 /// One region of one entity type. See the [module docs](self).
@@ -129,10 +137,11 @@ pub struct Region<M> {
     /// Old-home hand-offs waiting for markers.
     markers: BTreeMap<ShardId, MarkerWait>,
     /// Markers that came before the coordinator's `HandOff` (they travel
-    /// on other paths).
-    early_markers: BTreeMap<ShardId, BTreeSet<Arc<str>>>,
+    /// on other paths), by hand-off; those of other hand-offs than the one
+    /// awaited are stale and dropped when it is.
+    early_markers: BTreeMap<ShardId, BTreeMap<HandOffId, BTreeSet<Arc<str>>>>,
     /// Shards stopping after their hand-off: `ShardStopped` once empty.
-    stopping: BTreeSet<ShardId>,
+    stopping: BTreeMap<ShardId, HandOffId>,
     /// Messages for local entities before the first lease (bounded by
     /// `held_limit`): delivered once it is granted.
     before_lease: VecDeque<(ShardId, EntityId, M)>,
@@ -156,7 +165,7 @@ impl<M> Region<M> {
             waiting: BTreeMap::new(),
             markers: BTreeMap::new(),
             early_markers: BTreeMap::new(),
-            stopping: BTreeSet::new(),
+            stopping: BTreeMap::new(),
             before_lease: VecDeque::new(),
             leased: false,
             out: VecDeque::new(),
@@ -189,7 +198,7 @@ impl<M> Region<M> {
     /// on, like a message sent here.
     pub fn arrived(&mut self, id: EntityId, message: M, now: Instant) {
         let shard = shard_of(&self.entity_type, &id, self.config.shards);
-        if self.homed.contains(&shard) && !self.stopping.contains(&shard) {
+        if self.homed.contains(&shard) && !self.stopping.contains_key(&shard) {
             self.local(shard, id, message, now);
         } else {
             self.send(id, message, now);
@@ -222,44 +231,80 @@ impl<M> Region<M> {
         self.drain_routing(now);
     }
 
-    /// The coordinator began a hand-off of `shard`.
-    pub fn begin_hand_off(&mut self, shard: ShardId, old_home: Arc<str>, now: Instant) {
-        if old_home == self.me {
-            // Its home here may not have reached it yet: what arrives
-            // before the markers is this incarnation's.
-            self.homed.insert(shard);
-        }
-        self.routing.begin_hand_off(shard, old_home);
+    /// The coordinator began hand-off `handoff` of `shard` from
+    /// `old_home`.
+    pub fn begin_hand_off(
+        &mut self,
+        shard: ShardId,
+        old_home: Arc<str>,
+        handoff: HandOffId,
+        now: Instant,
+    ) {
+        self.routing.begin_hand_off(shard, old_home, handoff);
         self.drain_routing(now);
     }
 
-    /// As the old home: stop `shard` once the markers of `regions` came.
-    pub fn hand_off(&mut self, shard: ShardId, regions: impl IntoIterator<Item = Arc<str>>) {
-        let mut wait = MarkerWait::new(shard, regions);
-        for from in self.early_markers.remove(&shard).unwrap_or_default() {
+    /// As the old home: stop `shard` once the markers of `regions` for
+    /// `handoff` came. The same hand-off again (its answer was late or
+    /// lost) changes nothing, or, for a shard not homed here any more, is
+    /// answered again at once.
+    pub fn hand_off(
+        &mut self,
+        shard: ShardId,
+        handoff: HandOffId,
+        regions: impl IntoIterator<Item = Arc<str>>,
+    ) {
+        if self
+            .markers
+            .get(&shard)
+            .is_some_and(|w| w.handoff() == handoff)
+            || self.stopping.get(&shard) == Some(&handoff)
+        {
+            return;
+        }
+        if !self.homed.contains(&shard) {
+            self.out
+                .push_back(RegionOutput::ShardStopped(shard, handoff));
+            return;
+        }
+        let mut wait = MarkerWait::new(shard, handoff, regions);
+        let early = self.early_markers.remove(&shard).unwrap_or_default();
+        for from in early
+            .into_iter()
+            .filter(|(h, _)| *h == handoff)
+            .flat_map(|(_, f)| f)
+        {
             wait.marker(&from);
         }
         if wait.done() {
-            self.stop_shard(shard);
+            self.stop_shard(shard, handoff);
         } else {
             self.markers.insert(shard, wait);
         }
     }
 
-    /// `from`'s marker for `shard` arrived (behind its messages).
-    pub fn marker(&mut self, from: &str, shard: ShardId) {
-        match self.markers.get_mut(&shard) {
-            Some(wait) => {
-                if wait.marker(from) {
-                    self.markers.remove(&shard);
-                    self.stop_shard(shard);
-                }
+    /// `from`'s marker for hand-off `handoff` of `shard` arrived (behind
+    /// its messages).
+    pub fn marker(&mut self, from: &str, shard: ShardId, handoff: HandOffId) {
+        if let Some(wait) = self
+            .markers
+            .get_mut(&shard)
+            .filter(|w| w.handoff() == handoff)
+        {
+            if wait.marker(from) {
+                self.markers.remove(&shard);
+                self.stop_shard(shard, handoff);
             }
-            None => {
-                self.early_markers
-                    .entry(shard)
-                    .or_default()
-                    .insert(from.into());
+            return;
+        }
+        // A marker repeated after its wait ended is dropped; any other is
+        // early (or stale, and dropped once its shard's hand-off waits).
+        if self.stopping.get(&shard) != Some(&handoff) {
+            let early = self.early_markers.entry(shard).or_default();
+            early.entry(handoff).or_default().insert(from.into());
+            // Repeats of ended hand-offs are all that pile up: keep a few.
+            while early.len() > 8 {
+                early.pop_first();
             }
         }
     }
@@ -268,21 +313,38 @@ impl<M> Region<M> {
     /// is awaited from it.
     pub fn region_gone(&mut self, region: &str, now: Instant) {
         self.routing.region_gone(region);
-        let done: Vec<ShardId> = self
+        let done: Vec<(ShardId, HandOffId)> = self
             .markers
             .iter_mut()
-            .filter_map(|(shard, w)| w.region_gone(region).then_some(*shard))
+            .filter_map(|(shard, w)| w.region_gone(region).then_some((*shard, w.handoff())))
             .collect();
-        for shard in done {
+        for (shard, handoff) in done {
             self.markers.remove(&shard);
-            self.stop_shard(shard);
+            self.stop_shard(shard, handoff);
         }
         self.drain_routing(now);
     }
 
-    /// The coordinator answered renewal `seq`: the messages that waited
-    /// for the first lease are delivered.
-    pub fn renewed(&mut self, seq: u64, now: Instant) {
+    /// The coordinator answered renewal `seq`: the shards it `revoked`
+    /// (reported here but homed elsewhere) are given up first, then the
+    /// lease is extended and the messages that waited for the first lease
+    /// are delivered.
+    pub fn renewed(&mut self, seq: u64, revoked: &[ShardId], now: Instant) {
+        for &shard in revoked {
+            if self.homed.remove(&shard) {
+                let ids: Vec<EntityId> = self
+                    .hosted
+                    .get(&shard)
+                    .map(|ids| ids.iter().cloned().collect())
+                    .unwrap_or_default();
+                for id in ids {
+                    self.passivate(id);
+                }
+                let me = self.me.clone();
+                self.routing.forget(shard, &me);
+            }
+        }
+        self.drain_routing(now);
         if self.lease.answered(seq) && self.lease.holds(now) {
             self.leased = true;
             while let Some((shard, id, message)) = self.before_lease.pop_front() {
@@ -303,7 +365,7 @@ impl<M> Region<M> {
             for message in waiting {
                 self.local(shard, id.clone(), message, now);
             }
-            if self.stopping.contains(&shard) {
+            if self.stopping.contains_key(&shard) {
                 self.passivate(id.clone());
             }
         }
@@ -379,7 +441,10 @@ impl<M> Region<M> {
     fn renew_if_due(&mut self, now: Instant) {
         if now >= self.next_renew {
             let seq = self.lease.request(now);
-            self.out.push_back(RegionOutput::Renew(seq));
+            let hosted = self.homed.iter().copied().collect();
+            self.out.push_back(RegionOutput::Renew { seq, hosted });
+            // A question or its answer lost with a link: asked again.
+            self.reask();
             self.next_renew = now + self.config.lease / 3;
         }
     }
@@ -389,16 +454,17 @@ impl<M> Region<M> {
             match o {
                 RoutingOutput::AskHome(shard) => self.out.push_back(RegionOutput::AskHome(shard)),
                 RoutingOutput::Send(home, (id, message)) => self.dispatch(home, id, message, now),
-                RoutingOutput::Marker { shard, to } => {
+                RoutingOutput::Marker { shard, to, handoff } => {
                     if to == self.me {
                         // Its own messages are all in: handled in order here.
-                        self.marker(&to.clone(), shard);
+                        self.marker(&to.clone(), shard, handoff);
                     } else {
-                        self.out.push_back(RegionOutput::Marker { shard, to });
+                        self.out
+                            .push_back(RegionOutput::Marker { shard, to, handoff });
                     }
                 }
-                RoutingOutput::HandOffAck(shard) => {
-                    self.out.push_back(RegionOutput::HandOffAck(shard));
+                RoutingOutput::HandOffAck(shard, handoff) => {
+                    self.out.push_back(RegionOutput::HandOffAck(shard, handoff));
                 }
             }
         }
@@ -450,8 +516,8 @@ impl<M> Region<M> {
 
     /// Every marker came: passivate the shard's entities, and report it
     /// stopped once they are.
-    fn stop_shard(&mut self, shard: ShardId) {
-        self.stopping.insert(shard);
+    fn stop_shard(&mut self, shard: ShardId, handoff: HandOffId) {
+        self.stopping.insert(shard, handoff);
         let ids: Vec<EntityId> = self
             .hosted
             .get(&shard)
@@ -472,16 +538,17 @@ impl<M> Region<M> {
     }
 
     fn shard_stopped_if_empty(&mut self, shard: ShardId) {
-        if !self.stopping.contains(&shard) {
+        let Some(&handoff) = self.stopping.get(&shard) else {
             return;
-        }
+        };
         if self.hosted.get(&shard).is_some_and(|ids| !ids.is_empty()) {
             return;
         }
         self.hosted.remove(&shard);
         self.homed.remove(&shard);
         self.stopping.remove(&shard);
-        self.out.push_back(RegionOutput::ShardStopped(shard));
+        self.out
+            .push_back(RegionOutput::ShardStopped(shard, handoff));
     }
 }
 

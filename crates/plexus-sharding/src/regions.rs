@@ -37,7 +37,7 @@ use plexus_cluster::{Member, MemberState};
 use crate::allocation::Rebalance;
 use crate::coordinator::{Coordinator, CoordinatorConfig, CoordinatorOutput};
 use crate::region::{EntityError, Region, RegionConfig, RegionOutput};
-use crate::shard::{EntityId, ShardId};
+use crate::shard::{EntityId, HandOffId, ShardId};
 use crate::wire::{Body, Message};
 
 /// A member's sharding settings (every entity type's).
@@ -163,6 +163,8 @@ pub enum Event<P> {
         shard: ShardId,
         /// The old home.
         to: Arc<str>,
+        /// The hand-off.
+        handoff: HandOffId,
     },
     /// A message this member sent with request number `request` is in
     /// its entity's mailbox on its home.
@@ -227,6 +229,10 @@ pub struct Regions<P> {
     coordinator_at: Option<Arc<str>>,
     /// Every member's state in the view.
     view: BTreeMap<Arc<str>, MemberState>,
+    /// This member's up-number (the high bits of its coordinators'
+    /// epochs) and how often it became the coordinator (the low bits).
+    up_number: u64,
+    generation: u8,
     downed: bool,
     leaving: bool,
     left: bool,
@@ -248,6 +254,8 @@ impl<P> Regions<P> {
             coordinators: BTreeMap::new(),
             coordinator_at: None,
             view: BTreeMap::new(),
+            up_number: 0,
+            generation: 0,
             downed: false,
             leaving: false,
             left: false,
@@ -318,9 +326,19 @@ impl<P> Regions<P> {
         self.pump(now);
     }
 
-    /// `from`'s hand-off marker for `shard` arrived, behind its messages.
-    pub fn marker(&mut self, entity_type: &Arc<str>, from: &str, shard: ShardId, now: Instant) {
-        self.type_state(entity_type, now).region.marker(from, shard);
+    /// `from`'s marker for hand-off `handoff` of `shard` arrived, behind
+    /// its messages.
+    pub fn marker(
+        &mut self,
+        entity_type: &Arc<str>,
+        from: &str,
+        shard: ShardId,
+        handoff: HandOffId,
+        now: Instant,
+    ) {
+        self.type_state(entity_type, now)
+            .region
+            .marker(from, shard, handoff);
         self.pump(now);
     }
 
@@ -381,6 +399,7 @@ impl<P> Regions<P> {
             .map(|m| (m.address.clone(), m.state))
             .collect();
         self.view.insert(local.address.clone(), local.state);
+        self.up_number = local.up_number;
         // Members gone since: routes to them are asked for again, their
         // markers not awaited, their shards re-homed after their lease.
         let gone: Vec<Arc<str>> = before
@@ -525,23 +544,21 @@ impl<P> Regions<P> {
             // Another member's coordinators decide from now on.
             self.coordinators.clear();
         }
+        if to.as_ref() == Some(&self.me) {
+            self.generation = self.generation.wrapping_add(1);
+        }
         self.coordinator_at = to.clone();
         let Some(at) = to else { return };
         let names: Vec<Arc<str>> = self.types.keys().cloned().collect();
         for entity_type in names {
             let t = self.types.get_mut(&entity_type).expect("listed");
             if t.hosts {
-                // The report first: a shard homed elsewhere meanwhile is
-                // taken from this region before its lease is renewed.
-                let hosted: Vec<ShardId> = t.region.homed().collect();
-                if !hosted.is_empty() {
-                    self.control(&at, &entity_type, Body::Hosted(hosted));
-                }
+                // The renewal reports what it hosts (a shard homed
+                // elsewhere meanwhile is revoked in the answer).
+                t.region.renew_now(now);
                 if self.leaving {
                     self.control(&at, &entity_type, Body::Leaving);
                 }
-                let t = self.types.get_mut(&entity_type).expect("listed");
-                t.region.renew_now(now);
             }
             self.types
                 .get_mut(&entity_type)
@@ -611,15 +628,17 @@ impl<P> Regions<P> {
         };
         match o {
             RegionOutput::AskHome(shard) => to_coordinator(self, Body::AskHome(shard)),
-            RegionOutput::HandOffAck(shard) => to_coordinator(self, Body::HandOffAck(shard)),
-            RegionOutput::ShardStopped(shard) => {
-                self.stats.handoffs += 1;
-                to_coordinator(self, Body::ShardStopped(shard));
+            RegionOutput::HandOffAck(shard, handoff) => {
+                to_coordinator(self, Body::HandOffAck(shard, handoff));
             }
-            RegionOutput::Renew(seq) => {
+            RegionOutput::ShardStopped(shard, handoff) => {
+                self.stats.handoffs += 1;
+                to_coordinator(self, Body::ShardStopped(shard, handoff));
+            }
+            RegionOutput::Renew { seq, hosted } => {
                 let hosts = self.types.get(entity_type).is_some_and(|s| s.hosts);
                 if hosts && !self.downed {
-                    to_coordinator(self, Body::Renew(seq));
+                    to_coordinator(self, Body::Renew { seq, hosted });
                 }
             }
             RegionOutput::Forward { to, id, message } => self.events.push_back(Event::Forward {
@@ -652,10 +671,11 @@ impl<P> Regions<P> {
                     error,
                 });
             }
-            RegionOutput::Marker { shard, to } => self.events.push_back(Event::Marker {
+            RegionOutput::Marker { shard, to, handoff } => self.events.push_back(Event::Marker {
                 entity_type: t,
                 shard,
                 to,
+                handoff,
             }),
         }
     }
@@ -665,15 +685,35 @@ impl<P> Regions<P> {
             CoordinatorOutput::Home { to, shard, home } => {
                 self.control(&to, entity_type, Body::Home { shard, home });
             }
-            CoordinatorOutput::BeginHandOff { to, shard, from } => {
-                self.control(&to, entity_type, Body::BeginHandOff { shard, from });
+            CoordinatorOutput::BeginHandOff {
+                to,
+                shard,
+                from,
+                handoff,
+            } => {
+                let body = Body::BeginHandOff {
+                    shard,
+                    handoff,
+                    from,
+                };
+                self.control(&to, entity_type, body);
             }
-            CoordinatorOutput::HandOff { to, shard, regions } => {
-                self.control(&to, entity_type, Body::HandOff { shard, regions });
+            CoordinatorOutput::HandOff {
+                to,
+                shard,
+                regions,
+                handoff,
+            } => {
+                let body = Body::HandOff {
+                    shard,
+                    handoff,
+                    regions,
+                };
+                self.control(&to, entity_type, body);
             }
             CoordinatorOutput::Drained { to } => self.control(&to, entity_type, Body::Drained),
-            CoordinatorOutput::Renewed { to, seq } => {
-                self.control(&to, entity_type, Body::Renewed(seq));
+            CoordinatorOutput::Renewed { to, seq, revoked } => {
+                self.control(&to, entity_type, Body::Renewed { seq, revoked });
             }
         }
     }
@@ -686,15 +726,14 @@ impl<P> Regions<P> {
         } = message;
         match body {
             Body::AskHome(_)
-            | Body::HandOffAck(_)
-            | Body::ShardStopped(_)
-            | Body::Renew(_)
-            | Body::Hosted(_)
+            | Body::HandOffAck(..)
+            | Body::ShardStopped(..)
+            | Body::Renew { .. }
             | Body::Leaving => self.for_coordinator(from, &entity_type, body, now),
             Body::Home { .. }
             | Body::BeginHandOff { .. }
             | Body::HandOff { .. }
-            | Body::Renewed(_)
+            | Body::Renewed { .. }
             | Body::Drained => self.coordinator_said(&from, &entity_type, body, now),
             Body::Refused { request, error } => {
                 self.events.push_back(Event::Refused { request, error });
@@ -717,15 +756,18 @@ impl<P> Regions<P> {
         let up = matches!(state, Some(MemberState::Up | MemberState::Suspect));
         let not_gone = state.is_some_and(|s| !gone_state(s));
         let config = self.config.coordinator();
+        // Unique among the type's coordinators: 24 bits of up-number, 8 of
+        // generation.
+        let epoch = ((self.up_number as u32) << 8) | u32::from(self.generation);
         let c = self
             .coordinators
             .entry(entity_type.clone())
-            .or_insert_with(|| Coordinator::new(config, now));
+            .or_insert_with(|| Coordinator::new(config, now, epoch));
         match body {
             Body::AskHome(shard) => c.ask_home(from, shard, now),
-            Body::HandOffAck(shard) => c.hand_off_ack(&from, shard),
-            Body::ShardStopped(shard) => c.shard_stopped(&from, shard, now),
-            Body::Renew(seq) => {
+            Body::HandOffAck(shard, handoff) => c.hand_off_ack(&from, shard, handoff),
+            Body::ShardStopped(shard, handoff) => c.shard_stopped(&from, shard, handoff, now),
+            Body::Renew { seq, hosted } => {
                 let known = c.allocation().regions().any(|(r, _)| *r == from);
                 if up && !known {
                     c.region_up(from.clone(), now);
@@ -733,15 +775,10 @@ impl<P> Regions<P> {
                 // A downed member's lease is never renewed: it runs out,
                 // and its shards move after it (`ALGORITHM.md`).
                 if (up || known) && not_gone {
-                    c.renew(from.clone(), seq, now);
+                    c.renew(from.clone(), seq, &hosted, now);
                     if state == Some(MemberState::Leaving) && !c.allocation().is_draining(&from) {
                         c.region_leaving(&from);
                     }
-                }
-            }
-            Body::Hosted(shards) if not_gone => {
-                for shard in shards {
-                    c.hosted(from.clone(), shard);
                 }
             }
             Body::Leaving => c.region_leaving(&from),
@@ -763,9 +800,17 @@ impl<P> Regions<P> {
         let t = self.type_state(entity_type, now);
         match body {
             Body::Home { shard, home } => t.region.home_is(shard, home, now),
-            Body::BeginHandOff { shard, from } => t.region.begin_hand_off(shard, from, now),
-            Body::HandOff { shard, regions } => t.region.hand_off(shard, regions),
-            Body::Renewed(seq) => t.region.renewed(seq, now),
+            Body::BeginHandOff {
+                shard,
+                handoff,
+                from,
+            } => t.region.begin_hand_off(shard, from, handoff, now),
+            Body::HandOff {
+                shard,
+                handoff,
+                regions,
+            } => t.region.hand_off(shard, handoff, regions),
+            Body::Renewed { seq, revoked } => t.region.renewed(seq, &revoked, now),
             Body::Drained => {
                 t.drained = true;
                 self.check_left();

@@ -18,7 +18,7 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
-use crate::shard::ShardId;
+use crate::shard::{HandOffId, ShardId};
 
 /// Where a message goes now.
 #[derive(Debug, PartialEq, Eq)]
@@ -43,9 +43,11 @@ pub enum RoutingOutput<M> {
         shard: ShardId,
         /// Its old home.
         to: Arc<str>,
+        /// The hand-off.
+        handoff: HandOffId,
     },
     /// Tell the coordinator this region holds the shard's messages now.
-    HandOffAck(ShardId),
+    HandOffAck(ShardId, HandOffId),
 }
 
 /// Why a message was refused.
@@ -65,7 +67,12 @@ pub enum RouteError {
 #[derive(Debug)]
 enum Route<M> {
     Home(Arc<str>),
-    Held(VecDeque<M>),
+    /// Held until the home is known: not known yet (`moving: None`), or a
+    /// hand-off began (its marker is sent).
+    Held {
+        held: VecDeque<M>,
+        moving: Option<HandOffId>,
+    },
 }
 
 /// One region's routes to the shards of one entity type. See the
@@ -97,7 +104,7 @@ impl<M> Routing<M> {
     pub fn route(&mut self, shard: ShardId, message: M) -> Result<Routed<M>, (RouteError, M)> {
         match self.routes.get_mut(&shard) {
             Some(Route::Home(home)) => Ok(Routed::To(home.clone(), message)),
-            Some(Route::Held(held)) => {
+            Some(Route::Held { held, .. }) => {
                 if held.len() >= self.held_limit {
                     let error = RouteError::HandOffBufferFull {
                         shard,
@@ -109,8 +116,13 @@ impl<M> Routing<M> {
                 Ok(Routed::Held)
             }
             None => {
-                self.routes
-                    .insert(shard, Route::Held(VecDeque::from([message])));
+                self.routes.insert(
+                    shard,
+                    Route::Held {
+                        held: VecDeque::from([message]),
+                        moving: None,
+                    },
+                );
                 self.out.push_back(RoutingOutput::AskHome(shard));
                 Ok(Routed::Held)
             }
@@ -121,7 +133,7 @@ impl<M> Routing<M> {
     /// for it leave, in order.
     pub fn home_is(&mut self, shard: ShardId, home: Arc<str>) {
         let before = self.routes.insert(shard, Route::Home(home.clone()));
-        if let Some(Route::Held(held)) = before {
+        if let Some(Route::Held { held, .. }) = before {
             self.out.extend(
                 held.into_iter()
                     .map(|m| RoutingOutput::Send(home.clone(), m)),
@@ -129,26 +141,45 @@ impl<M> Routing<M> {
         }
     }
 
-    /// The coordinator began handing `shard` over from `old_home`: new
-    /// messages are held, and the old home gets a marker behind those
-    /// already sent to it. Messages held because the home was not known
-    /// yet were sent before the marker too: they go to the old home ahead
-    /// of it. Every region sends a marker, even one that never sent the
-    /// shard anything: the old home waits for one from each region the
-    /// coordinator told.
-    pub fn begin_hand_off(&mut self, shard: ShardId, old_home: Arc<str>) {
-        let before = self.routes.insert(shard, Route::Held(VecDeque::new()));
-        if let Some(Route::Held(held)) = before {
-            self.out.extend(
-                held.into_iter()
-                    .map(|m| RoutingOutput::Send(old_home.clone(), m)),
-            );
+    /// The coordinator began hand-off `handoff` of `shard` from
+    /// `old_home`: new messages are held, and the old home gets a marker
+    /// behind those already sent to it. Messages held for an unknown home,
+    /// or since an earlier hand-off whose end this region did not hear of,
+    /// were sent before this marker too: they go to the old home ahead of
+    /// it. The same begin again (the coordinator asks again when an ack is
+    /// late) sends the marker and the ack again and nothing else: what is
+    /// held since is for the new home. Every region sends a marker, even
+    /// one that never sent the shard anything: the old home waits for one
+    /// from each region the coordinator told.
+    pub fn begin_hand_off(&mut self, shard: ShardId, old_home: Arc<str>, handoff: HandOffId) {
+        let route = self.routes.entry(shard).or_insert(Route::Held {
+            held: VecDeque::new(),
+            moving: None,
+        });
+        match route {
+            Route::Held { moving, .. } if *moving == Some(handoff) => {}
+            Route::Held { held, moving } => {
+                *moving = Some(handoff);
+                self.out.extend(
+                    std::mem::take(held)
+                        .into_iter()
+                        .map(|m| RoutingOutput::Send(old_home.clone(), m)),
+                );
+            }
+            Route::Home(_) => {
+                *route = Route::Held {
+                    held: VecDeque::new(),
+                    moving: Some(handoff),
+                };
+            }
         }
         self.out.push_back(RoutingOutput::Marker {
             shard,
             to: old_home,
+            handoff,
         });
-        self.out.push_back(RoutingOutput::HandOffAck(shard));
+        self.out
+            .push_back(RoutingOutput::HandOffAck(shard, handoff));
     }
 
     /// `region` is gone (its member left or was downed): the shards homed
@@ -156,7 +187,10 @@ impl<M> Routing<M> {
     pub fn region_gone(&mut self, region: &str) {
         for (shard, route) in &mut self.routes {
             if matches!(route, Route::Home(home) if **home == *region) {
-                *route = Route::Held(VecDeque::new());
+                *route = Route::Held {
+                    held: VecDeque::new(),
+                    moving: None,
+                };
                 self.out.push_back(RoutingOutput::AskHome(*shard));
             }
         }
@@ -165,8 +199,25 @@ impl<M> Routing<M> {
     /// The messages held for `shard`.
     pub fn held(&self, shard: ShardId) -> usize {
         match self.routes.get(&shard) {
-            Some(Route::Held(held)) => held.len(),
+            Some(Route::Held { held, .. }) => held.len(),
             _ => 0,
+        }
+    }
+
+    /// `shard` is no longer homed at `region` (the coordinator said so):
+    /// its messages are held and its home asked for anew.
+    pub fn forget(&mut self, shard: ShardId, region: &str) {
+        if let Some(Route::Home(home)) = self.routes.get(&shard) {
+            if **home == *region {
+                self.routes.insert(
+                    shard,
+                    Route::Held {
+                        held: VecDeque::new(),
+                        moving: None,
+                    },
+                );
+                self.out.push_back(RoutingOutput::AskHome(shard));
+            }
         }
     }
 
@@ -174,7 +225,7 @@ impl<M> Routing<M> {
     pub fn waiting(&self) -> Vec<ShardId> {
         self.routes
             .iter()
-            .filter(|(_, route)| matches!(route, Route::Held(_)))
+            .filter(|(_, route)| matches!(route, Route::Held { .. }))
             .map(|(shard, _)| *shard)
             .collect()
     }
@@ -184,7 +235,7 @@ impl<M> Routing<M> {
         self.routes
             .values()
             .map(|route| match route {
-                Route::Held(held) => held.len(),
+                Route::Held { held, .. } => held.len(),
                 Route::Home(_) => 0,
             })
             .sum()
@@ -201,14 +252,21 @@ impl<M> Routing<M> {
 #[derive(Debug, Clone)]
 pub struct MarkerWait {
     shard: ShardId,
+    handoff: HandOffId,
     waiting: BTreeSet<Arc<str>>,
 }
 
 impl MarkerWait {
-    /// Waits for the markers of `regions` for `shard`.
-    pub fn new(shard: ShardId, regions: impl IntoIterator<Item = Arc<str>>) -> Self {
+    /// Waits for the markers of `regions` for hand-off `handoff` of
+    /// `shard`.
+    pub fn new(
+        shard: ShardId,
+        handoff: HandOffId,
+        regions: impl IntoIterator<Item = Arc<str>>,
+    ) -> Self {
         Self {
             shard,
+            handoff,
             waiting: regions.into_iter().collect(),
         }
     }
@@ -216,6 +274,11 @@ impl MarkerWait {
     /// The shard handed over.
     pub fn shard(&self) -> ShardId {
         self.shard
+    }
+
+    /// The hand-off.
+    pub fn handoff(&self) -> HandOffId {
+        self.handoff
     }
 
     /// `region`'s marker arrived; returns whether none is awaited any more.

@@ -71,6 +71,21 @@ impl std::fmt::Display for ShardId {
     }
 }
 
+/// One hand-off of a shard, numbered by the coordinator that began it:
+/// its messages (begin, ack, markers, hand-off, stopped) name it, so a
+/// message of an earlier hand-off of the same shard, repeated or late, is
+/// never taken for one of this one. Unique across coordinators: the high
+/// 32 bits are the coordinator's epoch (its member's up-number and how
+/// often that member became the coordinator), the low 32 a counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct HandOffId(pub u64);
+
+impl std::fmt::Display for HandOffId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "hand-off {:x}", self.0)
+    }
+}
+
 /// The shard of entity `id` of type `entity_type`, among `shards` (at
 /// least 1): the type's name and the id hashed together (BLAKE3, as the
 /// cluster ring's keys), so two types' entities of one id spread apart.

@@ -9,17 +9,21 @@
 //! | --- | --- | --- | --- |
 //! | 0 ask home | `shard: u32` | region, coordinator | where does it live? |
 //! | 1 home | `shard: u32, home: str8` | coordinator, region | it lives there |
-//! | 2 begin hand-off | `shard: u32, old home: str8` | coordinator, every region | hold its messages, mark the old home |
-//! | 3 hand-off ack | `shard: u32` | region, coordinator | held, marked |
-//! | 4 hand-off | `shard: u32, count: u16, regions: str8 × count` | coordinator, old home | stop it after these regions' markers |
-//! | 5 shard stopped | `shard: u32` | old home, coordinator | stopped |
-//! | 6 renew | `seq: u64` | region, coordinator | renew my lease |
-//! | 7 renewed | `seq: u64` | coordinator, region | renewed, from when you asked |
-//! | 8 hosted | `count: u32, shards: u32 × count` | region, new coordinator | what I host |
+//! | 2 begin hand-off | `shard: u32, hand-off: u64, old home: str8` | coordinator, every region | hold its messages, mark the old home |
+//! | 3 hand-off ack | `shard: u32, hand-off: u64` | region, coordinator | held, marked |
+//! | 4 hand-off | `shard: u32, hand-off: u64, count: u16, regions: str8 × count` | coordinator, old home | stop it after these regions' markers |
+//! | 5 shard stopped | `shard: u32, hand-off: u64` | old home, coordinator | stopped |
+//! | 6 renew | `seq: u64, shards` | region, coordinator | renew my lease; I host these |
+//! | 7 renewed | `seq: u64, shards` | coordinator, region | renewed, from when you asked; these are not yours |
 //! | 9 leaving | (none) | region, coordinator | my member leaves: take my shards |
 //! | 10 drained | (none) | coordinator, region | you host nothing any more |
 //! | 11 refused | `request: u64, error: u8, [shard: u32, limit: u32]` | home, sender | your message was refused |
 //! | 12 delivered | `request: u64` | home, sender | your message is in its entity's mailbox |
+//!
+//! `shards` is `count: u32, shard: u32 × count`. A renewal carries what
+//! the region hosts, and its answer what it must give up before its lease
+//! is extended: one message each, so no lost report can leave a region
+//! leased with a shard homed elsewhere (`ALGORITHM.md`). Kind 8 is unused.
 //!
 //! A refusal's error is 0 (the home holds no lease), 1 (the shard's
 //! hand-off buffer is full; then `shard` and `limit` follow) or 2 (it went
@@ -39,14 +43,14 @@ use bytes::{BufMut, Bytes, BytesMut};
 
 use crate::region::EntityError;
 use crate::routing::RouteError;
-use crate::shard::{EntityIdError, ShardId};
+use crate::shard::{EntityIdError, HandOffId, ShardId};
 
 const VERSION: u8 = 2;
 
 /// The most regions a hand-off names.
 pub const MAX_REGIONS: usize = 4096;
 
-/// The most shards a `hosted` report names.
+/// The most shards a renewal or its answer names.
 pub const MAX_SHARDS: usize = 1 << 16;
 
 /// A sharding message. See the [module docs](self).
@@ -76,26 +80,39 @@ pub enum Body {
     BeginHandOff {
         /// The shard.
         shard: ShardId,
+        /// The hand-off.
+        handoff: HandOffId,
         /// Its old home.
         from: Arc<str>,
     },
     /// Held and marked.
-    HandOffAck(ShardId),
+    HandOffAck(ShardId, HandOffId),
     /// Stop the shard after these regions' markers.
     HandOff {
         /// The shard.
         shard: ShardId,
+        /// The hand-off.
+        handoff: HandOffId,
         /// The regions whose markers to await.
         regions: Vec<Arc<str>>,
     },
     /// The shard stopped at the sender.
-    ShardStopped(ShardId),
-    /// Renew the sender's lease (request number).
-    Renew(u64),
-    /// Renewed (the request's number).
-    Renewed(u64),
-    /// The shards the sender hosts.
-    Hosted(Vec<ShardId>),
+    ShardStopped(ShardId, HandOffId),
+    /// Renew the sender's lease.
+    Renew {
+        /// The request's number.
+        seq: u64,
+        /// The shards the sender hosts.
+        hosted: Vec<ShardId>,
+    },
+    /// Renewed, from when the request left.
+    Renewed {
+        /// The request's number.
+        seq: u64,
+        /// Shards the region reported that are not its own: it gives them
+        /// up before the lease is extended.
+        revoked: Vec<ShardId>,
+    },
     /// The sender's member leaves: hand over its shards.
     Leaving,
     /// The leaving region hosts nothing any more.
@@ -163,22 +180,46 @@ impl Message {
         put_str8(&mut b, &self.from);
         put_str8(&mut b, &self.entity_type);
         match &self.body {
-            Body::AskHome(s) | Body::HandOffAck(s) | Body::ShardStopped(s) => {
+            Body::AskHome(s) => b.put_u32(s.0),
+            Body::HandOffAck(s, h) | Body::ShardStopped(s, h) => {
                 b.put_u32(s.0);
+                b.put_u64(h.0);
             }
-            Body::Home { shard, home: name } | Body::BeginHandOff { shard, from: name } => {
+            Body::Home { shard, home } => {
                 b.put_u32(shard.0);
-                put_str8(&mut b, name);
+                put_str8(&mut b, home);
             }
-            Body::HandOff { shard, regions } => {
+            Body::BeginHandOff {
+                shard,
+                handoff,
+                from,
+            } => {
                 b.put_u32(shard.0);
+                b.put_u64(handoff.0);
+                put_str8(&mut b, from);
+            }
+            Body::HandOff {
+                shard,
+                handoff,
+                regions,
+            } => {
+                b.put_u32(shard.0);
+                b.put_u64(handoff.0);
                 b.put_u16(u16::try_from(regions.len()).expect("at most MAX_REGIONS"));
                 for r in regions {
                     put_str8(&mut b, r);
                 }
             }
-            Body::Renew(seq) | Body::Renewed(seq) | Body::Delivered(seq) => b.put_u64(*seq),
-            Body::Hosted(shards) => {
+            Body::Delivered(seq) => b.put_u64(*seq),
+            Body::Renew {
+                seq,
+                hosted: shards,
+            }
+            | Body::Renewed {
+                seq,
+                revoked: shards,
+            } => {
+                b.put_u64(*seq);
                 b.put_u32(u32::try_from(shards.len()).expect("at most MAX_SHARDS"));
                 for s in shards {
                     b.put_u32(s.0);
@@ -223,11 +264,13 @@ impl Message {
             },
             2 => Body::BeginHandOff {
                 shard: r.shard()?,
+                handoff: HandOffId(r.u64()?),
                 from: r.str8()?.into(),
             },
-            3 => Body::HandOffAck(r.shard()?),
+            3 => Body::HandOffAck(r.shard()?, HandOffId(r.u64()?)),
             4 => {
                 let shard = r.shard()?;
+                let handoff = HandOffId(r.u64()?);
                 let count = usize::from(r.u16()?);
                 if count > MAX_REGIONS {
                     return Err(WireError::TooMany {
@@ -239,26 +282,21 @@ impl Message {
                 let regions = (0..count)
                     .map(|_| r.str8().map(Arc::from))
                     .collect::<Result<_, _>>()?;
-                Body::HandOff { shard, regions }
-            }
-            5 => Body::ShardStopped(r.shard()?),
-            6 => Body::Renew(r.u64()?),
-            7 => Body::Renewed(r.u64()?),
-            8 => {
-                let count = r.u32()? as usize;
-                if count > MAX_SHARDS {
-                    return Err(WireError::TooMany {
-                        what: "shards",
-                        count,
-                        max: MAX_SHARDS,
-                    });
+                Body::HandOff {
+                    shard,
+                    handoff,
+                    regions,
                 }
-                // Four bytes each must be there before anything is kept.
-                if r.rest() < count * 4 {
-                    return Err(WireError::Truncated);
-                }
-                Body::Hosted((0..count).map(|_| r.shard()).collect::<Result<_, _>>()?)
             }
+            5 => Body::ShardStopped(r.shard()?, HandOffId(r.u64()?)),
+            6 => Body::Renew {
+                seq: r.u64()?,
+                hosted: r.shards()?,
+            },
+            7 => Body::Renewed {
+                seq: r.u64()?,
+                revoked: r.shards()?,
+            },
             9 => Body::Leaving,
             10 => Body::Drained,
             11 => {
@@ -294,12 +332,11 @@ impl Body {
             Body::AskHome(_) => 0,
             Body::Home { .. } => 1,
             Body::BeginHandOff { .. } => 2,
-            Body::HandOffAck(_) => 3,
+            Body::HandOffAck(..) => 3,
             Body::HandOff { .. } => 4,
-            Body::ShardStopped(_) => 5,
-            Body::Renew(_) => 6,
-            Body::Renewed(_) => 7,
-            Body::Hosted(_) => 8,
+            Body::ShardStopped(..) => 5,
+            Body::Renew { .. } => 6,
+            Body::Renewed { .. } => 7,
             Body::Leaving => 9,
             Body::Drained => 10,
             Body::Refused { .. } => 11,
@@ -360,6 +397,23 @@ impl<'a> Reader<'a> {
         let mut a = [0; 8];
         a.copy_from_slice(self.take(8)?);
         Ok(u64::from_be_bytes(a))
+    }
+
+    /// `count: u32, shard: u32 × count`, bounded by [`MAX_SHARDS`].
+    fn shards(&mut self) -> Result<Vec<ShardId>, WireError> {
+        let count = self.u32()? as usize;
+        if count > MAX_SHARDS {
+            return Err(WireError::TooMany {
+                what: "shards",
+                count,
+                max: MAX_SHARDS,
+            });
+        }
+        // Four bytes each must be there before anything is kept.
+        if self.rest() < count * 4 {
+            return Err(WireError::Truncated);
+        }
+        (0..count).map(|_| self.shard()).collect()
     }
 
     fn shard(&mut self) -> Result<ShardId, WireError> {

@@ -3,6 +3,15 @@ use super::*;
 const LEASE: Duration = Duration::from_secs(10);
 const MARGIN: Duration = Duration::from_secs(2);
 
+/// The first hand-off of a coordinator of epoch 0.
+const H0: HandOffId = HandOffId(0);
+
+/// The hand-off of the shard: in these tests the `n`th shard moved is
+/// shard `n`, or it is the only one.
+fn id(shard: u32) -> HandOffId {
+    HandOffId(u64::from(shard))
+}
+
 fn region(n: u8) -> Arc<str> {
     format!("tcp://198.51.100.{n}:4000").into()
 }
@@ -50,7 +59,7 @@ fn both_on_region_0(t0: Instant) -> (Coordinator, Instant) {
 
 /// A coordinator whose start wait is over, with `regions` regions up.
 fn running(shards: u32, regions: u8, t0: Instant) -> (Coordinator, Instant) {
-    let mut c = Coordinator::new(config(shards), t0);
+    let mut c = Coordinator::new(config(shards), t0, 0);
     for r in 0..regions {
         c.region_up(region(r), t0);
     }
@@ -63,9 +72,10 @@ fn running(shards: u32, regions: u8, t0: Instant) -> (Coordinator, Instant) {
 #[test]
 fn a_new_coordinator_places_unreported_shards_only_after_old_leases_end() {
     let t0 = Instant::now();
-    let mut c = Coordinator::new(config(8), t0);
+    let mut c = Coordinator::new(config(8), t0, 0);
     c.region_up(region(1), t0);
-    c.hosted(region(1), ShardId(5));
+    c.renew(region(1), 0, &[ShardId(5)], t0);
+    outputs(&mut c);
     c.ask_home(region(1), ShardId(5), t0);
     c.ask_home(region(1), ShardId(6), t0);
     // A reported shard is answered at once; an unreported one may still be
@@ -92,31 +102,34 @@ fn a_move_is_begun_everywhere_stopped_by_the_old_home_then_announced() {
                 to: region(0),
                 shard: ShardId(0),
                 from: region(0),
+                handoff: H0,
             },
             CoordinatorOutput::BeginHandOff {
                 to: region(1),
                 shard: ShardId(0),
                 from: region(0),
+                handoff: H0,
             },
         ]
     );
     // Asked meanwhile: no answer until the move is done.
     c.ask_home(region(1), ShardId(0), now);
-    c.hand_off_ack(&region(0), ShardId(0));
+    c.hand_off_ack(&region(0), ShardId(0), id(0));
     assert_eq!(outputs(&mut c), []);
-    c.hand_off_ack(&region(1), ShardId(0));
+    c.hand_off_ack(&region(1), ShardId(0), id(0));
     assert_eq!(
         outputs(&mut c),
         [CoordinatorOutput::HandOff {
             to: region(0),
             shard: ShardId(0),
             regions: vec![region(0), region(1)],
+            handoff: H0,
         }]
     );
     // Only the old home's word counts.
-    c.shard_stopped(&region(1), ShardId(0), now);
+    c.shard_stopped(&region(1), ShardId(0), id(0), now);
     assert_eq!(outputs(&mut c), []);
-    c.shard_stopped(&region(0), ShardId(0), now);
+    c.shard_stopped(&region(0), ShardId(0), id(0), now);
     assert_eq!(
         outputs(&mut c),
         [home(region(0), 0, region(1)), home(region(1), 0, region(1))]
@@ -138,20 +151,21 @@ fn a_leaving_region_hands_over_all_its_shards_at_once() {
                 to,
                 shard: ShardId(shard),
                 from: region(0),
+                handoff: HandOffId(u64::from(shard)),
             })
             .to_vec()
     };
     assert_eq!(begun, [begins(0), begins(1)].concat(), "past max_moves: 1");
     for shard in [0, 1] {
         for r in [0, 1] {
-            c.hand_off_ack(&region(r), ShardId(shard));
+            c.hand_off_ack(&region(r), ShardId(shard), id(shard));
         }
     }
     outputs(&mut c);
-    c.shard_stopped(&region(0), ShardId(0), now);
+    c.shard_stopped(&region(0), ShardId(0), id(0), now);
     let drained = CoordinatorOutput::Drained { to: region(0) };
     assert!(!outputs(&mut c).contains(&drained));
-    c.shard_stopped(&region(0), ShardId(1), now);
+    c.shard_stopped(&region(0), ShardId(1), id(1), now);
     assert!(
         outputs(&mut c).contains(&drained),
         "told once it hosts nothing"
@@ -164,18 +178,67 @@ fn a_leaving_region_hands_over_all_its_shards_at_once() {
 }
 
 #[test]
+fn a_renewal_reporting_a_shard_homed_elsewhere_revokes_it() {
+    let t0 = Instant::now();
+    let (mut c, now) = both_on_region_0(t0);
+    c.region_up(region(1), now);
+    outputs(&mut c);
+    // Region 1 claims shard 0 (a stale report), and an unknown one after
+    // the map was rebuilt: neither is its own.
+    c.renew(region(1), 3, &[ShardId(0), ShardId(1)], now);
+    assert_eq!(
+        outputs(&mut c),
+        [CoordinatorOutput::Renewed {
+            to: region(1),
+            seq: 3,
+            revoked: vec![ShardId(0), ShardId(1)],
+        }]
+    );
+    assert_eq!(c.allocation().home(ShardId(0)), Some(&region(0)));
+}
+
+#[test]
+fn a_hand_off_waiting_on_a_lost_message_is_asked_again() {
+    let t0 = Instant::now();
+    let (mut c, now) = both_on_region_0(t0);
+    c.region_up(region(1), now);
+    c.handle_timeout(now + Duration::from_secs(1));
+    outputs(&mut c);
+    c.hand_off_ack(&region(0), ShardId(0), id(0));
+    // Region 1's ack was lost: the next tick asks it again.
+    c.handle_timeout(now + Duration::from_secs(2));
+    assert!(outputs(&mut c).contains(&CoordinatorOutput::BeginHandOff {
+        to: region(1),
+        shard: ShardId(0),
+        from: region(0),
+        handoff: H0,
+    }));
+    c.hand_off_ack(&region(1), ShardId(0), id(0));
+    outputs(&mut c);
+    // Then the old home's answer was lost: asked again.
+    c.handle_timeout(now + Duration::from_secs(3));
+    assert!(outputs(&mut c).contains(&CoordinatorOutput::HandOff {
+        to: region(0),
+        shard: ShardId(0),
+        regions: vec![region(0), region(1)],
+        handoff: H0,
+    }));
+}
+
+#[test]
 fn a_crashed_region_s_shards_wait_for_its_lease_and_the_margin() {
     let t0 = Instant::now();
     let (mut c, now) = running(1, 2, t0);
     c.ask_home(region(0), ShardId(0), now);
     assert_eq!(outputs(&mut c), [home(region(0), 0, region(0))]);
     let renewed = now + Duration::from_secs(3);
-    c.renew(region(0), 7, renewed);
+    c.renew(region(0), 7, &[ShardId(0)], renewed);
     assert_eq!(
         outputs(&mut c),
         [CoordinatorOutput::Renewed {
             to: region(0),
-            seq: 7
+            seq: 7,
+            revoked: vec![],
         }]
     );
     c.region_gone(&region(0), renewed + Duration::from_secs(1));
@@ -193,7 +256,7 @@ fn a_hand_off_from_a_region_that_crashes_waits_for_its_lease() {
     let t0 = Instant::now();
     let (mut c, now) = both_on_region_0(t0);
     // Region 0 hosts them under a lease renewed now.
-    c.renew(region(0), 1, now);
+    c.renew(region(0), 1, &[ShardId(0), ShardId(1)], now);
     c.region_up(region(1), now);
     c.handle_timeout(now + Duration::from_secs(1));
     outputs(&mut c);
@@ -218,7 +281,7 @@ fn a_hand_off_to_a_region_that_left_goes_elsewhere_at_once() {
     outputs(&mut c);
     c.region_up(region(2), now);
     c.region_gone(&region(1), now);
-    c.hand_off_ack(&region(0), ShardId(0));
+    c.hand_off_ack(&region(0), ShardId(0), id(0));
     let out = outputs(&mut c);
     // Region 2 came after the hand-off began: no marker is awaited from it.
     assert_eq!(
@@ -227,9 +290,10 @@ fn a_hand_off_to_a_region_that_left_goes_elsewhere_at_once() {
             to: region(0),
             shard: ShardId(0),
             regions: vec![region(0)],
+            handoff: H0,
         }]
     );
-    c.shard_stopped(&region(0), ShardId(0), now);
+    c.shard_stopped(&region(0), ShardId(0), id(0), now);
     assert_eq!(c.allocation().home(ShardId(0)), Some(&region(2)));
     let out = outputs(&mut c);
     assert!(out.contains(&home(region(2), 0, region(2))), "{out:?}");

@@ -15,9 +15,12 @@ fn header() -> impl Strategy<Value = Header> {
                     confirm,
                 }),
             }),
-        ("[a-z0-9:/.]{0,40}", any::<u32>()).prop_map(|(from, shard)| Header::Marker {
-            from: from.into(),
-            shard: ShardId(shard)
+        ("[a-z0-9:/.]{0,40}", any::<u32>(), any::<u64>()).prop_map(|(from, shard, h)| {
+            Header::Marker {
+                from: from.into(),
+                shard: ShardId(shard),
+                handoff: HandOffId(h),
+            }
         }),
     ]
 }
@@ -56,7 +59,8 @@ fn bad_headers_get_typed_errors() {
     assert!(matches!(Header::decode(&empty_id), Err(WireError::Id(_))));
     let bad_kind = Bytes::from_static(&[VERSION, 7]);
     assert_eq!(Header::decode(&bad_kind), Err(WireError::Kind(7)));
-    let marker_and_more = Bytes::from_static(&[VERSION, 1, 0, 0, 0, 0, 1, 9]);
+    let marker_and_more =
+        Bytes::from_static(&[VERSION, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2, 9]);
     assert_eq!(
         Header::decode(&marker_and_more),
         Err(WireError::Trailing(1))

@@ -21,7 +21,7 @@ use super::{ControlPacket, ShardingStats, ACTOR_NAME};
 use crate::envelope::Origin;
 use crate::region::EntityError;
 use crate::regions::Event;
-use crate::shard::{EntityId, ShardId};
+use crate::shard::{EntityId, HandOffId, ShardId};
 
 /// What the driver is asked to do besides its packets' work.
 pub(crate) enum Command {
@@ -52,6 +52,7 @@ pub(crate) enum Command {
         entity_type: Arc<str>,
         from: Arc<str>,
         shard: ShardId,
+        handoff: HandOffId,
     },
     /// An entity's actor stopped.
     EntityStopped {
@@ -239,7 +240,8 @@ impl Host<ShardingProtocol> for ShardingHost {
                 entity_type,
                 from,
                 shard,
-            } => regions.marker(&entity_type, &from, shard, now),
+                handoff,
+            } => regions.marker(&entity_type, &from, shard, handoff, now),
             Command::EntityStopped {
                 entity_type,
                 id,
@@ -333,10 +335,11 @@ impl Host<ShardingProtocol> for ShardingHost {
                 entity_type,
                 shard,
                 to,
+                handoff,
             } => {
                 let me = protocol.0.me().clone();
                 if let Some(kind) = self.kinds.get_mut(&entity_type) {
-                    kind.marker(&self.node, &to, &me, shard);
+                    kind.marker(&self.node, &to, &me, shard, handoff);
                 }
             }
             Event::Activate { entity_type, id } => {

@@ -14,7 +14,7 @@ use super::entity::{Entity, EntityActor, Turn};
 use super::host::Command;
 use crate::envelope::{Envelope, Header, Origin};
 use crate::region::EntityError;
-use crate::shard::{EntityId, ShardId};
+use crate::shard::{EntityId, HandOffId, ShardId};
 
 /// A message for an entity on its way: the typed message, boxed, and who
 /// waits to hear what became of it.
@@ -61,7 +61,14 @@ pub(crate) trait Kind: Send {
         origin: Option<Origin>,
     ) -> Result<(), Parcel>;
     /// Sends a hand-off marker to the type's region on member `to`.
-    fn marker(&mut self, node: &Node, to: &Arc<str>, from: &Arc<str>, shard: ShardId);
+    fn marker(
+        &mut self,
+        node: &Node,
+        to: &Arc<str>,
+        from: &Arc<str>,
+        shard: ShardId,
+        handoff: HandOffId,
+    );
     /// Starts an entity.
     fn activate(&mut self, id: &EntityId);
     /// Hands a message to a running entity; `false` if it is not running.
@@ -178,13 +185,21 @@ impl<M: RemoteMessage> Kind for TypeOf<M> {
         Ok(())
     }
 
-    fn marker(&mut self, node: &Node, to: &Arc<str>, from: &Arc<str>, shard: ShardId) {
+    fn marker(
+        &mut self,
+        node: &Node,
+        to: &Arc<str>,
+        from: &Arc<str>,
+        shard: ShardId,
+        handoff: HandOffId,
+    ) {
         let name = region_actor(&self.entity_type);
         match self.refs.get(node, to, || format!("{to}/{name}")) {
             Ok(region) => region.tell(Envelope {
                 header: Header::Marker {
                     from: from.clone(),
                     shard,
+                    handoff,
                 },
                 message: None,
             }),

@@ -2,6 +2,9 @@ use super::*;
 
 const LEASE: Duration = Duration::from_secs(9);
 
+/// The hand-off in these tests.
+const H: HandOffId = HandOffId(7);
+
 fn me() -> Arc<str> {
     "tcp://198.51.100.1:4000".into()
 }
@@ -28,6 +31,13 @@ fn outputs(r: &mut Region<u32>) -> Vec<RegionOutput<u32>> {
     std::iter::from_fn(|| r.poll_output()).collect()
 }
 
+fn renew(seq: u64, hosted: &[ShardId]) -> RegionOutput<u32> {
+    RegionOutput::Renew {
+        seq,
+        hosted: hosted.to_vec(),
+    }
+}
+
 fn shard(n: u32) -> ShardId {
     shard_of("cart", &id(n), 4)
 }
@@ -35,8 +45,8 @@ fn shard(n: u32) -> ShardId {
 /// A region of "cart" with its first lease granted at `t0`.
 fn leased(t0: Instant) -> Region<u32> {
     let mut r = Region::new(me(), "cart".into(), config(), t0);
-    assert_eq!(outputs(&mut r), [RegionOutput::Renew(0)]);
-    r.renewed(0, t0);
+    assert_eq!(outputs(&mut r), [renew(0, &[])]);
+    r.renewed(0, &[], t0);
     r
 }
 
@@ -44,13 +54,13 @@ fn leased(t0: Instant) -> Region<u32> {
 fn messages_before_the_first_lease_wait_for_it() {
     let t0 = Instant::now();
     let mut r = Region::new(me(), "cart".into(), config(), t0);
-    assert_eq!(outputs(&mut r), [RegionOutput::Renew(0)]);
+    assert_eq!(outputs(&mut r), [renew(0, &[])]);
     r.send(id(1), 10, t0);
     assert_eq!(outputs(&mut r), [RegionOutput::AskHome(shard(1))]);
     r.home_is(shard(1), me(), t0);
     r.send(id(1), 11, t0);
     assert_eq!(outputs(&mut r), []);
-    r.renewed(0, t0);
+    r.renewed(0, &[], t0);
     assert_eq!(
         outputs(&mut r),
         [
@@ -119,11 +129,11 @@ fn the_old_home_stops_a_shard_after_every_marker_and_not_before() {
     outputs(&mut r);
     // The coordinator begins: this region holds its own messages, its own
     // marker is in at once.
-    r.begin_hand_off(s, me(), t0);
-    assert_eq!(outputs(&mut r), [RegionOutput::HandOffAck(s)]);
+    r.begin_hand_off(s, me(), H, t0);
+    assert_eq!(outputs(&mut r), [RegionOutput::HandOffAck(s, H)]);
     r.send(id(1), 2, t0);
     assert_eq!(outputs(&mut r), [], "held for the new home");
-    r.hand_off(s, [me(), other()]);
+    r.hand_off(s, H, [me(), other()]);
     assert_eq!(outputs(&mut r), []);
     // A message the other region sent before its marker is still handled
     // here, ahead of this region's own held one.
@@ -135,10 +145,10 @@ fn the_old_home_stops_a_shard_after_every_marker_and_not_before() {
             message: 3
         }]
     );
-    r.marker(&other(), s);
+    r.marker(&other(), s, H);
     assert_eq!(outputs(&mut r), [RegionOutput::Passivate(id(1))]);
     r.entity_stopped(&id(1), t0);
-    assert_eq!(outputs(&mut r), [RegionOutput::ShardStopped(s)]);
+    assert_eq!(outputs(&mut r), [RegionOutput::ShardStopped(s, H)]);
     assert_eq!(r.homed().count(), 0);
     // Stopped here: what arrives now is routed, behind the held one, to
     // the new home once it is named.
@@ -174,9 +184,12 @@ fn a_marker_before_the_hand_off_is_kept() {
     let t0 = Instant::now();
     let mut r = leased(t0);
     let s = shard(3);
-    r.marker(&other(), s);
-    r.hand_off(s, [other()]);
-    assert_eq!(outputs(&mut r), [RegionOutput::ShardStopped(s)]);
+    r.home_is(s, me(), t0);
+    // A stale marker of another hand-off is not taken for this one's.
+    r.marker(&other(), s, HandOffId(3));
+    r.marker(&other(), s, H);
+    r.hand_off(s, H, [other()]);
+    assert_eq!(outputs(&mut r), [RegionOutput::ShardStopped(s, H)]);
 }
 
 #[test]
@@ -188,7 +201,7 @@ fn a_lost_lease_passivates_everything_and_refuses_after() {
     outputs(&mut r);
     // Renewals go out every third of the lease; none is answered.
     r.handle_timeout(t0 + LEASE / 3);
-    assert_eq!(outputs(&mut r), [RegionOutput::Renew(1)]);
+    assert_eq!(outputs(&mut r), [renew(1, &[shard(1)])]);
     assert!(r.poll_timeout() <= Some(t0 + LEASE));
     r.handle_timeout(t0 + LEASE);
     let out = outputs(&mut r);
@@ -218,6 +231,36 @@ fn a_downed_member_s_region_gives_up_its_shards() {
     // Its homes are asked for again: the coordinator moves them.
     assert!(out.contains(&RegionOutput::AskHome(shard(1))), "{out:?}");
     assert_eq!(r.homed().count(), 0);
+}
+
+#[test]
+fn a_revoked_shard_is_given_up_before_the_lease_is_extended() {
+    let t0 = Instant::now();
+    let mut r = leased(t0);
+    r.home_is(shard(1), me(), t0);
+    r.send(id(1), 1, t0);
+    outputs(&mut r);
+    r.handle_timeout(t0 + LEASE / 3);
+    outputs(&mut r);
+    r.renewed(1, &[shard(1)], t0 + LEASE / 3);
+    let out = outputs(&mut r);
+    assert_eq!(
+        out,
+        [
+            RegionOutput::Passivate(id(1)),
+            RegionOutput::AskHome(shard(1))
+        ]
+    );
+    assert_eq!(r.homed().count(), 0);
+}
+
+#[test]
+fn a_hand_off_of_a_shard_not_homed_here_is_answered_at_once() {
+    let t0 = Instant::now();
+    let mut r = leased(t0);
+    // Asked again after the first answer was lost.
+    r.hand_off(shard(2), H, [me(), other()]);
+    assert_eq!(outputs(&mut r), [RegionOutput::ShardStopped(shard(2), H)]);
 }
 
 #[test]
@@ -307,7 +350,7 @@ mod property {
                             assert!(running.remove(&id));
                             stopping.insert(id);
                         }
-                        RegionOutput::Renew(seq) => r.renewed(seq, now),
+                        RegionOutput::Renew { seq, .. } => r.renewed(seq, &[], now),
                         _ => {}
                     }
                 }
@@ -324,7 +367,7 @@ mod property {
                         next += 1;
                     }
                     Op::Home(s, mine) => r.home_is(ShardId(s), if mine { me() } else { other() }, now),
-                    Op::Begin(s) => r.begin_hand_off(ShardId(s), me(), now),
+                    Op::Begin(s) => r.begin_hand_off(ShardId(s), me(), H, now),
                     Op::Advance(ms) => {
                         now += Duration::from_millis(ms);
                         r.handle_timeout(now);

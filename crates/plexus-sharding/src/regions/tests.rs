@@ -156,10 +156,13 @@ impl Cluster {
                     let header = Header::Entity { id, origin: None };
                     self.queue(me, &to, 1, Item::Envelope(header, Some(parcel)));
                 }
-                Event::Marker { shard, to, .. } => {
+                Event::Marker {
+                    shard, to, handoff, ..
+                } => {
                     let header = Header::Marker {
                         from: me.clone(),
                         shard,
+                        handoff,
                     };
                     self.queue(me, &to, 1, Item::Envelope(header, None));
                 }
@@ -222,9 +225,14 @@ impl Cluster {
             Item::Envelope(Header::Entity { id, .. }, Some(parcel)) => {
                 node.arrived(&cart, id, parcel, now)
             }
-            Item::Envelope(Header::Marker { from, shard }, None) => {
-                node.marker(&cart, &from, shard, now)
-            }
+            Item::Envelope(
+                Header::Marker {
+                    from,
+                    shard,
+                    handoff,
+                },
+                None,
+            ) => node.marker(&cart, &from, shard, handoff, now),
             Item::Envelope(..) => unreachable!(),
         }
         self.pump(&to);

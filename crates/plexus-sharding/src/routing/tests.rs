@@ -33,15 +33,16 @@ fn a_hand_off_marks_the_old_home_and_holds_until_the_new_one() {
     let s = ShardId(0);
     r.home_is(s, region(1));
     assert_eq!(r.route(s, 1), Ok(Routed::To(region(1), 1)));
-    r.begin_hand_off(s, region(1));
+    r.begin_hand_off(s, region(1), HandOffId(1));
     assert_eq!(
         outputs(&mut r),
         [
             RoutingOutput::Marker {
                 shard: s,
-                to: region(1)
+                to: region(1),
+                handoff: HandOffId(1),
             },
-            RoutingOutput::HandOffAck(s)
+            RoutingOutput::HandOffAck(s, HandOffId(1))
         ]
     );
     assert_eq!(r.route(s, 2), Ok(Routed::Held));
@@ -75,7 +76,7 @@ fn a_gone_region_s_shards_are_asked_for_again() {
 
 #[test]
 fn the_old_home_stops_after_every_marker_or_departure() {
-    let mut wait = MarkerWait::new(ShardId(4), [region(1), region(2), region(3)]);
+    let mut wait = MarkerWait::new(ShardId(4), HandOffId(1), [region(1), region(2), region(3)]);
     assert!(!wait.marker(&region(1)));
     assert!(!wait.marker(&region(1)), "a marker counts once");
     assert!(!wait.region_gone(&region(3)));
@@ -135,7 +136,7 @@ proptest! {
                     }
                 }
                 Op::Home(s, n) => r.home_is(ShardId(s), region(n)),
-                Op::Begin(s) => r.begin_hand_off(ShardId(s), region(1)),
+                Op::Begin(s) => r.begin_hand_off(ShardId(s), region(1), HandOffId(1)),
                 Op::Gone(n) => r.region_gone(&region(n)),
             }
             take(&mut r, &mut handed);

@@ -5,6 +5,10 @@ fn shard() -> impl Strategy<Value = ShardId> {
     any::<u32>().prop_map(ShardId)
 }
 
+fn handoff() -> impl Strategy<Value = HandOffId> {
+    any::<u64>().prop_map(HandOffId)
+}
+
 fn name() -> impl Strategy<Value = Arc<str>> {
     "[a-z0-9:/.]{0,40}".prop_map(Arc::from)
 }
@@ -13,14 +17,24 @@ fn body() -> impl Strategy<Value = Body> {
     prop_oneof![
         shard().prop_map(Body::AskHome),
         (shard(), name()).prop_map(|(shard, home)| Body::Home { shard, home }),
-        (shard(), name()).prop_map(|(shard, from)| Body::BeginHandOff { shard, from }),
-        shard().prop_map(Body::HandOffAck),
-        (shard(), proptest::collection::vec(name(), 0..8))
-            .prop_map(|(shard, regions)| Body::HandOff { shard, regions }),
-        shard().prop_map(Body::ShardStopped),
-        any::<u64>().prop_map(Body::Renew),
-        any::<u64>().prop_map(Body::Renewed),
-        proptest::collection::vec(shard(), 0..20).prop_map(Body::Hosted),
+        (shard(), handoff(), name()).prop_map(|(shard, handoff, from)| Body::BeginHandOff {
+            shard,
+            handoff,
+            from
+        }),
+        (shard(), handoff()).prop_map(|(s, h)| Body::HandOffAck(s, h)),
+        (shard(), handoff(), proptest::collection::vec(name(), 0..8)).prop_map(
+            |(shard, handoff, regions)| Body::HandOff {
+                shard,
+                handoff,
+                regions
+            }
+        ),
+        (shard(), handoff()).prop_map(|(s, h)| Body::ShardStopped(s, h)),
+        (any::<u64>(), proptest::collection::vec(shard(), 0..20))
+            .prop_map(|(seq, hosted)| Body::Renew { seq, hosted }),
+        (any::<u64>(), proptest::collection::vec(shard(), 0..20))
+            .prop_map(|(seq, revoked)| Body::Renewed { seq, revoked }),
         Just(Body::Leaving),
         any::<u64>().prop_map(Body::Delivered),
         Just(Body::Drained),
@@ -66,7 +80,7 @@ fn bad_input_gets_a_typed_error() {
     let ok = Message {
         from: "tcp://198.51.100.1:4000".into(),
         entity_type: "cart".into(),
-        body: Body::ShardStopped(ShardId(1)),
+        body: Body::ShardStopped(ShardId(1), HandOffId(9)),
     }
     .encode();
     let mut v = ok.to_vec();
@@ -81,15 +95,17 @@ fn bad_input_gets_a_typed_error() {
         Message::decode(&Bytes::from(v)),
         Err(WireError::Trailing(1))
     );
-    // A hosted report claiming more shards than it carries (empty `from`
-    // and type).
-    let mut v = vec![VERSION, 8, 0, 0];
+    // A renewal claiming more shards than it carries (empty `from` and
+    // type).
+    let mut v = vec![VERSION, 6, 0, 0];
+    v.extend_from_slice(&7u64.to_be_bytes());
     v.extend_from_slice(&(MAX_SHARDS as u32 + 1).to_be_bytes());
     assert!(matches!(
         Message::decode(&Bytes::from(v)),
         Err(WireError::TooMany { what: "shards", .. })
     ));
-    let mut v = vec![VERSION, 8, 0, 0];
+    let mut v = vec![VERSION, 6, 0, 0];
+    v.extend_from_slice(&7u64.to_be_bytes());
     v.extend_from_slice(&1000u32.to_be_bytes());
     assert_eq!(Message::decode(&Bytes::from(v)), Err(WireError::Truncated));
     // A refusal with an unknown code.
