@@ -110,9 +110,10 @@ pub struct Coordinator {
     allocation: Allocation,
     grants: Grants,
     handoffs: BTreeMap<ShardId, HandOff>,
-    /// Shards whose home is gone, with the region they were in: re-homed
-    /// once its lease is surely over.
-    orphans: BTreeMap<ShardId, Arc<str>>,
+    /// Shards whose home is gone, with the instant its lease is surely
+    /// over (fixed when it went: a new life of its member at the same
+    /// address renews a lease of its own): re-homed then.
+    orphans: BTreeMap<ShardId, Instant>,
     /// Regions waiting for a shard's home.
     askers: BTreeMap<ShardId, BTreeSet<Arc<str>>>,
     /// Shards without a home known to be hosted nowhere (stopped by a
@@ -122,6 +123,8 @@ pub struct Coordinator {
     free: BTreeSet<ShardId>,
     /// Leaving regions told they are drained.
     drained: BTreeSet<Arc<str>>,
+    /// Members the membership lists as leaving.
+    leaving_members: BTreeSet<Arc<str>>,
     /// A region waits for a shard that only the end of the old
     /// coordinators' leases lets this one place.
     start_wait: bool,
@@ -146,6 +149,7 @@ impl Coordinator {
             askers: BTreeMap::new(),
             free: BTreeSet::new(),
             drained: BTreeSet::new(),
+            leaving_members: BTreeSet::new(),
             start_wait: false,
             next_rebalance: now + config.rebalance_every,
             next_handoff: u64::from(epoch) << 32,
@@ -170,7 +174,10 @@ impl Coordinator {
             // It left (its member is on its way out).
             return;
         }
-        self.allocation.add_region(region);
+        self.allocation.add_region(region.clone());
+        if self.leaving_members.contains(&region) {
+            self.allocation.drain(&region);
+        }
         self.serve_askers(now);
     }
 
@@ -194,9 +201,12 @@ impl Coordinator {
     pub fn region_gone(&mut self, region: &str, now: Instant) {
         let region: Arc<str> = region.into();
         self.drained.remove(&region);
+        self.leaving_members.remove(&region);
+        let stopped_from = self.grants.stopped_from(&region);
+        self.grants.forget(&region);
         for shard in self.allocation.remove_region(&region) {
             if !self.handoffs.contains_key(&shard) {
-                self.orphans.insert(shard, region.clone());
+                self.orphans.insert(shard, stopped_from);
             }
         }
         let mut from_gone = Vec::new();
@@ -210,7 +220,7 @@ impl Coordinator {
         for shard in from_gone {
             // Stopped only when its lease is over: an orphan.
             self.handoffs.remove(&shard);
-            self.orphans.insert(shard, region.clone());
+            self.orphans.insert(shard, stopped_from);
         }
         for askers in self.askers.values_mut() {
             askers.remove(&region);
@@ -218,6 +228,16 @@ impl Coordinator {
         self.advance_handoffs();
         self.rehome_orphans(now);
         self.serve_askers(now);
+    }
+
+    /// A member is leaving (the membership says so; its region may not
+    /// have said it yet, or said it to another coordinator): its region,
+    /// now or when it comes, gets no shard and hands over what it has.
+    pub fn member_leaving(&mut self, member: &str) {
+        self.leaving_members.insert(member.into());
+        if self.allocation.regions().any(|(r, _)| **r == *member) {
+            self.region_leaving(member);
+        }
     }
 
     /// `region` asks where `shard` lives.
@@ -232,11 +252,20 @@ impl Coordinator {
     /// `region` renews its lease with request `seq`, reporting the shards
     /// it hosts. While this coordinator rebuilds its map (until the old
     /// coordinators' leases are surely over) it adopts a reported shard
-    /// that has no home; every reported shard homed elsewhere, or not
-    /// adopted, is revoked in the answer, which the region applies before
-    /// its lease is extended.
-    pub fn renew(&mut self, region: Arc<str>, seq: u64, hosted: &[ShardId], now: Instant) {
-        let rebuilding = !self.grants.old_leases_over(now);
+    /// that has no home, from a region whose lease still holds (`leased`:
+    /// the report of one whose lease ran out may be stale, its shards
+    /// homed elsewhere meanwhile); every reported shard homed elsewhere,
+    /// or not adopted, is revoked in the answer, which the region applies
+    /// before its lease is extended.
+    pub fn renew(
+        &mut self,
+        region: Arc<str>,
+        seq: u64,
+        leased: bool,
+        hosted: &[ShardId],
+        now: Instant,
+    ) {
+        let rebuilding = leased && !self.grants.old_leases_over(now);
         let mut revoked = Vec::new();
         for &shard in hosted {
             let adoptable = match self.allocation.home(shard) {
@@ -295,10 +324,7 @@ impl Coordinator {
     /// orphan's old lease ends, the old coordinators' leases end while a
     /// region waits, or the next rebalance.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let orphans = self
-            .orphans
-            .values()
-            .map(|region| self.grants.stopped_from(region));
+        let orphans = self.orphans.values().copied();
         let start = self.start_wait.then(|| self.grants.old_leases_end());
         orphans.chain(start).chain([self.next_rebalance]).min()
     }
@@ -326,25 +352,27 @@ impl Coordinator {
             .map(|(r, _)| r.clone())
             .collect();
         for to in empty {
+            // Done with: no hand-off waits for it any more (its member may
+            // leave before it answers).
+            for handoff in self.handoffs.values_mut() {
+                handoff.acks.remove(&to);
+                handoff.told.remove(&to);
+            }
             self.drained.insert(to.clone());
             self.out.push_back(CoordinatorOutput::Drained { to });
         }
+        self.advance_handoffs();
     }
 
     fn rehome_orphans(&mut self, now: Instant) {
         let ready: Vec<ShardId> = self
             .orphans
             .iter()
-            .filter(|(_, region)| self.grants.surely_stopped(region, now))
+            .filter(|(_, until)| now >= **until)
             .map(|(shard, _)| *shard)
             .collect();
         for shard in ready {
-            let Some(region) = self.orphans.remove(&shard) else {
-                continue;
-            };
-            if !self.orphans.values().any(|r| *r == region) {
-                self.grants.forget(&region);
-            }
+            self.orphans.remove(&shard);
             if self.allocation.allocate(shard).is_ok() {
                 self.announce(shard);
             } else {
@@ -364,9 +392,14 @@ impl Coordinator {
         if moves.is_empty() {
             return;
         }
-        // Planning moves changes no region: one set for them all.
-        let regions: BTreeSet<Arc<str>> =
-            self.allocation.regions().map(|(r, _)| r.clone()).collect();
+        // Planning moves changes no region: one set for them all (those
+        // drained after a leave are done with).
+        let regions: BTreeSet<Arc<str>> = self
+            .allocation
+            .regions()
+            .map(|(r, _)| r.clone())
+            .filter(|r| !self.drained.contains(r))
+            .collect();
         for m in moves {
             let id = HandOffId(self.next_handoff);
             self.next_handoff += 1;
@@ -393,8 +426,11 @@ impl Coordinator {
     }
 
     /// Asks again what a hand-off under way waits for (a message lost with
-    /// a link): `BeginHandOff` of the regions that have not acked, or
-    /// `HandOff` of the old home. Regions take both again harmlessly.
+    /// a link): `BeginHandOff` of the regions that have not acked; once
+    /// all have, `HandOff` of the old home and `BeginHandOff` of every
+    /// region told, whose markers may have been lost on their way to the
+    /// old home (a region sends its marker again, and nothing else).
+    /// Regions take all of them again harmlessly.
     fn resend_handoffs(&mut self) {
         for (shard, handoff) in &self.handoffs {
             if handoff.stopping {
@@ -404,15 +440,19 @@ impl Coordinator {
                     regions: handoff.told.iter().cloned().collect(),
                     handoff: handoff.id,
                 });
+            }
+            let waiting = if handoff.stopping {
+                &handoff.told
             } else {
-                for to in &handoff.acks {
-                    self.out.push_back(CoordinatorOutput::BeginHandOff {
-                        to: to.clone(),
-                        shard: *shard,
-                        from: handoff.from.clone(),
-                        handoff: handoff.id,
-                    });
-                }
+                &handoff.acks
+            };
+            for to in waiting {
+                self.out.push_back(CoordinatorOutput::BeginHandOff {
+                    to: to.clone(),
+                    shard: *shard,
+                    from: handoff.from.clone(),
+                    handoff: handoff.id,
+                });
             }
         }
     }

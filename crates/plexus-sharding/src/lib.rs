@@ -29,6 +29,7 @@ pub mod region;
 pub mod regions;
 pub mod routing;
 pub mod shard;
+pub mod sim;
 #[cfg(feature = "node")]
 pub mod telemetry;
 pub mod wire;

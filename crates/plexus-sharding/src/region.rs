@@ -46,10 +46,10 @@ pub enum EntityError {
     /// Its shard's messages wait for a home and the bound is reached.
     #[error(transparent)]
     Route(#[from] RouteError),
-    /// This region holds no lease (not granted yet, and as many messages
-    /// as it holds wait for it; or lost, cut off from the coordinator): it
-    /// hosts nothing until the lease is renewed.
-    #[error("the region hosting it holds no lease (not granted yet, or lost: cut off from the coordinator); try again later")]
+    /// The region hosting it holds no lease (not granted yet, or lost: cut
+    /// off from the coordinator), and as many messages as it holds already
+    /// wait for one.
+    #[error("the region hosting it holds no lease (not granted yet, or lost: cut off from the coordinator) and its buffer is full; try again later")]
     Unavailable,
     /// The member it was sent to crashed or left before it was handled
     /// (after a crash, messages in flight to the member are lost).
@@ -111,6 +111,8 @@ pub enum RegionOutput<M> {
     Renew {
         /// The request's number.
         seq: u64,
+        /// The lease still holds (the report is current).
+        leased: bool,
         /// The shards homed here.
         hosted: Vec<ShardId>,
     },
@@ -142,10 +144,10 @@ pub struct Region<M> {
     early_markers: BTreeMap<ShardId, BTreeMap<HandOffId, BTreeSet<Arc<str>>>>,
     /// Shards stopping after their hand-off: `ShardStopped` once empty.
     stopping: BTreeMap<ShardId, HandOffId>,
-    /// Messages for local entities before the first lease (bounded by
-    /// `held_limit`): delivered once it is granted.
+    /// Messages for local entities while no lease holds (before the first,
+    /// or after one ran out; bounded by `held_limit`): delivered once it is
+    /// renewed, or routed to their shard's home if it is not here any more.
     before_lease: VecDeque<(ShardId, EntityId, M)>,
-    leased: bool,
     out: VecDeque<RegionOutput<M>>,
 }
 
@@ -167,7 +169,6 @@ impl<M> Region<M> {
             early_markers: BTreeMap::new(),
             stopping: BTreeMap::new(),
             before_lease: VecDeque::new(),
-            leased: false,
             out: VecDeque::new(),
             config,
         };
@@ -346,10 +347,7 @@ impl<M> Region<M> {
         }
         self.drain_routing(now);
         if self.lease.answered(seq) && self.lease.holds(now) {
-            self.leased = true;
-            while let Some((shard, id, message)) = self.before_lease.pop_front() {
-                self.local(shard, id, message, now);
-            }
+            self.release_waiting(now);
         }
     }
 
@@ -361,12 +359,27 @@ impl<M> Region<M> {
             ids.remove(id);
         }
         if let Some(waiting) = self.waiting.remove(id) {
-            // Sent before anything that stops its shard: delivered here.
-            for message in waiting {
-                self.local(shard, id.clone(), message, now);
-            }
-            if self.stopping.contains_key(&shard) {
-                self.passivate(id.clone());
+            if !self.homed.contains(&shard) {
+                // Its shard was taken from this region meanwhile (revoked,
+                // or the member downed): to its home.
+                for message in waiting {
+                    self.send(id.clone(), message, now);
+                }
+            } else if self.lease.holds(now) {
+                // Sent before anything that stops its shard: delivered here.
+                for message in waiting {
+                    self.local(shard, id.clone(), message, now);
+                }
+                if self.stopping.contains_key(&shard) {
+                    self.passivate(id.clone());
+                }
+            } else {
+                // The lease ran out meanwhile: they wait for it ahead of
+                // everything that came after them (already accepted, so
+                // past the bound if need be).
+                for message in waiting.into_iter().rev() {
+                    self.before_lease.push_front((shard, id.clone(), message));
+                }
             }
         }
         self.shard_stopped_if_empty(shard);
@@ -410,6 +423,8 @@ impl<M> Region<M> {
         let me = self.me.clone();
         self.routing.region_gone(&me);
         self.drain_routing(now);
+        // What waited for the lease goes to the shards' new homes.
+        self.release_waiting(now);
     }
 
     /// Asks the coordinator again for every shard whose messages wait for
@@ -440,9 +455,14 @@ impl<M> Region<M> {
 
     fn renew_if_due(&mut self, now: Instant) {
         if now >= self.next_renew {
+            let leased = self.lease.holds(now);
             let seq = self.lease.request(now);
             let hosted = self.homed.iter().copied().collect();
-            self.out.push_back(RegionOutput::Renew { seq, hosted });
+            self.out.push_back(RegionOutput::Renew {
+                seq,
+                leased,
+                hosted,
+            });
             // A question or its answer lost with a link: asked again.
             self.reask();
             self.next_renew = now + self.config.lease / 3;
@@ -483,10 +503,35 @@ impl<M> Region<M> {
         }
     }
 
+    /// Delivers what waited for the lease: here if its shard still is
+    /// (also a shard being stopped: it came before the markers, and the
+    /// shard is reported stopped only after it), else routed to its home.
+    fn release_waiting(&mut self, now: Instant) {
+        for (shard, id, message) in std::mem::take(&mut self.before_lease) {
+            if self.homed.contains(&shard) {
+                self.local(shard, id, message, now);
+            } else {
+                self.send(id, message, now);
+            }
+        }
+        let stopping: Vec<ShardId> = self.stopping.keys().copied().collect();
+        for shard in stopping {
+            let ids: Vec<EntityId> = self
+                .hosted
+                .get(&shard)
+                .map(|ids| ids.iter().cloned().collect())
+                .unwrap_or_default();
+            for id in ids {
+                self.passivate(id);
+            }
+            self.shard_stopped_if_empty(shard);
+        }
+    }
+
     /// A message for an entity of a shard hosted here.
     fn local(&mut self, shard: ShardId, id: EntityId, message: M, now: Instant) {
         if !self.lease.holds(now) {
-            if !self.leased && self.before_lease.len() < self.config.held_limit {
+            if self.before_lease.len() < self.config.held_limit {
                 self.before_lease.push_back((shard, id, message));
                 return;
             }
@@ -542,6 +587,11 @@ impl<M> Region<M> {
             return;
         };
         if self.hosted.get(&shard).is_some_and(|ids| !ids.is_empty()) {
+            return;
+        }
+        // Messages that came before the markers wait for the lease: they
+        // are this incarnation's.
+        if self.before_lease.iter().any(|(s, _, _)| *s == shard) {
             return;
         }
         self.hosted.remove(&shard);

@@ -229,6 +229,9 @@ pub struct Regions<P> {
     coordinator_at: Option<Arc<str>>,
     /// Every member's state in the view.
     view: BTreeMap<Arc<str>, MemberState>,
+    /// Every member's life in the view: a new one at an address is a new
+    /// region there (the old one is gone).
+    lives: BTreeMap<Arc<str>, u64>,
     /// This member's up-number (the high bits of its coordinators'
     /// epochs) and how often it became the coordinator (the low bits).
     up_number: u64,
@@ -254,6 +257,7 @@ impl<P> Regions<P> {
             coordinators: BTreeMap::new(),
             coordinator_at: None,
             view: BTreeMap::new(),
+            lives: BTreeMap::new(),
             up_number: 0,
             generation: 0,
             downed: false,
@@ -400,11 +404,22 @@ impl<P> Regions<P> {
             .collect();
         self.view.insert(local.address.clone(), local.state);
         self.up_number = local.up_number;
-        // Members gone since: routes to them are asked for again, their
-        // markers not awaited, their shards re-homed after their lease.
+        let lives_before = std::mem::take(&mut self.lives);
+        self.lives = members
+            .iter()
+            .chain([local])
+            .map(|m| (m.address.clone(), m.life))
+            .collect();
+        // Members gone since (or in a new life): routes to them are asked
+        // for again, their markers not awaited, their shards re-homed after
+        // their lease.
         let gone: Vec<Arc<str>> = before
             .iter()
-            .filter(|(a, s)| !gone_state(**s) && self.view.get(*a).is_none_or(|s| gone_state(*s)))
+            .filter(|(a, s)| {
+                let now_gone = self.view.get(*a).is_none_or(|s| gone_state(*s));
+                let new_life = lives_before.get(*a) != self.lives.get(*a);
+                !gone_state(**s) && (now_gone || new_life)
+            })
             .map(|(a, _)| a.clone())
             .collect();
         for address in &gone {
@@ -425,7 +440,7 @@ impl<P> Regions<P> {
             .collect();
         for address in &leaving {
             for c in self.coordinators.values_mut() {
-                c.region_leaving(address);
+                c.member_leaving(address);
             }
         }
         if gone_state(local.state) && !self.downed {
@@ -635,10 +650,19 @@ impl<P> Regions<P> {
                 self.stats.handoffs += 1;
                 to_coordinator(self, Body::ShardStopped(shard, handoff));
             }
-            RegionOutput::Renew { seq, hosted } => {
+            RegionOutput::Renew {
+                seq,
+                leased,
+                hosted,
+            } => {
                 let hosts = self.types.get(entity_type).is_some_and(|s| s.hosts);
                 if hosts && !self.downed {
-                    to_coordinator(self, Body::Renew { seq, hosted });
+                    let body = Body::Renew {
+                        seq,
+                        leased,
+                        hosted,
+                    };
+                    to_coordinator(self, body);
                 }
             }
             RegionOutput::Forward { to, id, message } => self.events.push_back(Event::Forward {
@@ -759,15 +783,31 @@ impl<P> Regions<P> {
         // Unique among the type's coordinators: 24 bits of up-number, 8 of
         // generation.
         let epoch = ((self.up_number as u32) << 8) | u32::from(self.generation);
+        let leaving: Vec<Arc<str>> = self
+            .view
+            .iter()
+            .filter(|(_, s)| **s == MemberState::Leaving)
+            .map(|(a, _)| a.clone())
+            .collect();
         let c = self
             .coordinators
             .entry(entity_type.clone())
-            .or_insert_with(|| Coordinator::new(config, now, epoch));
+            .or_insert_with(|| {
+                let mut c = Coordinator::new(config, now, epoch);
+                for member in &leaving {
+                    c.member_leaving(member);
+                }
+                c
+            });
         match body {
             Body::AskHome(shard) => c.ask_home(from, shard, now),
             Body::HandOffAck(shard, handoff) => c.hand_off_ack(&from, shard, handoff),
             Body::ShardStopped(shard, handoff) => c.shard_stopped(&from, shard, handoff, now),
-            Body::Renew { seq, hosted } => {
+            Body::Renew {
+                seq,
+                leased,
+                hosted,
+            } => {
                 let known = c.allocation().regions().any(|(r, _)| *r == from);
                 if up && !known {
                     c.region_up(from.clone(), now);
@@ -775,7 +815,7 @@ impl<P> Regions<P> {
                 // A downed member's lease is never renewed: it runs out,
                 // and its shards move after it (`ALGORITHM.md`).
                 if (up || known) && not_gone {
-                    c.renew(from.clone(), seq, &hosted, now);
+                    c.renew(from.clone(), seq, leased, &hosted, now);
                     if state == Some(MemberState::Leaving) && !c.allocation().is_draining(&from) {
                         c.region_leaving(&from);
                     }

@@ -13,7 +13,7 @@
 //! | 3 hand-off ack | `shard: u32, hand-off: u64` | region, coordinator | held, marked |
 //! | 4 hand-off | `shard: u32, hand-off: u64, count: u16, regions: str8 × count` | coordinator, old home | stop it after these regions' markers |
 //! | 5 shard stopped | `shard: u32, hand-off: u64` | old home, coordinator | stopped |
-//! | 6 renew | `seq: u64, shards` | region, coordinator | renew my lease; I host these |
+//! | 6 renew | `seq: u64, leased: u8, shards` | region, coordinator | renew my lease (1: it still holds); I host these |
 //! | 7 renewed | `seq: u64, shards` | coordinator, region | renewed, from when you asked; these are not yours |
 //! | 9 leaving | (none) | region, coordinator | my member leaves: take my shards |
 //! | 10 drained | (none) | coordinator, region | you host nothing any more |
@@ -102,6 +102,9 @@ pub enum Body {
     Renew {
         /// The request's number.
         seq: u64,
+        /// The sender's lease still holds: its report is current (one
+        /// from a region whose lease ran out is never adopted).
+        leased: bool,
         /// The shards the sender hosts.
         hosted: Vec<ShardId>,
     },
@@ -213,17 +216,16 @@ impl Message {
             Body::Delivered(seq) => b.put_u64(*seq),
             Body::Renew {
                 seq,
-                hosted: shards,
-            }
-            | Body::Renewed {
-                seq,
-                revoked: shards,
+                leased,
+                hosted,
             } => {
                 b.put_u64(*seq);
-                b.put_u32(u32::try_from(shards.len()).expect("at most MAX_SHARDS"));
-                for s in shards {
-                    b.put_u32(s.0);
-                }
+                b.put_u8(u8::from(*leased));
+                put_shards(&mut b, hosted);
+            }
+            Body::Renewed { seq, revoked } => {
+                b.put_u64(*seq);
+                put_shards(&mut b, revoked);
             }
             Body::Leaving | Body::Drained => {}
             Body::Refused { request, error } => {
@@ -291,6 +293,11 @@ impl Message {
             5 => Body::ShardStopped(r.shard()?, HandOffId(r.u64()?)),
             6 => Body::Renew {
                 seq: r.u64()?,
+                leased: match r.u8()? {
+                    0 => false,
+                    1 => true,
+                    other => return Err(WireError::Kind(other)),
+                },
                 hosted: r.shards()?,
             },
             7 => Body::Renewed {
@@ -342,6 +349,13 @@ impl Body {
             Body::Refused { .. } => 11,
             Body::Delivered(_) => 12,
         }
+    }
+}
+
+fn put_shards(b: &mut impl BufMut, shards: &[ShardId]) {
+    b.put_u32(u32::try_from(shards.len()).expect("at most MAX_SHARDS"));
+    for s in shards {
+        b.put_u32(s.0);
     }
 }
 

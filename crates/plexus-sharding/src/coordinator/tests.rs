@@ -74,7 +74,7 @@ fn a_new_coordinator_places_unreported_shards_only_after_old_leases_end() {
     let t0 = Instant::now();
     let mut c = Coordinator::new(config(8), t0, 0);
     c.region_up(region(1), t0);
-    c.renew(region(1), 0, &[ShardId(5)], t0);
+    c.renew(region(1), 0, true, &[ShardId(5)], t0);
     outputs(&mut c);
     c.ask_home(region(1), ShardId(5), t0);
     c.ask_home(region(1), ShardId(6), t0);
@@ -185,7 +185,7 @@ fn a_renewal_reporting_a_shard_homed_elsewhere_revokes_it() {
     outputs(&mut c);
     // Region 1 claims shard 0 (a stale report), and an unknown one after
     // the map was rebuilt: neither is its own.
-    c.renew(region(1), 3, &[ShardId(0), ShardId(1)], now);
+    c.renew(region(1), 3, true, &[ShardId(0), ShardId(1)], now);
     assert_eq!(
         outputs(&mut c),
         [CoordinatorOutput::Renewed {
@@ -232,7 +232,7 @@ fn a_crashed_region_s_shards_wait_for_its_lease_and_the_margin() {
     c.ask_home(region(0), ShardId(0), now);
     assert_eq!(outputs(&mut c), [home(region(0), 0, region(0))]);
     let renewed = now + Duration::from_secs(3);
-    c.renew(region(0), 7, &[ShardId(0)], renewed);
+    c.renew(region(0), 7, true, &[ShardId(0)], renewed);
     assert_eq!(
         outputs(&mut c),
         [CoordinatorOutput::Renewed {
@@ -256,7 +256,7 @@ fn a_hand_off_from_a_region_that_crashes_waits_for_its_lease() {
     let t0 = Instant::now();
     let (mut c, now) = both_on_region_0(t0);
     // Region 0 hosts them under a lease renewed now.
-    c.renew(region(0), 1, &[ShardId(0), ShardId(1)], now);
+    c.renew(region(0), 1, true, &[ShardId(0), ShardId(1)], now);
     c.region_up(region(1), now);
     c.handle_timeout(now + Duration::from_secs(1));
     outputs(&mut c);

@@ -34,6 +34,7 @@ fn outputs(r: &mut Region<u32>) -> Vec<RegionOutput<u32>> {
 fn renew(seq: u64, hosted: &[ShardId]) -> RegionOutput<u32> {
     RegionOutput::Renew {
         seq,
+        leased: seq > 0,
         hosted: hosted.to_vec(),
     }
 }
@@ -193,7 +194,7 @@ fn a_marker_before_the_hand_off_is_kept() {
 }
 
 #[test]
-fn a_lost_lease_passivates_everything_and_refuses_after() {
+fn a_lost_lease_passivates_everything_and_holds_what_comes_after() {
     let t0 = Instant::now();
     let mut r = leased(t0);
     r.home_is(shard(1), me(), t0);
@@ -207,15 +208,38 @@ fn a_lost_lease_passivates_everything_and_refuses_after() {
     let out = outputs(&mut r);
     assert!(out.contains(&RegionOutput::Passivate(id(1))), "{out:?}");
     r.entity_stopped(&id(1), t0 + LEASE);
-    r.send(id(1), 2, t0 + LEASE);
+    // Held while no lease holds, up to the bound; refused beyond it.
+    for n in 2..10 {
+        r.send(id(1), n, t0 + LEASE);
+    }
+    r.send(id(1), 10, t0 + LEASE);
     assert_eq!(
         outputs(&mut r),
         [RegionOutput::Refuse {
             id: id(1),
-            message: 2,
+            message: 10,
             error: EntityError::Unavailable
         }]
     );
+    // Renewed: what waited is delivered, in order.
+    let at = t0 + LEASE + Duration::from_secs(1);
+    r.renew_now(at);
+    let seq = outputs(&mut r)
+        .iter()
+        .find_map(|o| match o {
+            RegionOutput::Renew { seq, .. } => Some(*seq),
+            _ => None,
+        })
+        .unwrap();
+    r.renewed(seq, &[], at);
+    let delivered: Vec<u32> = outputs(&mut r)
+        .into_iter()
+        .filter_map(|o| match o {
+            RegionOutput::Deliver { message, .. } => Some(message),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(delivered, (2..10).collect::<Vec<_>>());
 }
 
 #[test]

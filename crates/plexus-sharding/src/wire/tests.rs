@@ -31,8 +31,16 @@ fn body() -> impl Strategy<Value = Body> {
             }
         ),
         (shard(), handoff()).prop_map(|(s, h)| Body::ShardStopped(s, h)),
-        (any::<u64>(), proptest::collection::vec(shard(), 0..20))
-            .prop_map(|(seq, hosted)| Body::Renew { seq, hosted }),
+        (
+            any::<u64>(),
+            any::<bool>(),
+            proptest::collection::vec(shard(), 0..20)
+        )
+            .prop_map(|(seq, leased, hosted)| Body::Renew {
+                seq,
+                leased,
+                hosted
+            }),
         (any::<u64>(), proptest::collection::vec(shard(), 0..20))
             .prop_map(|(seq, revoked)| Body::Renewed { seq, revoked }),
         Just(Body::Leaving),
@@ -99,6 +107,7 @@ fn bad_input_gets_a_typed_error() {
     // type).
     let mut v = vec![VERSION, 6, 0, 0];
     v.extend_from_slice(&7u64.to_be_bytes());
+    v.push(1);
     v.extend_from_slice(&(MAX_SHARDS as u32 + 1).to_be_bytes());
     assert!(matches!(
         Message::decode(&Bytes::from(v)),
@@ -106,6 +115,7 @@ fn bad_input_gets_a_typed_error() {
     ));
     let mut v = vec![VERSION, 6, 0, 0];
     v.extend_from_slice(&7u64.to_be_bytes());
+    v.push(1);
     v.extend_from_slice(&1000u32.to_be_bytes());
     assert_eq!(Message::decode(&Bytes::from(v)), Err(WireError::Truncated));
     // A refusal with an unknown code.
