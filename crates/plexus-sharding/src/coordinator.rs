@@ -110,10 +110,11 @@ pub struct Coordinator {
     allocation: Allocation,
     grants: Grants,
     handoffs: BTreeMap<ShardId, HandOff>,
-    /// Shards whose home is gone, with the instant its lease is surely
-    /// over (fixed when it went: a new life of its member at the same
-    /// address renews a lease of its own): re-homed then.
-    orphans: BTreeMap<ShardId, Instant>,
+    /// Shards whose home is gone, with the end of this coordinator's last
+    /// lease to it (fixed when it went: a new life of its member at the
+    /// same address renews a lease of its own): re-homed once that and
+    /// every older coordinator's leases are over.
+    orphans: BTreeMap<ShardId, Option<Instant>>,
     /// Regions waiting for a shard's home.
     askers: BTreeMap<ShardId, BTreeSet<Arc<str>>>,
     /// Shards without a home known to be hosted nowhere (stopped by a
@@ -125,6 +126,8 @@ pub struct Coordinator {
     drained: BTreeSet<Arc<str>>,
     /// Members the membership lists as leaving.
     leaving_members: BTreeSet<Arc<str>>,
+    /// When each region last asked for a renewal (for the quorum).
+    heard: BTreeMap<Arc<str>, Instant>,
     /// A region waits for a shard that only the end of the old
     /// coordinators' leases lets this one place.
     start_wait: bool,
@@ -143,13 +146,14 @@ impl Coordinator {
     pub fn new(config: CoordinatorConfig, now: Instant, epoch: u32) -> Self {
         Self {
             allocation: Allocation::new(config.shards),
-            grants: Grants::new(config.lease, config.margin, now),
+            grants: Grants::new(config.lease, config.margin),
             handoffs: BTreeMap::new(),
             orphans: BTreeMap::new(),
             askers: BTreeMap::new(),
             free: BTreeSet::new(),
             drained: BTreeSet::new(),
             leaving_members: BTreeSet::new(),
+            heard: BTreeMap::new(),
             start_wait: false,
             next_rebalance: now + config.rebalance_every,
             next_handoff: u64::from(epoch) << 32,
@@ -202,7 +206,8 @@ impl Coordinator {
         let region: Arc<str> = region.into();
         self.drained.remove(&region);
         self.leaving_members.remove(&region);
-        let stopped_from = self.grants.stopped_from(&region);
+        self.heard.remove(&region);
+        let stopped_from = self.grants.answered_end(&region);
         self.grants.forget(&region);
         for shard in self.allocation.remove_region(&region) {
             if !self.handoffs.contains_key(&shard) {
@@ -265,6 +270,14 @@ impl Coordinator {
         hosted: &[ShardId],
         now: Instant,
     ) {
+        self.heard.insert(region.clone(), now);
+        if !self.has_quorum(now) {
+            // Cut off from most regions (this member may be on the losing
+            // side of a partition, whether or not its membership says so
+            // yet): no lease is renewed, so they all run out.
+            return;
+        }
+        self.grants.quorum(now);
         let rebuilding = leased && !self.grants.old_leases_over(now);
         let mut revoked = Vec::new();
         for &shard in hosted {
@@ -324,8 +337,12 @@ impl Coordinator {
     /// orphan's old lease ends, the old coordinators' leases end while a
     /// region waits, or the next rebalance.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let orphans = self.orphans.values().copied();
-        let start = self.start_wait.then(|| self.grants.old_leases_end());
+        let old = self.grants.old_leases_end();
+        let orphans = self
+            .orphans
+            .values()
+            .filter_map(move |end| old.map(|old| end.map_or(old, |e| e.max(old))));
+        let start = if self.start_wait { old } else { None };
         orphans.chain(start).chain([self.next_rebalance]).min()
     }
 
@@ -339,6 +356,24 @@ impl Coordinator {
             self.rebalance();
         }
         self.serve_askers(now);
+    }
+
+    /// Whether a majority of the regions (those not drained after a
+    /// leave) asked for a renewal within the last lease: a coordinator that
+    /// hears from fewer renews no one.
+    fn has_quorum(&self, now: Instant) -> bool {
+        let since = now.checked_sub(self.config.lease).unwrap_or(now);
+        let (mut regions, mut heard) = (0usize, 0usize);
+        for (region, _) in self.allocation.regions() {
+            if self.drained.contains(region) {
+                continue;
+            }
+            regions += 1;
+            if self.heard.get(region).is_some_and(|&at| at >= since) {
+                heard += 1;
+            }
+        }
+        heard * 2 > regions
     }
 
     /// Tells each leaving region that hosts nothing, once.
@@ -368,7 +403,7 @@ impl Coordinator {
         let ready: Vec<ShardId> = self
             .orphans
             .iter()
-            .filter(|(_, until)| now >= **until)
+            .filter(|(_, end)| self.grants.old_leases_over(now) && end.is_none_or(|e| now >= e))
             .map(|(shard, _)| *shard)
             .collect();
         for shard in ready {

@@ -113,20 +113,27 @@ impl RegionLease {
 pub struct Grants {
     lease: Duration,
     margin: Duration,
-    started: Instant,
+    /// When this coordinator first heard from a majority of its regions.
+    quorum_at: Option<Instant>,
     answered: BTreeMap<Arc<str>, Instant>,
 }
 
 impl Grants {
-    /// A coordinator that starts at `now`, granting leases of `lease`,
-    /// counted as over `margin` after they end.
-    pub fn new(lease: Duration, margin: Duration, now: Instant) -> Self {
+    /// A coordinator granting leases of `lease`, counted as over `margin`
+    /// after they end.
+    pub fn new(lease: Duration, margin: Duration) -> Self {
         Self {
             lease,
             margin,
-            started: now,
+            quorum_at: None,
             answered: BTreeMap::new(),
         }
+    }
+
+    /// This coordinator hears from a majority of its regions at `now` (the
+    /// first time counts).
+    pub fn quorum(&mut self, now: Instant) {
+        self.quorum_at.get_or_insert(now);
     }
 
     /// The coordinator answers `region`'s renewal now.
@@ -134,36 +141,45 @@ impl Grants {
         self.answered.insert(region, now);
     }
 
-    /// From when on `region` hosts nothing under any lease:
-    /// `lease + margin` after this coordinator's last answer to it, and
-    /// never before `lease + margin` after this coordinator started (an
-    /// older coordinator's lease may hold anywhere until then, on a region
-    /// this one never heard of too).
-    pub fn stopped_from(&self, region: &str) -> Instant {
-        let last = self
-            .answered
+    /// When a lease this coordinator granted `region` surely ended:
+    /// `lease + margin` after its last answer (`None` if it never
+    /// answered).
+    pub fn answered_end(&self, region: &str) -> Option<Instant> {
+        self.answered
             .get(region)
-            .map_or(self.started, |&at| at.max(self.started));
-        last + self.lease + self.margin
+            .map(|&at| at + self.lease + self.margin)
+    }
+
+    /// From when on `region` hosts nothing under any lease: after this
+    /// coordinator's last answer to it (see
+    /// [`answered_end`](Grants::answered_end)), and after every older
+    /// coordinator's lease (see [`old_leases_end`](Grants::old_leases_end));
+    /// `None` while that is not known.
+    pub fn stopped_from(&self, region: &str) -> Option<Instant> {
+        let old = self.old_leases_end()?;
+        Some(self.answered_end(region).map_or(old, |end| end.max(old)))
     }
 
     /// Whether `region`'s shards may go elsewhere at `now` without a
     /// hand-off (its member is down or gone): see
     /// [`stopped_from`](Grants::stopped_from).
     pub fn surely_stopped(&self, region: &str, now: Instant) -> bool {
-        now >= self.stopped_from(region)
+        self.stopped_from(region).is_some_and(|at| now >= at)
     }
 
     /// When every lease an older coordinator may have granted is surely
-    /// over: `lease + margin` after this one started.
-    pub fn old_leases_end(&self) -> Instant {
-        self.started + self.lease + self.margin
+    /// over: `2 × lease + margin` after this one first heard from a
+    /// majority of the regions (`None` before). From then on a majority
+    /// renews with this one, so an older one hears from a minority within
+    /// a lease and stops renewing: its last grant ends a lease later.
+    pub fn old_leases_end(&self) -> Option<Instant> {
+        self.quorum_at.map(|at| at + 2 * self.lease + self.margin)
     }
 
     /// Whether every lease an older coordinator may have granted is surely
     /// over at `now`: a shard no region reported is hosted nowhere.
     pub fn old_leases_over(&self, now: Instant) -> bool {
-        now >= self.old_leases_end()
+        self.old_leases_end().is_some_and(|end| now >= end)
     }
 
     /// Forgets a region that was removed and whose shards went elsewhere.

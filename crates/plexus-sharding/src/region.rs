@@ -361,10 +361,11 @@ impl<M> Region<M> {
         if let Some(waiting) = self.waiting.remove(id) {
             if !self.homed.contains(&shard) {
                 // Its shard was taken from this region meanwhile (revoked,
-                // or the member downed): to its home.
-                for message in waiting {
-                    self.send(id.clone(), message, now);
-                }
+                // or the member downed): to its home, ahead of what came
+                // after.
+                let messages = waiting.into_iter().map(|m| (id.clone(), m)).collect();
+                self.routing.route_first(shard, messages);
+                self.drain_routing(now);
             } else if self.lease.holds(now) {
                 // Sent before anything that stops its shard: delivered here.
                 for message in waiting {
@@ -507,13 +508,19 @@ impl<M> Region<M> {
     /// (also a shard being stopped: it came before the markers, and the
     /// shard is reported stopped only after it), else routed to its home.
     fn release_waiting(&mut self, now: Instant) {
+        let mut elsewhere: BTreeMap<ShardId, Vec<(EntityId, M)>> = BTreeMap::new();
         for (shard, id, message) in std::mem::take(&mut self.before_lease) {
             if self.homed.contains(&shard) {
                 self.local(shard, id, message, now);
             } else {
-                self.send(id, message, now);
+                elsewhere.entry(shard).or_default().push((id, message));
             }
         }
+        // Older than whatever was routed for their shards since: ahead.
+        for (shard, messages) in elsewhere {
+            self.routing.route_first(shard, messages);
+        }
+        self.drain_routing(now);
         let stopping: Vec<ShardId> = self.stopping.keys().copied().collect();
         for shard in stopping {
             let ids: Vec<EntityId> = self

@@ -221,6 +221,40 @@ impl<M> Routing<M> {
         }
     }
 
+    /// Messages for `shard` older than any routed since (they waited
+    /// elsewhere in the region): they go ahead of those held, or on to the
+    /// home if it is known.
+    pub fn route_first(&mut self, shard: ShardId, messages: Vec<M>) {
+        if messages.is_empty() {
+            return;
+        }
+        match self.routes.get_mut(&shard) {
+            Some(Route::Home(home)) => {
+                let home = home.clone();
+                self.out.extend(
+                    messages
+                        .into_iter()
+                        .map(|m| RoutingOutput::Send(home.clone(), m)),
+                );
+            }
+            Some(Route::Held { held, .. }) => {
+                for m in messages.into_iter().rev() {
+                    held.push_front(m);
+                }
+            }
+            None => {
+                self.routes.insert(
+                    shard,
+                    Route::Held {
+                        held: messages.into(),
+                        moving: None,
+                    },
+                );
+                self.out.push_back(RoutingOutput::AskHome(shard));
+            }
+        }
+    }
+
     /// The shards whose messages wait for a home.
     pub fn waiting(&self) -> Vec<ShardId> {
         self.routes

@@ -63,7 +63,11 @@ fn running(shards: u32, regions: u8, t0: Instant) -> (Coordinator, Instant) {
     for r in 0..regions {
         c.region_up(region(r), t0);
     }
-    let now = t0 + LEASE + MARGIN;
+    // They all renew: a quorum from t0 on.
+    for r in 0..regions {
+        c.renew(region(r), 0, true, &[], t0);
+    }
+    let now = t0 + 2 * LEASE + MARGIN;
     c.handle_timeout(now);
     outputs(&mut c);
     (c, now)
@@ -82,9 +86,9 @@ fn a_new_coordinator_places_unreported_shards_only_after_old_leases_end() {
     // hosted under an older coordinator's lease.
     assert_eq!(outputs(&mut c), [home(region(1), 5, region(1))]);
     assert_eq!(c.poll_timeout(), Some(t0 + Duration::from_secs(1)));
-    c.handle_timeout(t0 + LEASE + MARGIN - Duration::from_millis(1));
+    c.handle_timeout(t0 + 2 * LEASE + MARGIN - Duration::from_millis(1));
     assert!(!answers_home(&mut c));
-    c.handle_timeout(t0 + LEASE + MARGIN);
+    c.handle_timeout(t0 + 2 * LEASE + MARGIN);
     assert_eq!(outputs(&mut c), [home(region(1), 6, region(1))]);
 }
 
@@ -182,6 +186,7 @@ fn a_renewal_reporting_a_shard_homed_elsewhere_revokes_it() {
     let t0 = Instant::now();
     let (mut c, now) = both_on_region_0(t0);
     c.region_up(region(1), now);
+    c.renew(region(0), 2, true, &[ShardId(0), ShardId(1)], now);
     outputs(&mut c);
     // Region 1 claims shard 0 (a stale report), and an unknown one after
     // the map was rebuilt: neither is its own.
@@ -226,12 +231,30 @@ fn a_hand_off_waiting_on_a_lost_message_is_asked_again() {
 }
 
 #[test]
+fn a_coordinator_hearing_from_a_minority_renews_no_lease() {
+    let t0 = Instant::now();
+    let (mut c, now) = running(1, 3, t0);
+    // Only region 0 asks (the others are cut off from it): no answer.
+    c.renew(region(0), 1, true, &[], now);
+    assert_eq!(outputs(&mut c), []);
+    // A second region within the lease makes a majority of three.
+    c.renew(region(1), 1, true, &[], now + Duration::from_secs(1));
+    assert_eq!(outputs(&mut c).len(), 1);
+    // Later, region 0's asks alone are answered no more.
+    let later = now + LEASE + Duration::from_secs(2);
+    c.renew(region(0), 2, true, &[], later);
+    assert_eq!(outputs(&mut c), []);
+}
+
+#[test]
 fn a_crashed_region_s_shards_wait_for_its_lease_and_the_margin() {
     let t0 = Instant::now();
     let (mut c, now) = running(1, 2, t0);
     c.ask_home(region(0), ShardId(0), now);
     assert_eq!(outputs(&mut c), [home(region(0), 0, region(0))]);
     let renewed = now + Duration::from_secs(3);
+    c.renew(region(1), 1, true, &[], renewed);
+    outputs(&mut c);
     c.renew(region(0), 7, true, &[ShardId(0)], renewed);
     assert_eq!(
         outputs(&mut c),

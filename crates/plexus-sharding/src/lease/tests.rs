@@ -48,11 +48,18 @@ fn late_and_unknown_answers_never_shorten_or_revive_it() {
 }
 
 #[test]
-fn a_new_coordinator_waits_a_lease_and_the_margin_for_anyone() {
+fn a_new_coordinator_waits_two_leases_and_the_margin_after_its_quorum() {
     let t0 = Instant::now();
-    let grants = Grants::new(LEASE, MARGIN, t0);
-    assert!(!grants.surely_stopped("tcp://198.51.100.7:4000", t0 + LEASE));
-    assert!(grants.surely_stopped("tcp://198.51.100.7:4000", t0 + LEASE + MARGIN));
+    let mut grants = Grants::new(LEASE, MARGIN);
+    let anyone = "tcp://198.51.100.7:4000";
+    assert!(
+        !grants.surely_stopped(anyone, t0 + 100 * LEASE),
+        "never before a quorum"
+    );
+    grants.quorum(t0);
+    grants.quorum(t0 + LEASE);
+    assert!(!grants.surely_stopped(anyone, t0 + 2 * LEASE + MARGIN - ms(1)));
+    assert!(grants.surely_stopped(anyone, t0 + 2 * LEASE + MARGIN));
 }
 
 proptest! {
@@ -67,7 +74,8 @@ proptest! {
         let t0 = Instant::now();
         let region: Arc<str> = "tcp://198.51.100.3:4000".into();
         let mut lease = RegionLease::new(LEASE);
-        let mut grants = Grants::new(LEASE, MARGIN, t0 + ms(start));
+        let mut grants = Grants::new(LEASE, MARGIN);
+        grants.quorum(t0 + ms(start));
         let mut at = t0;
         for (gap, delay, lost) in renewals {
             at += ms(gap);
@@ -79,7 +87,7 @@ proptest! {
             grants.answer(region.clone(), answer);
             lease.answered(seq);
         }
-        let stopped = grants.stopped_from(&region);
+        let stopped = grants.stopped_from(&region).expect("a quorum");
         prop_assert!(!lease.holds(stopped), "the region still holds its lease when the coordinator counts it stopped");
         if let Some(end) = lease.poll_timeout() {
             prop_assert!(end + MARGIN <= stopped);
