@@ -333,14 +333,7 @@ impl<M> Region<M> {
     pub fn renewed(&mut self, seq: u64, revoked: &[ShardId], now: Instant) {
         for &shard in revoked {
             if self.homed.remove(&shard) {
-                let ids: Vec<EntityId> = self
-                    .hosted
-                    .get(&shard)
-                    .map(|ids| ids.iter().cloned().collect())
-                    .unwrap_or_default();
-                for id in ids {
-                    self.passivate(id);
-                }
+                self.passivate_shard(shard);
                 let me = self.me.clone();
                 self.routing.forget(shard, &me);
             }
@@ -523,14 +516,7 @@ impl<M> Region<M> {
         self.drain_routing(now);
         let stopping: Vec<ShardId> = self.stopping.keys().copied().collect();
         for shard in stopping {
-            let ids: Vec<EntityId> = self
-                .hosted
-                .get(&shard)
-                .map(|ids| ids.iter().cloned().collect())
-                .unwrap_or_default();
-            for id in ids {
-                self.passivate(id);
-            }
+            self.passivate_shard(shard);
             self.shard_stopped_if_empty(shard);
         }
     }
@@ -570,6 +556,12 @@ impl<M> Region<M> {
     /// stopped once they are.
     fn stop_shard(&mut self, shard: ShardId, handoff: HandOffId) {
         self.stopping.insert(shard, handoff);
+        self.passivate_shard(shard);
+        self.shard_stopped_if_empty(shard);
+    }
+
+    /// Asks the caller to stop every running entity of `shard`.
+    fn passivate_shard(&mut self, shard: ShardId) {
         let ids: Vec<EntityId> = self
             .hosted
             .get(&shard)
@@ -578,7 +570,6 @@ impl<M> Region<M> {
         for id in ids {
             self.passivate(id);
         }
-        self.shard_stopped_if_empty(shard);
     }
 
     /// Asks the caller to stop `id` if it is running (not already
