@@ -39,6 +39,6 @@ pub use coordinator::{Coordinator, CoordinatorConfig, CoordinatorOutput};
 pub use entities::{Entities, Touch};
 pub use lease::{Grants, LeaseState, RegionLease};
 pub use region::{EntityError, Region, RegionConfig, RegionOutput};
-pub use regions::{Event, Regions, RegionsStats, ShardingConfig};
+pub use regions::{ConfigError, Event, Regions, RegionsStats, ShardingConfig};
 pub use routing::{MarkerWait, RouteError, Routed, Routing, RoutingOutput};
 pub use shard::{shard_of, EntityId, EntityIdError, ShardId, MAX_ID_LEN};

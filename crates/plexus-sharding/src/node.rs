@@ -78,6 +78,9 @@ type Inputs = driver::Inputs<Arc<str>, Command>;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StartError {
+    /// A setting cannot work; nothing started.
+    #[error("start sharding: {0}")]
+    Config(#[from] crate::regions::ConfigError),
     /// Its control actor could not be published.
     #[error("start sharding: publishing `{ACTOR_NAME}`: {0}")]
     Publish(#[from] plexus_remote::PublishError),
@@ -275,6 +278,7 @@ impl Sharding {
         cluster: &Cluster,
         config: ShardingConfig,
     ) -> Result<Self, StartError> {
+        config.validate()?;
         let local = cluster.local();
         let regions = Regions::new(Arc::clone(&local.address), config);
         let (inputs, received) = tokio::sync::mpsc::unbounded_channel();

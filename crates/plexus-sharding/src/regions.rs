@@ -82,7 +82,50 @@ impl Default for ShardingConfig {
     }
 }
 
+/// A sharding setting that cannot work.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("sharding setting `{setting}` {why}")]
+pub struct ConfigError {
+    /// The setting.
+    pub setting: &'static str,
+    /// What is wrong with it.
+    pub why: &'static str,
+}
+
 impl ShardingConfig {
+    /// Checks that the settings can work.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] naming the first setting that cannot.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let fail = |setting, why| Err(ConfigError { setting, why });
+        if self.shards == 0 || self.shards > crate::wire::MAX_SHARDS as u32 {
+            return fail("shards", "must be 1 to 65,536");
+        }
+        if self.held_limit == 0 {
+            return fail("held_limit", "must be at least 1");
+        }
+        if self.max_active == 0 {
+            return fail("max_active", "must be at least 1");
+        }
+        if self.passivate_after.is_zero() {
+            return fail("passivate_after", "must be more than 0");
+        }
+        if self.lease < Duration::from_millis(300) {
+            // Renewed every third of it: shorter leaves no time for a
+            // renewal's round trip.
+            return fail("lease", "must be at least 300 ms");
+        }
+        if self.margin.is_zero() {
+            return fail("margin", "must be more than 0 (it covers the clocks' rate difference and the resolver's sweep)");
+        }
+        if self.rebalance_every.is_zero() {
+            return fail("rebalance_every", "must be more than 0");
+        }
+        Ok(())
+    }
+
     fn region(&self) -> RegionConfig {
         RegionConfig {
             shards: self.shards,

@@ -491,3 +491,28 @@ proptest! {
         c.accounted();
     }
 }
+
+#[test]
+fn settings_that_cannot_work_are_refused_by_name() {
+    assert_eq!(ShardingConfig::default().validate(), Ok(()));
+    assert_eq!(config().validate(), Ok(()));
+    let bad = |f: fn(&mut ShardingConfig)| {
+        let mut c = ShardingConfig::default();
+        f(&mut c);
+        c.validate().unwrap_err().setting
+    };
+    assert_eq!(bad(|c| c.shards = 0), "shards");
+    assert_eq!(bad(|c| c.held_limit = 0), "held_limit");
+    assert_eq!(bad(|c| c.lease = Duration::from_millis(10)), "lease");
+    assert_eq!(bad(|c| c.margin = Duration::ZERO), "margin");
+    let e = ShardingConfig {
+        max_active: 0,
+        ..ShardingConfig::default()
+    }
+    .validate()
+    .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "sharding setting `max_active` must be at least 1"
+    );
+}
