@@ -73,6 +73,14 @@ pub enum CoordinatorOutput {
         /// The hand-off.
         handoff: HandOffId,
     },
+    /// Tell `to` that no region hosts the type (none registered it), so
+    /// the messages waiting for `shard`'s home are refused.
+    NoHome {
+        /// The region that asked.
+        to: Arc<str>,
+        /// The shard.
+        shard: ShardId,
+    },
     /// Tell the leaving region `to` that it hosts nothing any more.
     Drained {
         /// The region.
@@ -128,6 +136,9 @@ pub struct Coordinator {
     leaving_members: BTreeSet<Arc<str>>,
     /// When each region last asked for a renewal (for the quorum).
     heard: BTreeMap<Arc<str>, Instant>,
+    /// When it started: every region renews within a lease of that, so a
+    /// type with none by then is registered nowhere.
+    created: Instant,
     /// A region waits for a shard that only the end of the old
     /// coordinators' leases lets this one place.
     start_wait: bool,
@@ -154,6 +165,7 @@ impl Coordinator {
             drained: BTreeSet::new(),
             leaving_members: BTreeSet::new(),
             heard: BTreeMap::new(),
+            created: now,
             start_wait: false,
             next_rebalance: now + config.rebalance_every,
             next_handoff: u64::from(epoch) << 32,
@@ -252,6 +264,27 @@ impl Coordinator {
         }
         self.askers.entry(shard).or_default().insert(region);
         self.serve_askers(now);
+        self.refuse_homeless(now);
+    }
+
+    /// Whether no region hosts the type (none registered it, or all left).
+    fn no_regions(&self) -> bool {
+        self.allocation
+            .regions()
+            .all(|(r, _)| self.drained.contains(r))
+    }
+
+    /// With no region a lease after its start, the askers are told no
+    /// home will come (their messages are refused, not held for ever).
+    fn refuse_homeless(&mut self, now: Instant) {
+        if !self.no_regions() || now < self.created + self.config.lease {
+            return;
+        }
+        for (shard, askers) in std::mem::take(&mut self.askers) {
+            for to in askers {
+                self.out.push_back(CoordinatorOutput::NoHome { to, shard });
+            }
+        }
     }
 
     /// `region` renews its lease with request `seq`, reporting the shards
@@ -343,7 +376,13 @@ impl Coordinator {
             .values()
             .filter_map(move |end| old.map(|old| end.map_or(old, |e| e.max(old))));
         let start = if self.start_wait { old } else { None };
-        orphans.chain(start).chain([self.next_rebalance]).min()
+        let homeless = (!self.askers.is_empty() && self.no_regions())
+            .then_some(self.created + self.config.lease);
+        orphans
+            .chain(start)
+            .chain(homeless)
+            .chain([self.next_rebalance])
+            .min()
     }
 
     /// Re-homes orphans whose old region is surely stopped, and rebalances
@@ -356,6 +395,7 @@ impl Coordinator {
             self.rebalance();
         }
         self.serve_askers(now);
+        self.refuse_homeless(now);
     }
 
     /// Whether a majority of the regions (those not drained after a

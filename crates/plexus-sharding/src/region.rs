@@ -51,6 +51,9 @@ pub enum EntityError {
     /// wait for one.
     #[error("the region hosting it holds no lease (not granted yet, or lost: cut off from the coordinator) and its buffer is full; try again later")]
     Unavailable,
+    /// No member hosts the entity type (none registered it).
+    #[error("no member hosts this entity type (none registered it)")]
+    NoRegion,
     /// The member it was sent to crashed or left before it was handled
     /// (after a crash, messages in flight to the member are lost).
     #[error("the member hosting it went away before it was handled; it may not have been")]
@@ -230,6 +233,18 @@ impl<M> Region<M> {
         }
         self.routing.home_is(shard, home);
         self.drain_routing(now);
+    }
+
+    /// The coordinator says no region hosts the type: the messages waiting
+    /// for `shard`'s home are refused, and the next one asks again.
+    pub fn no_home(&mut self, shard: ShardId) {
+        for (id, message) in self.routing.give_up(shard) {
+            self.out.push_back(RegionOutput::Refuse {
+                id,
+                message,
+                error: EntityError::NoRegion,
+            });
+        }
     }
 
     /// The coordinator began hand-off `handoff` of `shard` from

@@ -779,6 +779,9 @@ impl<P> Regions<P> {
                 self.control(&to, entity_type, body);
             }
             CoordinatorOutput::Drained { to } => self.control(&to, entity_type, Body::Drained),
+            CoordinatorOutput::NoHome { to, shard } => {
+                self.control(&to, entity_type, Body::NoHome(shard));
+            }
             CoordinatorOutput::Renewed { to, seq, revoked } => {
                 self.control(&to, entity_type, Body::Renewed { seq, revoked });
             }
@@ -801,6 +804,7 @@ impl<P> Regions<P> {
             | Body::BeginHandOff { .. }
             | Body::HandOff { .. }
             | Body::Renewed { .. }
+            | Body::NoHome(_)
             | Body::Drained => self.coordinator_said(&from, &entity_type, body, now),
             Body::Refused { request, error } => {
                 self.events.push_back(Event::Refused { request, error });
@@ -894,6 +898,7 @@ impl<P> Regions<P> {
                 regions,
             } => t.region.hand_off(shard, handoff, regions),
             Body::Renewed { seq, revoked } => t.region.renewed(seq, &revoked, now),
+            Body::NoHome(shard) => t.region.no_home(shard),
             Body::Drained => {
                 t.drained = true;
                 self.check_left();

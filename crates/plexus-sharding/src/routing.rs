@@ -255,6 +255,19 @@ impl<M> Routing<M> {
         }
     }
 
+    /// No home will come for `shard` (its type is hosted nowhere): the
+    /// messages held for it are handed back, and the next one asks again.
+    /// A shard with a known home or a hand-off under way is left alone.
+    pub fn give_up(&mut self, shard: ShardId) -> Vec<M> {
+        match self.routes.get(&shard) {
+            Some(Route::Held { moving: None, .. }) => match self.routes.remove(&shard) {
+                Some(Route::Held { held, .. }) => held.into(),
+                _ => Vec::new(),
+            },
+            _ => Vec::new(),
+        }
+    }
+
     /// The shards whose messages wait for a home.
     pub fn waiting(&self) -> Vec<ShardId> {
         self.routes

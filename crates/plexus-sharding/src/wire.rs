@@ -19,6 +19,7 @@
 //! | 10 drained | (none) | coordinator, region | you host nothing any more |
 //! | 11 refused | `request: u64, error: u8, [shard: u32, limit: u32]` | home, sender | your message was refused |
 //! | 12 delivered | `request: u64` | home, sender | your message is in its entity's mailbox |
+//! | 13 no home | `shard: u32` | coordinator, region | no member hosts the type |
 //!
 //! `shards` is `count: u32, shard: u32 × count`. A renewal carries what
 //! the region hosts, and its answer what it must give up before its lease
@@ -26,8 +27,8 @@
 //! leased with a shard homed elsewhere (`ALGORITHM.md`). Kind 8 is unused.
 //!
 //! A refusal's error is 0 (the home holds no lease), 1 (the shard's
-//! hand-off buffer is full; then `shard` and `limit` follow) or 2 (it went
-//! to a member that went away).
+//! hand-off buffer is full; then `shard` and `limit` follow), 2 (it went
+//! to a member that went away) or 3 (no member hosts the type).
 //!
 //! Messages for entities, and the hand-off markers that must travel behind
 //! them on the same link and lane, are not here: they are typed remote
@@ -123,6 +124,8 @@ pub enum Body {
     /// The sender's message with this request number is in its entity's
     /// mailbox.
     Delivered(u64),
+    /// No member hosts the type: the shard will have no home.
+    NoHome(ShardId),
     /// The sender's message with this request number was refused.
     Refused {
         /// The request number the sender gave it.
@@ -183,7 +186,7 @@ impl Message {
         put_str8(&mut b, &self.from);
         put_str8(&mut b, &self.entity_type);
         match &self.body {
-            Body::AskHome(s) => b.put_u32(s.0),
+            Body::AskHome(s) | Body::NoHome(s) => b.put_u32(s.0),
             Body::HandOffAck(s, h) | Body::ShardStopped(s, h) => {
                 b.put_u32(s.0);
                 b.put_u64(h.0);
@@ -233,6 +236,7 @@ impl Message {
                 match error {
                     EntityError::Unavailable => b.put_u8(0),
                     EntityError::Lost => b.put_u8(2),
+                    EntityError::NoRegion => b.put_u8(3),
                     EntityError::Route(RouteError::HandOffBufferFull { shard, limit }) => {
                         b.put_u8(1);
                         b.put_u32(shard.0);
@@ -311,6 +315,7 @@ impl Message {
                 let error = match r.u8()? {
                     0 => EntityError::Unavailable,
                     2 => EntityError::Lost,
+                    3 => EntityError::NoRegion,
                     1 => EntityError::Route(RouteError::HandOffBufferFull {
                         shard: r.shard()?,
                         limit: r.u32()? as usize,
@@ -320,6 +325,7 @@ impl Message {
                 Body::Refused { request, error }
             }
             12 => Body::Delivered(r.u64()?),
+            13 => Body::NoHome(r.shard()?),
             other => return Err(WireError::Kind(other)),
         };
         if r.rest() > 0 {
@@ -348,6 +354,7 @@ impl Body {
             Body::Drained => 10,
             Body::Refused { .. } => 11,
             Body::Delivered(_) => 12,
+            Body::NoHome(_) => 13,
         }
     }
 }

@@ -11,8 +11,11 @@ use metrics_util::debugging::DebugValue;
 use plexus_cluster::{Cluster, ClusterConfig, ClusterUpdate, MemberState};
 use plexus_core::{ActorSystem, ReplyTo};
 use plexus_remote::{Node, NodeConfig};
-use plexus_sharding::node::{Entity, EntityContext, EntityRefError, EntityTypeError, Sharding};
-use plexus_sharding::{EntityIdError, ShardingConfig};
+use plexus_sharding::node::{
+    Entity, EntityAskError, EntityContext, EntityRefError, EntitySendError, EntityTypeError,
+    Sharding,
+};
+use plexus_sharding::{EntityError, EntityIdError, ShardingConfig};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
@@ -262,4 +265,29 @@ async fn bad_names_ids_and_message_types_are_refused() {
         saved: Saved::default(),
     });
     assert!(again.is_err(), "registered twice");
+    // A type no member registered: refused with a reason, not held for
+    // ever (the coordinator waits a lease for regions to report).
+    let nowhere = a.sharding.entity::<CartMsg>("nope", "1").unwrap();
+    let refused = nowhere.ask(CartMsg::Count, ASK).await;
+    assert!(
+        matches!(
+            refused,
+            Err(EntityAskError::Refused {
+                error: EntityError::NoRegion,
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
+    let told = nowhere.tell_with_receipt(CartMsg::Add(1)).await;
+    assert!(
+        matches!(
+            told,
+            Err(EntitySendError::Refused {
+                error: EntityError::NoRegion,
+                ..
+            })
+        ),
+        "{told:?}"
+    );
 }

@@ -93,6 +93,26 @@ fn a_new_coordinator_places_unreported_shards_only_after_old_leases_end() {
 }
 
 #[test]
+fn a_type_no_region_hosts_is_refused_a_lease_after_the_start() {
+    let t0 = Instant::now();
+    let mut c = Coordinator::new(config(4), t0, 0);
+    c.ask_home(region(7), ShardId(2), t0);
+    assert_eq!(outputs(&mut c), []);
+    assert_eq!(c.poll_timeout(), Some(t0 + Duration::from_secs(1)));
+    c.handle_timeout(t0 + LEASE);
+    assert_eq!(
+        outputs(&mut c),
+        [CoordinatorOutput::NoHome {
+            to: region(7),
+            shard: ShardId(2),
+        }]
+    );
+    // Asked again later: refused at once.
+    c.ask_home(region(7), ShardId(3), t0 + LEASE);
+    assert_eq!(outputs(&mut c).len(), 1);
+}
+
+#[test]
 fn a_move_is_begun_everywhere_stopped_by_the_old_home_then_announced() {
     let t0 = Instant::now();
     let (mut c, now) = both_on_region_0(t0);

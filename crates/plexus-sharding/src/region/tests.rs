@@ -288,6 +288,30 @@ fn a_hand_off_of_a_shard_not_homed_here_is_answered_at_once() {
 }
 
 #[test]
+fn a_type_hosted_nowhere_has_its_messages_refused() {
+    let t0 = Instant::now();
+    let mut r = leased(t0);
+    r.send(id(1), 1, t0);
+    r.send(id(1), 2, t0);
+    assert_eq!(outputs(&mut r), [RegionOutput::AskHome(shard(1))]);
+    r.no_home(shard(1));
+    let refused: Vec<(u32, EntityError)> = outputs(&mut r)
+        .into_iter()
+        .filter_map(|o| match o {
+            RegionOutput::Refuse { message, error, .. } => Some((message, error)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        refused,
+        [(1, EntityError::NoRegion), (2, EntityError::NoRegion)]
+    );
+    // The next message asks again.
+    r.send(id(1), 3, t0);
+    assert_eq!(outputs(&mut r), [RegionOutput::AskHome(shard(1))]);
+}
+
+#[test]
 fn a_full_buffer_refuses_the_message_with_its_shard() {
     let t0 = Instant::now();
     let mut r = leased(t0);

@@ -45,6 +45,7 @@ fn body() -> impl Strategy<Value = Body> {
             .prop_map(|(seq, revoked)| Body::Renewed { seq, revoked }),
         Just(Body::Leaving),
         any::<u64>().prop_map(Body::Delivered),
+        shard().prop_map(Body::NoHome),
         Just(Body::Drained),
         (any::<u64>(), prop::option::of((shard(), any::<u32>()))).prop_map(|(request, full)| {
             Body::Refused {
