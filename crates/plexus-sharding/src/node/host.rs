@@ -296,16 +296,13 @@ impl Host<ShardingProtocol> for ShardingHost {
                 let me = protocol.0.me().clone();
                 let Parcel { message, waiter } = parcel;
                 let origin = self.origin(&me, &to, waiter);
-                let parcel = Parcel {
-                    message,
-                    waiter: Waiter::Nobody,
-                };
                 let Some(kind) = self.kinds.get_mut(&entity_type) else {
                     return;
                 };
-                if let Err(parcel) =
-                    kind.forward(&self.node, &to, id.clone(), parcel, origin.clone())
+                if let Err(message) =
+                    kind.forward(&self.node, &to, id.clone(), message, origin.clone())
                 {
+                    // Not sent: whoever waits hears it here.
                     let waiter = match origin {
                         Some(o) if o.node == me => {
                             self.pending.remove(&o.request).map_or(Waiter::Nobody, |p| {
@@ -318,10 +315,7 @@ impl Host<ShardingProtocol> for ShardingHost {
                         Some(o) => Waiter::There(o),
                         None => Waiter::Nobody,
                     };
-                    let parcel = Parcel {
-                        message: parcel.message,
-                        waiter,
-                    };
+                    let parcel = Parcel { message, waiter };
                     self.refuse(
                         protocol,
                         &entity_type,
@@ -356,11 +350,7 @@ impl Host<ShardingProtocol> for ShardingHost {
                     return;
                 };
                 let Parcel { message, waiter } = parcel;
-                let parcel = Parcel {
-                    message,
-                    waiter: Waiter::Nobody,
-                };
-                match kind.deliver(&id, parcel) {
+                match kind.deliver(&id, message) {
                     Ok(()) => match waiter {
                         Waiter::Here { tx, .. } => {
                             let _ = tx.send(Ok(()));
@@ -372,11 +362,8 @@ impl Host<ShardingProtocol> for ShardingHost {
                         }
                         Waiter::There(_) | Waiter::Nobody => {}
                     },
-                    Err(parcel) => {
-                        let parcel = Parcel {
-                            message: parcel.message,
-                            waiter,
-                        };
+                    Err(message) => {
+                        let parcel = Parcel { message, waiter };
                         self.refuse(
                             protocol,
                             &entity_type,

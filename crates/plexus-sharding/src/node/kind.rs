@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use plexus_core::remote::{control_of, RemoteMessage, Watcher};
 use plexus_core::{ActorId, ActorRef, SystemRef};
-use plexus_remote::{ForgedRefs, Node};
+use plexus_remote::{ForgedRefs, Node, ResolveError};
 use tokio::sync::oneshot;
 
 use super::entity::{Entity, EntityActor, Turn};
@@ -16,10 +16,13 @@ use crate::envelope::{Envelope, Header, Origin};
 use crate::region::EntityError;
 use crate::shard::{EntityId, HandOffId, ShardId};
 
+/// An entity's typed message, boxed (the kind of its type downcasts it).
+pub(crate) type Message = Box<dyn Any + Send>;
+
 /// A message for an entity on its way: the typed message, boxed, and who
 /// waits to hear what became of it.
 pub(crate) struct Parcel {
-    pub(crate) message: Box<dyn Any + Send>,
+    pub(crate) message: Message,
     pub(crate) waiter: Waiter,
 }
 
@@ -57,9 +60,9 @@ pub(crate) trait Kind: Send {
         node: &Node,
         to: &Arc<str>,
         id: EntityId,
-        parcel: Parcel,
+        message: Message,
         origin: Option<Origin>,
-    ) -> Result<(), Parcel>;
+    ) -> Result<(), Message>;
     /// Sends a hand-off marker to the type's region on member `to`.
     fn marker(
         &mut self,
@@ -72,7 +75,7 @@ pub(crate) trait Kind: Send {
     /// Starts an entity.
     fn activate(&mut self, id: &EntityId);
     /// Hands a message to a running entity; `false` if it is not running.
-    fn deliver(&mut self, id: &EntityId, parcel: Parcel) -> Result<(), Parcel>;
+    fn deliver(&mut self, id: &EntityId, message: Message) -> Result<(), Message>;
     /// Stops an entity after the messages before this.
     fn passivate(&mut self, id: &EntityId);
     /// The entity's actor stopped: whether it was the one running as `id`.
@@ -148,6 +151,18 @@ impl<M: RemoteMessage> TypeOf<M> {
     }
 }
 
+impl<M: RemoteMessage> TypeOf<M> {
+    /// The type's region actor on member `to`.
+    fn region(
+        &mut self,
+        node: &Node,
+        to: &Arc<str>,
+    ) -> Result<&ActorRef<Envelope<M>>, ResolveError> {
+        let name = region_actor(&self.entity_type);
+        self.refs.get(node, to, || format!("{to}/{name}"))
+    }
+}
+
 impl<M: RemoteMessage> Kind for TypeOf<M> {
     fn hosts(&self) -> bool {
         self.spawn.is_some()
@@ -158,26 +173,17 @@ impl<M: RemoteMessage> Kind for TypeOf<M> {
         node: &Node,
         to: &Arc<str>,
         id: EntityId,
-        parcel: Parcel,
+        message: Message,
         origin: Option<Origin>,
-    ) -> Result<(), Parcel> {
-        let name = region_actor(&self.entity_type);
-        let region = match self.refs.get(node, to, || format!("{to}/{name}")) {
+    ) -> Result<(), Message> {
+        let region = match self.region(node, to) {
             Ok(region) => region,
             Err(error) => {
                 tracing::warn!(target: "plexus::sharding", %to, %error, "cannot reach a region");
-                return Err(parcel);
+                return Err(message);
             }
         };
-        let message = match parcel.message.downcast::<M>() {
-            Ok(m) => *m,
-            Err(message) => {
-                return Err(Parcel {
-                    message,
-                    waiter: parcel.waiter,
-                })
-            }
-        };
+        let message = *message.downcast::<M>()?;
         region.tell(Envelope {
             header: Header::Entity { id, origin },
             message: Some(message),
@@ -193,8 +199,7 @@ impl<M: RemoteMessage> Kind for TypeOf<M> {
         shard: ShardId,
         handoff: HandOffId,
     ) {
-        let name = region_actor(&self.entity_type);
-        match self.refs.get(node, to, || format!("{to}/{name}")) {
+        match self.region(node, to) {
             Ok(region) => region.tell(Envelope {
                 header: Header::Marker {
                     from: from.clone(),
@@ -218,20 +223,12 @@ impl<M: RemoteMessage> Kind for TypeOf<M> {
         }
     }
 
-    fn deliver(&mut self, id: &EntityId, parcel: Parcel) -> Result<(), Parcel> {
+    fn deliver(&mut self, id: &EntityId, message: Message) -> Result<(), Message> {
         let Some(actor) = self.running.get(id) else {
-            return Err(parcel);
+            return Err(message);
         };
-        match parcel.message.downcast::<M>() {
-            Ok(m) => {
-                actor.tell(Turn::Message(*m));
-                Ok(())
-            }
-            Err(message) => Err(Parcel {
-                message,
-                waiter: parcel.waiter,
-            }),
-        }
+        actor.tell(Turn::Message(*message.downcast::<M>()?));
+        Ok(())
     }
 
     fn passivate(&mut self, id: &EntityId) {
