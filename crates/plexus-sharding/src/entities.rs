@@ -76,6 +76,11 @@ impl Entities {
         self.by_use.len()
     }
 
+    /// Whether `id` is active or stopping.
+    pub fn is_known(&self, id: &EntityId) -> bool {
+        self.entries.contains_key(id)
+    }
+
     /// A message for `id` arrives at `now`.
     pub fn touch(&mut self, id: &EntityId, now: Instant) -> Touch {
         self.tick += 1;

@@ -109,6 +109,17 @@ pub enum RegionOutput<M> {
     HandOffAck(ShardId, HandOffId),
     /// Tell the coordinator the shard stopped here.
     ShardStopped(ShardId, HandOffId),
+    /// A remembering region ([`Region::remember`]): the shard is hosted
+    /// here from now on, under a lease that holds. Read the ids remembered
+    /// for it and [`wake`](Region::wake) each.
+    ShardStarted(ShardId),
+    /// A remembering region: this entity was activated by a message; add
+    /// it to its shard's remembered ids.
+    Remember(EntityId),
+    /// A remembering region: this entity is passivated because it was idle
+    /// or to make room, not because its shard stops here; take it out of
+    /// its shard's remembered ids.
+    Forget(EntityId),
     /// Send the coordinator a lease renewal with this number, and the
     /// shards this region hosts.
     Renew {
@@ -151,6 +162,14 @@ pub struct Region<M> {
     /// or after one ran out; bounded by `held_limit`): delivered once it is
     /// renewed, or routed to their shard's home if it is not here any more.
     before_lease: VecDeque<(ShardId, EntityId, M)>,
+    /// Whether it reports what to remember ([`Region::remember`]).
+    remember: bool,
+    /// Remembering: the homed shards reported started under the lease
+    /// that holds now (cleared when it runs out: they start again).
+    started: BTreeSet<ShardId>,
+    /// Remembering: entities woken while still stopping, woken again once
+    /// they stopped.
+    rewake: BTreeSet<EntityId>,
     out: VecDeque<RegionOutput<M>>,
 }
 
@@ -172,6 +191,9 @@ impl<M> Region<M> {
             early_markers: BTreeMap::new(),
             stopping: BTreeMap::new(),
             before_lease: VecDeque::new(),
+            remember: false,
+            started: BTreeSet::new(),
+            rewake: BTreeSet::new(),
             out: VecDeque::new(),
             config,
         };
@@ -209,6 +231,43 @@ impl<M> Region<M> {
         }
     }
 
+    /// From now on this region reports what to remember: the entities
+    /// activated by a message ([`RegionOutput::Remember`]), those
+    /// passivated for idleness or room ([`RegionOutput::Forget`]), and each
+    /// shard as it starts here ([`RegionOutput::ShardStarted`]), so the
+    /// caller can [`wake`](Region::wake) the ids remembered for it.
+    pub fn remember(&mut self, now: Instant) {
+        self.remember = true;
+        self.start_shards(now);
+    }
+
+    /// Activates entity `id` without a message (it is remembered for a
+    /// shard that started here): nothing if it is active or stopping, or
+    /// if its shard is not hosted here under a lease that holds now (its
+    /// shard starts again, here or elsewhere, and is woken then).
+    pub fn wake(&mut self, id: EntityId, now: Instant) {
+        let shard = shard_of(&self.entity_type, &id, self.config.shards);
+        if !self.homed.contains(&shard)
+            || self.stopping.contains_key(&shard)
+            || !self.lease.holds(now)
+        {
+            return;
+        }
+        if self.entities.is_known(&id) {
+            // Still stopping from before (a lease that ran out): it starts
+            // again once it stopped.
+            self.rewake.insert(id);
+            return;
+        }
+        if let Touch::Activate { evict } = self.entities.touch(&id, now) {
+            if let Some(lru) = evict {
+                self.evict(lru);
+            }
+            self.hosted.entry(shard).or_default().insert(id.clone());
+            self.out.push_back(RegionOutput::Activate(id));
+        }
+    }
+
     /// The shards homed here (what a new coordinator is told).
     pub fn homed(&self) -> impl Iterator<Item = ShardId> + '_ {
         self.homed.iter().copied()
@@ -230,9 +289,11 @@ impl<M> Region<M> {
             self.homed.insert(shard);
         } else {
             self.homed.remove(&shard);
+            self.started.remove(&shard);
         }
         self.routing.home_is(shard, home);
         self.drain_routing(now);
+        self.start_shards(now);
     }
 
     /// The coordinator says no region hosts the type: the messages waiting
@@ -347,6 +408,7 @@ impl<M> Region<M> {
     /// are delivered.
     pub fn renewed(&mut self, seq: u64, revoked: &[ShardId], now: Instant) {
         for &shard in revoked {
+            self.started.remove(&shard);
             if self.homed.remove(&shard) {
                 self.passivate_shard(shard);
                 let me = self.me.clone();
@@ -356,6 +418,7 @@ impl<M> Region<M> {
         self.drain_routing(now);
         if self.lease.answered(seq) && self.lease.holds(now) {
             self.release_waiting(now);
+            self.start_shards(now);
         }
     }
 
@@ -392,6 +455,13 @@ impl<M> Region<M> {
             }
         }
         self.shard_stopped_if_empty(shard);
+        if self.rewake.remove(id) && !self.entities.is_known(id) {
+            self.wake(id.clone(), now);
+            if self.entities.is_known(id) {
+                // Forgotten meanwhile, perhaps (it stopped idle): again.
+                self.out.push_back(RegionOutput::Remember(id.clone()));
+            }
+        }
     }
 
     /// When [`handle_timeout`](Region::handle_timeout) has work.
@@ -411,9 +481,14 @@ impl<M> Region<M> {
     pub fn handle_timeout(&mut self, now: Instant) {
         self.renew_if_due(now);
         for id in self.entities.handle_timeout(now) {
-            self.out.push_back(RegionOutput::Passivate(id));
+            self.out.push_back(RegionOutput::Passivate(id.clone()));
+            if self.remember {
+                self.out.push_back(RegionOutput::Forget(id));
+            }
         }
         if self.lease.handle_timeout(now) == LeaseState::Expired {
+            // Renewed, the shards start again: what they remember wakes.
+            self.started.clear();
             // Its shards stay its own (the coordinator moves them only
             // after its member is down, and then `lose_lease` follows):
             // their messages are refused until the lease is renewed.
@@ -429,6 +504,7 @@ impl<M> Region<M> {
         self.lease.give_up();
         self.passivate_all();
         self.homed.clear();
+        self.started.clear();
         let me = self.me.clone();
         self.routing.region_gone(&me);
         self.drain_routing(now);
@@ -554,10 +630,13 @@ impl<M> Region<M> {
             Touch::Active => {}
             Touch::Activate { evict } => {
                 if let Some(lru) = evict {
-                    self.out.push_back(RegionOutput::Passivate(lru));
+                    self.evict(lru);
                 }
                 self.hosted.entry(shard).or_default().insert(id.clone());
                 self.out.push_back(RegionOutput::Activate(id.clone()));
+                if self.remember {
+                    self.out.push_back(RegionOutput::Remember(id.clone()));
+                }
             }
             Touch::Stopping => {
                 self.waiting.entry(id).or_default().push_back(message);
@@ -589,6 +668,32 @@ impl<M> Region<M> {
 
     /// Asks the caller to stop `id` if it is running (not already
     /// stopping).
+    /// Passivates the least recently used entity to make room.
+    fn evict(&mut self, lru: EntityId) {
+        self.out.push_back(RegionOutput::Passivate(lru.clone()));
+        if self.remember {
+            self.out.push_back(RegionOutput::Forget(lru));
+        }
+    }
+
+    /// Remembering: reports every homed shard not started yet under the
+    /// lease that holds now.
+    fn start_shards(&mut self, now: Instant) {
+        if !self.remember || !self.lease.holds(now) {
+            return;
+        }
+        let fresh: Vec<ShardId> = self
+            .homed
+            .iter()
+            .filter(|s| !self.started.contains(s) && !self.stopping.contains_key(s))
+            .copied()
+            .collect();
+        for shard in fresh {
+            self.started.insert(shard);
+            self.out.push_back(RegionOutput::ShardStarted(shard));
+        }
+    }
+
     fn passivate(&mut self, id: EntityId) {
         if self.entities.passivate(&id) {
             self.out.push_back(RegionOutput::Passivate(id));
@@ -609,6 +714,7 @@ impl<M> Region<M> {
         }
         self.hosted.remove(&shard);
         self.homed.remove(&shard);
+        self.started.remove(&shard);
         self.stopping.remove(&shard);
         self.out
             .push_back(RegionOutput::ShardStopped(shard, handoff));

@@ -225,6 +225,31 @@ pub enum Event<P> {
     },
     /// After [`Regions::leave`]: this member hosts no shard any more.
     Left,
+    /// A remembering type's shard is hosted here from now on: read the
+    /// ids remembered for it and [`wake`](Regions::wake) each.
+    ShardStarted {
+        /// The entity type.
+        entity_type: Arc<str>,
+        /// The shard.
+        shard: ShardId,
+    },
+    /// A remembering type's entity was activated by a message: add it to
+    /// its shard's remembered ids.
+    Remember {
+        /// The entity type.
+        entity_type: Arc<str>,
+        /// The entity.
+        id: EntityId,
+    },
+    /// A remembering type's entity was passivated for idleness or room
+    /// (not because its shard stops here): take it out of its shard's
+    /// remembered ids.
+    Forget {
+        /// The entity type.
+        entity_type: Arc<str>,
+        /// The entity.
+        id: EntityId,
+    },
 }
 
 /// A member's counters.
@@ -347,6 +372,24 @@ impl<P> Regions<P> {
             if self.leaving {
                 self.control(&at, &entity_type, Body::Leaving);
             }
+        }
+        self.pump(now);
+    }
+
+    /// This member's region of `entity_type` (registered here) reports
+    /// what to remember from now on: [`Event::Remember`],
+    /// [`Event::Forget`] and [`Event::ShardStarted`] (see
+    /// [`Region::remember`]).
+    pub fn remember(&mut self, entity_type: &Arc<str>, now: Instant) {
+        self.type_state(entity_type, now).region.remember(now);
+        self.pump(now);
+    }
+
+    /// Activates the remembered entity `id` of `entity_type` without a
+    /// message, if its shard is hosted here now (see [`Region::wake`]).
+    pub fn wake(&mut self, entity_type: &Arc<str>, id: EntityId, now: Instant) {
+        if let Some(t) = self.types.get_mut(entity_type) {
+            t.region.wake(id, now);
         }
         self.pump(now);
     }
@@ -738,6 +781,14 @@ impl<P> Regions<P> {
                     error,
                 });
             }
+            RegionOutput::ShardStarted(shard) => self.events.push_back(Event::ShardStarted {
+                entity_type: t,
+                shard,
+            }),
+            RegionOutput::Remember(id) => self
+                .events
+                .push_back(Event::Remember { entity_type: t, id }),
+            RegionOutput::Forget(id) => self.events.push_back(Event::Forget { entity_type: t, id }),
             RegionOutput::Marker { shard, to, handoff } => self.events.push_back(Event::Marker {
                 entity_type: t,
                 shard,

@@ -387,7 +387,11 @@ impl SimShard {
                 self.witness().refused.insert(parcel);
             }
             Event::Left => self.membership.leave(now),
-            Event::Refused { .. } | Event::Delivered { .. } => {}
+            Event::Refused { .. }
+            | Event::Delivered { .. }
+            | Event::ShardStarted { .. }
+            | Event::Remember { .. }
+            | Event::Forget { .. } => {}
         }
     }
 

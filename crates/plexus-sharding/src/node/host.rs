@@ -397,6 +397,7 @@ impl Host<ShardingProtocol> for ShardingHost {
                     let _ = p.tx.send(Ok(()));
                 }
             }
+            Event::ShardStarted { .. } | Event::Remember { .. } | Event::Forget { .. } => {}
             Event::Left => {
                 self.left = true;
                 for tx in self.leaving.drain(..) {

@@ -6,6 +6,7 @@ use std::collections::BTreeSet;
 
 use super::*;
 use crate::envelope::Header;
+use crate::shard::shard_of;
 use proptest::prelude::*;
 
 const CART: &str = "cart";
@@ -56,10 +57,22 @@ struct Cluster {
     sender: BTreeMap<u64, Arc<str>>,
     next: u64,
     left: BTreeSet<Arc<str>>,
+    /// With remembering regions: the remembered ids (a store every member
+    /// reads and writes at once).
+    remembered: Option<BTreeSet<EntityId>>,
 }
 
 impl Cluster {
     fn new(n: u8) -> Self {
+        Self::with(n, false)
+    }
+
+    /// `n` members whose regions remember their entities.
+    fn remembering(n: u8) -> Self {
+        Self::with(n, true)
+    }
+
+    fn with(n: u8, remember: bool) -> Self {
         let now = Instant::now();
         let mut c = Self {
             now,
@@ -74,6 +87,7 @@ impl Cluster {
             sender: BTreeMap::new(),
             next: 0,
             left: BTreeSet::new(),
+            remembered: remember.then(BTreeSet::new),
         };
         for i in 0..n {
             c.join(i);
@@ -89,6 +103,9 @@ impl Cluster {
         self.members.push(m);
         let mut r = Regions::new(a.clone(), config());
         r.register(CART.into(), self.now);
+        if self.remembered.is_some() {
+            r.remember(&CART.into(), self.now);
+        }
         self.nodes.insert(a, r);
         self.view();
     }
@@ -183,6 +200,26 @@ impl Cluster {
                     assert!(self.refused.insert(parcel), "{parcel} refused twice");
                 }
                 Event::Refused { .. } | Event::Delivered { .. } => {}
+                Event::Remember { id, .. } => {
+                    self.remembered.as_mut().expect("remembering").insert(id);
+                }
+                Event::Forget { id, .. } => {
+                    self.remembered.as_mut().expect("remembering").remove(&id);
+                }
+                Event::ShardStarted { shard, .. } => {
+                    let cart: Arc<str> = CART.into();
+                    let ids: Vec<EntityId> = self
+                        .remembered
+                        .iter()
+                        .flatten()
+                        .filter(|id| shard_of(CART, id, config().shards) == shard)
+                        .cloned()
+                        .collect();
+                    let node = self.nodes.get_mut(me).expect("a node");
+                    for id in ids {
+                        node.wake(&cart, id, self.now);
+                    }
+                }
                 Event::Left => {
                     self.left.insert(me.clone());
                 }
@@ -446,6 +483,86 @@ fn a_crashed_member_s_entities_start_elsewhere_only_after_its_lease() {
     c.check();
 }
 
+impl Cluster {
+    /// With remembering regions: every remembered entity runs, on the
+    /// member hosting its shard.
+    fn remembered_run(&self) {
+        for id in self.remembered.iter().flatten() {
+            let at = self.running.get(id);
+            assert!(at.is_some(), "{id} is remembered but not running");
+            let shard = shard_of(CART, id, config().shards);
+            let home = at.map(|a| self.nodes[a].types[CART].region.homed().any(|s| s == shard));
+            assert_eq!(home, Some(true), "{id} runs away from its shard's home");
+        }
+    }
+}
+
+#[test]
+fn remembered_entities_start_again_on_their_new_home_after_a_leave() {
+    let mut c = Cluster::remembering(3);
+    for n in 0..120 {
+        c.send(&address((n % 3) as u8), n % 40);
+    }
+    c.settle();
+    assert_eq!(c.remembered.as_ref().map(BTreeSet::len), Some(40));
+    c.remembered_run();
+    let leaver = address(1);
+    let theirs = c.running.values().filter(|at| **at == leaver).count();
+    assert!(theirs > 0);
+    c.nodes.get_mut(&leaver).unwrap().leave(c.now);
+    c.pump(&leaver);
+    c.settle();
+    assert!(c.left.contains(&leaver));
+    // No message since: every entity runs again, none on the leaver.
+    assert_eq!(c.running.len(), 40);
+    assert!(c.running.values().all(|at| *at != leaver));
+    c.remembered_run();
+    c.check();
+}
+
+#[test]
+fn remembered_entities_of_a_crashed_member_start_elsewhere_after_its_lease() {
+    let mut c = Cluster::remembering(3);
+    for n in 0..120 {
+        c.send(&address((n % 3) as u8), n % 40);
+    }
+    c.settle();
+    let dead = address(2);
+    assert!(c.running.values().any(|at| *at == dead));
+    c.nodes.remove(&dead);
+    c.queues
+        .retain(|(from, to, _), _| *from != dead && *to != dead);
+    c.running.retain(|_, at| *at != dead);
+    c.set_state(2, MemberState::Down);
+    // Its lease runs out first: the shards move after it, with no message.
+    let until = c.now + config().lease + config().margin + Duration::from_secs(5);
+    while c.now < until {
+        while c.deliver(0) {}
+        while !c.stopping.is_empty() {
+            c.stop_one(0);
+        }
+        c.advance(Duration::from_millis(250));
+    }
+    c.settle();
+    assert_eq!(c.running.len(), 40, "every remembered entity runs again");
+    c.remembered_run();
+    c.check();
+}
+
+#[test]
+fn an_idle_entity_is_forgotten() {
+    let mut c = Cluster::remembering(2);
+    c.send(&address(0), 7);
+    c.settle();
+    assert_eq!(c.remembered.as_ref().map(BTreeSet::len), Some(1));
+    c.advance(config().passivate_after);
+    while !c.stopping.is_empty() {
+        c.stop_one(0);
+    }
+    assert!(c.running.is_empty());
+    assert_eq!(c.remembered.as_ref().map(BTreeSet::len), Some(0));
+}
+
 proptest! {
     // 64 cases unless PROPTEST_CASES says otherwise (each is a long run).
     #![proptest_config(ProptestConfig::with_cases(
@@ -462,8 +579,9 @@ proptest! {
         ops in proptest::collection::vec((0u8..10, any::<u16>()), 1..400),
         join_at in 0usize..400,
         leave_at in 0usize..400,
+        remember in any::<bool>(),
     ) {
-        let mut c = Cluster::new(3);
+        let mut c = Cluster::with(3, remember);
         for (i, (op, arg)) in ops.into_iter().enumerate() {
             if i == join_at {
                 c.join(3);
@@ -489,6 +607,9 @@ proptest! {
         c.settle();
         c.check();
         c.accounted();
+        if remember {
+            c.remembered_run();
+        }
     }
 }
 
