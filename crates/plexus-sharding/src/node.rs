@@ -38,6 +38,7 @@ use std::time::Duration;
 use plexus_cluster::{Cluster, ClusterUpdate};
 use plexus_core::remote::RemoteMessage;
 use plexus_core::{ActorRef, ReplyError, ReplyTo, SystemRef};
+use plexus_data::node::Replication;
 use plexus_remote::driver::{self, Input};
 use plexus_remote::Node;
 use tokio::sync::oneshot;
@@ -52,12 +53,15 @@ mod entity;
 mod host;
 mod kind;
 mod protocol;
+pub mod remember;
 
 pub use entity::{Entity, EntityContext};
+pub use remember::{remember_key, REMEMBER_KEY_PREFIX};
 
 use host::{Command, ShardingHost};
 use kind::{region_actor, Kind, Parcel, TypeOf, Waiter};
 use protocol::ShardingProtocol;
+use remember::Remembering;
 
 /// The name the sharding's control actor is published under on every
 /// member.
@@ -216,6 +220,34 @@ pub enum LeaveError {
     Stopped,
 }
 
+/// An entity type's settings on a member ([`Sharding::register_with`]).
+#[derive(Clone, Default)]
+pub struct EntitySettings {
+    remember: Option<Replication>,
+}
+
+impl std::fmt::Debug for EntitySettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EntitySettings")
+            .field("remember", &self.remember.is_some())
+            .finish()
+    }
+}
+
+impl EntitySettings {
+    /// Remember the active entities in `data`'s replicated keys
+    /// ([`REMEMBER_KEY_PREFIX`]`<type>/<shard>`): after a shard moves (a
+    /// rebalance, a leave) or its member crashes, its entities are started
+    /// again on its new home without waiting for a message. An entity is
+    /// remembered from its first message until it is passivated idle or
+    /// for room. See [`remember`](self::remember) for what holds when.
+    #[must_use]
+    pub fn remember(mut self, data: &Replication) -> Self {
+        self.remember = Some(data.clone());
+        self
+    }
+}
+
 /// What [`Sharding::stats`] counts.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ShardingStats {
@@ -225,6 +257,9 @@ pub struct ShardingStats {
     pub dropped: u64,
     /// Requests lost with the member they went to.
     pub lost: u64,
+    /// Writes of remembered entities that did not reach a majority (kept
+    /// here and spread by gossip all the same).
+    pub unremembered: u64,
 }
 
 /// Sharding on a member: entity types registered here, and refs to
@@ -328,6 +363,25 @@ impl Sharding {
         E: Entity,
         F: Fn(&EntityId) -> E + Send + Sync + 'static,
     {
+        self.register_with(entity_type, EntitySettings::default(), factory)
+    }
+
+    /// [`register`](Sharding::register) with settings for the type (give
+    /// every member that registers it the same).
+    ///
+    /// # Errors
+    ///
+    /// [`RegisterError`] says why.
+    pub fn register_with<E, F>(
+        &self,
+        entity_type: &str,
+        settings: EntitySettings,
+        factory: F,
+    ) -> Result<(), RegisterError>
+    where
+        E: Entity,
+        F: Fn(&EntityId) -> E + Send + Sync + 'static,
+    {
         let (name, already) = self.use_type::<E::Msg>(entity_type, true)?;
         if already {
             return Err(RegisterError::AlreadyRegistered(entity_type.into()));
@@ -374,9 +428,13 @@ impl Sharding {
             factory,
             inputs,
         ));
+        let remember = settings
+            .remember
+            .map(|data| Remembering::new(data, name.clone(), self.inputs.clone()));
         self.command(Command::Kind {
             entity_type: name,
             kind,
+            remember,
         });
         Ok(())
     }
@@ -466,6 +524,7 @@ impl Sharding {
                     self.command(Command::Kind {
                         entity_type: name.clone(),
                         kind: Box::new(TypeOf::<M>::proxy(name.clone())),
+                        remember: None,
                     });
                 }
                 Ok((name, false))

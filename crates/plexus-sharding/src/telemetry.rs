@@ -30,6 +30,9 @@ pub const HANDOFFS: &str = "plexus_sharding_handoffs_total";
 /// `dropped` (refused with nobody waiting), `lost` (a waiting sender's
 /// member went away), `packet` (malformed control packets).
 pub const REFUSED: &str = "plexus_sharding_refused_total";
+/// `plexus_sharding_unremembered_total`: writes of remembered entities
+/// that did not reach a majority.
+pub const UNREMEMBERED: &str = "plexus_sharding_unremembered_total";
 
 /// Registers the HELP text of this crate's metrics with the current
 /// recorder; [`record_sharding_stats`] calls it.
@@ -58,6 +61,11 @@ pub fn describe_metrics() {
         Unit::Count,
         "Messages refused here, dropped with nobody waiting, lost with their member; malformed packets."
     );
+    describe_counter!(
+        UNREMEMBERED,
+        Unit::Count,
+        "Writes of remembered entities that did not reach a majority (kept here, spread by gossip)."
+    );
 }
 
 /// Publishes `s` through the `metrics` facade.
@@ -79,6 +87,7 @@ pub fn record_sharding_stats(s: &ShardingStats) {
     metrics::counter!(REFUSED, "what" => "dropped").absolute(s.dropped);
     metrics::counter!(REFUSED, "what" => "lost").absolute(s.lost);
     metrics::counter!(REFUSED, "what" => "packet").absolute(r.bad_packets);
+    metrics::counter!(UNREMEMBERED).absolute(s.unremembered);
 }
 
 impl Sharding {

@@ -37,6 +37,14 @@ pub trait Entity: Send + 'static {
     /// The messages it takes, from this member or any other.
     type Msg: RemoteMessage;
 
+    /// Runs when the entity is activated, before its first message (a
+    /// remembered entity woken after its shard moved or its member crashed
+    /// has none): the place to load its state or resume its work.
+    fn started(&mut self, ctx: &mut EntityContext<'_>) -> impl Future<Output = ()> + Send {
+        let _ = ctx;
+        async {}
+    }
+
     /// Handles one message.
     fn handle(
         &mut self,
@@ -90,6 +98,15 @@ pub(crate) struct EntityActor<E> {
 
 impl<E: Entity> Actor for EntityActor<E> {
     type Msg = Turn<E::Msg>;
+
+    async fn started(&mut self, ctx: &mut Context<Turn<E::Msg>>) {
+        let system = ctx.system().clone();
+        let mut entity_ctx = EntityContext {
+            id: &self.id,
+            system: &system,
+        };
+        self.entity.started(&mut entity_ctx).await;
+    }
 
     async fn handle(&mut self, turn: Turn<E::Msg>, ctx: &mut Context<Turn<E::Msg>>) {
         let system = ctx.system().clone();

@@ -17,11 +17,12 @@ use tokio::sync::oneshot;
 
 use super::kind::{Kind, Parcel, Waiter};
 use super::protocol::ShardingProtocol;
+use super::remember::Remembering;
 use super::{ControlPacket, ShardingStats, ACTOR_NAME};
 use crate::envelope::Origin;
 use crate::region::EntityError;
-use crate::regions::Event;
-use crate::shard::{EntityId, HandOffId, ShardId};
+use crate::regions::{Event, Regions};
+use crate::shard::{shard_of, EntityId, HandOffId, ShardId};
 
 /// What the driver is asked to do besides its packets' work.
 pub(crate) enum Command {
@@ -34,6 +35,19 @@ pub(crate) enum Command {
     Kind {
         entity_type: Arc<str>,
         kind: Box<dyn Kind>,
+        /// A registered type that remembers its entities: their store.
+        remember: Option<Remembering>,
+    },
+    /// The ids remembered for a shard that started here, read.
+    Wake {
+        entity_type: Arc<str>,
+        ids: Vec<EntityId>,
+    },
+    /// A write of a shard's remembered ids ended.
+    Remembered {
+        entity_type: Arc<str>,
+        shard: ShardId,
+        written: bool,
     },
     /// A message sent on this member.
     Send {
@@ -79,6 +93,8 @@ pub(crate) struct HostCounts {
     pub(crate) dropped: u64,
     /// Requests whose member went away before an answer.
     pub(crate) lost: u64,
+    /// Writes of remembered ids that did not reach a majority.
+    pub(crate) unremembered: u64,
 }
 
 /// The sharding's host. See the [module docs](self).
@@ -86,6 +102,8 @@ pub(crate) struct ShardingHost {
     pub(crate) node: Node,
     pub(crate) refs: ForgedRefs<ControlPacket>,
     pub(crate) kinds: HashMap<Arc<str>, Box<dyn Kind>>,
+    /// The remembering types' stores.
+    remembering: HashMap<Arc<str>, Remembering>,
     pending: HashMap<u64, Pending>,
     next_request: u64,
     /// Pending requests the last prune left (prunes when it doubles).
@@ -101,6 +119,7 @@ impl ShardingHost {
             node,
             refs: ForgedRefs::default(),
             kinds: HashMap::new(),
+            remembering: HashMap::new(),
             pending: HashMap::new(),
             next_request: 1,
             pruned_at: 64,
@@ -190,6 +209,14 @@ impl ShardingHost {
         }
     }
 
+    /// Begins the leave once every remembered id is written (so the new
+    /// homes read them all).
+    fn leave_when_written(&mut self, regions: &mut Regions<Parcel>, now: Instant) {
+        if !self.remembering.values().any(Remembering::busy) {
+            regions.leave(now);
+        }
+    }
+
     /// Stops every entity (the driver is stopping).
     pub(crate) fn stop_all(&mut self) {
         for kind in self.kinds.values_mut() {
@@ -213,7 +240,11 @@ impl Host<ShardingProtocol> for ShardingHost {
                 self.fail_lost(&update);
                 regions.set_members(now, &update.local, &update.members);
             }
-            Command::Kind { entity_type, kind } => {
+            Command::Kind {
+                entity_type,
+                kind,
+                remember,
+            } => {
                 let hosts = kind.hosts();
                 let keep = self
                     .kinds
@@ -223,7 +254,31 @@ impl Host<ShardingProtocol> for ShardingHost {
                     self.kinds.insert(entity_type.clone(), kind);
                 }
                 if hosts {
-                    regions.register(entity_type, now);
+                    regions.register(entity_type.clone(), now);
+                }
+                if let Some(remember) = remember {
+                    self.remembering.insert(entity_type.clone(), remember);
+                    regions.remember(&entity_type, now);
+                }
+            }
+            Command::Wake { entity_type, ids } => {
+                for id in ids {
+                    regions.wake(&entity_type, id, now);
+                }
+            }
+            Command::Remembered {
+                entity_type,
+                shard,
+                written,
+            } => {
+                if !written {
+                    self.counts.unremembered += 1;
+                }
+                if let Some(r) = self.remembering.get_mut(&entity_type) {
+                    r.written(shard);
+                }
+                if !self.leaving.is_empty() {
+                    self.leave_when_written(regions, now);
                 }
             }
             Command::Send {
@@ -260,7 +315,7 @@ impl Host<ShardingProtocol> for ShardingHost {
                     let _ = tx.send(());
                 } else {
                     self.leaving.push(tx);
-                    regions.leave(now);
+                    self.leave_when_written(regions, now);
                 }
             }
             Command::Stats(tx) => {
@@ -268,6 +323,7 @@ impl Host<ShardingProtocol> for ShardingHost {
                     regions: regions.stats(),
                     dropped: self.counts.dropped,
                     lost: self.counts.lost,
+                    unremembered: self.counts.unremembered,
                 });
             }
         }
@@ -397,7 +453,23 @@ impl Host<ShardingProtocol> for ShardingHost {
                     let _ = p.tx.send(Ok(()));
                 }
             }
-            Event::ShardStarted { .. } | Event::Remember { .. } | Event::Forget { .. } => {}
+            Event::ShardStarted { entity_type, shard } => {
+                if let Some(r) = self.remembering.get(&entity_type) {
+                    r.read(shard);
+                }
+            }
+            Event::Remember { entity_type, id } => {
+                let shard = shard_of(&entity_type, &id, protocol.0.config().shards);
+                if let Some(r) = self.remembering.get_mut(&entity_type) {
+                    r.remember(shard, id);
+                }
+            }
+            Event::Forget { entity_type, id } => {
+                let shard = shard_of(&entity_type, &id, protocol.0.config().shards);
+                if let Some(r) = self.remembering.get_mut(&entity_type) {
+                    r.forget(shard, id);
+                }
+            }
             Event::Left => {
                 self.left = true;
                 for tx in self.leaving.drain(..) {
