@@ -10,7 +10,7 @@ use plexus::data::crdt::GCounter;
 use plexus::data::node::Replication;
 use plexus::data::{Consistency, Key, ReplicatorConfig};
 use plexus::prelude::*;
-use plexus::sharding::node::{Entity, EntityContext, Sharding};
+use plexus::sharding::node::{Entity, EntityContext, EntitySettings, Sharding};
 use plexus::sharding::ShardingConfig;
 use serde::{Deserialize, Serialize};
 
@@ -23,12 +23,17 @@ enum CartMsg {
 }
 remote_message!(CartMsg = "demo.CartMsg");
 
-/// A cart: its count lives in a replicated counter `cart/<id>`, read at
-/// its first message and increased by what it took when it stops.
+/// A cart: its count lives in a replicated counter `cart/<id>`, read when
+/// it starts and increased by what it took when it stops. Its type
+/// remembers its entities: moved or crashed, it starts again on its new
+/// member without waiting for a message.
 struct Cart {
     data: Replication,
-    /// What the counter held when the cart started, if read yet.
-    loaded: Option<u64>,
+    /// Its member, and where it tells that it started.
+    member: String,
+    starts: tokio::sync::mpsc::UnboundedSender<(String, u64)>,
+    /// What the counter held when the cart started.
+    loaded: u64,
     items: u64,
 }
 
@@ -41,16 +46,17 @@ impl Cart {
 impl Entity for Cart {
     type Msg = CartMsg;
 
-    async fn handle(&mut self, msg: CartMsg, ctx: &mut EntityContext<'_>) {
-        if self.loaded.is_none() {
-            let saved = self
-                .data
-                .get(&Self::key(ctx), Consistency::Majority, WAIT)
-                .await;
-            let saved = saved.ok().flatten().map_or(0, |c| c.value() as u64);
-            self.loaded = Some(saved);
-            self.items = saved;
-        }
+    async fn started(&mut self, ctx: &mut EntityContext<'_>) {
+        let saved = self
+            .data
+            .get(&Self::key(ctx), Consistency::Majority, WAIT)
+            .await;
+        self.loaded = saved.ok().flatten().map_or(0, |c| c.value() as u64);
+        self.items = self.loaded;
+        let _ = self.starts.send((self.member.clone(), self.items));
+    }
+
+    async fn handle(&mut self, msg: CartMsg, _ctx: &mut EntityContext<'_>) {
         match msg {
             CartMsg::Add(n) => self.items += n,
             CartMsg::Count(reply) => reply.send(self.items),
@@ -58,8 +64,7 @@ impl Entity for Cart {
     }
 
     async fn stopping(&mut self, ctx: &mut EntityContext<'_>) {
-        let Some(loaded) = self.loaded else { return };
-        let added = self.items - loaded;
+        let added = self.items - self.loaded;
         let saved = self
             .data
             .update(
@@ -94,6 +99,7 @@ struct Member {
 async fn member(
     seeds: Vec<String>,
     cluster: &ClusterConfig,
+    starts: &tokio::sync::mpsc::UnboundedSender<(String, u64)>,
 ) -> Result<Member, Box<dyn std::error::Error>> {
     let system = ActorSystem::new();
     let node = Node::start(&system, NodeConfig::default().cookie("demo-cookie"))?;
@@ -116,12 +122,18 @@ async fn member(
             ..ShardingConfig::default()
         },
     )?;
-    let replicas = data.clone();
-    sharding.register("cart", move |_id| Cart {
-        data: replicas.clone(),
-        loaded: None,
-        items: 0,
-    })?;
+    let (replicas, member, starts) = (data.clone(), uri.clone(), starts.clone());
+    sharding.register_with(
+        "cart",
+        EntitySettings::default().remember(&data),
+        move |_id| Cart {
+            data: replicas.clone(),
+            member: member.clone(),
+            starts: starts.clone(),
+            loaded: 0,
+            items: 0,
+        },
+    )?;
     Ok(Member {
         _system: system,
         _node: node,
@@ -166,9 +178,10 @@ pub async fn tour(cluster: ClusterConfig) -> Result<(), Box<dyn std::error::Erro
         "\n23. virtual actors: a cart by id from two members; its member leaves; it answers from its new member"
     );
     let cluster = cluster.name("demo-sharding");
-    let a = member(Vec::new(), &cluster).await?;
-    let b = member(vec![a.uri.clone()], &cluster).await?;
-    let c = member(vec![a.uri.clone()], &cluster).await?;
+    let (starts, mut started) = tokio::sync::mpsc::unbounded_channel();
+    let a = member(Vec::new(), &cluster, &starts).await?;
+    let b = member(vec![a.uri.clone()], &cluster, &starts).await?;
+    let c = member(vec![a.uri.clone()], &cluster, &starts).await?;
     let members = [a, b, c];
     for m in &members {
         until_up(m, 3).await?;
@@ -202,8 +215,16 @@ pub async fn tour(cluster: ClusterConfig) -> Result<(), Box<dyn std::error::Erro
         "  its member {} hands its shards over, then leaves the cluster",
         leaver.uri
     );
+    while started.try_recv().is_ok() {}
     leaver.sharding.leave(Duration::from_secs(30)).await?;
     leaver.cluster.leave().await;
+    let (at, count) = tokio::time::timeout(Duration::from_secs(30), started.recv())
+        .await
+        .map_err(|_| "the remembered cart did not start again")?
+        .ok_or("closed")?;
+    println!(
+        "  remembered, cart 42 starts again on member {at} before any message is sent to it, with count {count} (read from replicated data)"
+    );
     for m in &stay {
         until_up(m, 2).await?;
     }
