@@ -27,6 +27,19 @@ pub struct Allocation {
     regions: BTreeMap<Arc<str>, BTreeSet<ShardId>>,
     /// Regions leaving: they get no shard, and every shard of theirs moves.
     draining: BTreeSet<Arc<str>>,
+    /// The region every shard lives on ([`Placement::Oldest`]), if any.
+    pin: Option<Arc<str>>,
+}
+
+/// Where a type's shards go.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Placement {
+    /// Spread over the regions, evened out by rebalancing.
+    #[default]
+    Spread,
+    /// All on the region of the oldest member that is up (a singleton's
+    /// type): when another member becomes the oldest, they move there.
+    Oldest,
 }
 
 /// A shard to hand over from one region to another.
@@ -87,7 +100,24 @@ impl Allocation {
             homes: BTreeMap::new(),
             regions: BTreeMap::new(),
             draining: BTreeSet::new(),
+            pin: None,
         }
+    }
+
+    /// Pins every shard to `region` (or unpins them): new shards are
+    /// allocated there, and [`rebalance`](Allocation::rebalance) moves the
+    /// others there. `true` if it changed.
+    pub fn pin(&mut self, region: Option<Arc<str>>) -> bool {
+        let changed = self.pin != region;
+        self.pin = region;
+        changed
+    }
+
+    /// The region a pin names, if it is one and does not leave.
+    fn pinned(&self) -> Option<&Arc<str>> {
+        self.pin
+            .as_ref()
+            .filter(|p| self.regions.contains_key(*p) && !self.draining.contains(*p))
     }
 
     /// The type's shard count.
@@ -173,12 +203,17 @@ impl Allocation {
         if let Some(home) = self.homes.get(&shard) {
             return Ok(home.clone());
         }
+        let least = || {
+            self.regions
+                .iter()
+                .filter(|(address, _)| !self.draining.contains(*address))
+                .min_by_key(|(address, hosted)| (hosted.len(), *address))
+                .map(|(address, _)| address.clone())
+        };
         let region = self
-            .regions
-            .iter()
-            .filter(|(address, _)| !self.draining.contains(*address))
-            .min_by_key(|(address, hosted)| (hosted.len(), *address))
-            .map(|(address, _)| address.clone())
+            .pinned()
+            .cloned()
+            .or_else(least)
             .ok_or(AllocateError::NoRegions)?;
         self.homes.insert(shard, region.clone());
         self.regions
@@ -190,7 +225,9 @@ impl Allocation {
 
     /// The moves that empty the leaving regions and even the load.
     ///
-    /// First every shard of a leaving region not already moving goes to
+    /// With a [pin](Allocation::pin) that is a region and does not leave:
+    /// every shard elsewhere and not `moving` goes to it, at once.
+    /// Otherwise, first every shard of a leaving region not already moving goes to
     /// the least loaded region that stays (however many: a leave waits for
     /// them). Then, at most `rule.max_moves` minus the hand-offs under way
     /// (`moving`, whose shards are not moved again) and those just
@@ -199,6 +236,19 @@ impl Allocation {
     /// planned before it, while the two are at least `rule.threshold`
     /// apart. Nothing changes until [`apply`](Allocation::apply).
     pub fn rebalance(&self, rule: Rebalance, moving: &BTreeSet<ShardId>) -> Vec<Move> {
+        if let Some(pin) = self.pinned() {
+            // Every shard not moving already goes to the pin, at once.
+            return self
+                .homes
+                .iter()
+                .filter(|(shard, home)| *home != pin && !moving.contains(*shard))
+                .map(|(&shard, home)| Move {
+                    shard,
+                    from: home.clone(),
+                    to: pin.clone(),
+                })
+                .collect();
+        }
         let threshold = rule.threshold.max(2) as usize;
         // Counts after the hand-offs under way, which still count at their
         // old home until applied: a region losing a shard is as loaded as

@@ -197,6 +197,18 @@ impl Coordinator {
         self.serve_askers(now);
     }
 
+    /// Pins every shard of the type to `region` ([`Placement::Oldest`]:
+    /// the caller names the oldest member's region, again whenever it
+    /// changes): shards elsewhere are handed over to it at once.
+    ///
+    /// [`Placement::Oldest`]: crate::allocation::Placement::Oldest
+    pub fn pin(&mut self, region: Option<Arc<str>>, now: Instant) {
+        if self.allocation.pin(region) {
+            self.rebalance();
+            self.serve_askers(now);
+        }
+    }
+
     /// A region's member is leaving gracefully: every shard of the region
     /// is handed over now (not at the next rebalance), and it gets no new
     /// one. The region keeps its lease until it is gone.

@@ -39,6 +39,9 @@ struct Entry {
     /// Orders entries used at the same instant.
     tick: u64,
     stopping: bool,
+    /// Kept running (a singleton): never idle, never evicted, not in
+    /// `by_use`.
+    kept: bool,
 }
 
 /// A region's active entities of one type. See the [module docs](self).
@@ -88,6 +91,9 @@ impl Entities {
             if entry.stopping {
                 return Touch::Stopping;
             }
+            if entry.kept {
+                return Touch::Active;
+            }
             self.by_use.remove(&(entry.last, entry.tick, id.clone()));
             entry.last = now;
             entry.tick = self.tick;
@@ -110,10 +116,36 @@ impl Entities {
                 last: now,
                 tick: self.tick,
                 stopping: false,
+                kept: false,
             },
         );
         self.by_use.insert((now, self.tick, id.clone()));
         Touch::Activate { evict }
+    }
+
+    /// Like [`touch`](Entities::touch), for an entity kept running (a
+    /// singleton): it is never passivated for idleness or room, and takes
+    /// no room from the others.
+    pub fn touch_kept(&mut self, id: &EntityId, now: Instant) -> Touch {
+        self.tick += 1;
+        if let Some(entry) = self.entries.get_mut(id) {
+            if entry.stopping {
+                return Touch::Stopping;
+            }
+            self.by_use.remove(&(entry.last, entry.tick, id.clone()));
+            entry.kept = true;
+            return Touch::Active;
+        }
+        self.entries.insert(
+            id.clone(),
+            Entry {
+                last: now,
+                tick: self.tick,
+                stopping: false,
+                kept: true,
+            },
+        );
+        Touch::Activate { evict: None }
     }
 
     /// Passivates `id` now (its shard moves away, or the lease is lost):

@@ -34,7 +34,7 @@ pub mod sim;
 pub mod telemetry;
 pub mod wire;
 
-pub use allocation::{AllocateError, Allocation, Move, Rebalance};
+pub use allocation::{AllocateError, Allocation, Move, Placement, Rebalance};
 pub use coordinator::{Coordinator, CoordinatorConfig, CoordinatorOutput};
 pub use entities::{Entities, Touch};
 pub use lease::{Grants, LeaseState, RegionLease};

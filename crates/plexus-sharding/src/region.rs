@@ -170,6 +170,9 @@ pub struct Region<M> {
     /// Remembering: entities woken while still stopping, woken again once
     /// they stopped.
     rewake: BTreeSet<EntityId>,
+    /// Entities kept running wherever their shard is hosted
+    /// ([`Region::keep_running`]).
+    keep: BTreeSet<EntityId>,
     out: VecDeque<RegionOutput<M>>,
 }
 
@@ -194,6 +197,7 @@ impl<M> Region<M> {
             remember: false,
             started: BTreeSet::new(),
             rewake: BTreeSet::new(),
+            keep: BTreeSet::new(),
             out: VecDeque::new(),
             config,
         };
@@ -241,6 +245,19 @@ impl<M> Region<M> {
         self.start_shards(now);
     }
 
+    /// Keeps entity `id` running (a singleton): this region asks for its
+    /// shard's home now, and runs it, with no message, while it hosts the
+    /// shard under a lease; it is never passivated for idleness or room.
+    /// Every region of the type must keep the same ids.
+    pub fn keep_running(&mut self, id: EntityId, now: Instant) {
+        let shard = shard_of(&self.entity_type, &id, self.config.shards);
+        if self.keep.insert(id.clone()) {
+            self.out.push_back(RegionOutput::AskHome(shard));
+        }
+        self.started.remove(&shard);
+        self.start_shards(now);
+    }
+
     /// Activates entity `id` without a message (it is remembered for a
     /// shard that started here): nothing if it is active or stopping, or
     /// if its shard is not hosted here under a lease that holds now (its
@@ -259,12 +276,20 @@ impl<M> Region<M> {
             self.rewake.insert(id);
             return;
         }
-        if let Touch::Activate { evict } = self.entities.touch(&id, now) {
+        if let Touch::Activate { evict } = self.touch(&id, now) {
             if let Some(lru) = evict {
                 self.evict(lru);
             }
             self.hosted.entry(shard).or_default().insert(id.clone());
             self.out.push_back(RegionOutput::Activate(id));
+        }
+    }
+
+    fn touch(&mut self, id: &EntityId, now: Instant) -> Touch {
+        if self.keep.contains(id) {
+            self.entities.touch_kept(id, now)
+        } else {
+            self.entities.touch(id, now)
         }
     }
 
@@ -457,7 +482,7 @@ impl<M> Region<M> {
         self.shard_stopped_if_empty(shard);
         if self.rewake.remove(id) && !self.entities.is_known(id) {
             self.wake(id.clone(), now);
-            if self.entities.is_known(id) {
+            if self.remember && self.entities.is_known(id) {
                 // Forgotten meanwhile, perhaps (it stopped idle): again.
                 self.out.push_back(RegionOutput::Remember(id.clone()));
             }
@@ -515,7 +540,15 @@ impl<M> Region<M> {
     /// Asks the coordinator again for every shard whose messages wait for
     /// a home (a new coordinator took over: the old one may never answer).
     pub fn reask(&mut self) {
-        for shard in self.routing.waiting() {
+        let mut shards: BTreeSet<ShardId> = self.routing.waiting().into_iter().collect();
+        // A kept entity's shard with no home known: it must start somewhere.
+        for id in &self.keep {
+            let shard = shard_of(&self.entity_type, id, self.config.shards);
+            if self.routing.home(shard).is_none() {
+                shards.insert(shard);
+            }
+        }
+        for shard in shards {
             self.out.push_back(RegionOutput::AskHome(shard));
         }
     }
@@ -626,7 +659,7 @@ impl<M> Region<M> {
             });
             return;
         }
-        match self.entities.touch(&id, now) {
+        match self.touch(&id, now) {
             Touch::Active => {}
             Touch::Activate { evict } => {
                 if let Some(lru) = evict {
@@ -679,7 +712,7 @@ impl<M> Region<M> {
     /// Remembering: reports every homed shard not started yet under the
     /// lease that holds now.
     fn start_shards(&mut self, now: Instant) {
-        if !self.remember || !self.lease.holds(now) {
+        if (!self.remember && self.keep.is_empty()) || !self.lease.holds(now) {
             return;
         }
         let fresh: Vec<ShardId> = self
@@ -690,7 +723,18 @@ impl<M> Region<M> {
             .collect();
         for shard in fresh {
             self.started.insert(shard);
-            self.out.push_back(RegionOutput::ShardStarted(shard));
+            if self.remember {
+                self.out.push_back(RegionOutput::ShardStarted(shard));
+            }
+            let kept: Vec<EntityId> = self
+                .keep
+                .iter()
+                .filter(|id| shard_of(&self.entity_type, id, self.config.shards) == shard)
+                .cloned()
+                .collect();
+            for id in kept {
+                self.wake(id, now);
+            }
         }
     }
 

@@ -27,14 +27,14 @@
 //! member is up: a downed member's lease runs out, and its shards move only
 //! after that (`lease.rs`).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use plexus_cluster::{Member, MemberState};
 
-use crate::allocation::Rebalance;
+use crate::allocation::{Placement, Rebalance};
 use crate::coordinator::{Coordinator, CoordinatorConfig, CoordinatorOutput};
 use crate::region::{EntityError, Region, RegionConfig, RegionOutput};
 use crate::shard::{EntityId, HandOffId, ShardId};
@@ -283,6 +283,8 @@ struct TypeState<P> {
     hosts: bool,
     /// The coordinator said it hosts nothing after this member's leave.
     drained: bool,
+    /// Where its shards go, as registered here.
+    placement: Placement,
 }
 
 /// A member's regions and coordinators. See the [module docs](self).
@@ -307,6 +309,11 @@ pub struct Regions<P> {
     downed: bool,
     leaving: bool,
     left: bool,
+    /// Every member's up-number in the view (the oldest has the lowest).
+    ups: BTreeMap<Arc<str>, u64>,
+    /// The types whose shards live on the oldest member (singletons'),
+    /// as their regions said.
+    oldest_types: BTreeSet<Arc<str>>,
     /// Control messages to this member itself.
     loopback: VecDeque<Message>,
     transmits: VecDeque<(Arc<str>, Bytes)>,
@@ -331,6 +338,8 @@ impl<P> Regions<P> {
             downed: false,
             leaving: false,
             left: false,
+            ups: BTreeMap::new(),
+            oldest_types: BTreeSet::new(),
             loopback: VecDeque::new(),
             transmits: VecDeque::new(),
             events: VecDeque::new(),
@@ -382,6 +391,22 @@ impl<P> Regions<P> {
     /// [`Region::remember`]).
     pub fn remember(&mut self, entity_type: &Arc<str>, now: Instant) {
         self.type_state(entity_type, now).region.remember(now);
+        self.pump(now);
+    }
+
+    /// Makes `entity_type` (registered here) a singleton's type: its
+    /// shards live on the oldest up member that registered it, and its
+    /// entity `id` runs there with no message, moving when another member
+    /// becomes the oldest (a hand-off, as any shard's) and starting again
+    /// after its member is downed (once its lease ran out). Do the same on
+    /// every member that registers the type.
+    pub fn singleton(&mut self, entity_type: &Arc<str>, id: EntityId, now: Instant) {
+        let t = self.type_state(entity_type, now);
+        t.placement = Placement::Oldest;
+        // The coordinator hears of the placement before the question for
+        // the entity's shard, not at the next renewal.
+        t.region.renew_now(now);
+        t.region.keep_running(id, now);
         self.pump(now);
     }
 
@@ -490,6 +515,17 @@ impl<P> Regions<P> {
             .collect();
         self.view.insert(local.address.clone(), local.state);
         self.up_number = local.up_number;
+        self.ups = members
+            .iter()
+            .chain([local])
+            .map(|m| (m.address.clone(), m.up_number))
+            .collect();
+        // A singleton's type follows the oldest member before a leaver's
+        // shards move (they go there, not to the least loaded).
+        let pinned: Vec<Arc<str>> = self.oldest_types.iter().cloned().collect();
+        for entity_type in &pinned {
+            self.pin_oldest(entity_type, None, now);
+        }
         let lives_before = std::mem::take(&mut self.lives);
         self.lives = members
             .iter()
@@ -637,6 +673,7 @@ impl<P> Regions<P> {
                 region: Region::new(me.clone(), entity_type.clone(), config.region(), now),
                 hosts: false,
                 drained: false,
+                placement: Placement::Spread,
             })
     }
 
@@ -741,11 +778,15 @@ impl<P> Regions<P> {
                 leased,
                 hosted,
             } => {
-                let hosts = self.types.get(entity_type).is_some_and(|s| s.hosts);
+                let (hosts, placement) = self
+                    .types
+                    .get(entity_type)
+                    .map_or((false, Placement::Spread), |s| (s.hosts, s.placement));
                 if hosts && !self.downed {
                     let body = Body::Renew {
                         seq,
                         leased,
+                        placement,
                         hosted,
                     };
                     to_coordinator(self, body);
@@ -904,8 +945,16 @@ impl<P> Regions<P> {
             Body::Renew {
                 seq,
                 leased,
+                placement,
                 hosted,
             } => {
+                if placement == Placement::Oldest {
+                    self.oldest_types.insert(entity_type.clone());
+                }
+                let c = self
+                    .coordinators
+                    .get_mut(entity_type)
+                    .expect("created above");
                 let known = c.allocation().regions().any(|(r, _)| *r == from);
                 if up && !known {
                     c.region_up(from.clone(), now);
@@ -919,9 +968,44 @@ impl<P> Regions<P> {
                     }
                 }
             }
-            Body::Leaving => c.region_leaving(&from),
+            Body::Leaving => {
+                // A singleton's type picks its next oldest before the
+                // leaver's shards move: they go there, not to the least
+                // loaded.
+                self.pin_oldest(entity_type, Some(&from), now);
+                if let Some(c) = self.coordinators.get_mut(entity_type) {
+                    c.region_leaving(&from);
+                }
+            }
             _ => {}
         }
+        self.pin_oldest(entity_type, None, now);
+    }
+
+    /// Pins a [`Placement::Oldest`] type's shards to the region of the
+    /// oldest member that is up and not leaving (nor `leaver`), if this
+    /// member runs its coordinator.
+    fn pin_oldest(&mut self, entity_type: &Arc<str>, leaver: Option<&str>, now: Instant) {
+        if !self.oldest_types.contains(entity_type) {
+            return;
+        }
+        let Some(c) = self.coordinators.get_mut(entity_type) else {
+            return;
+        };
+        let oldest = c
+            .allocation()
+            .regions()
+            .map(|(r, _)| r)
+            .filter(|r| {
+                matches!(
+                    self.view.get(*r),
+                    Some(MemberState::Up | MemberState::Suspect)
+                ) && !c.allocation().is_draining(r)
+                    && leaver.is_none_or(|l| ***r != *l)
+            })
+            .min_by_key(|r| (self.ups.get(*r).copied().unwrap_or(u64::MAX), (*r).clone()))
+            .cloned();
+        c.pin(oldest, now);
     }
 
     fn coordinator_said(

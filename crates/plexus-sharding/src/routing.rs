@@ -196,6 +196,15 @@ impl<M> Routing<M> {
         }
     }
 
+    /// The home of `shard` as far as this region knows: `None` while it is
+    /// unknown or moving.
+    pub fn home(&self, shard: ShardId) -> Option<&Arc<str>> {
+        match self.routes.get(&shard) {
+            Some(Route::Home(home)) => Some(home),
+            _ => None,
+        }
+    }
+
     /// The messages held for `shard`.
     pub fn held(&self, shard: ShardId) -> usize {
         match self.routes.get(&shard) {

@@ -42,11 +42,12 @@ use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
 
+use crate::allocation::Placement;
 use crate::region::EntityError;
 use crate::routing::RouteError;
 use crate::shard::{EntityIdError, HandOffId, ShardId};
 
-const VERSION: u8 = 2;
+const VERSION: u8 = 3;
 
 /// The most regions a hand-off names.
 pub const MAX_REGIONS: usize = 4096;
@@ -106,6 +107,8 @@ pub enum Body {
         /// The sender's lease still holds: its report is current (one
         /// from a region whose lease ran out is never adopted).
         leased: bool,
+        /// Where the type's shards go, as the sender registered it.
+        placement: Placement,
         /// The shards the sender hosts.
         hosted: Vec<ShardId>,
     },
@@ -150,6 +153,9 @@ pub enum WireError {
     /// An unknown refusal code.
     #[error("unknown sharding refusal code {0}")]
     Refusal(u8),
+    /// Unknown flags in a lease renewal.
+    #[error("unknown sharding renewal flags {0:#04x}")]
+    RenewFlags(u8),
     /// A string that is not UTF-8.
     #[error("sharding message with a string that is not UTF-8")]
     Utf8,
@@ -220,10 +226,12 @@ impl Message {
             Body::Renew {
                 seq,
                 leased,
+                placement,
                 hosted,
             } => {
                 b.put_u64(*seq);
-                b.put_u8(u8::from(*leased));
+                let oldest = u8::from(*placement == Placement::Oldest);
+                b.put_u8(u8::from(*leased) | (oldest << 1));
                 put_shards(&mut b, hosted);
             }
             Body::Renewed { seq, revoked } => {
@@ -295,15 +303,23 @@ impl Message {
                 }
             }
             5 => Body::ShardStopped(r.shard()?, HandOffId(r.u64()?)),
-            6 => Body::Renew {
-                seq: r.u64()?,
-                leased: match r.u8()? {
-                    0 => false,
-                    1 => true,
-                    other => return Err(WireError::Kind(other)),
-                },
-                hosted: r.shards()?,
-            },
+            6 => {
+                let seq = r.u64()?;
+                let flags = r.u8()?;
+                if flags > 3 {
+                    return Err(WireError::RenewFlags(flags));
+                }
+                Body::Renew {
+                    seq,
+                    leased: flags & 1 == 1,
+                    placement: if flags & 2 == 2 {
+                        Placement::Oldest
+                    } else {
+                        Placement::Spread
+                    },
+                    hosted: r.shards()?,
+                }
+            }
             7 => Body::Renewed {
                 seq: r.u64()?,
                 revoked: r.shards()?,

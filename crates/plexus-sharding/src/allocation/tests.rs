@@ -224,3 +224,39 @@ proptest! {
         prop_assert!(high < low + threshold as usize, "{low}..{high}");
     }
 }
+
+#[test]
+fn a_pin_takes_every_shard_and_a_leaving_pin_takes_none() {
+    let mut a = filled(3, 12);
+    let rule = Rebalance::for_shards(12);
+    assert!(a.pin(Some(region(2))));
+    assert!(!a.pin(Some(region(2))), "the same pin is no change");
+    let moves = settle(&mut a, rule);
+    assert_eq!(moves.len(), 8, "the shards of the two other regions");
+    assert!((0..12).all(|s| a.home(ShardId(s)) == Some(&region(2))));
+    consistent(&a);
+    // A new shard goes to the pin, not to the least loaded.
+    let mut b = Allocation::new(4);
+    b.add_region(region(0));
+    b.add_region(region(1));
+    b.pin(Some(region(1)));
+    assert_eq!(b.allocate(ShardId(0)), Ok(region(1)));
+    assert_eq!(b.allocate(ShardId(1)), Ok(region(1)));
+    // A pin that leaves, or is not a region, pins nothing.
+    b.drain(&region(1));
+    assert_eq!(b.allocate(ShardId(2)), Ok(region(0)));
+    b.pin(Some(region(9)));
+    assert_eq!(b.allocate(ShardId(3)), Ok(region(0)));
+    // Shards already moving are left to their hand-off.
+    let moving: BTreeSet<ShardId> = [ShardId(0)].into();
+    b.pin(Some(region(0)));
+    let moves = b.rebalance(rule, &moving);
+    assert_eq!(
+        moves,
+        [Move {
+            shard: ShardId(1),
+            from: region(1),
+            to: region(0)
+        }]
+    );
+}

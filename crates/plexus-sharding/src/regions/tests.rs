@@ -60,6 +60,8 @@ struct Cluster {
     /// With remembering regions: the remembered ids (a store every member
     /// reads and writes at once).
     remembered: Option<BTreeSet<EntityId>>,
+    /// With the type a singleton's: its entity.
+    singleton: Option<EntityId>,
 }
 
 impl Cluster {
@@ -88,6 +90,7 @@ impl Cluster {
             next: 0,
             left: BTreeSet::new(),
             remembered: remember.then(BTreeSet::new),
+            singleton: None,
         };
         for i in 0..n {
             c.join(i);
@@ -105,6 +108,9 @@ impl Cluster {
         r.register(CART.into(), self.now);
         if self.remembered.is_some() {
             r.remember(&CART.into(), self.now);
+        }
+        if let Some(id) = &self.singleton {
+            r.singleton(&CART.into(), id.clone(), self.now);
         }
         self.nodes.insert(a, r);
         self.view();
@@ -563,6 +569,130 @@ fn an_idle_entity_is_forgotten() {
     assert_eq!(c.remembered.as_ref().map(BTreeSet::len), Some(0));
 }
 
+fn boss() -> EntityId {
+    EntityId::new("boss").unwrap()
+}
+
+impl Cluster {
+    /// `n` members whose type is a singleton's (entity `boss`).
+    fn singleton(n: u8) -> Self {
+        let mut c = Self::with(0, false);
+        c.singleton = Some(boss());
+        for i in 0..n {
+            c.join(i);
+        }
+        // A new coordinator answers once earlier coordinators' leases
+        // are surely over (`ALGORITHM.md`).
+        c.run_for(config().lease * 3);
+        c
+    }
+
+    /// The oldest member up (and not leaving).
+    fn oldest(&self) -> Arc<str> {
+        self.members
+            .iter()
+            .filter(|m| m.state == MemberState::Up && !self.left.contains(&m.address))
+            .min_by_key(|m| m.up_number)
+            .map(|m| m.address.clone())
+            .expect("a member")
+    }
+
+    /// Runs `d` of time with everything under way delivered and stopped.
+    fn run_for(&mut self, d: Duration) {
+        let until = self.now + d;
+        while self.now < until {
+            while self.deliver(0) {}
+            while !self.stopping.is_empty() {
+                self.stop_one(0);
+            }
+            self.advance(Duration::from_millis(250));
+        }
+    }
+}
+
+#[test]
+fn a_singleton_runs_on_the_oldest_member_without_a_message() {
+    let mut c = Cluster::singleton(3);
+    c.settle();
+    assert_eq!(c.running.get(&boss()), Some(&address(0)));
+    assert_eq!(c.running.len(), 1);
+    // Messages from anywhere reach it there.
+    for n in 0..30 {
+        c.send(&address((n % 3) as u8), 0);
+    }
+    let (from, to) = (address(2), boss());
+    let n = c.next;
+    c.sender.insert(n, from.clone());
+    c.next += 1;
+    c.nodes
+        .get_mut(&from)
+        .unwrap()
+        .send(&CART.into(), to, n, c.now);
+    c.pump(&from);
+    c.settle();
+    assert_eq!(c.handled.get(&n), Some(&1));
+    assert_eq!(c.running.get(&boss()), Some(&address(0)));
+    c.check();
+}
+
+#[test]
+fn a_singleton_moves_to_the_next_oldest_when_the_oldest_leaves() {
+    let mut c = Cluster::singleton(3);
+    c.settle();
+    let oldest = address(0);
+    c.nodes.get_mut(&oldest).unwrap().leave(c.now);
+    c.pump(&oldest);
+    let from = address(2);
+    for _ in 0..20 {
+        let n = c.next;
+        c.sender.insert(n, from.clone());
+        c.next += 1;
+        c.nodes
+            .get_mut(&from)
+            .unwrap()
+            .send(&CART.into(), boss(), n, c.now);
+        c.pump(&from);
+        c.deliver(n as usize);
+    }
+    c.settle();
+    assert!(c.left.contains(&oldest));
+    c.set_state(0, MemberState::Leaving);
+    c.set_state(0, MemberState::Removed);
+    c.settle();
+    assert_eq!(c.running.get(&boss()), Some(&address(1)), "the next oldest");
+    assert_eq!(c.handled.len(), 20);
+    c.check();
+    c.accounted();
+    assert!(c.refused.is_empty());
+}
+
+#[test]
+fn a_singleton_starts_again_after_its_member_crashes_once_its_lease_ran_out() {
+    let mut c = Cluster::singleton(3);
+    c.settle();
+    let dead = address(0);
+    assert_eq!(c.running.get(&boss()), Some(&dead));
+    c.nodes.remove(&dead);
+    c.queues
+        .retain(|(from, to, _), _| *from != dead && *to != dead);
+    c.running.clear();
+    c.set_state(0, MemberState::Down);
+    let crashed_at = c.now;
+    let mut started_at = None;
+    while started_at.is_none() && c.now < crashed_at + Duration::from_secs(60) {
+        c.run_for(Duration::from_millis(250));
+        if c.running.contains_key(&boss()) {
+            started_at = Some(c.now);
+        }
+    }
+    let started_at = started_at.expect("it starts again");
+    assert_eq!(c.running.get(&boss()), Some(&address(1)));
+    assert!(
+        started_at >= crashed_at + config().lease,
+        "never before the dead member's lease could have run out"
+    );
+}
+
 proptest! {
     // 64 cases unless PROPTEST_CASES says otherwise (each is a long run).
     #![proptest_config(ProptestConfig::with_cases(
@@ -580,8 +710,15 @@ proptest! {
         join_at in 0usize..400,
         leave_at in 0usize..400,
         remember in any::<bool>(),
+        singleton in any::<bool>(),
     ) {
-        let mut c = Cluster::with(3, remember);
+        let mut c = Cluster::with(0, remember);
+        if singleton {
+            c.singleton = Some(boss());
+        }
+        for i in 0..3 {
+            c.join(i);
+        }
         for (i, (op, arg)) in ops.into_iter().enumerate() {
             if i == join_at {
                 c.join(3);
@@ -608,7 +745,18 @@ proptest! {
         c.check();
         c.accounted();
         if remember {
+            // A lease that ran out while messages lagged (its entities
+            // passivated) holds again within a renewal round: they wake.
+            c.run_for(config().lease);
+            c.settle();
             c.remembered_run();
+        }
+        if singleton {
+            // A singleton waits for no message: past the coordinator's
+            // start wait, it runs.
+            c.run_for(config().lease * 3);
+            c.settle();
+            prop_assert_eq!(c.running.get(&boss()), Some(&c.oldest()));
         }
     }
 }

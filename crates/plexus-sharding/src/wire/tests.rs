@@ -1,4 +1,5 @@
 use super::*;
+use crate::allocation::Placement;
 use proptest::prelude::*;
 
 fn shard() -> impl Strategy<Value = ShardId> {
@@ -34,11 +35,17 @@ fn body() -> impl Strategy<Value = Body> {
         (
             any::<u64>(),
             any::<bool>(),
+            any::<bool>(),
             proptest::collection::vec(shard(), 0..20)
         )
-            .prop_map(|(seq, leased, hosted)| Body::Renew {
+            .prop_map(|(seq, leased, oldest, hosted)| Body::Renew {
                 seq,
                 leased,
+                placement: if oldest {
+                    Placement::Oldest
+                } else {
+                    Placement::Spread
+                },
                 hosted
             }),
         (any::<u64>(), proptest::collection::vec(shard(), 0..20))
