@@ -164,3 +164,58 @@ fn the_winning_side_is_not_downed_after_the_heal() {
         assert!(downed.is_none(), "seed {seed}: {downed:?}");
     });
 }
+
+/// A member cut off from all the others (its helpers answer nothing, not
+/// even a nack) holds its accusations one round at most (Lifeguard slows
+/// an unhealthy member's accusations, it does not silence them): it
+/// suspects its predecessors within a few probe intervals and downs itself
+/// as the minority. (Holding until its health was exhausted kept it from
+/// suspecting anyone for some 45 probe intervals.)
+#[test]
+fn an_isolated_member_suspects_within_two_rounds_and_downs_itself() {
+    check_seeds(0..10, |seed| {
+        let mut c = ClusterSim::new(5, ClusterConfig::default(), seed, lan());
+        assert!(c.run_until_converged(Duration::from_secs(60)));
+        c.run_for(Duration::from_secs(5));
+        let cut = c.sim.elapsed();
+        c.sim.partition(&[0, 1, 2, 3], &[4]);
+        c.run_for(Duration::from_secs(40));
+        let first = |pred: &dyn Fn(&ClusterEvent) -> bool, process: Option<usize>| {
+            c.events()
+                .iter()
+                .filter(|r| r.at >= cut && process.is_none_or(|p| r.process == p))
+                .find(|r| pred(&r.event))
+                .map(|r| r.at - cut)
+        };
+        let suspected = first(&|e| matches!(e, ClusterEvent::MemberSuspected(_)), Some(4));
+        let self_downed = first(
+            &|e| {
+                matches!(
+                    e,
+                    ClusterEvent::SelfDowned {
+                        reason: DownReason::SplitBrain { .. }
+                    }
+                )
+            },
+            Some(4),
+        );
+        let downed = first(
+            &|e| matches!(e, ClusterEvent::MemberDowned { member, .. } if &*member.address == "sim:4"),
+            None,
+        );
+        let suspected = suspected.unwrap_or_else(|| panic!("seed {seed}: 4 suspected no one"));
+        let downed = downed.unwrap_or_else(|| panic!("seed {seed}: the majority kept 4"));
+        // It no longer counts the others as up by the time the majority
+        // acts on its own suspicion (`stable_after` after it matured).
+        assert!(
+            suspected < downed,
+            "seed {seed}: 4 suspected no one for {suspected:?}, downed by the others after {downed:?}"
+        );
+        // Its own suspicions take longest to mature (nobody confirms them),
+        // then its resolver sweeps: nobody answers, it is the minority.
+        assert!(
+            self_downed.is_some_and(|d| d <= Duration::from_secs(25)),
+            "seed {seed}: 4 did not down itself ({self_downed:?})"
+        );
+    });
+}
