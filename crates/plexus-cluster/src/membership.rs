@@ -795,13 +795,10 @@ impl Membership {
             self.on_new_life(now, old, new);
             return;
         }
+        // A higher incarnation of the same life: a refutation. (A downed
+        // life never comes back by one: `Down` and `Removed` are final for
+        // a life, `crate::member`.)
         let new_life = new.incarnation > old.incarnation;
-        if new_life && matches!(old.state, MemberState::Down | MemberState::Removed) {
-            // A downed member that refuted a suspicion before it heard of
-            // its downing: back, as a member again.
-            self.on_new_member(now, new);
-            return;
-        }
         // Up ⇄ suspect (the common churn under loss and stalls) changes
         // neither who is watched nor who owns keys: no rebuild of either.
         let leaving = |m: &Member| m.state == MemberState::Leaving;
@@ -906,13 +903,25 @@ impl Membership {
         }
         // A claim of another life at this address is about an earlier
         // process here (a stale one), not this one.
-        if claim.incarnation < self.me.incarnation || claim.is_other_life(&self.me) {
+        if claim.is_other_life(&self.me) {
             return;
         }
         let me_alive = matches!(
             self.me.state,
             MemberState::Joining | MemberState::Up | MemberState::Suspect
         );
+        // This life was downed, at whatever incarnation: it may have
+        // refuted a suspicion since, unaware, but the others acted on the
+        // downing and never take it back (`Down` is final for a life).
+        if claim.state.is_gone() && me_alive {
+            self.me.incarnation = self.me.incarnation.max(claim.incarnation);
+            self.go_down(now, DownReason::ReportedBy(Arc::clone(from)));
+            return;
+        }
+        // An older claim of this life: refuted or superseded already.
+        if claim.incarnation < self.me.incarnation {
+            return;
+        }
         match claim.state {
             MemberState::Suspect if me_alive => {
                 // Refute (SWIM sec. 4.2): only the member raises its own
@@ -926,10 +935,6 @@ impl Membership {
                 self.events.push_back(ClusterEvent::Refuted {
                     incarnation: self.me.incarnation,
                 });
-            }
-            MemberState::Down | MemberState::Removed if me_alive => {
-                self.me.incarnation = claim.incarnation;
-                self.go_down(now, DownReason::ReportedBy(Arc::clone(from)));
             }
             MemberState::Up
                 if self.me.state == MemberState::Joining
