@@ -117,8 +117,9 @@ pub struct MembershipStats {
     pub downings: u64,
 }
 
-/// A record's next step after a fixed delay: down → removed after
-/// `remove_after`, removed → forgotten after `tombstone_ttl`. Entries are
+/// A record's next step after a fixed delay: leaving → removed after
+/// `leave_timeout`, down → removed after `remove_after`, removed →
+/// forgotten after `tombstone_ttl`. Entries are
 /// queued as records enter those states, so each queue is in deadline
 /// order and the next deadline is its front; an entry whose record moved
 /// on (another incarnation or state) is skipped when it comes due.
@@ -172,6 +173,10 @@ pub struct Membership {
     members: BTreeMap<Arc<str>, Member>,
     /// Down records, in the order they are due to become removed.
     removals: VecDeque<Expiry>,
+    /// Leaving records, in the order their leave is over: a leaving member
+    /// stops `leave_timeout` after it started leaving (before this member
+    /// heard of it), whether or not its last word (`Removed`) arrives.
+    departures: VecDeque<Expiry>,
     /// Removed records (tombstones), in the order they are due to be
     /// forgotten.
     tombstones: VecDeque<Expiry>,
@@ -284,6 +289,7 @@ impl Membership {
             ever_joined: false,
             members: BTreeMap::new(),
             removals: VecDeque::new(),
+            departures: VecDeque::new(),
             tombstones: VecDeque::new(),
             broadcasts: Broadcasts::default(),
             rng,
@@ -406,7 +412,10 @@ impl Membership {
 
     /// Starts a graceful leave: the member is `Leaving` while it gossips
     /// that for `leave_timeout`, then `Removed` and stopped
-    /// ([`ClusterEvent::Left`]).
+    /// ([`ClusterEvent::Left`]). Every other member removes it
+    /// `leave_timeout` after it heard of the leave, whether or not the last
+    /// word arrives (a partition may cut it off): a leaving member is not
+    /// probed, so nothing else would end its record.
     pub fn leave(&mut self, now: Instant) {
         if self.stopped || self.leave_at.is_some() {
             return;
@@ -522,6 +531,7 @@ impl Membership {
         }
         fold(self.split_brain_due());
         fold(self.next_expiry(&self.removals, MemberState::Down));
+        fold(self.next_expiry(&self.departures, MemberState::Leaving));
         fold(self.next_expiry(&self.tombstones, MemberState::Removed));
         Some(t)
     }
@@ -1253,6 +1263,7 @@ impl Membership {
     fn entered(&mut self, now: Instant, m: &Member) {
         let (queue, delay) = match m.state {
             MemberState::Down => (&mut self.removals, self.config.remove_after),
+            MemberState::Leaving => (&mut self.departures, self.config.leave_timeout),
             MemberState::Removed => (&mut self.tombstones, self.config.tombstone_ttl),
             _ => return,
         };
@@ -1281,21 +1292,10 @@ impl Membership {
     }
 
     fn expire_records(&mut self, now: Instant) {
-        while let Some(e) = self.removals.pop_front() {
-            if now < e.at {
-                self.removals.push_front(e);
-                break;
-            }
-            if !self.is_current(&e, MemberState::Down) {
-                continue;
-            }
-            if let Some(r) = self.members.get_mut(&e.address) {
-                r.state = MemberState::Removed;
-                let m = r.clone();
-                self.entered(now, &m);
-                self.events.push_back(ClusterEvent::MemberRemoved(m));
-            }
-        }
+        self.remove_due(now, MemberState::Down);
+        // A leaver whose last word was cut off (a partition) is not left
+        // listed as leaving for ever: it has stopped by now.
+        self.remove_due(now, MemberState::Leaving);
         while let Some(e) = self.tombstones.pop_front() {
             if now < e.at {
                 self.tombstones.push_front(e);
@@ -1305,6 +1305,34 @@ impl Membership {
                 self.members.remove(&e.address);
                 self.broadcasts.remove(&e.address);
                 self.heard.remove(&e.address);
+            }
+        }
+    }
+
+    /// Moves the records of `state` (down or leaving) whose delay is over
+    /// to removed.
+    fn remove_due(&mut self, now: Instant, state: MemberState) {
+        loop {
+            let queue = match state {
+                MemberState::Leaving => &mut self.departures,
+                _ => &mut self.removals,
+            };
+            let Some(e) = queue.pop_front() else {
+                break;
+            };
+            if now < e.at {
+                queue.push_front(e);
+                break;
+            }
+            if !self.is_current(&e, state) {
+                continue;
+            }
+            if let Some(r) = self.members.get_mut(&e.address) {
+                r.state = MemberState::Removed;
+                let m = r.clone();
+                self.entered(now, &m);
+                self.membership_changed();
+                self.events.push_back(ClusterEvent::MemberRemoved(m));
             }
         }
     }
