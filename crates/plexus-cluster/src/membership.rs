@@ -214,6 +214,10 @@ pub struct Membership {
     sweep: Option<resolve::Sweep>,
     /// This life was admitted by a member (it may still be joining).
     admitted: bool,
+    /// The up-number a leader promoted this life with before it was
+    /// admitted (its join reply lost or late): it goes up with it once
+    /// admitted, holding the cluster's view, not before.
+    promotion: Option<u64>,
     /// The `last_change` for which this member, not leading its side, left
     /// the sweep to the leader.
     deferred: Option<Instant>,
@@ -318,6 +322,7 @@ impl Membership {
             rejoin_at: None,
             sweep: None,
             admitted: false,
+            promotion: None,
             deferred: None,
             rejoin_contacts: Vec::new(),
             leave_at: None,
@@ -950,17 +955,31 @@ impl Membership {
                 if self.me.state == MemberState::Joining
                     && claim.incarnation == self.me.incarnation =>
             {
-                self.me.state = MemberState::Up;
-                self.me.up_number = claim.up_number;
-                self.ever_joined = true;
-                self.next_join = None;
-                self.membership_changed();
-                self.broadcasts.push(self.me.clone());
-                self.events
-                    .push_back(ClusterEvent::MemberUp(self.me.clone()));
+                if self.admitted {
+                    self.go_up(claim.up_number);
+                } else {
+                    // Promoted before its join reply came (lost, or late):
+                    // up now, it would know next to no member and act as a
+                    // cluster of its own. It keeps asking to join; the
+                    // reply brings the view, and then it goes up.
+                    self.promotion = Some(claim.up_number);
+                }
             }
             _ => {}
         }
+    }
+
+    /// A leader promoted this life, and it holds the cluster's view.
+    fn go_up(&mut self, up_number: u64) {
+        self.promotion = None;
+        self.me.state = MemberState::Up;
+        self.me.up_number = up_number;
+        self.ever_joined = true;
+        self.next_join = None;
+        self.membership_changed();
+        self.broadcasts.push(self.me.clone());
+        self.events
+            .push_back(ClusterEvent::MemberUp(self.me.clone()));
     }
 
     /// Something changed who is live or who owns keys.
@@ -1176,6 +1195,7 @@ impl Membership {
         self.membership_changed();
         self.next_join = Some(now);
         self.admitted = false;
+        self.promotion = None;
         self.events.push_back(ClusterEvent::Rejoining {
             incarnation: self.me.incarnation,
         });
