@@ -1,27 +1,37 @@
 //! Members, their states and the rule that orders claims about them.
 //!
-//! A claim about a member is `(incarnation, state)`. Claims are ordered
-//! lexicographically: a higher incarnation wins; at the same incarnation a
-//! later state in `Joining < Up < Suspect < Leaving < Down < Removed` wins.
-//! Merging two views is taking the greater claim per member, a
-//! join-semilattice, so gossip converges whatever order claims arrive in
-//! (SWIM, Das et al. 2002, sec. 4.2; memberlist's precedence rules). The
-//! consequences, written out in `docs/CLUSTER.md`:
+//! A claim about a member is `(life, incarnation, state)`: the *life* is
+//! the incarnation its current process (or its rejoin after being downed)
+//! started at. Refutations raise the incarnation within a life; a restart
+//! at the same address is a new life, and a claim of a new life ends the
+//! old one (it is downed and removed) rather than continuing it (Akka's
+//! unique address: host, port and a uid per start).
+//!
+//! Claims are ordered lexicographically by `(life, gone, incarnation,
+//! state)`, where `gone` says the state is `Down` or `Removed`: a later
+//! life wins; within a life a claim that the member is gone wins over any
+//! claim that it is alive; otherwise a higher incarnation wins, and at the
+//! same incarnation a later state in `Joining < Up < Suspect < Leaving <
+//! Down < Removed`. Merging two views is taking the greater claim per
+//! member, a join-semilattice, so gossip converges whatever order claims
+//! arrive in (SWIM, Das et al. 2002, sec. 4.2; memberlist's precedence
+//! rules, with Akka's rule that a downed member's uid never comes back).
+//! The consequences, written out in `docs/CLUSTER.md`:
 //!
 //! * a suspicion is refuted only by the member itself, by raising its
 //!   incarnation (nobody else may raise it);
-//! * `Down` and `Removed` are final for an incarnation: a member downed
-//!   while alive comes back only as a new incarnation, which passes through
-//!   `Joining` again;
+//! * `Down` and `Removed` are final for a life: a member downed while
+//!   alive comes back only as a new life, which passes through `Joining`
+//!   again. A refutation it made before it heard of its downing (a higher
+//!   incarnation of the same life) does not bring it back: the others acted
+//!   on the downing (the sharding moved its shards away), and the member
+//!   learns of it from the `Down` claim, whatever its incarnation;
 //! * a member that was never `Up` at an incarnation cannot be `Up` by a
 //!   stale claim once it is `Suspect`, `Leaving` or `Down` there.
 //!
-//! A claim also names the member's *life*: the incarnation its current
-//! process (or its rejoin after being downed) started at. Refutations raise
-//! the incarnation within a life; a restart at the same address is a new
-//! life, and a claim of a new life ends the old one (it is downed and
-//! removed) rather than continuing it (Akka's unique address: host, port
-//! and a uid per start).
+//! A new life starts above every incarnation of the earlier ones (a
+//! restart takes a higher incarnation, a rejoin the next one), so a later
+//! life is also a higher incarnation.
 
 use std::cmp::Ordering;
 use std::fmt;
@@ -100,6 +110,12 @@ impl MemberState {
         }
     }
 
+    /// Whether a member in this state is gone for good in its life
+    /// (`Down` or `Removed`): only a new life brings it back.
+    pub fn is_gone(self) -> bool {
+        matches!(self, Self::Down | Self::Removed)
+    }
+
     /// Whether a member in this state counts for split-brain decisions.
     pub fn counts_for_quorum(self) -> bool {
         matches!(self, Self::Up | Self::Suspect | Self::Leaving)
@@ -154,7 +170,8 @@ impl Member {
     /// How this claim compares with `other` about the same member: greater
     /// wins (see the [module docs](self)).
     pub fn precedence(&self, other: &Member) -> Ordering {
-        (self.incarnation, self.state).cmp(&(other.incarnation, other.state))
+        let key = |m: &Member| (m.life, m.state.is_gone(), m.incarnation, m.state);
+        key(self).cmp(&key(other))
     }
 
     /// Whether this claim replaces `other`.
@@ -189,10 +206,10 @@ mod tests {
     }
 
     fn claim() -> impl Strategy<Value = Member> {
-        (0u64..4, state()).prop_map(|(incarnation, state)| Member {
+        (0u64..3, 0u64..4, state()).prop_map(|(life, above, state)| Member {
             address: "a".into(),
-            incarnation,
-            life: 0,
+            incarnation: life * 4 + above,
+            life: life * 4,
             state,
             weight: 1,
             up_number: 0,
@@ -236,6 +253,30 @@ mod tests {
         };
         assert!(suspect.supersedes(&stale_up));
         assert!(!stale_up.supersedes(&suspect));
+    }
+
+    /// A refutation the member made before it heard of its downing (a
+    /// higher incarnation of the same life) does not undo the downing; a
+    /// new life does.
+    #[test]
+    fn a_downed_life_stays_down_whatever_its_incarnation() {
+        let down = Member {
+            state: MemberState::Down,
+            ..Member::joining("a", 3, 1)
+        };
+        let refuted = Member {
+            incarnation: 5,
+            state: MemberState::Up,
+            ..Member::joining("a", 3, 1)
+        };
+        assert!(down.supersedes(&refuted));
+        assert!(!refuted.supersedes(&down));
+        let removed = Member {
+            state: MemberState::Removed,
+            ..down.clone()
+        };
+        assert!(removed.supersedes(&down));
+        assert!(Member::joining("a", 6, 1).supersedes(&removed));
     }
 
     #[test]

@@ -117,8 +117,9 @@ pub struct MembershipStats {
     pub downings: u64,
 }
 
-/// A record's next step after a fixed delay: down → removed after
-/// `remove_after`, removed → forgotten after `tombstone_ttl`. Entries are
+/// A record's next step after a fixed delay: leaving → removed after
+/// `leave_timeout`, down → removed after `remove_after`, removed →
+/// forgotten after `tombstone_ttl`. Entries are
 /// queued as records enter those states, so each queue is in deadline
 /// order and the next deadline is its front; an entry whose record moved
 /// on (another incarnation or state) is skipped when it comes due.
@@ -172,6 +173,10 @@ pub struct Membership {
     members: BTreeMap<Arc<str>, Member>,
     /// Down records, in the order they are due to become removed.
     removals: VecDeque<Expiry>,
+    /// Leaving records, in the order their leave is over: a leaving member
+    /// stops `leave_timeout` after it started leaving (before this member
+    /// heard of it), whether or not its last word (`Removed`) arrives.
+    departures: VecDeque<Expiry>,
     /// Removed records (tombstones), in the order they are due to be
     /// forgotten.
     tombstones: VecDeque<Expiry>,
@@ -209,6 +214,10 @@ pub struct Membership {
     sweep: Option<resolve::Sweep>,
     /// This life was admitted by a member (it may still be joining).
     admitted: bool,
+    /// The up-number a leader promoted this life with before it was
+    /// admitted (its join reply lost or late): it goes up with it once
+    /// admitted, holding the cluster's view, not before.
+    promotion: Option<u64>,
     /// The `last_change` for which this member, not leading its side, left
     /// the sweep to the leader.
     deferred: Option<Instant>,
@@ -284,6 +293,7 @@ impl Membership {
             ever_joined: false,
             members: BTreeMap::new(),
             removals: VecDeque::new(),
+            departures: VecDeque::new(),
             tombstones: VecDeque::new(),
             broadcasts: Broadcasts::default(),
             rng,
@@ -312,6 +322,7 @@ impl Membership {
             rejoin_at: None,
             sweep: None,
             admitted: false,
+            promotion: None,
             deferred: None,
             rejoin_contacts: Vec::new(),
             leave_at: None,
@@ -406,7 +417,10 @@ impl Membership {
 
     /// Starts a graceful leave: the member is `Leaving` while it gossips
     /// that for `leave_timeout`, then `Removed` and stopped
-    /// ([`ClusterEvent::Left`]).
+    /// ([`ClusterEvent::Left`]). Every other member removes it
+    /// `leave_timeout` after it heard of the leave, whether or not the last
+    /// word arrives (a partition may cut it off): a leaving member is not
+    /// probed, so nothing else would end its record.
     pub fn leave(&mut self, now: Instant) {
         if self.stopped || self.leave_at.is_some() {
             return;
@@ -522,6 +536,7 @@ impl Membership {
         }
         fold(self.split_brain_due());
         fold(self.next_expiry(&self.removals, MemberState::Down));
+        fold(self.next_expiry(&self.departures, MemberState::Leaving));
         fold(self.next_expiry(&self.tombstones, MemberState::Removed));
         Some(t)
     }
@@ -795,13 +810,10 @@ impl Membership {
             self.on_new_life(now, old, new);
             return;
         }
+        // A higher incarnation of the same life: a refutation. (A downed
+        // life never comes back by one: `Down` and `Removed` are final for
+        // a life, `crate::member`.)
         let new_life = new.incarnation > old.incarnation;
-        if new_life && matches!(old.state, MemberState::Down | MemberState::Removed) {
-            // A downed member that refuted a suspicion before it heard of
-            // its downing: back, as a member again.
-            self.on_new_member(now, new);
-            return;
-        }
         // Up ⇄ suspect (the common churn under loss and stalls) changes
         // neither who is watched nor who owns keys: no rebuild of either.
         let leaving = |m: &Member| m.state == MemberState::Leaving;
@@ -906,13 +918,25 @@ impl Membership {
         }
         // A claim of another life at this address is about an earlier
         // process here (a stale one), not this one.
-        if claim.incarnation < self.me.incarnation || claim.is_other_life(&self.me) {
+        if claim.is_other_life(&self.me) {
             return;
         }
         let me_alive = matches!(
             self.me.state,
             MemberState::Joining | MemberState::Up | MemberState::Suspect
         );
+        // This life was downed, at whatever incarnation: it may have
+        // refuted a suspicion since, unaware, but the others acted on the
+        // downing and never take it back (`Down` is final for a life).
+        if claim.state.is_gone() && me_alive {
+            self.me.incarnation = self.me.incarnation.max(claim.incarnation);
+            self.go_down(now, DownReason::ReportedBy(Arc::clone(from)));
+            return;
+        }
+        // An older claim of this life: refuted or superseded already.
+        if claim.incarnation < self.me.incarnation {
+            return;
+        }
         match claim.state {
             MemberState::Suspect if me_alive => {
                 // Refute (SWIM sec. 4.2): only the member raises its own
@@ -927,25 +951,35 @@ impl Membership {
                     incarnation: self.me.incarnation,
                 });
             }
-            MemberState::Down | MemberState::Removed if me_alive => {
-                self.me.incarnation = claim.incarnation;
-                self.go_down(now, DownReason::ReportedBy(Arc::clone(from)));
-            }
             MemberState::Up
                 if self.me.state == MemberState::Joining
                     && claim.incarnation == self.me.incarnation =>
             {
-                self.me.state = MemberState::Up;
-                self.me.up_number = claim.up_number;
-                self.ever_joined = true;
-                self.next_join = None;
-                self.membership_changed();
-                self.broadcasts.push(self.me.clone());
-                self.events
-                    .push_back(ClusterEvent::MemberUp(self.me.clone()));
+                if self.admitted {
+                    self.go_up(claim.up_number);
+                } else {
+                    // Promoted before its join reply came (lost, or late):
+                    // up now, it would know next to no member and act as a
+                    // cluster of its own. It keeps asking to join; the
+                    // reply brings the view, and then it goes up.
+                    self.promotion = Some(claim.up_number);
+                }
             }
             _ => {}
         }
+    }
+
+    /// A leader promoted this life, and it holds the cluster's view.
+    fn go_up(&mut self, up_number: u64) {
+        self.promotion = None;
+        self.me.state = MemberState::Up;
+        self.me.up_number = up_number;
+        self.ever_joined = true;
+        self.next_join = None;
+        self.membership_changed();
+        self.broadcasts.push(self.me.clone());
+        self.events
+            .push_back(ClusterEvent::MemberUp(self.me.clone()));
     }
 
     /// Something changed who is live or who owns keys.
@@ -1161,6 +1195,7 @@ impl Membership {
         self.membership_changed();
         self.next_join = Some(now);
         self.admitted = false;
+        self.promotion = None;
         self.events.push_back(ClusterEvent::Rejoining {
             incarnation: self.me.incarnation,
         });
@@ -1248,6 +1283,7 @@ impl Membership {
     fn entered(&mut self, now: Instant, m: &Member) {
         let (queue, delay) = match m.state {
             MemberState::Down => (&mut self.removals, self.config.remove_after),
+            MemberState::Leaving => (&mut self.departures, self.config.leave_timeout),
             MemberState::Removed => (&mut self.tombstones, self.config.tombstone_ttl),
             _ => return,
         };
@@ -1276,21 +1312,10 @@ impl Membership {
     }
 
     fn expire_records(&mut self, now: Instant) {
-        while let Some(e) = self.removals.pop_front() {
-            if now < e.at {
-                self.removals.push_front(e);
-                break;
-            }
-            if !self.is_current(&e, MemberState::Down) {
-                continue;
-            }
-            if let Some(r) = self.members.get_mut(&e.address) {
-                r.state = MemberState::Removed;
-                let m = r.clone();
-                self.entered(now, &m);
-                self.events.push_back(ClusterEvent::MemberRemoved(m));
-            }
-        }
+        self.remove_due(now, MemberState::Down);
+        // A leaver whose last word was cut off (a partition) is not left
+        // listed as leaving for ever: it has stopped by now.
+        self.remove_due(now, MemberState::Leaving);
         while let Some(e) = self.tombstones.pop_front() {
             if now < e.at {
                 self.tombstones.push_front(e);
@@ -1300,6 +1325,34 @@ impl Membership {
                 self.members.remove(&e.address);
                 self.broadcasts.remove(&e.address);
                 self.heard.remove(&e.address);
+            }
+        }
+    }
+
+    /// Moves the records of `state` (down or leaving) whose delay is over
+    /// to removed.
+    fn remove_due(&mut self, now: Instant, state: MemberState) {
+        loop {
+            let queue = match state {
+                MemberState::Leaving => &mut self.departures,
+                _ => &mut self.removals,
+            };
+            let Some(e) = queue.pop_front() else {
+                break;
+            };
+            if now < e.at {
+                queue.push_front(e);
+                break;
+            }
+            if !self.is_current(&e, state) {
+                continue;
+            }
+            if let Some(r) = self.members.get_mut(&e.address) {
+                r.state = MemberState::Removed;
+                let m = r.clone();
+                self.entered(now, &m);
+                self.membership_changed();
+                self.events.push_back(ClusterEvent::MemberRemoved(m));
             }
         }
     }

@@ -14,6 +14,12 @@
 //! the slow one; such a watcher, or one that wakes up late for its own
 //! deadlines, raises its local health multiplier, which stretches its
 //! probe interval and timeouts instead of letting it accuse the healthy.
+//! A watcher whose helpers answered nothing at all holds its accusation of
+//! a member for one round, never more: Lifeguard slows the accusations of
+//! a member that is itself unhealthy, it does not silence them. A member
+//! cut off from all others must still suspect its predecessors within two
+//! (stretched) rounds, or it would never count itself as the minority and
+//! down itself, while the majority downs and removes it.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -35,6 +41,9 @@ pub(super) struct Watch {
     pub(super) indirect: Option<u32>,
     /// The incarnation this watcher already accused.
     pub(super) accused: Option<u64>,
+    /// The incarnation whose accusation this watcher held once (its
+    /// helpers answered nothing): the next failed round accuses.
+    pub(super) held: Option<u64>,
 }
 
 /// A ping awaiting its ack.
@@ -109,6 +118,7 @@ impl Membership {
                         detector: PhiDetector::new(self.phi.clone(), now),
                         indirect: None,
                         accused: None,
+                        held: None,
                     },
                 );
             }
@@ -293,19 +303,24 @@ impl Membership {
         w.indirect = None;
         // Probe again only after the next regular round.
         w.detector.reset_silence(now);
-        // Lifeguard (sec. 4.1): helpers that answer nothing at all, not even
-        // a nack, point at this member being the slow one (its inbox late,
-        // its link down). It holds the accusation, its raised health
-        // stretching the next probe, until its health is exhausted: a
-        // member cut off for good still accuses, later.
-        if self.config.lifeguard && i.helpers > 0 && i.nacks == 0 && self.health < MAX_HEALTH {
-            return;
-        }
         let Some(record) = self.members.get(&i.target) else {
             return;
         };
         let member = record.clone();
         if w.accused == Some(member.incarnation) || !member.state.is_live() {
+            return;
+        }
+        // Lifeguard (sec. 4.1): helpers that answer nothing at all, not even
+        // a nack, point at this member being the slow one (its inbox late,
+        // its link down). It holds the accusation for one round, its raised
+        // health stretching the next probe; if that round fails too, it
+        // accuses. Holding until its health was exhausted kept a member cut
+        // off by a partition from suspecting anyone for some 45 probe
+        // intervals: it never counted itself the minority, and stayed up
+        // long after the majority had downed and removed it.
+        let silent = i.helpers > 0 && i.nacks == 0;
+        if self.config.lifeguard && silent && w.held != Some(member.incarnation) {
+            w.held = Some(member.incarnation);
             return;
         }
         w.accused = Some(member.incarnation);
@@ -353,6 +368,8 @@ impl Membership {
             if let Some(s) = w.indirect.take() {
                 self.indirect.remove(&s);
             }
+            // It answered: a later silence is held once again.
+            w.held = None;
             // Two acks of one round (direct and relayed) are one sign of
             // life, not a tiny inter-arrival sample.
             if now >= w.detector.last_arrival() + half {

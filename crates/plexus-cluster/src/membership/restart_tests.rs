@@ -118,3 +118,39 @@ fn a_member_restarted_after_its_downing_is_replaced_everywhere() {
     // After the old life's removal too.
     check_seeds(0..5, |seed| restart_after(seed, Duration::from_secs(25)));
 }
+
+/// A member restarted at its address whose join reply is lost (the link
+/// from its admitter to it is down for a while) while the leader promotes
+/// it: it goes up only once admitted, holding its admitter's view, never
+/// up on the promotion alone knowing next to nobody (it would act as a
+/// cluster of its own: run the sharding's coordinators, say).
+#[test]
+fn a_restarted_member_is_up_only_with_the_clusters_view() {
+    check_seeds(0..5, |seed| {
+        let mut c = ClusterSim::new(5, ClusterConfig::default(), seed, lan());
+        assert!(c.run_until_converged(Duration::from_secs(60)));
+        c.crash(2);
+        c.run_for(Duration::from_millis(100));
+        let restarted = c.sim.elapsed();
+        c.restart(2, Some(0));
+        c.sim.partition_one_way(&[0], &[2]);
+        c.run_for(Duration::from_secs(5));
+        c.sim.heal();
+        c.run_for(Duration::from_secs(20));
+        assert!(c.converged(), "seed {seed}: not converged after the heal");
+        let own: Vec<&ClusterEvent> = c
+            .events()
+            .iter()
+            .filter(|r| r.process == 2 && r.at >= restarted)
+            .map(|r| &r.event)
+            .filter(|e| {
+                matches!(e, ClusterEvent::Admitted { .. })
+                    || matches!(e, ClusterEvent::MemberUp(m) if &*m.address == "sim:2")
+            })
+            .collect();
+        assert!(
+            matches!(own.first(), Some(ClusterEvent::Admitted { .. })),
+            "seed {seed}: up before it was admitted: {own:?}"
+        );
+    });
+}

@@ -131,6 +131,11 @@ impl Membership {
                     for w in self.watchers(&me) {
                         self.send(&w, Body::Gossip, None);
                     }
+                    // A promotion heard first (in this reply's pages too)
+                    // takes effect now that it holds the view.
+                    if let Some(up_number) = self.promotion {
+                        self.go_up(up_number);
+                    }
                 }
             }
             SyncMode::Push => {

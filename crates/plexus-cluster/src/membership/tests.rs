@@ -197,6 +197,50 @@ fn a_leaving_member_is_removed_without_being_downed() {
         .any(|r| matches!(&r.event, ClusterEvent::MemberDowned { .. })));
 }
 
+/// A leave cut off by a partition after the others heard of it, before
+/// its last word (`Removed`) reached them: the leaver stops on its own
+/// deadline, and every member removes it `leave_timeout` after it heard
+/// of the leave, rather than list it leaving for ever.
+#[test]
+fn a_leave_cut_off_by_a_partition_still_ends_in_removal() {
+    check_seeds(0..5, |seed| {
+        let mut c = cluster(4, seed);
+        let now = c.sim.now();
+        let start = c.sim.elapsed();
+        if let Some(p) = c.sim.process_mut(3) {
+            p.membership.leave(now);
+        }
+        c.sim.wake(3);
+        c.run_for(Duration::from_millis(300));
+        c.sim.partition(&[0, 1, 2], &[3]);
+        for i in 0..3 {
+            let state = c
+                .member_view(i)
+                .and_then(|v| v.member("sim:3"))
+                .map(|m| m.state);
+            assert_eq!(state, Some(MemberState::Leaving), "seed {seed}: member {i}");
+        }
+        c.run_for(Duration::from_secs(5));
+        assert!(c.member_view(3).is_some_and(|v| v.is_stopped()));
+        for i in 0..3 {
+            let removed = first_event_at(
+                &c,
+                i,
+                |e| matches!(e, ClusterEvent::MemberRemoved(m) if &*m.address == "sim:3"),
+            );
+            assert!(
+                removed.is_some_and(|at| at - start <= Duration::from_secs(3)),
+                "seed {seed}: member {i} removed the leaver at {removed:?}"
+            );
+        }
+        assert_only_up(&c, &[0, 1, 2]);
+        assert!(!c
+            .events()
+            .iter()
+            .any(|r| matches!(&r.event, ClusterEvent::MemberDowned { .. })));
+    });
+}
+
 #[test]
 fn an_operator_downs_a_member_everyone_agrees_and_it_rejoins() {
     check_seeds(0..3, |seed| {
