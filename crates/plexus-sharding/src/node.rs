@@ -224,6 +224,8 @@ pub enum LeaveError {
 #[derive(Clone, Default)]
 pub struct EntitySettings {
     remember: Option<Replication>,
+    /// A singleton's type ([`Sharding::singleton`]).
+    singleton: bool,
 }
 
 impl std::fmt::Debug for EntitySettings {
@@ -431,12 +433,57 @@ impl Sharding {
         let remember = settings
             .remember
             .map(|data| Remembering::new(data, name.clone(), self.inputs.clone()));
+        let singleton = settings.singleton.then(singleton_id);
         self.command(Command::Kind {
             entity_type: name,
             kind,
             remember,
+            singleton,
         });
         Ok(())
+    }
+
+    /// Runs the cluster singleton `name`: one instance cluster-wide, on the
+    /// oldest member that is up among those that called this (all of
+    /// them, or those of a role), started at once, with no message.
+    /// When that member leaves, the singleton is handed over to the next
+    /// oldest (its `stopping` hook runs first, and messages wait for it,
+    /// bounded); when it is downed, the singleton starts again on the next
+    /// oldest once the downed member's lease ran out. Reach it with
+    /// [`singleton_ref`](Sharding::singleton_ref) from any member.
+    ///
+    /// A singleton is an entity type of one entity whose shards live on
+    /// the oldest member: its name is an entity type's, and its guarantees
+    /// are an entity's (at most one instance, also through partitions).
+    ///
+    /// # Errors
+    ///
+    /// [`RegisterError`] says why.
+    pub fn singleton<E, F>(&self, name: &str, factory: F) -> Result<(), RegisterError>
+    where
+        E: Entity,
+        F: Fn() -> E + Send + Sync + 'static,
+    {
+        let settings = EntitySettings {
+            singleton: true,
+            ..EntitySettings::default()
+        };
+        self.register_with(name, settings, move |_id| factory())
+    }
+
+    /// A ref to the cluster singleton `name` (see
+    /// [`singleton`](Sharding::singleton)), whose messages are `M`: from
+    /// any member, whether or not it runs the singleton.
+    ///
+    /// # Errors
+    ///
+    /// [`EntityRefError`] for a bad name, or a message type other than the
+    /// one the singleton is used with here.
+    pub fn singleton_ref<M: RemoteMessage>(
+        &self,
+        name: &str,
+    ) -> Result<SingletonRef<M>, EntityRefError> {
+        Ok(SingletonRef(self.entity(name, SINGLETON_ID)?))
     }
 
     /// A ref to the entity `id` of `entity_type`, whose messages are `M`.
@@ -525,6 +572,7 @@ impl Sharding {
                         entity_type: name.clone(),
                         kind: Box::new(TypeOf::<M>::proxy(name.clone())),
                         remember: None,
+                        singleton: None,
                     });
                 }
                 Ok((name, false))
@@ -551,6 +599,68 @@ fn check_type_name(name: &str) -> Result<(), EntityTypeError> {
         Ok(())
     } else {
         Err(EntityTypeError::BadName(name.into()))
+    }
+}
+
+/// The id of a singleton's entity.
+const SINGLETON_ID: &str = "singleton";
+
+fn singleton_id() -> EntityId {
+    EntityId::new(SINGLETON_ID).expect("a valid id")
+}
+
+/// A ref to a cluster singleton ([`Sharding::singleton`]), wherever it
+/// runs: while it moves, messages wait for it (bounded by
+/// `ShardingConfig::held_limit`; past it they are refused with
+/// [`EntityError::Route`]). Cheap to clone.
+pub struct SingletonRef<M>(EntityRef<M>);
+
+impl<M> Clone for SingletonRef<M> {
+    fn clone(&self) -> Self {
+        Self(self.0.clone())
+    }
+}
+
+impl<M> std::fmt::Debug for SingletonRef<M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("SingletonRef")
+            .field(&self.0.entity_type)
+            .finish()
+    }
+}
+
+impl<M: RemoteMessage> SingletonRef<M> {
+    /// The singleton's name.
+    pub fn name(&self) -> &str {
+        self.0.entity_type()
+    }
+
+    /// Sends `msg`, as [`EntityRef::tell`].
+    pub fn tell(&self, msg: M) {
+        self.0.tell(msg);
+    }
+
+    /// Sends `msg` and waits until it is in the singleton's mailbox, as
+    /// [`EntityRef::tell_with_receipt`].
+    ///
+    /// # Errors
+    ///
+    /// [`EntitySendError`] says why it was not.
+    pub async fn tell_with_receipt(&self, msg: M) -> Result<(), EntitySendError> {
+        self.0.tell_with_receipt(msg).await
+    }
+
+    /// Sends the request `make` builds around a reply handle and waits for
+    /// the answer, as [`EntityRef::ask`].
+    ///
+    /// # Errors
+    ///
+    /// [`EntityAskError`] says why there is no answer.
+    pub async fn ask<R, F>(&self, make: F, timeout: Duration) -> Result<R, EntityAskError>
+    where
+        F: FnOnce(ReplyTo<R>) -> M,
+    {
+        self.0.ask(make, timeout).await
     }
 }
 

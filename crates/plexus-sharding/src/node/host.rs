@@ -37,6 +37,9 @@ pub(crate) enum Command {
         kind: Box<dyn Kind>,
         /// A registered type that remembers its entities: their store.
         remember: Option<Remembering>,
+        /// A registered singleton's type: the entity kept running on the
+        /// oldest member.
+        singleton: Option<EntityId>,
     },
     /// The ids remembered for a shard that started here, read.
     Wake {
@@ -244,6 +247,7 @@ impl Host<ShardingProtocol> for ShardingHost {
                 entity_type,
                 kind,
                 remember,
+                singleton,
             } => {
                 let hosts = kind.hosts();
                 let keep = self
@@ -259,6 +263,9 @@ impl Host<ShardingProtocol> for ShardingHost {
                 if let Some(remember) = remember {
                     self.remembering.insert(entity_type.clone(), remember);
                     regions.remember(&entity_type, now);
+                }
+                if let Some(id) = singleton {
+                    regions.singleton(&entity_type, id, now);
                 }
             }
             Command::Wake { entity_type, ids } => {
