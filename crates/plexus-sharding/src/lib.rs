@@ -32,6 +32,8 @@ pub mod shard;
 pub mod sim;
 #[cfg(feature = "node")]
 pub mod telemetry;
+#[cfg(feature = "node")]
+pub mod topics;
 pub mod wire;
 
 pub use allocation::{AllocateError, Allocation, Move, Placement, Rebalance};
