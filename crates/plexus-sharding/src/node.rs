@@ -53,9 +53,11 @@ mod entity;
 mod host;
 mod kind;
 mod protocol;
+mod proxy;
 pub mod remember;
 
 pub use entity::{Entity, EntityContext};
+pub use proxy::{ProxyEntityError, ProxyError, ShardingProxy};
 pub use remember::{remember_key, REMEMBER_KEY_PREFIX};
 
 use host::{Command, ShardingHost};
@@ -318,17 +320,31 @@ impl Sharding {
         config.validate()?;
         let local = cluster.local();
         let regions = Regions::new(Arc::clone(&local.address), config);
+        Self::run(node, system, regions, Some(cluster))
+    }
+
+    /// Runs `regions` under the node's driver: its control actor published,
+    /// and `cluster`'s updates fed to it (a member), or none (a proxy).
+    fn run(
+        node: &Node,
+        system: &SystemRef,
+        regions: Regions<Parcel>,
+        cluster: Option<&Cluster>,
+    ) -> Result<Self, StartError> {
         let (inputs, received) = tokio::sync::mpsc::unbounded_channel();
         let packets = inputs.clone();
         let inbox = system.spawn_fn(move |ControlPacket(bytes), _ctx| {
             let _ = packets.send(Input::Command(Command::Control(bytes)));
         });
         node.publish(&inbox, ACTOR_NAME)?;
-        let updates = inputs.clone();
-        let watcher = system.spawn_fn(move |update: ClusterUpdate, _ctx| {
-            let _ = updates.send(Input::Command(Command::Cluster(update)));
+        let watcher = cluster.map(|cluster| {
+            let updates = inputs.clone();
+            let watcher = system.spawn_fn(move |update: ClusterUpdate, _ctx| {
+                let _ = updates.send(Input::Command(Command::Cluster(update)));
+            });
+            cluster.subscribe(watcher.clone());
+            watcher
         });
-        cluster.subscribe(watcher.clone());
         let host = ShardingHost::new(node.clone());
         let span = tracing::info_span!(target: "plexus::sharding", "sharding", node = %node.id());
         let closing = node.clone();
@@ -338,7 +354,9 @@ impl Sharding {
                 host.stop_all();
                 closing.unpublish(ACTOR_NAME);
                 inbox.stop();
-                watcher.stop();
+                if let Some(watcher) = watcher {
+                    watcher.stop();
+                }
             }
             .instrument(span),
         )

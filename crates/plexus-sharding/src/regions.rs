@@ -309,6 +309,9 @@ pub struct Regions<P> {
     downed: bool,
     leaving: bool,
     left: bool,
+    /// A proxy outside the cluster: the member every message goes
+    /// through ([`Regions::proxy`]).
+    via: Option<Arc<str>>,
     /// Every member's up-number in the view (the oldest has the lowest).
     ups: BTreeMap<Arc<str>, u64>,
     /// The types whose shards live on the oldest member (singletons'),
@@ -338,12 +341,25 @@ impl<P> Regions<P> {
             downed: false,
             leaving: false,
             left: false,
+            via: None,
             ups: BTreeMap::new(),
             oldest_types: BTreeSet::new(),
             loopback: VecDeque::new(),
             transmits: VecDeque::new(),
             events: VecDeque::new(),
             stats: RegionsStats::default(),
+        }
+    }
+
+    /// The sharding of node `me` outside the cluster, which sends every
+    /// message through the member `via` (a region of the entity's type
+    /// there routes it as its own). It hosts nothing and runs no
+    /// coordinator; answers to its senders ([`Event::Delivered`],
+    /// [`Event::Refused`]) come back to it as to a member.
+    pub fn proxy(me: Arc<str>, via: Arc<str>, config: ShardingConfig) -> Self {
+        Self {
+            via: Some(via),
+            ..Self::new(me, config)
         }
     }
 
@@ -426,6 +442,16 @@ impl<P> Regions<P> {
 
     /// A message for entity `id` of `entity_type`, sent on this member.
     pub fn send(&mut self, entity_type: &Arc<str>, id: EntityId, parcel: P, now: Instant) {
+        if let Some(via) = &self.via {
+            // Outside the cluster: the member routes it.
+            self.events.push_back(Event::Forward {
+                entity_type: entity_type.clone(),
+                to: via.clone(),
+                id,
+                parcel,
+            });
+            return;
+        }
         self.type_state(entity_type, now)
             .region
             .send(id, parcel, now);

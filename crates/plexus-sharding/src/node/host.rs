@@ -79,6 +79,9 @@ pub(crate) enum Command {
     },
     /// Hand over every shard; answer when none is left.
     Leave(oneshot::Sender<()>),
+    /// A proxy's member is unreachable or stopped its sharding: what waits
+    /// for it is lost, and what comes after is refused.
+    MemberGone(Arc<str>),
     /// The counters.
     Stats(oneshot::Sender<ShardingStats>),
 }
@@ -113,6 +116,8 @@ pub(crate) struct ShardingHost {
     pruned_at: usize,
     leaving: Vec<oneshot::Sender<()>>,
     left: bool,
+    /// A proxy's member, once gone: nothing is sent to it any more.
+    gone: Option<Arc<str>>,
     pub(crate) counts: HostCounts,
 }
 
@@ -128,6 +133,7 @@ impl ShardingHost {
             pruned_at: 64,
             leaving: Vec::new(),
             left: false,
+            gone: None,
             counts: HostCounts::default(),
         }
     }
@@ -193,6 +199,11 @@ impl ShardingHost {
             .filter(|m| matches!(m.state, MemberState::Down | MemberState::Removed))
             .map(|m| m.address.clone())
             .collect();
+        self.fail_requests_to(&gone);
+    }
+
+    /// Fails the requests sent to `gone`.
+    fn fail_requests_to(&mut self, gone: &[Arc<str>]) {
         if gone.is_empty() {
             return;
         }
@@ -325,6 +336,11 @@ impl Host<ShardingProtocol> for ShardingHost {
                     self.leave_when_written(regions, now);
                 }
             }
+            Command::MemberGone(member) => {
+                tracing::warn!(target: "plexus::sharding", %member, "the member this proxy sends through is gone: its senders are told, later messages refused");
+                self.fail_requests_to(std::slice::from_ref(&member));
+                self.gone = Some(member);
+            }
             Command::Stats(tx) => {
                 let _ = tx.send(ShardingStats {
                     regions: regions.stats(),
@@ -356,6 +372,10 @@ impl Host<ShardingProtocol> for ShardingHost {
                 id,
                 parcel,
             } => {
+                if self.gone.as_ref() == Some(&to) {
+                    self.refuse(protocol, &entity_type, &id, parcel, EntityError::Lost);
+                    return;
+                }
                 let me = protocol.0.me().clone();
                 let Parcel { message, waiter } = parcel;
                 let origin = self.origin(&me, &to, waiter);
