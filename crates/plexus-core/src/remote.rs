@@ -577,6 +577,23 @@ pub trait WireContext: Send + Sync {
     fn export_reply(&self, pending: Box<dyn PendingReply>) -> ReplyPath;
     /// Where to send the reply of a received reply path.
     fn import_reply(&self, path: &ReplyPath) -> Arc<dyn RemoteReply>;
+    /// What a layer above put on the node under `key` (its type), for the
+    /// serde impls of its own handles inside messages (an entity ref finds
+    /// the node's sharding this way). None by default.
+    fn extension(&self, key: std::any::TypeId) -> Option<Arc<dyn std::any::Any + Send + Sync>> {
+        let _ = key;
+        None
+    }
+}
+
+/// The extension of type `T` of the node whose wire context this thread
+/// runs in (see [`WireContext::extension`]): for the serde impls of
+/// handles a layer above puts inside messages.
+pub fn context_extension<T: std::any::Any + Send + Sync>() -> Option<Arc<T>> {
+    current_context()?
+        .extension(std::any::TypeId::of::<T>())?
+        .downcast::<T>()
+        .ok()
 }
 
 thread_local! {

@@ -29,6 +29,15 @@ impl PeerContext {
 }
 
 impl WireContext for PeerContext {
+    fn extension(&self, key: std::any::TypeId) -> Option<Arc<dyn std::any::Any + Send + Sync>> {
+        let inner = self.inner.upgrade()?;
+        let extensions = inner
+            .extensions
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        extensions.get(&key).cloned()
+    }
+
     fn export(
         &self,
         id: ActorId,

@@ -102,6 +102,8 @@ pub(crate) struct NodeInner {
     pub(crate) peers: Mutex<Peers>,
     exports: Mutex<Exports>,
     published: Mutex<HashMap<String, Published>>,
+    /// What layers above keep on the node, by type ([`Node::set_extension`]).
+    pub(crate) extensions: Mutex<HashMap<std::any::TypeId, Arc<dyn std::any::Any + Send + Sync>>>,
     replies: Mutex<FxHashMap<u64, PendingAsk>>,
     proxies: Mutex<FxHashMap<ActorId, std::sync::Weak<RemoteActor>>>,
     next_id: AtomicU64,
@@ -215,6 +217,7 @@ impl Node {
                 peers: Mutex::default(),
                 exports: Mutex::default(),
                 published: Mutex::default(),
+                extensions: Mutex::default(),
                 replies: Mutex::default(),
                 proxies: Mutex::default(),
                 next_id: AtomicU64::new(1),
@@ -375,6 +378,20 @@ impl Node {
             }
         })));
         Ok(())
+    }
+
+    /// Keeps `value` on the node under its type, replacing one kept
+    /// before: a layer above finds it while messages are encoded or decoded
+    /// (`plexus_core::remote::context_extension`), to turn its handles
+    /// inside messages back into live ones. Keep no handle to the node in
+    /// it (the node would keep itself).
+    pub fn set_extension<T: std::any::Any + Send + Sync>(&self, value: Arc<T>) {
+        lock(&self.inner.extensions).insert(std::any::TypeId::of::<T>(), value);
+    }
+
+    /// Removes the extension of type `T`.
+    pub fn remove_extension<T: std::any::Any + Send + Sync>(&self) {
+        lock(&self.inner.extensions).remove(&std::any::TypeId::of::<T>());
     }
 
     /// Removes a published name.

@@ -29,10 +29,8 @@
 //! - a message that cannot be handled is refused with a typed
 //!   [`EntityError`] to its sender (counted for a plain `tell`).
 
-use std::any::TypeId;
-use std::collections::HashMap;
 use std::marker::PhantomData;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use plexus_cluster::{Cluster, ClusterUpdate};
@@ -55,6 +53,7 @@ mod kind;
 mod protocol;
 mod proxy;
 pub mod remember;
+mod types;
 
 pub use entity::{Entity, EntityContext};
 pub use proxy::{ProxyEntityError, ProxyError, ShardingProxy};
@@ -64,6 +63,7 @@ use host::{Command, ShardingHost};
 use kind::{region_actor, Kind, Parcel, TypeOf, Waiter};
 use protocol::ShardingProtocol;
 use remember::Remembering;
+use types::TypeTable;
 
 /// The name the sharding's control actor is published under on every
 /// member.
@@ -275,7 +275,7 @@ pub struct Sharding {
     node: Node,
     system: SystemRef,
     /// Each type used here, with its message type (checked at once).
-    types: Arc<Mutex<HashMap<Arc<str>, TypeUse>>>,
+    table: Arc<TypeTable>,
     _task: Arc<TaskGuard>,
 }
 
@@ -285,13 +285,6 @@ impl std::fmt::Debug for Sharding {
             .field("node", &self.node.id())
             .finish_non_exhaustive()
     }
-}
-
-#[derive(Debug, Clone, Copy)]
-struct TypeUse {
-    message: TypeId,
-    name: &'static str,
-    registered: bool,
 }
 
 /// Aborts the driver task when the last handle goes.
@@ -346,6 +339,9 @@ impl Sharding {
             watcher
         });
         let host = ShardingHost::new(node.clone());
+        let table = Arc::new(TypeTable::new(inputs.clone()));
+        // Entity refs inside messages decoded here find this sharding.
+        node.set_extension(Arc::clone(&table));
         let span = tracing::info_span!(target: "plexus::sharding", "sharding", node = %node.id());
         let closing = node.clone();
         let task = tokio::spawn(
@@ -353,6 +349,7 @@ impl Sharding {
                 let (_, mut host) = driver::run(ShardingProtocol(regions), host, received).await;
                 host.stop_all();
                 closing.unpublish(ACTOR_NAME);
+                closing.remove_extension::<TypeTable>();
                 inbox.stop();
                 if let Some(watcher) = watcher {
                     watcher.stop();
@@ -365,7 +362,7 @@ impl Sharding {
             inputs,
             node: node.clone(),
             system: system.clone(),
-            types: Arc::default(),
+            table,
             _task: Arc::new(TaskGuard(task)),
         })
     }
@@ -554,69 +551,16 @@ impl Sharding {
         let _ = self.inputs.send(Input::Command(command));
     }
 
-    /// Checks `entity_type`'s name and message type, and tells the driver
-    /// of a type new here; says whether it was registered here before.
     fn use_type<M: RemoteMessage>(
         &self,
         entity_type: &str,
         register: bool,
     ) -> Result<(Arc<str>, bool), EntityTypeError> {
-        check_type_name(entity_type)?;
-        let name: Arc<str> = entity_type.into();
-        let mut types = self
-            .types
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let asked = TypeUse {
-            message: TypeId::of::<M>(),
-            name: std::any::type_name::<M>(),
-            registered: register,
-        };
-        match types.get_mut(&name) {
-            Some(known) if known.message != asked.message => Err(EntityTypeError::MessageType {
-                entity_type: entity_type.into(),
-                registered: known.name,
-                asked: asked.name,
-            }),
-            Some(known) => {
-                let before = known.registered;
-                known.registered |= register;
-                Ok((name, before))
-            }
-            None => {
-                types.insert(name.clone(), asked);
-                if !register {
-                    self.command(Command::Kind {
-                        entity_type: name.clone(),
-                        kind: Box::new(TypeOf::<M>::proxy(name.clone())),
-                        remember: None,
-                        singleton: None,
-                    });
-                }
-                Ok((name, false))
-            }
-        }
+        self.table.use_type::<M>(entity_type, register)
     }
 
     fn forget(&self, entity_type: &str) {
-        let mut types = self
-            .types
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        types.remove(entity_type);
-    }
-}
-
-fn check_type_name(name: &str) -> Result<(), EntityTypeError> {
-    let ok = !name.is_empty()
-        && name.len() <= MAX_TYPE_LEN
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
-    if ok {
-        Ok(())
-    } else {
-        Err(EntityTypeError::BadName(name.into()))
+        self.table.forget(entity_type);
     }
 }
 

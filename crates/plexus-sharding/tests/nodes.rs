@@ -291,3 +291,47 @@ async fn bad_names_ids_and_message_types_are_refused() {
         "{told:?}"
     );
 }
+
+/// Asks the cart it is given to add one, then answers its count.
+#[derive(Serialize, Deserialize)]
+struct AddTo {
+    cart: plexus_sharding::node::EntityRef<CartMsg>,
+    reply: ReplyTo<u32>,
+}
+plexus_core::remote_message!(AddTo = "test.AddTo");
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_entity_ref_travels_inside_a_message_and_works_where_it_lands() {
+    let saved = Saved::default();
+    let systems = [ActorSystem::new(), ActorSystem::new()];
+    let mut a = member(&systems[0], Vec::new(), &saved).await;
+    let mut b = member(&systems[1], vec![a.uri.clone()], &saved).await;
+    for m in [&mut a, &mut b] {
+        until_up(m, 2).await;
+    }
+    // An actor on b that takes a ref to a cart from anywhere.
+    let adder = systems[1].spawn_fn(|msg: AddTo, _ctx| {
+        tokio::spawn(async move {
+            msg.cart
+                .tell_with_receipt(CartMsg::Add(1))
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+            let count = msg.cart.ask(CartMsg::Count, ASK).await;
+            msg.reply.send(count.unwrap_or_else(|e| panic!("{e}")));
+        });
+    });
+    b._node.publish(&adder, "adder").unwrap();
+    let remote_adder = a
+        ._node
+        .resolve::<AddTo>(&format!("{}/adder", b.uri))
+        .await
+        .unwrap();
+    let cart = a.sharding.entity::<CartMsg>("cart", "7").unwrap();
+    add(&a, 7).await;
+    let answered = remote_adder
+        .ask(|reply| AddTo { cart, reply }, ASK)
+        .await
+        .unwrap();
+    assert_eq!(answered, 2, "the ref decoded on b reached the same cart");
+    assert_eq!(count(&a, 7).await, 2);
+}
