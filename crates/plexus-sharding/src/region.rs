@@ -173,6 +173,12 @@ pub struct Region<M> {
     /// Entities kept running wherever their shard is hosted
     /// ([`Region::keep_running`]).
     keep: BTreeSet<EntityId>,
+    /// Its member was downed ([`Region::lose_lease`]) and no coordinator
+    /// answered a renewal sent since: a `Home` naming this region now may
+    /// have been meant for its member's previous life (sent before the
+    /// coordinator saw it downed and re-homed its shards, and held in a
+    /// link through a partition), so it is not taken.
+    unconfirmed_life: bool,
     out: VecDeque<RegionOutput<M>>,
 }
 
@@ -198,6 +204,7 @@ impl<M> Region<M> {
             started: BTreeSet::new(),
             rewake: BTreeSet::new(),
             keep: BTreeSet::new(),
+            unconfirmed_life: false,
             out: VecDeque::new(),
             config,
         };
@@ -308,8 +315,17 @@ impl<M> Region<M> {
         self.routing.held_total() + self.before_lease.len()
     }
 
-    /// The coordinator named `home` for `shard`.
+    /// The coordinator named `home` for `shard`. After its member was
+    /// downed, a `Home` naming this region is dropped until the
+    /// coordinator answered a renewal sent since: the link from the
+    /// coordinator is in order, so what comes after that answer was sent
+    /// knowing this member's new life, and what came before may be meant
+    /// for the old one, whose shards went elsewhere (the shard's home is
+    /// asked for again at the next renewal).
     pub fn home_is(&mut self, shard: ShardId, home: Arc<str>, now: Instant) {
+        if home == self.me && self.unconfirmed_life {
+            return;
+        }
         if home == self.me {
             self.homed.insert(shard);
         } else {
@@ -441,7 +457,13 @@ impl<M> Region<M> {
             }
         }
         self.drain_routing(now);
-        if self.lease.answered(seq) && self.lease.holds(now) {
+        let ok = self.lease.answered(seq);
+        if ok {
+            // An answer to a request sent since the downing (`give_up`
+            // forgot the older ones): later `Home`s are for this life.
+            self.unconfirmed_life = false;
+        }
+        if ok && self.lease.holds(now) {
             self.release_waiting(now);
             self.start_shards(now);
         }
@@ -526,6 +548,7 @@ impl<M> Region<M> {
     /// once the coordinator counts it stopped), so their homes are asked
     /// for again.
     pub fn lose_lease(&mut self, now: Instant) {
+        self.unconfirmed_life = true;
         self.lease.give_up();
         self.passivate_all();
         self.homed.clear();

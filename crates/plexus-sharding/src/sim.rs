@@ -231,6 +231,13 @@ impl SimShard {
         let session = u64::from_be_bytes(frame[1..9].try_into().expect("8 bytes"));
         let seq = u64::from_be_bytes(frame[9..17].try_into().expect("8 bytes"));
         let link = self.links.entry(from).or_default();
+        if link.peer_session.is_some_and(|p| session < p) {
+            // A datagram of a link that broke, late (reordered or
+            // duplicated): a connection never delivers its predecessor's
+            // bytes after its own, and taking it would restart the link at
+            // an old place (sessions only grow: a break or a new life).
+            return;
+        }
         if link.peer_session != Some(session) {
             // A new link. The sender's new session starts at 0; a receiver
             // in a new life (it never heard this peer) takes the rest of

@@ -458,3 +458,53 @@ mod property {
         }
     }
 }
+
+/// Campaign seed 0: a `Home` the coordinator sent to this member's
+/// previous life (before it saw it downed and re-homed the shard), held in
+/// a link through a partition, reaches the region after its member was
+/// downed and rejoined. Taken, it would host the shard beside its new home.
+#[test]
+fn a_home_meant_for_the_previous_life_is_not_taken() {
+    let t0 = Instant::now();
+    let mut r = leased(t0);
+    let s = shard(1);
+    r.home_is(s, me(), t0);
+    r.send(id(1), 10, t0);
+    assert!(outputs(&mut r).contains(&RegionOutput::Activate(id(1))));
+    // Downed: everything stops.
+    r.lose_lease(t0);
+    r.entity_stopped(&id(1), t0);
+    outputs(&mut r);
+    // The stale `Home` arrives: not taken, the message waits for a home.
+    let t1 = t0 + Duration::from_secs(1);
+    r.home_is(s, me(), t1);
+    r.send(id(1), 11, t1);
+    let out = outputs(&mut r);
+    assert!(
+        !out.iter()
+            .any(|o| matches!(o, RegionOutput::Activate(_) | RegionOutput::Deliver { .. })),
+        "{out:?}"
+    );
+    assert_eq!(r.homed().count(), 0);
+    // The new life's first renewal is answered: `Home`s are taken again.
+    r.renew_now(t1);
+    let seq = outputs(&mut r)
+        .into_iter()
+        .find_map(|o| match o {
+            RegionOutput::Renew { seq, .. } => Some(seq),
+            _ => None,
+        })
+        .expect("a renewal");
+    r.renewed(seq, &[], t1);
+    r.home_is(s, me(), t1);
+    assert_eq!(
+        outputs(&mut r),
+        [
+            RegionOutput::Activate(id(1)),
+            RegionOutput::Deliver {
+                id: id(1),
+                message: 11
+            },
+        ]
+    );
+}
