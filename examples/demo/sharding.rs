@@ -1,7 +1,8 @@
 //! Section 23 of the demo: virtual actors. A cart by id, asked from two
-//! members; the member hosting it leaves, and the cart answers from its
-//! new member with its count intact (saved in replicated data when it
-//! stopped, read back when it started again).
+//! members; the member hosting it leaves, and the cart starts again on its
+//! new member with its count intact (remembered, saved in replicated data
+//! when it stopped, read back when it started again). A cluster singleton
+//! runs on the oldest member; a topic carries prices between members.
 
 use std::time::Duration;
 
@@ -11,6 +12,7 @@ use plexus::data::node::Replication;
 use plexus::data::{Consistency, Key, ReplicatorConfig};
 use plexus::prelude::*;
 use plexus::sharding::node::{Entity, EntityContext, EntitySettings, Sharding};
+use plexus::sharding::topics::Topics;
 use plexus::sharding::ShardingConfig;
 use serde::{Deserialize, Serialize};
 
@@ -87,11 +89,40 @@ impl Entity for Cart {
     }
 }
 
+#[derive(Serialize, Deserialize)]
+enum ClerkMsg {
+    /// The member it runs on.
+    Where(ReplyTo<String>),
+}
+remote_message!(ClerkMsg = "demo.ClerkMsg");
+
+/// The cluster singleton: one clerk, on the oldest member.
+struct Clerk {
+    member: String,
+}
+
+impl Entity for Clerk {
+    type Msg = ClerkMsg;
+
+    async fn handle(&mut self, msg: ClerkMsg, _ctx: &mut EntityContext<'_>) {
+        match msg {
+            ClerkMsg::Where(reply) => reply.send(self.member.clone()),
+        }
+    }
+}
+
+#[derive(Clone, Serialize, Deserialize)]
+struct Price {
+    cents: u32,
+}
+remote_message!(Price = "demo.Price");
+
 struct Member {
     _system: ActorSystem,
     _node: Node,
     cluster: Cluster,
     _data: Replication,
+    topics: Topics,
     sharding: Sharding,
     uri: String,
 }
@@ -134,11 +165,17 @@ async fn member(
             items: 0,
         },
     )?;
+    let member = uri.clone();
+    sharding.singleton("clerk", move || Clerk {
+        member: member.clone(),
+    })?;
+    let topics = Topics::start(&node, &system, &cluster, &data);
     Ok(Member {
         _system: system,
         _node: node,
         cluster,
         _data: data,
+        topics,
         sharding,
         uri,
     })
@@ -175,7 +212,7 @@ async fn until_up(m: &Member, n: usize) -> Result<(), Box<dyn std::error::Error>
 
 pub async fn tour(cluster: ClusterConfig) -> Result<(), Box<dyn std::error::Error>> {
     println!(
-        "\n23. virtual actors: a cart by id from two members; its member leaves; it answers from its new member"
+        "\n23. virtual actors: a cart by id from two members; its member leaves; it starts again on its new member; a cluster singleton; a topic"
     );
     let cluster = cluster.name("demo-sharding");
     let (starts, mut started) = tokio::sync::mpsc::unbounded_channel();
@@ -186,6 +223,15 @@ pub async fn tour(cluster: ClusterConfig) -> Result<(), Box<dyn std::error::Erro
     for m in &members {
         until_up(m, 3).await?;
     }
+    let clerk = members[2]
+        .sharding
+        .singleton_ref::<ClerkMsg>("clerk")?
+        .ask(ClerkMsg::Where, WAIT)
+        .await?;
+    println!(
+        "  the singleton clerk runs on the oldest member, {clerk} (asked from {})",
+        members[2].uri
+    );
     let cart = |m: &Member| m.sharding.entity::<CartMsg>("cart", "42");
     cart(&members[0])?
         .tell_with_receipt(CartMsg::Add(2))
@@ -238,6 +284,42 @@ pub async fn tour(cluster: ClusterConfig) -> Result<(), Box<dyn std::error::Erro
     println!(
         "  asked again from {}: count {count}, now active on member {now_at}",
         stay[0].uri
+    );
+    let clerk = stay[1]
+        .sharding
+        .singleton_ref::<ClerkMsg>("clerk")?
+        .ask(ClerkMsg::Where, WAIT)
+        .await?;
+    println!("  the clerk now runs on {clerk}, the oldest member left");
+    // A topic: a subscriber on one member, a publisher on the other.
+    let (tx, mut prices) = tokio::sync::mpsc::unbounded_channel();
+    let subscriber = stay[1]._system.spawn_fn(move |p: Price, _ctx| {
+        let _ = tx.send(p);
+    });
+    stay[1]
+        .topics
+        .topic::<Price>("prices")?
+        .subscribe(subscriber)
+        .await?;
+    let publisher = stay[0].topics.topic::<Price>("prices")?;
+    let mut members = publisher.members();
+    tokio::time::timeout(WAIT, members.wait_for(|m| !m.is_empty()))
+        .await
+        .map_err(|_| "the subscription did not reach the publisher")??;
+    for cents in [1999, 2005, 2010] {
+        publisher.publish(Price { cents });
+    }
+    let mut got = Vec::new();
+    while got.len() < 3 {
+        let p = tokio::time::timeout(WAIT, prices.recv())
+            .await
+            .map_err(|_| "a price did not arrive")?
+            .ok_or("closed")?;
+        got.push(p.cents);
+    }
+    println!(
+        "  topic prices: published on {}, received on {} once each, in order: {got:?}",
+        stay[0].uri, stay[1].uri
     );
     let wrong = stay[0].sharding.entity::<CartMsg>("cart", &"x".repeat(300));
     println!(

@@ -118,7 +118,10 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl Topics {
     /// The topics of `cluster`'s member on `node`, registered in `data`.
+    /// Start them on every member (as replicated data): a member's
+    /// replicator takes registry updates only once it knows their type.
     pub fn start(node: &Node, system: &SystemRef, cluster: &Cluster, data: &Replication) -> Self {
+        data.register::<ORSet<String>>();
         let topics = Self {
             node: node.clone(),
             system: system.clone(),

@@ -66,6 +66,8 @@ pub(crate) struct Remembering {
 
 impl Remembering {
     pub(crate) fn new(data: Replication, entity_type: Arc<str>, inputs: Inputs) -> Self {
+        // Its replicator acknowledges the sets' updates from the start.
+        data.register::<ORSet<String>>();
         Self {
             data,
             entity_type,
