@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::allocation::{Allocation, Rebalance};
-use crate::lease::Grants;
+use crate::lease::{Grants, Stamp};
 use crate::shard::{HandOffId, ShardId};
 
 /// The coordinator's settings.
@@ -94,6 +94,19 @@ pub enum CoordinatorOutput {
         seq: u64,
         /// Shards it reported that are not its own.
         revoked: Vec<ShardId>,
+        /// The mark the region echoes in its next renewal.
+        stamp: Stamp,
+    },
+    /// Tell `to` its renewal `seq` is not granted (no majority of the
+    /// regions heard from within a lease), with a fresh mark: echoed, its
+    /// next renewal counts as recent.
+    NotRenewed {
+        /// The region.
+        to: Arc<str>,
+        /// Its request's number.
+        seq: u64,
+        /// The mark to echo.
+        stamp: Stamp,
     },
 }
 
@@ -136,6 +149,8 @@ pub struct Coordinator {
     leaving_members: BTreeSet<Arc<str>>,
     /// When each region last asked for a renewal (for the quorum).
     heard: BTreeMap<Arc<str>, Instant>,
+    /// Its epoch (in its marks).
+    epoch: u32,
     /// When it started: every region renews within a lease of that, so a
     /// type with none by then is registered nowhere.
     created: Instant,
@@ -169,6 +184,7 @@ impl Coordinator {
             start_wait: false,
             next_rebalance: now + config.rebalance_every,
             next_handoff: u64::from(epoch) << 32,
+            epoch,
             out: VecDeque::new(),
             config,
         }
@@ -307,19 +323,39 @@ impl Coordinator {
     /// homed elsewhere meanwhile); every reported shard homed elsewhere,
     /// or not adopted, is revoked in the answer, which the region applies
     /// before its lease is extended.
+    ///
+    /// `echo` is the mark of this coordinator's last answer the region had
+    /// heard when it sent the renewal: the region counts toward the quorum
+    /// as heard from then (a renewal that waited in a link is old news),
+    /// or now if it echoes no mark of this coordinator.
     pub fn renew(
         &mut self,
         region: Arc<str>,
         seq: u64,
         leased: bool,
         hosted: &[ShardId],
+        echo: Stamp,
         now: Instant,
     ) {
-        self.heard.insert(region.clone(), now);
+        let heard_at = if echo.epoch == self.epoch && echo.nanos > 0 {
+            (self.created + Duration::from_nanos(echo.nanos - 1)).min(now)
+        } else {
+            now
+        };
+        let before = self.heard.get(&region).copied();
+        self.heard
+            .insert(region.clone(), before.map_or(heard_at, |b| b.max(heard_at)));
+        let stamp = self.stamp(now);
         if !self.has_quorum(now) {
             // Cut off from most regions (this member may be on the losing
             // side of a partition, whether or not its membership says so
-            // yet): no lease is renewed, so they all run out.
+            // yet): no lease is renewed, so they all run out. The fresh
+            // mark lets a region that still follows it count again.
+            self.out.push_back(CoordinatorOutput::NotRenewed {
+                to: region,
+                seq,
+                stamp,
+            });
             return;
         }
         self.grants.quorum(now);
@@ -344,8 +380,18 @@ impl Coordinator {
             to: region,
             seq,
             revoked,
+            stamp,
         });
         self.serve_askers(now);
+    }
+
+    /// The mark of an answer given at `now`.
+    fn stamp(&self, now: Instant) -> Stamp {
+        let since = now.saturating_duration_since(self.created).as_nanos();
+        Stamp {
+            epoch: self.epoch,
+            nanos: u64::try_from(since).unwrap_or(u64::MAX - 1) + 1,
+        }
     }
 
     /// `region` holds `shard`'s messages and marked its old home.

@@ -188,5 +188,23 @@ impl Grants {
     }
 }
 
+/// A coordinator's mark on its answer to a lease renewal, which the region
+/// echoes in its next renewal: the coordinator counts a region as heard
+/// from when it issued the echoed mark, not when the renewal arrived, so
+/// renewals that waited in a link (a partition) count as old and cannot
+/// make the majority of a coordinator the others have left behind.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stamp {
+    /// The coordinator's epoch (another coordinator's marks mean nothing).
+    pub epoch: u32,
+    /// When it answered: nanoseconds after it started, plus one (0: none).
+    pub nanos: u64,
+}
+
+impl Stamp {
+    /// No mark (no answer heard from the coordinator yet).
+    pub const NONE: Stamp = Stamp { epoch: 0, nanos: 0 };
+}
+
 #[cfg(test)]
 mod tests;

@@ -39,7 +39,7 @@ pub mod wire;
 pub use allocation::{AllocateError, Allocation, Move, Placement, Rebalance};
 pub use coordinator::{Coordinator, CoordinatorConfig, CoordinatorOutput};
 pub use entities::{Entities, Touch};
-pub use lease::{Grants, LeaseState, RegionLease};
+pub use lease::{Grants, LeaseState, RegionLease, Stamp};
 pub use region::{EntityError, Region, RegionConfig, RegionOutput};
 pub use regions::{ConfigError, Event, Regions, RegionsStats, ShardingConfig};
 pub use routing::{MarkerWait, RouteError, Routed, Routing, RoutingOutput};

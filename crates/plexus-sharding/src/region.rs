@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::entities::{Entities, Touch};
-use crate::lease::{LeaseState, RegionLease};
+use crate::lease::{LeaseState, RegionLease, Stamp};
 use crate::routing::{MarkerWait, RouteError, Routed, Routing, RoutingOutput};
 use crate::shard::{shard_of, EntityId, HandOffId, ShardId};
 
@@ -129,6 +129,8 @@ pub enum RegionOutput<M> {
         leased: bool,
         /// The shards homed here.
         hosted: Vec<ShardId>,
+        /// The mark of the coordinator's last answer heard here.
+        echo: Stamp,
     },
 }
 
@@ -162,6 +164,9 @@ pub struct Region<M> {
     /// or after one ran out; bounded by `held_limit`): delivered once it is
     /// renewed, or routed to their shard's home if it is not here any more.
     before_lease: VecDeque<(ShardId, EntityId, M)>,
+    /// The mark of the coordinator's last answer to a renewal, echoed in
+    /// the next one.
+    echo: Stamp,
     /// Whether it reports what to remember ([`Region::remember`]).
     remember: bool,
     /// Remembering: the homed shards reported started under the lease
@@ -200,6 +205,7 @@ impl<M> Region<M> {
             early_markers: BTreeMap::new(),
             stopping: BTreeMap::new(),
             before_lease: VecDeque::new(),
+            echo: Stamp::NONE,
             remember: false,
             started: BTreeSet::new(),
             rewake: BTreeSet::new(),
@@ -443,6 +449,13 @@ impl<M> Region<M> {
         self.drain_routing(now);
     }
 
+    /// The coordinator answered a renewal (granted or not) with `stamp`:
+    /// echoed in the next renewal, so the coordinator counts this region
+    /// as heard from when it answered.
+    pub fn stamped(&mut self, stamp: Stamp) {
+        self.echo = stamp;
+    }
+
     /// The coordinator answered renewal `seq`: the shards it `revoked`
     /// (reported here but homed elsewhere) are given up first, then the
     /// lease is extended and the messages that waited for the first lease
@@ -603,6 +616,7 @@ impl<M> Region<M> {
                 seq,
                 leased,
                 hosted,
+                echo: self.echo,
             });
             // A question or its answer lost with a link: asked again.
             self.reask();

@@ -803,6 +803,7 @@ impl<P> Regions<P> {
                 seq,
                 leased,
                 hosted,
+                echo,
             } => {
                 let (hosts, placement) = self
                     .types
@@ -814,6 +815,7 @@ impl<P> Regions<P> {
                         leased,
                         placement,
                         hosted,
+                        echo,
                     };
                     to_coordinator(self, body);
                 }
@@ -900,8 +902,21 @@ impl<P> Regions<P> {
             CoordinatorOutput::NoHome { to, shard } => {
                 self.control(&to, entity_type, Body::NoHome(shard));
             }
-            CoordinatorOutput::Renewed { to, seq, revoked } => {
-                self.control(&to, entity_type, Body::Renewed { seq, revoked });
+            CoordinatorOutput::Renewed {
+                to,
+                seq,
+                revoked,
+                stamp,
+            } => {
+                let body = Body::Renewed {
+                    seq,
+                    revoked,
+                    stamp,
+                };
+                self.control(&to, entity_type, body);
+            }
+            CoordinatorOutput::NotRenewed { to, seq, stamp } => {
+                self.control(&to, entity_type, Body::NotRenewed { seq, stamp });
             }
         }
     }
@@ -922,6 +937,7 @@ impl<P> Regions<P> {
             | Body::BeginHandOff { .. }
             | Body::HandOff { .. }
             | Body::Renewed { .. }
+            | Body::NotRenewed { .. }
             | Body::NoHome(_)
             | Body::Drained => self.coordinator_said(&from, &entity_type, body, now),
             Body::Refused { request, error } => {
@@ -973,6 +989,7 @@ impl<P> Regions<P> {
                 leased,
                 placement,
                 hosted,
+                echo,
             } => {
                 if placement == Placement::Oldest {
                     self.oldest_types.insert(entity_type.clone());
@@ -988,7 +1005,7 @@ impl<P> Regions<P> {
                 // A downed member's lease is never renewed: it runs out,
                 // and its shards move after it (`ALGORITHM.md`).
                 if (up || known) && not_gone {
-                    c.renew(from.clone(), seq, leased, &hosted, now);
+                    c.renew(from.clone(), seq, leased, &hosted, echo, now);
                     if state == Some(MemberState::Leaving) && !c.allocation().is_draining(&from) {
                         c.region_leaving(&from);
                     }
@@ -1058,7 +1075,15 @@ impl<P> Regions<P> {
                 handoff,
                 regions,
             } => t.region.hand_off(shard, handoff, regions),
-            Body::Renewed { seq, revoked } => t.region.renewed(seq, &revoked, now),
+            Body::Renewed {
+                seq,
+                revoked,
+                stamp,
+            } => {
+                t.region.stamped(stamp);
+                t.region.renewed(seq, &revoked, now);
+            }
+            Body::NotRenewed { stamp, .. } => t.region.stamped(stamp),
             Body::NoHome(shard) => t.region.no_home(shard),
             Body::Drained => {
                 t.drained = true;

@@ -43,6 +43,7 @@ use std::sync::Arc;
 use bytes::{BufMut, Bytes, BytesMut};
 
 use crate::allocation::Placement;
+use crate::lease::Stamp;
 use crate::region::EntityError;
 use crate::routing::RouteError;
 use crate::shard::{EntityIdError, HandOffId, ShardId};
@@ -111,6 +112,8 @@ pub enum Body {
         placement: Placement,
         /// The shards the sender hosts.
         hosted: Vec<ShardId>,
+        /// The mark of the coordinator's last answer the sender heard.
+        echo: Stamp,
     },
     /// Renewed, from when the request left.
     Renewed {
@@ -119,6 +122,16 @@ pub enum Body {
         /// Shards the region reported that are not its own: it gives them
         /// up before the lease is extended.
         revoked: Vec<ShardId>,
+        /// The mark to echo in the next renewal.
+        stamp: Stamp,
+    },
+    /// Not renewed (the coordinator heard from no majority of its regions
+    /// within a lease): the mark to echo in the next renewal.
+    NotRenewed {
+        /// The request's number.
+        seq: u64,
+        /// The mark.
+        stamp: Stamp,
     },
     /// The sender's member leaves: hand over its shards.
     Leaving,
@@ -228,15 +241,26 @@ impl Message {
                 leased,
                 placement,
                 hosted,
+                echo,
             } => {
                 b.put_u64(*seq);
                 let oldest = u8::from(*placement == Placement::Oldest);
                 b.put_u8(u8::from(*leased) | (oldest << 1));
                 put_shards(&mut b, hosted);
+                put_stamp(&mut b, *echo);
             }
-            Body::Renewed { seq, revoked } => {
+            Body::Renewed {
+                seq,
+                revoked,
+                stamp,
+            } => {
                 b.put_u64(*seq);
                 put_shards(&mut b, revoked);
+                put_stamp(&mut b, *stamp);
+            }
+            Body::NotRenewed { seq, stamp } => {
+                b.put_u64(*seq);
+                put_stamp(&mut b, *stamp);
             }
             Body::Leaving | Body::Drained => {}
             Body::Refused { request, error } => {
@@ -318,11 +342,17 @@ impl Message {
                         Placement::Spread
                     },
                     hosted: r.shards()?,
+                    echo: r.stamp()?,
                 }
             }
             7 => Body::Renewed {
                 seq: r.u64()?,
                 revoked: r.shards()?,
+                stamp: r.stamp()?,
+            },
+            14 => Body::NotRenewed {
+                seq: r.u64()?,
+                stamp: r.stamp()?,
             },
             9 => Body::Leaving,
             10 => Body::Drained,
@@ -366,6 +396,7 @@ impl Body {
             Body::ShardStopped(..) => 5,
             Body::Renew { .. } => 6,
             Body::Renewed { .. } => 7,
+            Body::NotRenewed { .. } => 14,
             Body::Leaving => 9,
             Body::Drained => 10,
             Body::Refused { .. } => 11,
@@ -380,6 +411,11 @@ fn put_shards(b: &mut impl BufMut, shards: &[ShardId]) {
     for s in shards {
         b.put_u32(s.0);
     }
+}
+
+fn put_stamp(b: &mut impl BufMut, stamp: Stamp) {
+    b.put_u32(stamp.epoch);
+    b.put_u64(stamp.nanos);
 }
 
 pub(crate) fn put_str8(b: &mut impl BufMut, s: &str) {
@@ -455,6 +491,13 @@ impl<'a> Reader<'a> {
 
     fn shard(&mut self) -> Result<ShardId, WireError> {
         self.u32().map(ShardId)
+    }
+
+    fn stamp(&mut self) -> Result<Stamp, WireError> {
+        Ok(Stamp {
+            epoch: self.u32()?,
+            nanos: self.u64()?,
+        })
     }
 
     pub(crate) fn str8(&mut self) -> Result<&'a str, WireError> {

@@ -1,4 +1,5 @@
 use super::*;
+use crate::lease::Stamp;
 
 const LEASE: Duration = Duration::from_secs(10);
 const MARGIN: Duration = Duration::from_secs(2);
@@ -57,6 +58,15 @@ fn both_on_region_0(t0: Instant) -> (Coordinator, Instant) {
     (c, now)
 }
 
+/// The mark of an answer at `at` of a coordinator of epoch 0 started at
+/// `t0`.
+fn stamp_at(t0: Instant, at: Instant) -> Stamp {
+    Stamp {
+        epoch: 0,
+        nanos: u64::try_from((at - t0).as_nanos()).unwrap() + 1,
+    }
+}
+
 /// A coordinator whose start wait is over, with `regions` regions up.
 fn running(shards: u32, regions: u8, t0: Instant) -> (Coordinator, Instant) {
     let mut c = Coordinator::new(config(shards), t0, 0);
@@ -65,7 +75,7 @@ fn running(shards: u32, regions: u8, t0: Instant) -> (Coordinator, Instant) {
     }
     // They all renew: a quorum from t0 on.
     for r in 0..regions {
-        c.renew(region(r), 0, true, &[], t0);
+        c.renew(region(r), 0, true, &[], Stamp::NONE, t0);
     }
     let now = t0 + 2 * LEASE + MARGIN;
     c.handle_timeout(now);
@@ -78,7 +88,7 @@ fn a_new_coordinator_places_unreported_shards_only_after_old_leases_end() {
     let t0 = Instant::now();
     let mut c = Coordinator::new(config(8), t0, 0);
     c.region_up(region(1), t0);
-    c.renew(region(1), 0, true, &[ShardId(5)], t0);
+    c.renew(region(1), 0, true, &[ShardId(5)], Stamp::NONE, t0);
     outputs(&mut c);
     c.ask_home(region(1), ShardId(5), t0);
     c.ask_home(region(1), ShardId(6), t0);
@@ -206,17 +216,32 @@ fn a_renewal_reporting_a_shard_homed_elsewhere_revokes_it() {
     let t0 = Instant::now();
     let (mut c, now) = both_on_region_0(t0);
     c.region_up(region(1), now);
-    c.renew(region(0), 2, true, &[ShardId(0), ShardId(1)], now);
+    c.renew(
+        region(0),
+        2,
+        true,
+        &[ShardId(0), ShardId(1)],
+        Stamp::NONE,
+        now,
+    );
     outputs(&mut c);
     // Region 1 claims shard 0 (a stale report), and an unknown one after
     // the map was rebuilt: neither is its own.
-    c.renew(region(1), 3, true, &[ShardId(0), ShardId(1)], now);
+    c.renew(
+        region(1),
+        3,
+        true,
+        &[ShardId(0), ShardId(1)],
+        Stamp::NONE,
+        now,
+    );
     assert_eq!(
         outputs(&mut c),
         [CoordinatorOutput::Renewed {
             to: region(1),
             seq: 3,
             revoked: vec![ShardId(0), ShardId(1)],
+            stamp: stamp_at(t0, now),
         }]
     );
     assert_eq!(c.allocation().home(ShardId(0)), Some(&region(0)));
@@ -254,16 +279,29 @@ fn a_hand_off_waiting_on_a_lost_message_is_asked_again() {
 fn a_coordinator_hearing_from_a_minority_renews_no_lease() {
     let t0 = Instant::now();
     let (mut c, now) = running(1, 3, t0);
-    // Only region 0 asks (the others are cut off from it): no answer.
-    c.renew(region(0), 1, true, &[], now);
-    assert_eq!(outputs(&mut c), []);
+    // Only region 0 asks (the others are cut off from it): not renewed.
+    c.renew(region(0), 1, true, &[], Stamp::NONE, now);
+    assert!(matches!(
+        outputs(&mut c).as_slice(),
+        [CoordinatorOutput::NotRenewed { seq: 1, .. }]
+    ));
     // A second region within the lease makes a majority of three.
-    c.renew(region(1), 1, true, &[], now + Duration::from_secs(1));
+    c.renew(
+        region(1),
+        1,
+        true,
+        &[],
+        Stamp::NONE,
+        now + Duration::from_secs(1),
+    );
     assert_eq!(outputs(&mut c).len(), 1);
-    // Later, region 0's asks alone are answered no more.
+    // Later, region 0's asks alone are renewed no more.
     let later = now + LEASE + Duration::from_secs(2);
-    c.renew(region(0), 2, true, &[], later);
-    assert_eq!(outputs(&mut c), []);
+    c.renew(region(0), 2, true, &[], Stamp::NONE, later);
+    assert!(matches!(
+        outputs(&mut c).as_slice(),
+        [CoordinatorOutput::NotRenewed { seq: 2, .. }]
+    ));
 }
 
 #[test]
@@ -273,15 +311,16 @@ fn a_crashed_region_s_shards_wait_for_its_lease_and_the_margin() {
     c.ask_home(region(0), ShardId(0), now);
     assert_eq!(outputs(&mut c), [home(region(0), 0, region(0))]);
     let renewed = now + Duration::from_secs(3);
-    c.renew(region(1), 1, true, &[], renewed);
+    c.renew(region(1), 1, true, &[], Stamp::NONE, renewed);
     outputs(&mut c);
-    c.renew(region(0), 7, true, &[ShardId(0)], renewed);
+    c.renew(region(0), 7, true, &[ShardId(0)], Stamp::NONE, renewed);
     assert_eq!(
         outputs(&mut c),
         [CoordinatorOutput::Renewed {
             to: region(0),
             seq: 7,
             revoked: vec![],
+            stamp: stamp_at(t0, renewed),
         }]
     );
     c.region_gone(&region(0), renewed + Duration::from_secs(1));
@@ -299,7 +338,14 @@ fn a_hand_off_from_a_region_that_crashes_waits_for_its_lease() {
     let t0 = Instant::now();
     let (mut c, now) = both_on_region_0(t0);
     // Region 0 hosts them under a lease renewed now.
-    c.renew(region(0), 1, true, &[ShardId(0), ShardId(1)], now);
+    c.renew(
+        region(0),
+        1,
+        true,
+        &[ShardId(0), ShardId(1)],
+        Stamp::NONE,
+        now,
+    );
     c.region_up(region(1), now);
     c.handle_timeout(now + Duration::from_secs(1));
     outputs(&mut c);
@@ -340,4 +386,54 @@ fn a_hand_off_to_a_region_that_left_goes_elsewhere_at_once() {
     assert_eq!(c.allocation().home(ShardId(0)), Some(&region(2)));
     let out = outputs(&mut c);
     assert!(out.contains(&home(region(2), 0, region(2))), "{out:?}");
+}
+
+#[test]
+fn renewals_that_waited_in_a_link_do_not_make_a_majority() {
+    let t0 = Instant::now();
+    let (mut c, now) = running(1, 3, t0);
+    // The regions renew; 1 and 2 keep the marks of the answers.
+    let mut marks = Vec::new();
+    for r in [0, 1, 2] {
+        c.renew(region(r), 1, true, &[], Stamp::NONE, now);
+        match outputs(&mut c).as_slice() {
+            [CoordinatorOutput::Renewed { stamp, .. }
+            | CoordinatorOutput::NotRenewed { stamp, .. }] => marks.push(*stamp),
+            other => panic!("{other:?}"),
+        }
+    }
+    let marks = &marks[1..];
+    // Cut off for two leases, their next renewals (sent before the cut,
+    // echoing those marks) arrive only now: old news, no majority.
+    let late = now + 2 * LEASE;
+    for (r, mark) in [1, 2].into_iter().zip(marks) {
+        c.renew(region(r), 2, true, &[], *mark, late);
+    }
+    c.renew(region(0), 2, true, &[], Stamp::NONE, late);
+    let answers = outputs(&mut c);
+    assert!(
+        answers
+            .iter()
+            .all(|o| matches!(o, CoordinatorOutput::NotRenewed { .. })),
+        "{answers:?}"
+    );
+    // Regions that still follow it echo the fresh marks: a majority again.
+    let fresh: Vec<Stamp> = answers
+        .iter()
+        .filter_map(|o| match o {
+            CoordinatorOutput::NotRenewed { stamp, .. } => Some(*stamp),
+            _ => None,
+        })
+        .collect();
+    let again = late + Duration::from_secs(1);
+    c.renew(region(1), 3, true, &[], fresh[0], again);
+    outputs(&mut c);
+    c.renew(region(2), 3, true, &[], fresh[1], again);
+    assert!(
+        matches!(
+            outputs(&mut c).as_slice(),
+            [CoordinatorOutput::Renewed { seq: 3, .. }]
+        ),
+        "renewed once a majority follows again"
+    );
 }

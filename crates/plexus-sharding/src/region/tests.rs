@@ -1,4 +1,5 @@
 use super::*;
+use crate::lease::Stamp;
 
 const LEASE: Duration = Duration::from_secs(9);
 
@@ -36,6 +37,7 @@ fn renew(seq: u64, hosted: &[ShardId]) -> RegionOutput<u32> {
         seq,
         leased: seq > 0,
         hosted: hosted.to_vec(),
+        echo: Stamp::NONE,
     }
 }
 

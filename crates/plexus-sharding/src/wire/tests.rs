@@ -1,5 +1,6 @@
 use super::*;
 use crate::allocation::Placement;
+use crate::lease::Stamp;
 use proptest::prelude::*;
 
 fn shard() -> impl Strategy<Value = ShardId> {
@@ -46,10 +47,28 @@ fn body() -> impl Strategy<Value = Body> {
                 } else {
                     Placement::Spread
                 },
-                hosted
+                hosted,
+                echo: Stamp {
+                    epoch: (seq >> 32) as u32,
+                    nanos: seq.rotate_left(7),
+                },
             }),
-        (any::<u64>(), proptest::collection::vec(shard(), 0..20))
-            .prop_map(|(seq, revoked)| Body::Renewed { seq, revoked }),
+        (any::<u64>(), proptest::collection::vec(shard(), 0..20)).prop_map(|(seq, revoked)| {
+            Body::Renewed {
+                seq,
+                revoked,
+                stamp: Stamp {
+                    epoch: seq as u32,
+                    nanos: seq,
+                },
+            }
+        }),
+        (any::<u64>(), any::<u32>(), any::<u64>()).prop_map(|(seq, epoch, nanos)| {
+            Body::NotRenewed {
+                seq,
+                stamp: Stamp { epoch, nanos },
+            }
+        }),
         Just(Body::Leaving),
         any::<u64>().prop_map(Body::Delivered),
         shard().prop_map(Body::NoHome),
