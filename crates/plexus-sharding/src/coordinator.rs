@@ -145,6 +145,11 @@ pub struct Coordinator {
     free: BTreeSet<ShardId>,
     /// Leaving regions told they are drained.
     drained: BTreeSet<Arc<str>>,
+    /// Regions that route to the type's shards but host none (members
+    /// that did not register it): told of hand-offs as the hosting ones
+    /// are, so their messages to an old home come before its markers and
+    /// the later ones wait for the new home.
+    followers: BTreeSet<Arc<str>>,
     /// Members the membership lists as leaving.
     leaving_members: BTreeSet<Arc<str>>,
     /// When each region last asked for a renewal (for the quorum).
@@ -178,6 +183,7 @@ impl Coordinator {
             askers: BTreeMap::new(),
             free: BTreeSet::new(),
             drained: BTreeSet::new(),
+            followers: BTreeSet::new(),
             leaving_members: BTreeSet::new(),
             heard: BTreeMap::new(),
             created: now,
@@ -206,11 +212,22 @@ impl Coordinator {
             // It left (its member is on its way out).
             return;
         }
+        self.followers.remove(&region);
         self.allocation.add_region(region.clone());
         if self.leaving_members.contains(&region) {
             self.allocation.drain(&region);
         }
         self.serve_askers(now);
+    }
+
+    /// `region` routes messages to the type's shards without hosting any
+    /// (its member did not register the type): it takes part in every
+    /// hand-off from now on, until it registers or is gone.
+    pub fn follow(&mut self, region: Arc<str>) {
+        let hosts = self.allocation.regions().any(|(r, _)| *r == region);
+        if !hosts && !self.drained.contains(&region) {
+            self.followers.insert(region);
+        }
     }
 
     /// Pins every shard of the type to `region` ([`Placement::Oldest`]:
@@ -245,6 +262,7 @@ impl Coordinator {
     pub fn region_gone(&mut self, region: &str, now: Instant) {
         let region: Arc<str> = region.into();
         self.drained.remove(&region);
+        self.followers.remove(&region);
         self.leaving_members.remove(&region);
         self.heard.remove(&region);
         let stopped_from = self.grants.answered_end(&region);
@@ -532,6 +550,7 @@ impl Coordinator {
             .regions()
             .map(|(r, _)| r.clone())
             .filter(|r| !self.drained.contains(r))
+            .chain(self.followers.iter().cloned())
             .collect();
         for m in moves {
             let id = HandOffId(self.next_handoff);
@@ -660,8 +679,12 @@ impl Coordinator {
         let Some(home) = self.allocation.home(shard).cloned() else {
             return;
         };
-        let mut to: BTreeSet<Arc<str>> =
-            self.allocation.regions().map(|(r, _)| r.clone()).collect();
+        let mut to: BTreeSet<Arc<str>> = self
+            .allocation
+            .regions()
+            .map(|(r, _)| r.clone())
+            .chain(self.followers.iter().cloned())
+            .collect();
         to.extend(self.askers.remove(&shard).unwrap_or_default());
         for region in to {
             self.out.push_back(CoordinatorOutput::Home {

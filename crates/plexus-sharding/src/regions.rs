@@ -723,6 +723,9 @@ impl<P> Regions<P> {
                 if self.leaving {
                     self.control(&at, &entity_type, Body::Leaving);
                 }
+            } else {
+                // It routes by homes it knows: it must hear of hand-offs.
+                self.control(&at, &entity_type, Body::Follow);
             }
             self.types
                 .get_mut(&entity_type)
@@ -932,7 +935,8 @@ impl<P> Regions<P> {
             | Body::HandOffAck(..)
             | Body::ShardStopped(..)
             | Body::Renew { .. }
-            | Body::Leaving => self.for_coordinator(from, &entity_type, body, now),
+            | Body::Leaving
+            | Body::Follow => self.for_coordinator(from, &entity_type, body, now),
             Body::Home { .. }
             | Body::BeginHandOff { .. }
             | Body::HandOff { .. }
@@ -981,7 +985,15 @@ impl<P> Regions<P> {
                 c
             });
         match body {
-            Body::AskHome(shard) => c.ask_home(from, shard, now),
+            Body::AskHome(shard) => {
+                // A member that routes without hosting hears of hand-offs
+                // from now on (only while up: a late question from a gone
+                // member would hold every hand-off for its ack).
+                if up && not_gone {
+                    c.follow(from.clone());
+                }
+                c.ask_home(from, shard, now);
+            }
             Body::HandOffAck(shard, handoff) => c.hand_off_ack(&from, shard, handoff),
             Body::ShardStopped(shard, handoff) => c.shard_stopped(&from, shard, handoff, now),
             Body::Renew {
@@ -1009,6 +1021,11 @@ impl<P> Regions<P> {
                     if state == Some(MemberState::Leaving) && !c.allocation().is_draining(&from) {
                         c.region_leaving(&from);
                     }
+                }
+            }
+            Body::Follow if up && not_gone => {
+                if let Some(c) = self.coordinators.get_mut(entity_type) {
+                    c.follow(from);
                 }
             }
             Body::Leaving => {

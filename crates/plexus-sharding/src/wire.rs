@@ -135,6 +135,9 @@ pub enum Body {
     },
     /// The sender's member leaves: hand over its shards.
     Leaving,
+    /// The sender routes to the type's shards without hosting any: tell
+    /// it of every hand-off (a new coordinator hears it from each).
+    Follow,
     /// The leaving region hosts nothing any more.
     Drained,
     /// The sender's message with this request number is in its entity's
@@ -262,7 +265,7 @@ impl Message {
                 b.put_u64(*seq);
                 put_stamp(&mut b, *stamp);
             }
-            Body::Leaving | Body::Drained => {}
+            Body::Leaving | Body::Drained | Body::Follow => {}
             Body::Refused { request, error } => {
                 b.put_u64(*request);
                 match error {
@@ -355,6 +358,7 @@ impl Message {
                 stamp: r.stamp()?,
             },
             9 => Body::Leaving,
+            15 => Body::Follow,
             10 => Body::Drained,
             11 => {
                 let request = r.u64()?;
@@ -398,6 +402,7 @@ impl Body {
             Body::Renewed { .. } => 7,
             Body::NotRenewed { .. } => 14,
             Body::Leaving => 9,
+            Body::Follow => 15,
             Body::Drained => 10,
             Body::Refused { .. } => 11,
             Body::Delivered(_) => 12,

@@ -116,6 +116,28 @@ impl Cluster {
         self.view();
     }
 
+    /// A member that sends to the type but does not host it.
+    fn join_client(&mut self, i: u8) {
+        let a = address(i);
+        let mut m = Member::joining(a.clone(), 1, 1);
+        m.state = MemberState::Up;
+        m.up_number = u64::from(i) + 1;
+        self.members.push(m);
+        self.nodes.insert(a, Regions::new(address(i), config()));
+        self.view();
+    }
+
+    /// Member `i` stops at once: what it was sent and had not handled is
+    /// lost with it.
+    fn exit(&mut self, i: u8) {
+        let gone = address(i);
+        self.nodes.remove(&gone);
+        self.queues
+            .retain(|(from, to, _), _| *from != gone && *to != gone);
+        self.stopping.retain(|(at, _)| *at != gone);
+        self.running.retain(|_, at| *at != gone);
+    }
+
     fn set_state(&mut self, i: u8, state: MemberState) {
         let a = address(i);
         for m in &mut self.members {
@@ -399,6 +421,46 @@ fn a_leaving_member_hands_over_its_shards_and_nothing_is_lost() {
     c.set_state(1, MemberState::Removed);
     for n in 0..200 {
         c.send(&address(2 * (n % 2) as u8), n % 40);
+    }
+    c.settle();
+    c.check();
+    c.accounted();
+    assert!(c.refused.is_empty(), "{:?}", c.refused);
+}
+
+#[test]
+fn a_member_that_hosts_nothing_loses_nothing_when_a_home_leaves() {
+    let mut c = Cluster::new(3);
+    c.join_client(9);
+    let client = address(9);
+    for n in 0..200 {
+        c.send(&client, n % 40);
+        c.deliver(n as usize);
+    }
+    c.settle();
+    let leaver = address(1);
+    c.nodes.get_mut(&leaver).unwrap().leave(c.now);
+    c.pump(&leaver);
+    // The client keeps sending while the leaver's shards move.
+    for n in 0..300 {
+        c.send(&client, n % 40);
+        c.deliver(n as usize * 7);
+        if n % 5 == 0 {
+            c.stop_one(n as usize);
+        }
+        if c.left.contains(&leaver) {
+            break;
+        }
+    }
+    while !c.left.contains(&leaver) {
+        assert!(c.deliver(0) || !c.stopping.is_empty() || !c.queues.is_empty());
+        c.stop_one(0);
+    }
+    // It hosts nothing: it stops at once, and nothing was left with it.
+    c.exit(1);
+    c.set_state(1, MemberState::Removed);
+    for n in 0..100 {
+        c.send(&client, n % 40);
     }
     c.settle();
     c.check();
@@ -711,6 +773,7 @@ proptest! {
         leave_at in 0usize..400,
         remember in any::<bool>(),
         singleton in any::<bool>(),
+        client in any::<bool>(),
     ) {
         let mut c = Cluster::with(0, remember);
         if singleton {
@@ -718,6 +781,10 @@ proptest! {
         }
         for i in 0..3 {
             c.join(i);
+        }
+        if client {
+            // A member that sends to the type but hosts none.
+            c.join_client(9);
         }
         for (i, (op, arg)) in ops.into_iter().enumerate() {
             if i == join_at {

@@ -70,6 +70,7 @@ fn body() -> impl Strategy<Value = Body> {
             }
         }),
         Just(Body::Leaving),
+        Just(Body::Follow),
         any::<u64>().prop_map(Body::Delivered),
         shard().prop_map(Body::NoHome),
         Just(Body::Drained),
