@@ -16,6 +16,7 @@
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+mod activation;
 mod cluster_procs;
 mod cluster_sim;
 mod count_layer;
@@ -38,6 +39,7 @@ mod w5;
 mod w5_plot;
 mod w6;
 mod w7;
+mod w8;
 
 use clap::{Parser, Subcommand};
 
@@ -98,6 +100,19 @@ enum Workload {
     W6Loadgen(w6::LoadgenArgs),
     /// W7 local: spawn, pingpong, fanin on one machine, no network.
     W7(w7::Args),
+    /// W8 entities (issue 33): counter entities on 3 member processes
+    /// asked by client processes, a join and a graceful leave meanwhile;
+    /// the Pekko peer (bench/peers/pekko-sharding) in the same run.
+    W8(w8::Args),
+    /// Entities activated by their first message on one member, and the
+    /// memory per idle entity (issue 33).
+    Activation(activation::Args),
+    /// (role) a W8 member.
+    #[command(hide = true)]
+    W8Member(w8::MemberArgs),
+    /// (role) a W8 client.
+    #[command(hide = true)]
+    W8Client(w8::ClientArgs),
     /// The cluster's figures at full size in the simulator (convergence,
     /// crash detection, traffic per member; stalls with Lifeguard on/off).
     ClusterSim(cluster_sim::Args),
@@ -207,6 +222,12 @@ fn main() {
     // to the alternation).
     let alternating = matches!(&cli.workload, Workload::W1(a) | Workload::W2(a) if a.metrics_alternate)
         || metrics_on::alternating();
+    // W8 logs its phases at info (its processes' own lines; the
+    // libraries' at warn).
+    let w8 = matches!(
+        &cli.workload,
+        Workload::W8(_) | Workload::W8Member(_) | Workload::W8Client(_)
+    );
     let filter = |level: &str| match std::env::var_os("RUST_LOG") {
         Some(_) => tracing_subscriber::EnvFilter::from_default_env(),
         None => tracing_subscriber::EnvFilter::new(level),
@@ -226,7 +247,13 @@ fn main() {
         });
     } else {
         tracing_subscriber::registry()
-            .with(filter(if operable { "info" } else { "warn" }))
+            .with(filter(if operable {
+                "info"
+            } else if w8 {
+                "warn,plexus_bench=info"
+            } else {
+                "warn"
+            }))
             .with(log_format())
             .init();
     }
@@ -250,6 +277,10 @@ fn main() {
         Workload::W6Hyper(args) => w6::serve_hyper(&args),
         Workload::W6Loadgen(args) => w6::loadgen_role(&args),
         Workload::W7(args) => w7::run(&args),
+        Workload::W8(args) => w8::run(&args),
+        Workload::Activation(args) => activation::run(&args),
+        Workload::W8Member(args) => role(Box::pin(w8::member(args))),
+        Workload::W8Client(args) => role(Box::pin(w8::client(args))),
         Workload::ClusterSim(args) => cluster_sim::run(&args),
         Workload::ClusterProcs(args) => cluster_procs::run(&args),
         Workload::DataSim(args) => data_sim::run(&args),
