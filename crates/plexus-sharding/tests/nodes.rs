@@ -3,12 +3,15 @@
 //! graceful leave handing its carts over with their state, and bad input
 //! refused with typed errors.
 
+mod common;
+
+use common::GUARD;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use metrics_util::debugging::DebugValue;
-use plexus_cluster::{Cluster, ClusterConfig, ClusterUpdate, MemberState};
+use plexus_cluster::{Cluster, ClusterUpdate};
 use plexus_core::{ActorSystem, ReplyTo};
 use plexus_remote::{Node, NodeConfig};
 use plexus_sharding::node::{
@@ -19,8 +22,6 @@ use plexus_sharding::{EntityError, EntityIdError, ShardingConfig};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
-/// Guards turn a hang into a failure; the assertions wait for answers.
-const GUARD: Duration = Duration::from_secs(60);
 const ASK: Duration = Duration::from_secs(20);
 
 #[derive(Serialize, Deserialize)]
@@ -58,15 +59,6 @@ impl Entity for Cart {
     }
 }
 
-fn quick(seeds: Vec<String>) -> ClusterConfig {
-    let mut c = ClusterConfig::default().name("sharding-test").seeds(seeds);
-    c.probe_interval = Duration::from_millis(200);
-    c.probe_timeout = Duration::from_millis(100);
-    c.gossip_interval = Duration::from_millis(50);
-    c.join_retry = Duration::from_millis(200);
-    c
-}
-
 fn sharding_config() -> ShardingConfig {
     ShardingConfig {
         shards: 32,
@@ -89,11 +81,9 @@ async fn member(system: &ActorSystem, seeds: Vec<String>, saved: &Saved) -> Memb
     let node =
         Node::start(system, NodeConfig::default().cookie("sharding-test")).expect("node starts");
     let uri = node.listen("tcp://127.0.0.1:0").await.expect("listens");
-    let cluster = Cluster::start(&node, system, quick(seeds)).expect("cluster starts");
-    let (tx, ups) = mpsc::unbounded_channel();
-    cluster.subscribe(system.spawn_fn(move |u: ClusterUpdate, _ctx| {
-        let _ = tx.send(u);
-    }));
+    let cluster = Cluster::start(&node, system, common::quick("sharding-test", seeds))
+        .expect("cluster starts");
+    let ups = common::updates(system, &cluster);
     let sharding =
         Sharding::start(&node, system, &cluster, sharding_config()).expect("sharding starts");
     let saved = saved.clone();
@@ -112,28 +102,8 @@ async fn member(system: &ActorSystem, seeds: Vec<String>, saved: &Saved) -> Memb
     }
 }
 
-/// Waits until `m`'s cluster lists `n` members up and no other but the
-/// removed.
 async fn until_up(m: &mut Member, n: usize) {
-    tokio::time::timeout(GUARD, async {
-        loop {
-            let u = m.ups.recv().await.expect("subscribed");
-            let up = u
-                .members
-                .iter()
-                .filter(|x| x.state == MemberState::Up)
-                .count();
-            let settled = u
-                .members
-                .iter()
-                .all(|x| matches!(x.state, MemberState::Up | MemberState::Removed));
-            if up == n && settled {
-                return;
-            }
-        }
-    })
-    .await
-    .expect("the cluster reached its size");
+    common::until_up(&mut m.ups, n).await;
 }
 
 async fn count(m: &Member, id: u32) -> u32 {

@@ -4,9 +4,12 @@
 //! host, and a message type other than the type's here, are typed errors; when the member goes away,
 //! senders hear it and later messages are refused, never left hanging.
 
+mod common;
+
+use common::GUARD;
 use std::time::Duration;
 
-use plexus_cluster::{Cluster, ClusterConfig, ClusterUpdate, MemberState};
+use plexus_cluster::{Cluster, ClusterUpdate};
 use plexus_core::{ActorSystem, ReplyTo};
 use plexus_remote::{Node, NodeConfig};
 use plexus_sharding::node::{
@@ -16,8 +19,6 @@ use plexus_sharding::{EntityError, ShardingConfig};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
-/// Guards turn a hang into a failure; the assertions wait for answers.
-const GUARD: Duration = Duration::from_secs(60);
 const ASK: Duration = Duration::from_secs(20);
 const COOKIE: &str = "proxy-test";
 
@@ -48,15 +49,6 @@ impl Entity for Cart {
     }
 }
 
-fn quick(seeds: Vec<String>) -> ClusterConfig {
-    let mut c = ClusterConfig::default().name("proxy-test").seeds(seeds);
-    c.probe_interval = Duration::from_millis(200);
-    c.probe_timeout = Duration::from_millis(100);
-    c.gossip_interval = Duration::from_millis(50);
-    c.join_retry = Duration::from_millis(200);
-    c
-}
-
 struct Member {
     node: Node,
     _cluster: Cluster,
@@ -68,11 +60,9 @@ struct Member {
 async fn member(system: &ActorSystem, seeds: Vec<String>) -> Member {
     let node = Node::start(system, NodeConfig::default().cookie(COOKIE)).expect("node starts");
     let uri = node.listen("tcp://127.0.0.1:0").await.expect("listens");
-    let cluster = Cluster::start(&node, system, quick(seeds)).expect("cluster starts");
-    let (tx, ups) = mpsc::unbounded_channel();
-    cluster.subscribe(system.spawn_fn(move |u: ClusterUpdate, _ctx| {
-        let _ = tx.send(u);
-    }));
+    let cluster =
+        Cluster::start(&node, system, common::quick("proxy-test", seeds)).expect("cluster starts");
+    let ups = common::updates(system, &cluster);
     let config = ShardingConfig {
         shards: 16,
         lease: Duration::from_secs(1),
@@ -93,21 +83,7 @@ async fn member(system: &ActorSystem, seeds: Vec<String>) -> Member {
 }
 
 async fn until_up(m: &mut Member, n: usize) {
-    tokio::time::timeout(GUARD, async {
-        loop {
-            let u = m.ups.recv().await.expect("subscribed");
-            let up = u
-                .members
-                .iter()
-                .filter(|x| x.state == MemberState::Up)
-                .count();
-            if up == n {
-                return;
-            }
-        }
-    })
-    .await
-    .expect("the cluster reached its size");
+    common::until_up(&mut m.ups, n).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -3,9 +3,12 @@
 //! new homes with no message sent to them, their ids kept in replicated
 //! data.
 
+mod common;
+
+use common::GUARD;
 use std::time::Duration;
 
-use plexus_cluster::{Cluster, ClusterConfig, ClusterUpdate, MemberState};
+use plexus_cluster::{Cluster, ClusterUpdate};
 use plexus_core::{ActorSystem, ReplyTo};
 use plexus_data::node::Replication;
 use plexus_data::ReplicatorConfig;
@@ -15,8 +18,6 @@ use plexus_sharding::ShardingConfig;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
-/// Guards turn a hang into a failure; the assertions wait for events.
-const GUARD: Duration = Duration::from_secs(60);
 const ASK: Duration = Duration::from_secs(20);
 const TICKERS: u32 = 24;
 
@@ -48,15 +49,6 @@ impl Entity for Ticker {
     }
 }
 
-fn quick(seeds: Vec<String>) -> ClusterConfig {
-    let mut c = ClusterConfig::default().name("remember-test").seeds(seeds);
-    c.probe_interval = Duration::from_millis(200);
-    c.probe_timeout = Duration::from_millis(100);
-    c.gossip_interval = Duration::from_millis(50);
-    c.join_retry = Duration::from_millis(200);
-    c
-}
-
 struct Member {
     _node: Node,
     _data: Replication,
@@ -75,11 +67,9 @@ async fn member(
     let node =
         Node::start(system, NodeConfig::default().cookie("remember-test")).expect("node starts");
     let uri = node.listen("tcp://127.0.0.1:0").await.expect("listens");
-    let cluster = Cluster::start(&node, system, quick(seeds)).expect("cluster starts");
-    let (tx, ups) = mpsc::unbounded_channel();
-    cluster.subscribe(system.spawn_fn(move |u: ClusterUpdate, _ctx| {
-        let _ = tx.send(u);
-    }));
+    let cluster = Cluster::start(&node, system, common::quick("remember-test", seeds))
+        .expect("cluster starts");
+    let ups = common::updates(system, &cluster);
     let data = Replication::start(&node, system, &cluster, ReplicatorConfig::default(), None)
         .expect("replication starts");
     let config = ShardingConfig {
@@ -112,28 +102,8 @@ async fn member(
     }
 }
 
-/// Waits until `m`'s cluster lists `n` members up and no other but the
-/// removed.
 async fn until_up(m: &mut Member, n: usize) {
-    tokio::time::timeout(GUARD, async {
-        loop {
-            let u = m.ups.recv().await.expect("subscribed");
-            let up = u
-                .members
-                .iter()
-                .filter(|x| x.state == MemberState::Up)
-                .count();
-            let settled = u
-                .members
-                .iter()
-                .all(|x| matches!(x.state, MemberState::Up | MemberState::Removed));
-            if up == n && settled {
-                return;
-            }
-        }
-    })
-    .await
-    .expect("the cluster reached its size");
+    common::until_up(&mut m.ups, n).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -3,10 +3,12 @@
 //! publisher's order; an unsubscribed member gets no more; bad names and
 //! message types are refused.
 
-use std::collections::BTreeSet;
-use std::time::Duration;
+mod common;
 
-use plexus_cluster::{Cluster, ClusterConfig, ClusterUpdate, MemberState};
+use common::GUARD;
+use std::collections::BTreeSet;
+
+use plexus_cluster::{Cluster, ClusterUpdate};
 use plexus_core::{ActorRef, ActorSystem};
 use plexus_data::node::Replication;
 use plexus_data::ReplicatorConfig;
@@ -14,9 +16,6 @@ use plexus_remote::{Node, NodeConfig};
 use plexus_sharding::topics::{TopicError, Topics};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
-
-/// Guards turn a hang into a failure; the assertions wait for events.
-const GUARD: Duration = Duration::from_secs(60);
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct Price {
@@ -28,15 +27,6 @@ plexus_core::remote_message!(Price = "test.Price");
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Other;
 plexus_core::remote_message!(Other = "test.OtherTopicMsg");
-
-fn quick(seeds: Vec<String>) -> ClusterConfig {
-    let mut c = ClusterConfig::default().name("topics-test").seeds(seeds);
-    c.probe_interval = Duration::from_millis(200);
-    c.probe_timeout = Duration::from_millis(100);
-    c.gossip_interval = Duration::from_millis(50);
-    c.join_retry = Duration::from_millis(200);
-    c
-}
 
 struct Member {
     system: ActorSystem,
@@ -53,11 +43,9 @@ async fn member(seeds: Vec<String>) -> Member {
     let node =
         Node::start(&system, NodeConfig::default().cookie("topics-test")).expect("node starts");
     let uri = node.listen("tcp://127.0.0.1:0").await.expect("listens");
-    let cluster = Cluster::start(&node, &system, quick(seeds)).expect("cluster starts");
-    let (tx, ups) = mpsc::unbounded_channel();
-    cluster.subscribe(system.spawn_fn(move |u: ClusterUpdate, _ctx| {
-        let _ = tx.send(u);
-    }));
+    let cluster = Cluster::start(&node, &system, common::quick("topics-test", seeds))
+        .expect("cluster starts");
+    let ups = common::updates(&system, &cluster);
     let data = Replication::start(&node, &system, &cluster, ReplicatorConfig::default(), None)
         .expect("replication starts");
     let topics = Topics::start(&node, &system, &cluster, &data);
@@ -73,21 +61,7 @@ async fn member(seeds: Vec<String>) -> Member {
 }
 
 async fn until_up(m: &mut Member, n: usize) {
-    tokio::time::timeout(GUARD, async {
-        loop {
-            let u = m.ups.recv().await.expect("subscribed");
-            let up = u
-                .members
-                .iter()
-                .filter(|x| x.state == MemberState::Up)
-                .count();
-            if up == n {
-                return;
-            }
-        }
-    })
-    .await
-    .expect("the cluster reached its size");
+    common::until_up(&mut m.ups, n).await;
 }
 
 fn subscriber(m: &Member) -> (ActorRef<Price>, mpsc::UnboundedReceiver<Price>) {
