@@ -1167,7 +1167,9 @@ pub fn run(args: &Args) {
                 .field("balanced", c.join_balanced && c.leave_balanced);
         }
         let ok = o.failed == 0 && o.handled == o.answered && o.warm_failed == 0;
-        bad |= !ok;
+        // Plexus' own promise fails the run; the peer's figures are
+        // reported as they are.
+        bad |= !ok && o.system == "plexus";
         line = line
             .field("sent", o.sent)
             .field("answered", o.answered)
@@ -1185,7 +1187,7 @@ pub fn run(args: &Args) {
         line.print();
     }
     if bad {
-        eprintln!("w8: messages lost or handled twice (see `exact=false`)");
+        eprintln!("w8: Plexus lost or handled twice a message (see `exact=false`)");
         std::process::exit(1);
     }
 }
