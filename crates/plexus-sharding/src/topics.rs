@@ -108,6 +108,19 @@ fn registry(name: &str) -> Key<ORSet<String>> {
     Key::new(format!("{TOPIC_KEY_PREFIX}{name}"))
 }
 
+/// Takes `member` out of a topic's registry, here first (gossip spreads
+/// it), without waiting.
+fn leave_registry(data: &Replication, key: &Key<ORSet<String>>, member: Arc<str>) {
+    let (data, key) = (data.clone(), key.clone());
+    tokio::spawn(async move {
+        let _ = data
+            .update(&key, Consistency::Local, WAIT, move |set, _| {
+                set.remove(&member.to_string())
+            })
+            .await;
+    });
+}
+
 fn actor_name(name: &str) -> String {
     format!("plexus.topic.{name}")
 }
@@ -184,16 +197,7 @@ impl Topics {
         let shared = self.open::<M>(name.into())?;
         let data = self.data.clone();
         let key = registry(name);
-        let forget = Arc::new(move |member: Arc<str>| {
-            let (data, key) = (data.clone(), key.clone());
-            tokio::spawn(async move {
-                let _ = data
-                    .update(&key, Consistency::Local, WAIT, move |set, _| {
-                        set.remove(&member.to_string())
-                    })
-                    .await;
-            });
-        });
+        let forget = Arc::new(move |member: Arc<str>| leave_registry(&data, &key, member));
         used.insert(
             name.into(),
             Used {
@@ -292,14 +296,7 @@ impl<M: RemoteMessage + Clone> Shared<M> {
             before > 0 && local.is_empty()
         };
         if emptied {
-            let (data, key, me) = (self.data.clone(), registry(&self.name), self.me.clone());
-            tokio::spawn(async move {
-                let _ = data
-                    .update(&key, Consistency::Local, WAIT, move |set, _| {
-                        set.remove(&me.to_string())
-                    })
-                    .await;
-            });
+            leave_registry(&self.data, &registry(&self.name), self.me.clone());
         }
     }
 }
