@@ -9,7 +9,10 @@
 //!   deadline ─► sleep ──────────┘  protocol's deadline       Host::is_done ─► return
 //! ```
 //!
-//! [`run`] owns the loop; a [`Host`] supplies what differs between roles:
+//! [`run`] owns the loop, for a role whose inputs can wait their turn on a
+//! channel; [`Locked`] is the same protocol shape stepped in place by many
+//! tasks behind a lock, for one whose callers need their input handled
+//! before they go on (a peer's session). A [`Host`] supplies what differs between roles:
 //! where packets go (usually a ref forged to the addressee's published
 //! actor, [`ForgedRefs`](crate::ForgedRefs)), what events mean, and what its
 //! commands do. Everything that should wake the protocol comes in on one
@@ -90,6 +93,9 @@ use bytes::Bytes;
 use tokio::sync::mpsc;
 
 pub use plexus_net::protocol::Protocol;
+
+mod locked;
+pub use locked::{Carry, Locked};
 
 /// Inputs handled before the driver flushes (bounds how long a batch
 /// holds back what its first input produced).

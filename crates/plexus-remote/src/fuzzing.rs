@@ -27,8 +27,9 @@ use plexus_transport::Received;
 
 use crate::close::CloseCause;
 use crate::peer::session::incoming::{Arrival, Incoming, RUN_MAX};
-use crate::peer::session::{Attached, Handles, Session, SessionEvent};
+use crate::peer::session::{Attached, Backoff, Handles, Session, SessionEvent};
 use crate::wire::{MessageHeader, Resolution, WireFrame};
+use plexus_net::protocol::Protocol as _;
 
 /// Plain values for the session's handles: requests and watchers are
 /// numbered by their id.
@@ -132,7 +133,11 @@ pub fn incoming_bytes(data: &[u8]) {
 /// docs); panics if one is broken.
 pub fn session_frames(frames: impl IntoIterator<Item = WireFrame>) {
     let (here, remote) = (NodeId::from_u64(1), NodeId::from_u64(2));
-    let mut session = Session::<Plain>::default();
+    let backoff = Backoff {
+        min: std::time::Duration::from_millis(100),
+        max: std::time::Duration::from_secs(5),
+    };
+    let mut session = Session::<Plain>::new(here, backoff);
     let mut link = 0;
     let mut epoch = up(&mut session, &mut link, remote);
     for id in 1..=WAITING {
@@ -221,6 +226,9 @@ pub fn session_frames(frames: impl IntoIterator<Item = WireFrame>) {
                 SessionEvent::Link { remote, local } => {
                     session.refuse_link(remote, local, ExitReason::Stopped);
                 }
+                SessionEvent::Message(_) | SessionEvent::Closed(_) | SessionEvent::GaveUp(_) => {
+                    panic!("handle_frame raised an event of handle_packet or a timeout")
+                }
                 SessionEvent::Reply { .. }
                 | SessionEvent::Unwatch { .. }
                 | SessionEvent::Unlink { .. }
@@ -228,7 +236,7 @@ pub fn session_frames(frames: impl IntoIterator<Item = WireFrame>) {
                 | SessionEvent::Stop { .. } => {}
             }
         }
-        while let Some(reply) = session.poll_transmit() {
+        while let Some(reply) = session.poll_reply() {
             assert!(
                 matches!(
                     reply,

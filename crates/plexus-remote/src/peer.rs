@@ -28,6 +28,7 @@ use tracing::Instrument as _;
 
 use crate::close::CloseCause;
 use crate::context::PeerContext;
+use crate::driver::Locked;
 use crate::error::LinkError;
 use crate::handshake::{self, Handshake};
 use crate::node::{lock, NodeInner};
@@ -37,6 +38,7 @@ use crate::wire::{GoodbyeCode, Resolution, WireFrame};
 
 mod adaptive;
 mod bind;
+mod carry;
 mod dispatch;
 mod links;
 pub(crate) mod session;
@@ -60,7 +62,9 @@ pub(crate) struct Peer {
     inner: Weak<NodeInner>,
     pub(crate) scheme: String,
     dial: Mutex<Option<String>>,
-    session: Mutex<LiveSession>,
+    /// The peer's protocol, stepped by whichever task has an input for it
+    /// (the driver's locked form: see [`Carry`] below).
+    session: Locked<LiveSession>,
     forward: OnceLock<Arc<Peer>>,
     ctx: OnceLock<Arc<dyn WireContext>>,
     /// The links of the session while it is up, published after the
@@ -159,7 +163,7 @@ impl Peer {
             inner: Arc::downgrade(inner),
             scheme: scheme.to_owned(),
             dial: Mutex::new(dial),
-            session: Mutex::default(),
+            session: Locked::new(Session::new(inner.id, Self::backoff(inner))),
             links: ArcSwapOption::empty(),
             forward: OnceLock::new(),
             ctx: OnceLock::new(),
@@ -234,24 +238,35 @@ impl Peer {
     }
 
     pub(crate) fn remote(self: &Arc<Self>) -> Option<NodeId> {
-        lock(&self.canonical().session).remote
+        self.canonical().session.read(|st| st.remote)
     }
 
     pub(crate) fn is_up(&self) -> bool {
-        lock(&self.session).is_up()
+        self.session.read(LiveSession::is_up)
+    }
+
+    /// Steps the session with `input` (see [`Locked::step`]): what it
+    /// produces is carried out by this peer ([`Carry`]) after the lock is
+    /// let go.
+    fn step<R>(
+        self: &Arc<Self>,
+        input: impl FnOnce(&mut LiveSession, std::time::Instant) -> R,
+    ) -> R {
+        self.session.step(self, input)
     }
 
     /// The link's address and counters, while it is up, the messages
     /// refused for a full send buffer so far, and the stray answers.
     pub(crate) fn link_stats(&self) -> Option<(String, LinkStats, u64, u64)> {
-        let st = lock(&self.session);
-        st.sender().map(|s| {
-            (
-                s.peer().to_owned(),
-                s.stats(),
-                self.refused_full.load(Ordering::Relaxed),
-                st.stray_answers(),
-            )
+        self.session.read(|st| {
+            st.sender().map(|s| {
+                (
+                    s.peer().to_owned(),
+                    s.stats(),
+                    self.refused_full.load(Ordering::Relaxed),
+                    st.stray_answers(),
+                )
+            })
         })
     }
 
@@ -283,17 +298,16 @@ impl Peer {
     /// while the session is up (a peer may have bound lanes this node's
     /// configuration does not map), else what the configuration says.
     fn lane_guarantees(&self, inner: &NodeInner, lane: Lane) -> plexus_net::Guarantees {
-        let st = lock(&self.session);
-        match st.sender() {
+        self.session.read(|st| match st.sender() {
             Some(links) => links.guarantees(lane, inner.scheme_guarantees(&self.scheme)),
             None => inner.lane_guarantees(lane, &self.scheme),
-        }
+        })
     }
 
     /// What each lane of the session carries, while it is up.
     pub(crate) fn lane_stats(&self) -> Option<Vec<(Lane, u64, Vec<LaneCandidate>)>> {
-        let st = lock(&self.session);
-        st.sender().map(|links| links.lane_stats(&self.scheme))
+        self.session
+            .read(|st| st.sender().map(|links| links.lane_stats(&self.scheme)))
     }
 
     /// Whether actors of `node` may be reached through this peer: it is up,
@@ -308,8 +322,9 @@ impl Peer {
         remote == 0 || remote == node.as_u64()
     }
 
-    /// Mirrors `st`'s phase after a transition (under its lock): the
-    /// lock-free `down` flag, and a down link lets go of its import.
+    /// Mirrors `st`'s phase after a transition (under its lock, from
+    /// [`Carry::stepped`]): the links for the lock-free send path, the
+    /// `down` flag, and a down link lets go of its import.
     fn mirror(&self, st: &LiveSession) {
         self.links.store(st.sender().cloned());
         let down = st.is_down();
@@ -330,12 +345,10 @@ impl Peer {
     /// Starts connecting if idle or down (after the backoff).
     pub(crate) fn ensure_connected(self: &Arc<Self>) {
         let p = self.canonical();
-        let mut st = lock(&p.session);
-        let Some(delay) = st.begin_connect(lock(&p.dial).is_some()) else {
+        let can_dial = lock(&p.dial).is_some();
+        let Some(delay) = p.step(|st, _| st.begin_connect(can_dial)) else {
             return;
         };
-        p.mirror(&st);
-        drop(st);
         let peer = p.clone();
         // A tell from any thread may get here: spawn on the node's runtime.
         if let Some(inner) = p.inner.upgrade() {
@@ -356,17 +369,21 @@ impl Peer {
     /// Waits until the link is up; returns the node behind it.
     pub(crate) async fn wait_up(self: &Arc<Self>) -> Result<NodeId, LinkError> {
         let p = self.canonical();
-        let rx = {
-            let mut st = lock(&p.session);
+        let can_dial = lock(&p.dial).is_some();
+        let rx = p.step(|st, _| {
             if let (true, Some(n)) = (st.is_up(), st.remote) {
-                return Ok(n);
+                return Err(Ok(n));
             }
-            if lock(&p.dial).is_none() {
-                return Err(st.last_error.clone().unwrap_or(LinkError::NoAddress));
+            if !can_dial {
+                return Err(Err(st.last_error.clone().unwrap_or(LinkError::NoAddress)));
             }
             let (tx, rx) = oneshot::channel();
             st.waiters.push(tx);
-            rx
+            Ok(rx)
+        });
+        let rx = match rx {
+            Ok(rx) => rx,
+            Err(known) => return known,
         };
         p.ensure_connected();
         // The connect attempt's steps have their own timeouts (three at
@@ -425,13 +442,7 @@ impl Peer {
 
     fn failed(self: &Arc<Self>, inner: &Arc<NodeInner>, error: LinkError) {
         tracing::debug!(target: "plexus::remote", peer = %self.dial_uri(), %error, "connect failed");
-        let (abandoned, node) = {
-            let mut st = lock(&self.session);
-            let abandoned =
-                st.connect_failed(Instant::now().into_std(), error, Self::backoff(inner));
-            self.mirror(&st);
-            (abandoned, st.remote)
-        };
+        let (abandoned, node) = self.step(|st, now| (st.connect_failed(now, error), st.remote));
         // Requests held for the link (asks among them) are dead letters
         // now: their replies cannot come.
         if let Some(n) = node.filter(|_| !abandoned.pending.is_empty()) {
@@ -490,27 +501,29 @@ impl Peer {
             },
             None => frame,
         };
-        let mut st = lock(&p.session);
-        if let Some(links) = st.sender() {
-            return match link_sent(links.try_send_on(carrier, strand, frame)) {
-                Sent::Done(outcome) => outcome,
-                Sent::Closed(frame) => {
-                    // The reader will mark the link down; hold the frame
-                    // for the reconnect like any other.
-                    let meant_for = st.remote;
-                    st.pending.push_back((carrier, strand, frame, meant_for));
-                    Ok(())
-                }
-            };
-        }
         let bound = p.inner.upgrade().map_or(0, |i| i.config.pending_messages);
-        if st.pending.len() >= bound {
-            return Err(Undelivered::Full);
+        let held = p.step(|st, _| {
+            let meant_for = st.remote;
+            if let Some(links) = st.sender() {
+                return match link_sent(links.try_send_on(carrier, strand, frame)) {
+                    Sent::Done(outcome) => outcome.map(|()| false),
+                    Sent::Closed(frame) => {
+                        // The reader will mark the link down; hold the
+                        // frame for the reconnect like any other.
+                        st.pending.push_back((carrier, strand, frame, meant_for));
+                        Ok(false)
+                    }
+                };
+            }
+            if st.pending.len() >= bound {
+                return Err(Undelivered::Full);
+            }
+            st.pending.push_back((carrier, strand, frame, meant_for));
+            Ok(true)
+        })?;
+        if held {
+            p.ensure_connected();
         }
-        let meant_for = st.remote;
-        st.pending.push_back((carrier, strand, frame, meant_for));
-        drop(st);
-        p.ensure_connected();
         Ok(())
     }
 
@@ -558,7 +571,7 @@ impl Peer {
     /// or cannot be made: the next try holds or dead-letters the frame.
     pub(crate) async fn room(self: &Arc<Self>, carrier: Carrier, len: usize) {
         let p = self.canonical().clone();
-        let links = lock(&p.session).sender().cloned();
+        let links = p.session.read(|st| st.sender().cloned());
         match links {
             Some(links) => links.room(carrier, len).await,
             None => {
@@ -595,7 +608,7 @@ impl Peer {
         };
         let request = inner.next_id();
         let (tx, rx) = oneshot::channel();
-        lock(&p.session).expect_resolved(request, tx);
+        p.step(|st, _| st.expect_resolved(request, tx));
         let frame = WireFrame::Resolve {
             request,
             type_id,
@@ -636,10 +649,10 @@ impl Peer {
         }
         let (tx, rx) = oneshot::channel();
         let id = inner.next_id();
-        lock(&p.session).expect_receipt(id, tx);
+        p.step(|st, _| st.expect_receipt(id, tx));
         if let Err(why) = p.send_frame(Carrier::Lane(lane), strand, build(id)) {
             p.count_refusal(why);
-            if let Some(tx) = lock(&p.session).handle_receipt(id) {
+            if let Some(tx) = p.step(|st, _| st.handle_receipt(id)) {
                 let _ = tx.send(Err(why.receipt_error()));
             }
         }
@@ -658,7 +671,7 @@ impl Peer {
             _ => Strand::ZERO,
         };
         let token = down_token(inner.next_id(), watcher_strand);
-        let refused = lock(&p.session).watch(token, target, watcher);
+        let refused = p.step(|st, _| st.watch(token, target, watcher));
         if let Err(watcher) = refused {
             watcher.notify(node_down(target, "no link to the node"));
             return None;
@@ -672,7 +685,7 @@ impl Peer {
 
     pub(crate) fn unwatch(self: &Arc<Self>, target: ActorId, token: u64) {
         let p = self.canonical();
-        if lock(&p.session).unwatch(token) {
+        if p.step(|st, _| st.unwatch(token)) {
             let _ = p.send(&WireFrame::Demonitor {
                 target: target.serial(),
                 token,
@@ -684,7 +697,7 @@ impl Peer {
         let p = self.canonical();
         let local_id = local.id();
         let from = local_id.serial();
-        lock(&p.session).linked(local_id, local, remote);
+        p.step(|st, _| st.linked(local_id, local, remote));
         let _ = p.send(&WireFrame::Link {
             from,
             to: remote.serial(),
@@ -693,7 +706,7 @@ impl Peer {
 
     pub(crate) fn remove_link(self: &Arc<Self>, local: ActorId, remote: ActorId) {
         let p = self.canonical();
-        lock(&p.session).unlinked(local, remote);
+        p.step(|st, _| st.unlinked(local, remote));
         let _ = p.send(&WireFrame::Unlink {
             from: local.serial(),
             to: remote.serial(),
@@ -704,7 +717,7 @@ impl Peer {
     pub(crate) async fn goodbye(self: &Arc<Self>, code: GoodbyeCode) {
         // Messages this thread's actor holds go before the goodbye.
         crate::proxy::cork::flush();
-        let sender = lock(&self.session).sender().cloned();
+        let sender = self.session.read(|st| st.sender().cloned());
         if let Some(s) = sender {
             let _ = s.send(WireFrame::Goodbye { code }.encode()).await;
             s.close();
@@ -721,16 +734,13 @@ impl Peer {
         // Only a peer that can dial again may go idle: one whose node does
         // not listen is gone with its link.
         let idle = matches!(cause, CloseCause::Idle(_)) && lock(&self.dial).is_some();
-        let lost = {
-            let mut st = lock(&self.session);
-            let lost = if idle {
+        let lost = self.step(|st, _| {
+            if idle {
                 st.link_idle(epoch, cause)
             } else {
                 st.link_lost(epoch, cause)
-            };
-            self.mirror(&st);
-            lost
-        };
+            }
+        });
         let Some(session::Lost {
             node,
             watchers,

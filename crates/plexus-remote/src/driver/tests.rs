@@ -1,5 +1,6 @@
 use std::time::Duration;
 
+use super::locked::{Carry, Locked};
 use super::*;
 
 /// Logs its inputs; raises an event per packet; wakes once at `deadline`.
@@ -137,4 +138,107 @@ async fn a_deadline_passed_during_a_batch_is_handled_right_after_it() {
     let (recorder, host) = task.await.unwrap();
     assert_eq!(recorder.log, ["packet 1", "timeout"]);
     assert_eq!(host.flushes, 2);
+}
+
+/// What a [`Locked`] recorder's steps produced, as its owner saw it.
+#[derive(Default)]
+struct Seen {
+    sent: std::sync::Mutex<Vec<u32>>,
+    /// Events carried out, each with whether the lock was free then.
+    events: std::sync::Mutex<Vec<(u32, bool)>>,
+    stepped: std::sync::Mutex<usize>,
+    wakes: std::sync::Mutex<Vec<Instant>>,
+}
+
+/// The owner of a locked recorder: answers event 7 by stepping it again.
+#[derive(Clone)]
+struct Owner {
+    locked: std::sync::Arc<Locked<Recorder>>,
+    seen: std::sync::Arc<Seen>,
+}
+
+impl Carry<Recorder> for Owner {
+    fn transmit(&self, to: u32, _packet: Bytes) {
+        self.seen.sent.lock().unwrap().push(to);
+    }
+
+    fn event(&self, event: u32) {
+        let free = !self.locked.is_locked();
+        self.seen.events.lock().unwrap().push((event, free));
+        if event == 7 {
+            // Re-entering from an event: the lock is let go by now.
+            self.locked
+                .step(self, |r, now| r.handle_packet(now, 8, Bytes::new()));
+        }
+    }
+
+    fn stepped(&self, recorder: &mut Recorder) {
+        *self.seen.stepped.lock().unwrap() += 1;
+        recorder.log.push("stepped".into());
+    }
+
+    fn wake_at(&self, deadline: Instant) {
+        self.seen.wakes.lock().unwrap().push(deadline);
+    }
+}
+
+fn owner() -> Owner {
+    Owner {
+        locked: std::sync::Arc::new(Locked::default()),
+        seen: std::sync::Arc::default(),
+    }
+}
+
+#[test]
+fn a_locked_step_carries_out_its_output_with_the_lock_let_go() {
+    let o = owner();
+    let answer = o.locked.step(&o, |r, now| {
+        r.handle_packet(now, 7, Bytes::new());
+        r.out.push((3, Bytes::new()));
+        42
+    });
+    assert_eq!(answer, 42, "the input's own result comes back");
+    assert_eq!(*o.seen.sent.lock().unwrap(), [3]);
+    // Event 7 stepped the protocol again from inside its carrying out:
+    // no deadlock, and event 8 was carried out by that inner step.
+    assert_eq!(*o.seen.events.lock().unwrap(), [(7, true), (8, true)]);
+    assert_eq!(*o.seen.stepped.lock().unwrap(), 2, "stepped once per input");
+    o.locked.read(|r| {
+        assert_eq!(r.log, ["packet 7", "stepped", "packet 8", "stepped"]);
+    });
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_locked_protocol_asks_for_a_wake_up_only_when_its_deadline_moves_earlier() {
+    let o = owner();
+    let start = clock();
+    let at = |secs| start + Duration::from_secs(secs);
+    o.locked.step(&o, |r, _| r.deadline = Some(at(5)));
+    // Later, or the same: the wake-up armed comes first.
+    o.locked.step(&o, |r, _| r.deadline = Some(at(9)));
+    o.locked.step(&o, |r, _| r.deadline = Some(at(5)));
+    // Earlier: a new wake-up.
+    o.locked.step(&o, |r, _| r.deadline = Some(at(2)));
+    assert_eq!(*o.seen.wakes.lock().unwrap(), [at(5), at(2)]);
+
+    // The wake-up at 2 comes before the deadline is due (it moved): no
+    // timeout, and the next deadline is armed again.
+    o.locked.step(&o, |r, _| r.deadline = Some(at(4)));
+    tokio::time::advance(Duration::from_secs(2)).await;
+    o.locked.timeout(&o);
+    o.locked
+        .read(|r| assert!(!r.log.contains(&"timeout".to_owned())));
+    assert_eq!(o.seen.wakes.lock().unwrap().last(), Some(&at(4)));
+
+    tokio::time::advance(Duration::from_secs(2)).await;
+    o.locked.timeout(&o);
+    o.locked.read(|r| {
+        assert_eq!(r.log.iter().filter(|l| *l == "timeout").count(), 1);
+        assert_eq!(r.deadline, None);
+    });
+    assert_eq!(
+        o.seen.wakes.lock().unwrap().len(),
+        3,
+        "nothing left to wake for"
+    );
 }

@@ -9,15 +9,14 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use plexus_core::remote::{self, Control, Inbound, ReceiptError, Signal, Watcher};
+use plexus_core::remote::{self, Inbound, ReceiptError};
 use plexus_core::trace::TraceContext;
-use plexus_core::{ActorId, DeadLetterReason, Down, Exit, ExitReason, NodeId};
+use plexus_core::{ActorId, DeadLetterReason, NodeId};
 
 use plexus_transport::{DriverReceive, Received};
 
 use super::session::incoming::{Arrival, Incoming, FLOOD_HIGH, FLOOD_LOW};
-use super::session::SessionEvent;
-use super::{Live, Peer};
+use super::Peer;
 use crate::close::{CloseCause, ProtocolError};
 use crate::node::{lock, NodeInner};
 use crate::wire::{MessageHeader, ReceiptStatus, Resolution, WireFrame};
@@ -235,126 +234,16 @@ impl Peer {
     }
 
     /// Runs `frame` through the session: control frames update it, and
-    /// what they leave to do (events, replies) is carried out here, after
-    /// the session's lock is let go. A message comes back for delivery.
+    /// what they leave to do (events, replies) is carried out by the
+    /// driver's step after the session's lock is let go (`peer/carry.rs`).
+    /// A message comes back for delivery.
     fn handle_control(
         self: &Arc<Self>,
         inner: &Arc<NodeInner>,
         remote: NodeId,
         frame: WireFrame,
     ) -> Result<Option<WireFrame>, CloseCause> {
-        let mut events = Vec::new();
-        {
-            let mut session = lock(&self.session);
-            if let Some(message) = session.handle_frame(inner.id, remote, frame)? {
-                return Ok(Some(message));
-            }
-            events.extend(std::iter::from_fn(|| session.poll_event()));
-        }
-        for event in events {
-            self.carry_out(inner, event);
-        }
-        self.flush_control();
-        Ok(None)
-    }
-
-    /// Carries out one of the session's events.
-    fn carry_out(self: &Arc<Self>, inner: &Arc<NodeInner>, event: SessionEvent<Live>) {
-        match event {
-            SessionEvent::Receipt { waiter, outcome } => {
-                let _ = waiter.send(outcome);
-            }
-            SessionEvent::Reply { id, payload } => {
-                if let Some(pending) = inner.take_reply(id) {
-                    remote::with_context(self.context(), || pending.deliver(payload));
-                }
-            }
-            SessionEvent::Resolve {
-                request,
-                type_id,
-                name,
-            } => {
-                let resolution = inner.resolve_name(&name, type_id);
-                lock(&self.session).answer_resolve(request, resolution);
-            }
-            SessionEvent::Resolved { waiter, resolution } => {
-                let _ = waiter.send(Ok(resolution));
-            }
-            SessionEvent::Monitor { target, token } => {
-                let Some(control) = inner.control(target) else {
-                    lock(&self.session).refuse_monitor(token, no_such_actor(inner));
-                    return;
-                };
-                let peer = Arc::downgrade(self);
-                let watch = control.watch(Watcher::Callback(Box::new(move |down: Down| {
-                    if let Some(p) = peer.upgrade() {
-                        lock(&p.session).actor_down(token, down.reason);
-                        p.flush_control();
-                    }
-                })));
-                if watch.is_some() {
-                    lock(&self.session).monitored(token, control, watch);
-                }
-            }
-            SessionEvent::Unwatch { local, watch } => local.unwatch(watch),
-            SessionEvent::Down {
-                watcher,
-                id,
-                reason,
-            } => watcher.notify(Down { id, reason }),
-            SessionEvent::Link { remote, local } => {
-                let proxy: Arc<dyn Control> = inner.proxy(remote, self, None);
-                let refused = match inner.control(local) {
-                    Some(control) => match control.add_link(proxy) {
-                        Ok(()) => {
-                            let local_id = control.id();
-                            lock(&self.session).linked(local_id, control, remote);
-                            return;
-                        }
-                        Err(reason) => reason,
-                    },
-                    None => no_such_actor(inner),
-                };
-                lock(&self.session).refuse_link(remote, local, refused);
-            }
-            SessionEvent::Unlink { remote, local } => {
-                if let Some(control) = inner.control(local) {
-                    control.remove_link(remote);
-                }
-            }
-            SessionEvent::Exit {
-                remote,
-                local,
-                reason,
-            } => {
-                if let Some(control) = inner.control(local) {
-                    control.remove_link(remote);
-                    control.signal(Signal::Exit(Exit {
-                        from: remote,
-                        reason,
-                    }));
-                }
-            }
-            SessionEvent::Stop { target, kill } => {
-                if let Some(c) = inner.control(target) {
-                    if kill {
-                        c.kill();
-                    } else {
-                        c.signal(Signal::Stop(ExitReason::Stopped));
-                    }
-                }
-            }
-        }
-    }
-
-    /// Sends the control frames the session queued, outside its lock.
-    pub(super) fn flush_control(self: &Arc<Self>) {
-        loop {
-            let Some(frame) = lock(&self.session).poll_transmit() else {
-                return;
-            };
-            let _ = self.send(&frame);
-        }
+        self.step(|session, _| session.handle_frame(inner.id, remote, frame))
     }
 
     /// Delivers a `MESSAGE`; consecutive messages to one actor reuse the
@@ -438,10 +327,6 @@ impl Peer {
             let _ = self.send(&WireFrame::Receipt { id, status });
         }
     }
-}
-
-fn no_such_actor(inner: &NodeInner) -> ExitReason {
-    ExitReason::Failed(format!("no such actor on node {}", inner.id))
 }
 
 /// Records a remote message that did not reach `target`'s mailbox as a dead

@@ -5,13 +5,14 @@
 //! reconnect backoff, the control protocol ([`control`]), and the rules
 //! between them, with time as an input.
 //!
-//! [`Peer`](super::Peer), the I/O shell, holds one behind its lock and
-//! carries out what the transitions hand back (fail a resolve, tell a
-//! watcher, flush frames, send `GOODBYE`) and what [`Session::poll_event`]
-//! and [`Session::poll_transmit`] yield, after letting go of the lock; the
-//! transitions themselves decide everything and do no I/O, so
-//! `session/tests.rs` and `session/control/tests.rs` drive them on a fake
-//! clock:
+//! It is a [`Protocol`](plexus_net::protocol::Protocol) (`session/protocol.rs`):
+//! [`Peer`](super::Peer), the I/O shell, steps it under the one driver's
+//! locked form ([`Locked`](crate::driver::Locked): each caller's input
+//! handled at once, in its own order) and carries out what a step produced
+//! (`peer/carry.rs`: replies sent, events carried out, the superseded
+//! wait's timer) after the lock is let go. The transitions decide
+//! everything and do no I/O, so `session/tests.rs` and
+//! `session/control/tests.rs` drive them on a fake clock:
 //!
 //! ```text
 //!  Idle ──begin_connect──▶ Connecting ──attach──▶ Up(epoch) ──link_lost──▶ Down
@@ -47,8 +48,10 @@ use crate::error::LinkError;
 
 mod control;
 pub(crate) mod incoming;
+mod protocol;
 use control::ControlQueues;
 pub(crate) use control::SessionEvent;
+pub(crate) use protocol::Route;
 
 /// What a peer's state holds without looking into: the link's sender, the
 /// channels that answer requests, watchers, local actors. The node uses
@@ -92,7 +95,7 @@ pub(crate) enum Phase<S> {
 
 /// The reconnect backoff: doubles from `min` to `max` with each failure in
 /// a row.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Backoff {
     pub(crate) min: Duration,
     pub(crate) max: Duration,
@@ -107,7 +110,12 @@ impl Backoff {
 
 /// One peer's state.
 pub(crate) struct Session<H: Handles> {
+    /// This node.
+    here: NodeId,
+    backoff: Backoff,
     pub(crate) phase: Phase<H::Sender>,
+    /// The phase changed since [`take_moved`](Self::take_moved) last said.
+    moved: bool,
     /// The node behind the peer, once a handshake told.
     pub(crate) remote: Option<NodeId>,
     /// Frames held while no link is up.
@@ -132,10 +140,15 @@ pub(crate) struct Session<H: Handles> {
     control: ControlQueues<H>,
 }
 
-impl<H: Handles> Default for Session<H> {
-    fn default() -> Self {
+impl<H: Handles> Session<H> {
+    /// The session of node `here` with a peer, idle; failed connects wait
+    /// `backoff`.
+    pub(crate) fn new(here: NodeId, backoff: Backoff) -> Self {
         Self {
+            here,
+            backoff,
             phase: Phase::Idle,
+            moved: false,
             remote: None,
             pending: VecDeque::new(),
             waiters: Vec::new(),
@@ -224,22 +237,17 @@ impl<H: Handles> Session<H> {
         if !matches!(self.phase, Phase::Idle | Phase::Down) || !can_dial {
             return None;
         }
-        self.phase = Phase::Connecting { stuck_at: None };
+        self.set_phase(Phase::Connecting { stuck_at: None });
         Some(self.retry_at)
     }
 
     /// The connect attempt failed at `now`: down, the next attempt after
     /// the backoff; everything that waited for the link gives up with
     /// `error`.
-    pub(crate) fn connect_failed(
-        &mut self,
-        now: Instant,
-        error: LinkError,
-        backoff: Backoff,
-    ) -> Abandoned<H> {
-        self.phase = Phase::Down;
+    pub(crate) fn connect_failed(&mut self, now: Instant, error: LinkError) -> Abandoned<H> {
+        self.set_phase(Phase::Down);
         self.failures += 1;
-        self.retry_at = Some(now + backoff.after(self.failures));
+        self.retry_at = Some(now + self.backoff.after(self.failures));
         self.last_error = Some(error.clone());
         Abandoned {
             error,
@@ -275,6 +283,7 @@ impl<H: Handles> Session<H> {
         }
         let node_changed = self.remote.is_some_and(|r| r != node);
         self.epoch += 1;
+        self.moved = true;
         let old = std::mem::replace(
             &mut self.phase,
             Phase::Up {
@@ -328,7 +337,7 @@ impl<H: Handles> Session<H> {
             Phase::Up { epoch: e, .. } if *e == epoch => {}
             _ => return None,
         }
-        self.phase = next;
+        self.set_phase(next);
         self.failures = 0;
         self.retry_at = None;
         self.last_error = Some(LinkError::Closed(cause.clone()));
@@ -355,33 +364,26 @@ impl<H: Handles> Session<H> {
             Phase::Up { epoch: e, .. } if *e == epoch => {}
             _ => return false,
         }
-        self.phase = Phase::Connecting {
+        self.set_phase(Phase::Connecting {
             stuck_at: Some(now + timeout),
-        };
+        });
         true
     }
 
-    /// When [`handle_timeout`](Self::handle_timeout) is due.
-    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
-        match self.phase {
-            Phase::Connecting { stuck_at } => stuck_at,
-            _ => None,
-        }
+    fn set_phase(&mut self, phase: Phase<H::Sender>) {
+        self.phase = phase;
+        self.moved = true;
     }
 
-    /// At `now`: a superseded link whose replacement never came gives up
-    /// as a failed connect would.
-    pub(crate) fn handle_timeout(
-        &mut self,
-        now: Instant,
-        backoff: Backoff,
-    ) -> Option<Abandoned<H>> {
-        match self.phase {
-            Phase::Connecting { stuck_at: Some(at) } if at <= now => {
-                Some(self.connect_failed(now, LinkError::DuplicateNeverUp, backoff))
-            }
-            _ => None,
-        }
+    /// Whether the phase changed since this was last asked (the shell
+    /// mirrors it for the lock-free send path then).
+    pub(crate) fn take_moved(&mut self) -> bool {
+        std::mem::take(&mut self.moved)
+    }
+
+    /// This node.
+    pub(crate) fn here(&self) -> NodeId {
+        self.here
     }
 
     /// Waits for the `RESOLVED` answering `request`.
@@ -462,7 +464,7 @@ impl<H: Handles> Session<H> {
     /// Hands everything that waits to another peer for the same node
     /// (this one forwards to it from now on) and goes idle.
     pub(crate) fn forward_into(&mut self, canonical: &mut Session<H>) {
-        self.phase = Phase::Idle;
+        self.set_phase(Phase::Idle);
         canonical.pending.extend(self.pending.drain(..));
         canonical.waiters.append(&mut self.waiters);
         canonical.resolves.extend(self.resolves.drain());

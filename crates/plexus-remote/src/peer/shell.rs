@@ -268,14 +268,10 @@ pub(super) fn established(
     if !Arc::ptr_eq(&canonical, &via) {
         // Hand what waited on `via` to the canonical peer. One lock at a
         // time: `via`'s state moves through a fresh one.
-        let mut moving = Session::default();
-        {
-            let mut st = lock(&via.session);
-            st.forward_into(&mut moving);
-            via.mirror(&st);
-        }
+        let mut moving = Session::new(inner.id, Peer::backoff(inner));
+        via.step(|st, _| st.forward_into(&mut moving));
         let _ = via.forward.set(canonical.clone());
-        moving.forward_into(&mut lock(&canonical.session));
+        canonical.step(|st, _| moving.forward_into(st));
         if lock(&canonical.dial).is_none() {
             *lock(&canonical.dial) = lock(&via.dial).clone();
         }
@@ -295,26 +291,57 @@ impl Peer {
         let (primary, receiver) = link.split();
         let (sender, lane_receivers) = session_links(inner, primary, lanes);
         let sender = Arc::new(sender);
-        let mut st = lock(&self.session);
-        let before = st.remote;
-        let attached = st.attach(sender.clone(), hs.node, dialed_by);
-        let (epoch, waiters) = match attached {
-            Attached::Duplicate {
-                refused,
-                draining_epoch,
-                pending,
-                waiters,
-            } => {
-                // Keep the link dialled by the lower node id. The peer may
-                // have sent on the refused one already: keep reading it
-                // until the peer, told by GOODBYE, closes it. What waited
-                // for a link (handed over from a forwarding peer) goes out
-                // on the kept one.
-                if let Some(kept) = st.sender() {
-                    flush(inner, kept, pending, hs.node);
+        // Under the session's lock: the frames held for the link go out on
+        // it before the step's mirror publishes it for the lock-free sends,
+        // so nothing sent meanwhile overtakes them.
+        let attached = self.step(|st, _| {
+            let before = st.remote;
+            let attached = st.attach(sender.clone(), hs.node, dialed_by);
+            match attached {
+                Attached::Duplicate {
+                    refused,
+                    draining_epoch,
+                    pending,
+                    waiters,
+                } => {
+                    // Keep the link dialled by the lower node id. What
+                    // waited for a link (handed over from a forwarding
+                    // peer) goes out on the kept one.
+                    if let Some(kept) = st.sender() {
+                        flush(inner, kept, pending, hs.node);
+                    }
+                    Err((refused, draining_epoch, waiters))
                 }
-                self.mirror(&st);
-                drop(st);
+                Attached::Up {
+                    epoch,
+                    pending,
+                    waiters,
+                    replaced,
+                    node_changed,
+                } => {
+                    self.remote_node.store(hs.node.as_u64(), Ordering::Release);
+                    if node_changed {
+                        tracing::info!(target: "plexus::remote", new = %hs.node, "a different node answers at this address");
+                        // Asks of the old node cannot be answered: their
+                        // requests, if still held, are not sent to the new
+                        // one. After the store above: an asker woken here
+                        // sees the old node's refs dead.
+                        if let Some(old) = before {
+                            inner.fail_replies_of(
+                                old,
+                                &LinkCause::new(LinkError::Restarted { old, new: hs.node }),
+                            );
+                        }
+                    }
+                    flush(inner, &sender, pending, hs.node);
+                    Ok((epoch, waiters, replaced))
+                }
+            }
+        });
+        let (epoch, waiters) = match attached {
+            Err((refused, draining_epoch, waiters)) => {
+                // The peer may have sent on the refused link already: keep
+                // reading it until the peer, told by GOODBYE, closes it.
                 for w in waiters {
                     let _ = w.send(Ok(hs.node));
                 }
@@ -334,33 +361,7 @@ impl Peer {
                 });
                 return;
             }
-            Attached::Up {
-                epoch,
-                pending,
-                waiters,
-                replaced,
-                node_changed,
-            } => {
-                self.remote_node.store(hs.node.as_u64(), Ordering::Release);
-                if node_changed {
-                    tracing::info!(target: "plexus::remote", new = %hs.node, "a different node answers at this address");
-                    // Asks of the old node cannot be answered: their
-                    // requests, if still held, are not sent to the new one.
-                    // After the store above: an asker woken here sees the
-                    // old node's refs dead.
-                    if let Some(old) = before {
-                        inner.fail_replies_of(
-                            old,
-                            &LinkCause::new(LinkError::Restarted { old, new: hs.node }),
-                        );
-                    }
-                }
-                // Flush while holding the lock, and publish the links for
-                // the lock-free sends only then, so nothing sent meanwhile
-                // overtakes.
-                flush(inner, &sender, pending, hs.node);
-                self.mirror(&st);
-                drop(st);
+            Ok((epoch, waiters, replaced)) => {
                 // A replaced link is retired like a refused one:
                 // GOODBYE(duplicate) tells the peer, which may still use
                 // it, that the other link is coming (a silent close would
@@ -543,42 +544,22 @@ impl Peer {
     /// while connecting) and keep every pending request, which the peer
     /// answers over the surviving link; give up if it never comes.
     fn superseded(self: &Arc<Self>, inner: &Arc<NodeInner>, epoch: u64) {
-        let deadline = {
-            let mut st = lock(&self.session);
-            let now = Instant::now().into_std();
-            if !st.superseded(epoch, now, inner.config.connect_timeout) {
-                return;
-            }
-            self.mirror(&st);
-            st.poll_timeout()
-        };
-        let Some(deadline) = deadline else {
-            return;
-        };
-        let peer = self.clone();
-        let inner = inner.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep_until(Instant::from_std(deadline)).await;
-            let abandoned = {
-                let mut st = lock(&peer.session);
-                let abandoned = st.handle_timeout(Instant::now().into_std(), Peer::backoff(&inner));
-                peer.mirror(&st);
-                abandoned
-            };
-            if let Some(abandoned) = abandoned {
-                peer.give_up(&inner, abandoned);
-            }
-        });
+        // The wait's deadline is the session's timer: the driver's step
+        // arms it, and its timeout gives up (`SessionEvent::GaveUp`).
+        let timeout = inner.config.connect_timeout;
+        self.step(|st, now| st.superseded(epoch, now, timeout));
     }
 
     fn close_link(&self, epoch: u64) {
-        if let Phase::Up {
-            sender, epoch: e, ..
-        } = &lock(&self.session).phase
-        {
-            if *e == epoch {
-                sender.close();
+        self.session.read(|st| {
+            if let Phase::Up {
+                sender, epoch: e, ..
+            } = &st.phase
+            {
+                if *e == epoch {
+                    sender.close();
+                }
             }
-        }
+        });
     }
 }

@@ -4,12 +4,12 @@
 //! handshake's frames arriving too late).
 //!
 //! [`Session::handle_frame`] updates the session's bookkeeping and says
-//! what is left to do as [`SessionEvent`]s ([`Session::poll_event`]): tell
+//! what is left to do as [`SessionEvent`]s (`Protocol::poll_event`): tell
 //! a waiter, resolve a name, watch or signal a local actor. Those need the
 //! node's actors, which the session does not see; the shell carries them
 //! out and hands the answers back (`answer_resolve`, `monitored`,
 //! `refuse_monitor`, `refuse_link`, `actor_down`), which queue the frames
-//! to send ([`Session::poll_transmit`]). The shell sends them after it let
+//! to send (`Protocol::poll_transmit`). The shell sends them after it let
 //! go of the session's lock: nothing here waits, sends or touches an actor.
 //!
 //! What it guarantees, whatever the peer sends:
@@ -29,7 +29,7 @@ use bytes::Bytes;
 use plexus_core::remote::{CodecError, ReceiptError};
 use plexus_core::{ActorId, ExitReason, NodeId};
 
-use super::{Handles, Session};
+use super::{Abandoned, Handles, Session};
 use crate::close::{CloseCause, ProtocolError};
 use crate::wire::{ReceiptStatus, Resolution, WireFrame};
 
@@ -81,11 +81,20 @@ pub(crate) enum SessionEvent<H: Handles> {
     },
     /// Stop (or kill) local actor `target`.
     Stop { target: u64, kill: bool },
+    /// A message handed to [`Protocol::handle_packet`](plexus_net::protocol::Protocol::handle_packet),
+    /// for the shell's delivery path (a node's readers sort messages out
+    /// before the session).
+    Message(WireFrame),
+    /// A frame handed to `handle_packet` ends the link: close it.
+    Closed(CloseCause),
+    /// The superseded wait ran out (see `session/protocol.rs`): fail what
+    /// waited, as for a failed connect.
+    GaveUp(Abandoned<H>),
 }
 
 /// What a session keeps for its control protocol besides its bookkeeping.
 pub(crate) struct ControlQueues<H: Handles> {
-    events: VecDeque<SessionEvent<H>>,
+    pub(super) events: VecDeque<SessionEvent<H>>,
     transmit: VecDeque<WireFrame>,
     /// Answers (`RECEIPT`, `RESOLVED`, `DOWN`) for nothing that waited.
     stray_answers: u64,
@@ -193,13 +202,10 @@ impl<H: Handles> Session<H> {
         Ok(None)
     }
 
-    /// The next thing for the shell to carry out.
-    pub(crate) fn poll_event(&mut self) -> Option<SessionEvent<H>> {
-        self.control.events.pop_front()
-    }
-
-    /// The next control frame to send, on the control lane.
-    pub(crate) fn poll_transmit(&mut self) -> Option<WireFrame> {
+    /// The next control frame to send, on the control lane
+    /// ([`Protocol::poll_transmit`](plexus_net::protocol::Protocol::poll_transmit)
+    /// encodes it).
+    pub(crate) fn poll_reply(&mut self) -> Option<WireFrame> {
         self.control.transmit.pop_front()
     }
 

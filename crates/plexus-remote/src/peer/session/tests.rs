@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use plexus_core::{ActorId, NodeId};
 
 use super::*;
+use plexus_net::protocol::Protocol as _;
 
 /// What the transport reports when the peer closes its side.
 pub(super) fn gone() -> CloseCause {
@@ -32,6 +33,27 @@ const BACKOFF: Backoff = Backoff {
     min: Duration::from_millis(100),
     max: Duration::from_secs(5),
 };
+
+/// The session's timeout at `at` (as its driver calls it): what it gave
+/// up on, if it did.
+fn timeout(st: &mut FakeSession, at: Instant) -> Option<Abandoned<Fake>> {
+    st.handle_timeout(at);
+    let mut gave_up = None;
+    while let Some(event) = st.poll_event() {
+        match event {
+            SessionEvent::GaveUp(abandoned) => {
+                assert!(gave_up.replace(abandoned).is_none(), "gave up once");
+            }
+            _ => panic!("a timeout raises only GaveUp"),
+        }
+    }
+    gave_up
+}
+
+/// A session of node 1, idle.
+pub(super) fn fresh() -> FakeSession {
+    FakeSession::new(node(1), BACKOFF)
+}
 
 pub(super) fn node(n: u64) -> NodeId {
     NodeId::from_u64(n)
@@ -68,14 +90,14 @@ fn a_lost_link_in_every_state_fails_what_waits_on_it_exactly_once() {
     // what waited, not on watchers (they watch the node, which may answer
     // the next attempt).
     for connecting in [false, true] {
-        let mut st = FakeSession::default();
+        let mut st = fresh();
         loaded(&mut st);
         if connecting {
             assert_eq!(st.begin_connect(true), Some(None));
             assert_eq!(st.begin_connect(true), None, "one attempt at a time");
         }
         assert!(st.link_lost(1, &gone()).is_none());
-        let gave_up = st.connect_failed(now, LinkError::Timeout(Duration::from_secs(5)), BACKOFF);
+        let gave_up = st.connect_failed(now, LinkError::Timeout(Duration::from_secs(5)));
         assert_eq!(
             (
                 gave_up.pending.len(),
@@ -86,7 +108,7 @@ fn a_lost_link_in_every_state_fails_what_waits_on_it_exactly_once() {
             (1, 1, 1, 1)
         );
         assert!(st.is_down());
-        let again = st.connect_failed(now, LinkError::Timeout(Duration::from_secs(5)), BACKOFF);
+        let again = st.connect_failed(now, LinkError::Timeout(Duration::from_secs(5)));
         assert!(
             again.resolves.is_empty() && again.waiters.is_empty(),
             "failed once"
@@ -94,7 +116,7 @@ fn a_lost_link_in_every_state_fails_what_waits_on_it_exactly_once() {
     }
 
     // Up: everything that depended on the link is handed back once.
-    let mut st = FakeSession::default();
+    let mut st = fresh();
     let epoch = up(&mut st, "l1", 1);
     loaded(&mut st);
     let lost = st.link_lost(epoch, &gone()).expect("the link that is up");
@@ -121,7 +143,7 @@ fn a_lost_link_in_every_state_fails_what_waits_on_it_exactly_once() {
     assert!(st.link_lost(epoch + 1, &gone()).is_none());
 
     // A replaced link ending late changes nothing.
-    let mut st = FakeSession::default();
+    let mut st = fresh();
     let old = up(&mut st, "l1", 2);
     let new = up(&mut st, "l2", 1);
     loaded(&mut st);
@@ -130,7 +152,7 @@ fn a_lost_link_in_every_state_fails_what_waits_on_it_exactly_once() {
     assert!(st.link_lost(new, &gone()).is_some());
 
     // A refused duplicate being drained ending changes nothing.
-    let mut st = FakeSession::default();
+    let mut st = fresh();
     up(&mut st, "l1", 1);
     let Attached::Duplicate {
         refused,
@@ -146,7 +168,7 @@ fn a_lost_link_in_every_state_fails_what_waits_on_it_exactly_once() {
 
     // Superseded: requests are kept for the other link; if it never comes
     // they fail when the timer says so, not before.
-    let mut st = FakeSession::default();
+    let mut st = fresh();
     let epoch = up(&mut st, "l1", 2);
     loaded(&mut st);
     assert!(st.superseded(epoch, now, Duration::from_secs(5)));
@@ -154,14 +176,12 @@ fn a_lost_link_in_every_state_fails_what_waits_on_it_exactly_once() {
     assert!(st.link_lost(epoch, &gone()).is_none());
     let due = st.poll_timeout().expect("a timer");
     assert_eq!(due, now + Duration::from_secs(5));
-    assert!(st
-        .handle_timeout(due - Duration::from_millis(1), BACKOFF)
-        .is_none());
+    assert!(timeout(&mut st, due - Duration::from_millis(1)).is_none());
     assert_eq!(st.resolves.len(), 1, "kept while the other link may come");
-    let gave_up = st.handle_timeout(due, BACKOFF).expect("given up");
+    let gave_up = timeout(&mut st, due).expect("given up");
     assert_eq!(gave_up.resolves.len(), 1);
     assert!(
-        gave_up.error.to_string().contains("never came up"),
+        matches!(gave_up.error, LinkError::DuplicateNeverUp),
         "{}",
         gave_up.error
     );
@@ -172,7 +192,7 @@ fn a_lost_link_in_every_state_fails_what_waits_on_it_exactly_once() {
 #[test]
 fn superseded_then_the_other_link_comes_up_keeps_every_request() {
     let now = Instant::now();
-    let mut st = FakeSession::default();
+    let mut st = fresh();
     let epoch = up(&mut st, "l1", 2);
     loaded(&mut st);
     assert!(st.superseded(epoch, now, Duration::from_secs(5)));
@@ -187,19 +207,17 @@ fn superseded_then_the_other_link_comes_up_keeps_every_request() {
     assert_eq!(waiters, [1]);
     assert_eq!(st.resolves.len(), 1, "answered over the new link");
     assert!(st.poll_timeout().is_none(), "no timer once up");
-    assert!(st
-        .handle_timeout(now + Duration::from_secs(60), BACKOFF)
-        .is_none());
+    assert!(timeout(&mut st, now + Duration::from_secs(60)).is_none());
 }
 
 #[test]
 fn backoff_doubles_to_its_cap_and_a_link_resets_it() {
     let now = Instant::now();
-    let mut st = FakeSession::default();
+    let mut st = fresh();
     let mut waits = Vec::new();
     for _ in 0..10 {
         assert!(st.begin_connect(true).is_some());
-        st.connect_failed(now, LinkError::Timeout(Duration::ZERO), BACKOFF);
+        st.connect_failed(now, LinkError::Timeout(Duration::ZERO));
         waits.push(st.retry_at.expect("a retry time") - now);
     }
     let ms = |n| Duration::from_millis(n);
@@ -226,7 +244,7 @@ fn backoff_doubles_to_its_cap_and_a_link_resets_it() {
         Some(None),
         "a lost link reconnects at once"
     );
-    st.connect_failed(now, LinkError::Timeout(Duration::ZERO), BACKOFF);
+    st.connect_failed(now, LinkError::Timeout(Duration::ZERO));
     assert_eq!(
         st.retry_at,
         Some(now + ms(100)),
@@ -241,10 +259,10 @@ fn backoff_doubles_to_its_cap_and_a_link_resets_it() {
 
 #[test]
 fn forwarding_hands_over_what_waits_and_goes_idle() {
-    let mut via = FakeSession::default();
+    let mut via = fresh();
     assert!(via.begin_connect(true).is_some());
     loaded(&mut via);
-    let mut canonical = FakeSession::default();
+    let mut canonical = fresh();
     canonical.pending.push_back(1);
     via.forward_into(&mut canonical);
     assert!(matches!(via.phase, Phase::Idle));
@@ -361,6 +379,9 @@ fn simultaneous_dials_settle_on_one_link_in_every_interleaving() {
     /// The fake handles are all `Copy`: a state is cloned field by field.
     fn clone_state(st: &FakeSession) -> FakeSession {
         FakeSession {
+            here: st.here,
+            backoff: st.backoff,
+            moved: st.moved,
             phase: match &st.phase {
                 Phase::Idle => Phase::Idle,
                 Phase::Connecting { stuck_at } => Phase::Connecting {
@@ -396,7 +417,7 @@ fn simultaneous_dials_settle_on_one_link_in_every_interleaving() {
 
     let mut sides = [1u64, 2].map(|me| Side {
         me,
-        st: FakeSession::default(),
+        st: fresh(),
         epochs: Vec::new(),
     });
     let todo = [
@@ -427,7 +448,7 @@ fn simultaneous_dials_settle_on_one_link_in_every_interleaving() {
 
 #[test]
 fn answers_reach_who_waits_once_and_late_ones_are_ignored() {
-    let mut st = FakeSession::default();
+    let mut st = fresh();
     let epoch = up(&mut st, "l1", 1);
     st.expect_resolved(1, 100);
     st.expect_receipt(2, 200);
@@ -445,7 +466,7 @@ fn answers_reach_who_waits_once_and_late_ones_are_ignored() {
 #[test]
 fn a_watch_is_refused_while_down_or_when_another_node_answers() {
     let target = ActorId::new(node(2), 5);
-    let mut st = FakeSession::default();
+    let mut st = fresh();
     // Before the first link: accepted, told when the link comes or fails.
     assert_eq!(st.watch(1, target, "w1"), Ok(()));
     let epoch = up(&mut st, "l1", 1);
@@ -470,7 +491,7 @@ fn a_watch_is_refused_while_down_or_when_another_node_answers() {
 
 #[test]
 fn links_and_remote_monitors_end_by_frame_or_with_the_link() {
-    let mut st = FakeSession::default();
+    let mut st = fresh();
     let epoch = up(&mut st, "l1", 1);
     let (a, b) = (ActorId::new(node(1), 3), ActorId::new(node(1), 4));
     let remote = ActorId::new(node(2), 6);

@@ -8,10 +8,11 @@ use bytes::Bytes;
 use plexus_core::remote::ReceiptError;
 use plexus_core::{ActorId, ExitReason};
 
-use super::super::tests::{gone, node, up, FakeSession};
+use super::super::tests::{fresh, gone, node, up, FakeSession};
 use super::SessionEvent;
 use crate::close::{CloseCause, ProtocolError};
 use crate::wire::{GoodbyeCode, ReceiptStatus, RejectCode, Resolution, WireFrame};
+use plexus_net::protocol::Protocol as _;
 
 /// This node (1) and the peer's (2).
 const HERE: u64 = 1;
@@ -37,7 +38,7 @@ fn events(st: &mut FakeSession) -> Vec<SessionEvent<super::super::tests::Fake>> 
 }
 
 fn transmits(st: &mut FakeSession) -> Vec<WireFrame> {
-    std::iter::from_fn(|| st.poll_transmit()).collect()
+    std::iter::from_fn(|| st.poll_reply()).collect()
 }
 
 #[test]
@@ -48,7 +49,7 @@ fn each_receipt_status_reaches_its_waiter_once_and_strays_are_counted() {
         (ReceiptStatus::Stopped, Err(ReceiptError::Stopped)),
         (ReceiptStatus::MailboxFull, Err(ReceiptError::MailboxFull)),
     ];
-    let mut st = FakeSession::default();
+    let mut st = fresh();
     up(&mut st, "l1", 1);
     for (id, (status, want)) in (1..).zip(cases) {
         st.expect_receipt(id, 100 + id);
@@ -94,7 +95,7 @@ fn each_receipt_status_reaches_its_waiter_once_and_strays_are_counted() {
 
 #[test]
 fn a_resolve_is_answered_through_poll_transmit_and_resolved_reaches_its_waiter() {
-    let mut st = FakeSession::default();
+    let mut st = fresh();
     up(&mut st, "l1", 1);
     control(
         &mut st,
@@ -143,7 +144,7 @@ fn a_resolve_is_answered_through_poll_transmit_and_resolved_reaches_its_waiter()
 
 #[test]
 fn the_peers_monitor_is_watched_refused_ended_or_told_down() {
-    let mut st = FakeSession::default();
+    let mut st = fresh();
     up(&mut st, "l1", 1);
     control(
         &mut st,
@@ -216,7 +217,7 @@ fn the_peers_monitor_is_watched_refused_ended_or_told_down() {
 #[test]
 fn down_reaches_the_local_watcher_once() {
     let target = ActorId::new(node(PEER), 5);
-    let mut st = FakeSession::default();
+    let mut st = fresh();
     up(&mut st, "l1", 1);
     st.watch(30, target, "watcher").expect("watching");
     let down = WireFrame::Down {
@@ -240,7 +241,7 @@ fn down_reaches_the_local_watcher_once() {
 #[test]
 fn actor_links_are_kept_refused_and_ended_by_unlink_and_exit() {
     let remote = ActorId::new(node(PEER), 6);
-    let mut st = FakeSession::default();
+    let mut st = fresh();
     let epoch = up(&mut st, "l1", 1);
     control(&mut st, WireFrame::Link { from: 6, to: 3 });
     match events(&mut st).as_slice() {
@@ -290,7 +291,7 @@ fn actor_links_are_kept_refused_and_ended_by_unlink_and_exit() {
 
 #[test]
 fn stop_reply_and_messages_go_to_the_shell() {
-    let mut st = FakeSession::default();
+    let mut st = fresh();
     up(&mut st, "l1", 1);
     control(
         &mut st,
@@ -332,7 +333,7 @@ fn stop_reply_and_messages_go_to_the_shell() {
 
 #[test]
 fn goodbye_with_each_code_and_a_late_handshake_frame_end_the_link() {
-    let mut st = FakeSession::default();
+    let mut st = fresh();
     up(&mut st, "l1", 1);
     for code in [GoodbyeCode::Shutdown, GoodbyeCode::Duplicate] {
         let end = handle(&mut st, WireFrame::Goodbye { code });
@@ -360,7 +361,7 @@ fn goodbye_with_each_code_and_a_late_handshake_frame_end_the_link() {
 
 #[test]
 fn a_lost_link_fails_the_requests_and_their_late_answers_are_strays() {
-    let mut st = FakeSession::default();
+    let mut st = fresh();
     let epoch = up(&mut st, "l1", 1);
     st.expect_receipt(1, 101);
     st.expect_resolved(2, 102);
@@ -398,4 +399,73 @@ fn a_lost_link_fails_the_requests_and_their_late_answers_are_strays() {
         "each failed once, with the link"
     );
     assert_eq!(st.stray_answers(), 3);
+}
+
+#[test]
+fn as_a_protocol_it_takes_bytes_closes_on_an_ending_or_malformed_packet_and_routes_its_replies() {
+    use crate::peer::links::Carrier;
+    use crate::peer::session::Route;
+    use crate::peer::strands::strand_of;
+    use plexus_core::Lane;
+    use std::time::Instant;
+
+    let now = Instant::now();
+    let from = Route {
+        carrier: Carrier::Primary,
+        strand: plexus_transport::Strand::ZERO,
+    };
+    let mut st = fresh();
+    up(&mut st, "l1", 1);
+
+    // A request: an event to carry out, whose answer goes out routed on
+    // the control lane and the frame's strand, encoded.
+    let resolve = WireFrame::Resolve {
+        request: 4,
+        type_id: 9,
+        type_name: "t".into(),
+        name: "pong".into(),
+    };
+    st.handle_packet(now, from, resolve.encode());
+    let Some(SessionEvent::Resolve { request: 4, .. }) = st.poll_event() else {
+        panic!("RESOLVE raises Resolve");
+    };
+    st.answer_resolve(4, Resolution::NoSuchName);
+    let (route, bytes) = st.poll_transmit().expect("the answer");
+    let answer = WireFrame::Resolved {
+        request: 4,
+        resolution: Resolution::NoSuchName,
+    };
+    assert_eq!(route.carrier, Carrier::Lane(Lane::Control));
+    assert_eq!(route.strand, strand_of(&answer));
+    assert_eq!(WireFrame::decode(bytes).expect("decodes"), answer);
+
+    // A message is handed back whole for delivery.
+    let message = WireFrame::Message {
+        to: 3,
+        type_id: 9,
+        receipt: 0,
+        payload: Bytes::from_static(b"hi"),
+    };
+    st.handle_packet(now, from, message.encode());
+    assert!(matches!(st.poll_event(), Some(SessionEvent::Message(m)) if m == message));
+
+    // Ending frames and undecodable bytes close the link, typed.
+    let goodbye = WireFrame::Goodbye {
+        code: GoodbyeCode::Shutdown,
+    };
+    st.handle_packet(now, from, goodbye.encode());
+    assert!(matches!(
+        st.poll_event(),
+        Some(SessionEvent::Closed(CloseCause::Goodbye(
+            GoodbyeCode::Shutdown
+        )))
+    ));
+    st.handle_packet(now, from, Bytes::from_static(&[0xff, 0, 1]));
+    assert!(matches!(
+        st.poll_event(),
+        Some(SessionEvent::Closed(CloseCause::Protocol(
+            ProtocolError::Malformed(_)
+        )))
+    ));
+    assert!(st.poll_event().is_none() && st.poll_transmit().is_none());
 }
