@@ -115,6 +115,9 @@ pub struct MembershipStats {
     /// Members it saw downed (each [`ClusterEvent::MemberDowned`] it
     /// reported, counted as [`Membership::poll_event`] hands it out).
     pub downings: u64,
+    /// Packets answered by telling their sender it is downed or removed
+    /// here (it spoke as a live member in that life).
+    pub told_gone: u64,
 }
 
 /// A record's next step after a fixed delay: leaving → removed after
@@ -611,6 +614,7 @@ impl Membership {
         let life = packet.from_life;
         // Before any answer goes back: it is routed to the life heard.
         self.note_heard(&from, life);
+        self.tell_if_gone(&from, life);
         match packet.body {
             Body::Ping { seq } => self.send(&from, Body::Ack { seq }, None),
             Body::Ack { seq } => self.on_ack(now, seq),
@@ -726,6 +730,34 @@ impl Membership {
         *heard = (*heard).max(life);
         self.unreachable_log.remove(from);
         self.join_causes.remove(from);
+    }
+
+    /// A packet came from `from`'s life `life`, which this member holds
+    /// downed or removed: the sender speaks as a live member all the same
+    /// (it was cut off while its downing spread, and a removed member hears
+    /// no gossip any more), so it is told its record; it goes down on it
+    /// and comes back as a new life (foca's `TurnUndead`). Without this a
+    /// member downed while cut off could go on for ever taking itself for
+    /// up, and act on it (a cluster singleton's second instance).
+    fn tell_if_gone(&mut self, from: &Arc<str>, life: u64) {
+        let Some(record) = self
+            .members
+            .get(from)
+            .filter(|r| r.life == life && r.state.is_gone())
+            .cloned()
+        else {
+            return;
+        };
+        self.stats.told_gone += 1;
+        let packet = Packet {
+            cluster: Arc::clone(&self.name),
+            from: Arc::clone(&self.me.address),
+            from_incarnation: self.me.incarnation,
+            from_life: self.me.life,
+            body: Body::Gossip,
+            entries: vec![record],
+        };
+        self.push_packet(from, &packet);
     }
 
     // ---- claims ----------------------------------------------------------

@@ -19,6 +19,9 @@ pub const SUSPICIONS: &str = "plexus_cluster_suspicions_total";
 pub const REFUTATIONS: &str = "plexus_cluster_refutations_total";
 /// `plexus_cluster_downings_total`.
 pub const DOWNINGS: &str = "plexus_cluster_downings_total";
+/// `plexus_cluster_told_gone_total`: packets from a member downed or
+/// removed here, answered by telling it so.
+pub const TOLD_GONE: &str = "plexus_cluster_told_gone_total";
 /// `plexus_cluster_gossip_sent_packets_total`.
 pub const GOSSIP_PACKETS: &str = "plexus_cluster_gossip_sent_packets_total";
 /// `plexus_cluster_gossip_sent_bytes_total`.
@@ -60,6 +63,11 @@ pub fn describe_metrics() {
         "Suspicions of itself this member refuted."
     );
     describe_counter!(DOWNINGS, Unit::Count, "Members this member saw downed.");
+    describe_counter!(
+        TOLD_GONE,
+        Unit::Count,
+        "Packets from a member downed or removed here, answered by telling it so."
+    );
     describe_counter!(
         GOSSIP_PACKETS,
         Unit::Count,
@@ -104,6 +112,7 @@ impl Cluster {
         metrics::counter!(SUSPICIONS).absolute(s.suspicions_raised);
         metrics::counter!(REFUTATIONS).absolute(s.refutations);
         metrics::counter!(DOWNINGS).absolute(s.downings);
+        metrics::counter!(TOLD_GONE).absolute(s.told_gone);
         metrics::counter!(GOSSIP_PACKETS).absolute(s.packets_sent);
         metrics::counter!(GOSSIP_BYTES).absolute(s.bytes_sent);
         metrics::counter!(REFUSED, "what" => "packet").absolute(s.packets_refused);

@@ -471,3 +471,77 @@ fn a_member_that_hears_nothing_holds_its_accusations_with_lifeguard() {
         assert!(accusations_while_deaf(seed, false) > 0);
     });
 }
+
+/// A packet of `from` (life and incarnation 1) claiming itself up.
+fn packet_of_live(from: &str, body: Body) -> Packet {
+    Packet {
+        cluster: "plexus".into(),
+        from: from.into(),
+        from_incarnation: 1,
+        from_life: 1,
+        body,
+        entries: vec![Member {
+            state: MemberState::Up,
+            ..Member::joining(from, 1, 1)
+        }],
+    }
+}
+
+/// Whether one of `m`'s transmits tells `to` that it is `state`.
+fn tells(m: &mut Membership, to: &str, state: MemberState) -> Option<Vec<u8>> {
+    std::iter::from_fn(|| m.poll_transmit()).find_map(|t| {
+        let packet = Packet::decode(&t.packet).expect("its own packets decode");
+        let told = *t.to == *to
+            && packet
+                .entries
+                .iter()
+                .any(|e| *e.address == *to && e.state == state && e.life == 1);
+        told.then(|| t.packet.to_vec())
+    })
+}
+
+#[test]
+fn a_member_downed_or_removed_here_that_speaks_as_live_is_told_and_goes_down() {
+    let mut m = lone_member();
+    let now = Instant::now();
+    m.handle_packet(now, &packet_of_live("sim:9", Body::Gossip).encode())
+        .expect("well-formed");
+    assert_eq!(m.down(now, "sim:9"), Ok(()));
+    while m.poll_transmit().is_some() {}
+
+    // Cut off while its downing spread, it probes as a live member: the
+    // answer carries its record, and it goes down on hearing it.
+    let ping = packet_of_live("sim:9", Body::Ping { seq: 1 });
+    m.handle_packet(now, &ping.encode()).expect("well-formed");
+    let told = tells(&mut m, "sim:9", MemberState::Down).expect("told it is down");
+    assert_eq!(m.stats().told_gone, 1);
+    let mut downed = Membership::new(ClusterConfig::default(), "sim:9", 1, now).expect("valid");
+    assert_eq!(downed.local().state, MemberState::Up);
+    downed.handle_packet(now, &told).expect("well-formed");
+    assert_eq!(downed.local().state, MemberState::Down);
+    assert!(std::iter::from_fn(|| downed.poll_event())
+        .any(|e| matches!(e, ClusterEvent::SelfDowned { .. })));
+
+    // Removed (a tombstone): told all the same, as long as the record is
+    // kept.
+    let later = now + ClusterConfig::default().remove_after + Duration::from_secs(1);
+    m.handle_timeout(later);
+    assert_eq!(
+        m.member("sim:9").map(|r| r.state),
+        Some(MemberState::Removed)
+    );
+    while m.poll_transmit().is_some() {}
+    m.handle_packet(later, &packet_of_live("sim:9", Body::Gossip).encode())
+        .expect("well-formed");
+    assert!(tells(&mut m, "sim:9", MemberState::Removed).is_some());
+
+    // A new life at the address is not told about the old one.
+    let new_life = Packet {
+        from_incarnation: 7,
+        from_life: 7,
+        ..packet_of_live("sim:9", Body::Ping { seq: 2 })
+    };
+    m.handle_packet(later, &new_life.encode())
+        .expect("well-formed");
+    assert_eq!(m.stats().told_gone, 2);
+}
