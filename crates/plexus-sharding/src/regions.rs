@@ -306,6 +306,11 @@ pub struct Regions<P> {
     /// epochs) and how often it became the coordinator (the low bits).
     up_number: u64,
     generation: u8,
+    /// Its member was downed and is not up again yet (in a new life): its
+    /// regions renew no lease and its coordinators are gone. A new life
+    /// joining is not up: a coordinator that still lists the old life
+    /// would take its renewals for the old life's and grant them, with
+    /// the old life's shards (campaign seed 4).
     downed: bool,
     leaving: bool,
     left: bool,
@@ -599,7 +604,7 @@ impl<P> Regions<P> {
                 t.region.lose_lease(now);
             }
             self.coordinators.clear();
-        } else if !gone_state(local.state) {
+        } else if matches!(local.state, MemberState::Up | MemberState::Leaving) {
             self.downed = false;
         }
         let oldest = self

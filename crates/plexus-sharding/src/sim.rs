@@ -60,9 +60,22 @@ pub struct Witness {
     pub violations: Vec<String>,
     /// Activations in all.
     pub activations: u64,
+    /// With [`CampaignConfig::trace`]: what every member did and saw, on
+    /// the virtual clock, to read a failing seed.
+    pub trace: Option<Vec<String>>,
+    /// The run's start, for the trace's times.
+    start: Option<Instant>,
 }
 
 impl Witness {
+    /// Notes `line` at `now` if tracing.
+    fn note(&mut self, now: Instant, line: impl FnOnce() -> String) {
+        if let (Some(trace), Some(start)) = (&mut self.trace, self.start) {
+            let at = now.saturating_duration_since(start).as_secs_f64();
+            trace.push(format!("{at:>9.3} {}", line()));
+        }
+    }
+
     fn activate(&mut self, id: &EntityId, at: Address) {
         self.activations += 1;
         if let Some(other) = self.active.insert(id.clone(), at) {
@@ -182,6 +195,12 @@ impl SimShard {
         }
     }
 
+    /// Notes `line` in the trace, as this member at `now`.
+    fn note(&self, now: Instant, line: impl FnOnce() -> String) {
+        let me = self.me;
+        self.witness().note(now, || format!("sim:{me} {}", line()));
+    }
+
     /// A message numbered `n` for cart `id`, sent on this member.
     pub fn send(&mut self, now: Instant, id: EntityId, n: u64) {
         self.regions.send(&CART.into(), id, n, now);
@@ -288,6 +307,10 @@ impl SimShard {
         let body = item.slice(item.len() - body.len()..);
         match kind {
             FRAME_CONTROL => {
+                self.note(now, || match crate::wire::Message::decode(&body) {
+                    Ok(m) => format!("from sim:{from}: {m:?}"),
+                    Err(e) => format!("from sim:{from}: undecodable: {e}"),
+                });
                 let _ = self.regions.handle_control(now, &body);
             }
             FRAME_ENVELOPE => {
@@ -329,6 +352,21 @@ impl SimShard {
             let view_changed = view != self.last_view;
             self.last_view = view;
             if view_changed {
+                self.note(now, || {
+                    let local = self.membership.local();
+                    let others: Vec<String> = self
+                        .last_view
+                        .iter()
+                        .map(|(a, st, life, up)| format!("{a}:{st:?}:{life}:{up}"))
+                        .collect();
+                    format!(
+                        "view: me {:?} life {}; coordinator {:?}; {}",
+                        local.state,
+                        local.life,
+                        self.regions.coordinator(),
+                        others.join(" ")
+                    )
+                });
                 busy = true;
                 let local = self.membership.local().clone();
                 let members = self.membership.members();
@@ -384,19 +422,31 @@ impl SimShard {
                 .encode(&mut b);
                 self.send_frame(to, FRAME_ENVELOPE, &b);
             }
-            Event::Activate { id, .. } => self.witness().activate(&id, me),
-            Event::Deliver { id, parcel, .. } => self.witness().handled(&id, parcel, me),
+            Event::Activate { id, .. } => {
+                self.note(now, || format!("activate {id}"));
+                self.witness().activate(&id, me);
+            }
+            Event::Deliver { id, parcel, .. } => {
+                self.note(now, || format!("deliver {parcel} to {id}"));
+                self.witness().handled(&id, parcel, me);
+            }
             Event::Passivate { entity_type, id } => {
+                self.note(now, || format!("passivate {id}"));
                 self.witness().passivated(&id, me);
                 self.regions.entity_stopped(&entity_type, &id, now);
             }
-            Event::Refuse { parcel, .. } => {
+            Event::Refuse {
+                parcel, error, id, ..
+            } => {
+                self.note(now, || format!("refuse {parcel} to {id}: {error}"));
                 self.witness().refused.insert(parcel);
             }
             Event::Left => self.membership.leave(now),
+            Event::ShardStarted { shard, .. } => {
+                self.note(now, || format!("shard {shard} started"));
+            }
             Event::Refused { .. }
             | Event::Delivered { .. }
-            | Event::ShardStarted { .. }
             | Event::Remember { .. }
             | Event::Forget { .. } => {}
         }
@@ -481,6 +531,8 @@ pub struct Outcome {
     pub activations: u64,
     /// Faults injected.
     pub faults: u32,
+    /// With [`CampaignConfig::trace`]: the run's trace.
+    pub trace: Vec<String>,
 }
 
 /// The campaign's settings.
@@ -496,6 +548,8 @@ pub struct CampaignConfig {
     pub liveness_bound: Duration,
     /// The network.
     pub link: LinkModel,
+    /// Keep a trace of the run in [`Outcome::trace`].
+    pub trace: bool,
 }
 
 impl Default for CampaignConfig {
@@ -512,6 +566,7 @@ impl Default for CampaignConfig {
                 latency: Duration::from_millis(1),
                 jitter: Duration::from_millis(2),
             },
+            trace: false,
         }
     }
 }
@@ -561,10 +616,26 @@ fn restart(
 /// handled within `liveness_bound`. Safety is checked throughout.
 pub fn campaign(seed: u64, config: &CampaignConfig) -> Outcome {
     let witness = SharedWitness::default();
+    if config.trace {
+        witness
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .trace = Some(Vec::new());
+    }
     let cluster = ClusterConfig::default();
     let sharding = sharding_config();
     let mut sim = Sim::new(seed, config.link.clone());
     let start = sim.now();
+    witness
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .start = Some(start);
+    let note = |sim: &Sim<SimShard>, line: String| {
+        witness
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .note(sim.now(), || format!("campaign: {line}"));
+    };
     for i in 0..config.members {
         let through = (i > 0).then_some(0);
         sim.add(SimShard::new(
@@ -617,6 +688,7 @@ pub fn campaign(seed: u64, config: &CampaignConfig) -> Outcome {
                     side.swap(j, o);
                 }
                 let (a, b) = side.split_at(k);
+                note(&sim, format!("partition {a:?} | {b:?}"));
                 sim.partition(a, b);
                 for &p in &side {
                     if let Some(p) = sim.process_mut(p) {
@@ -627,12 +699,14 @@ pub fn campaign(seed: u64, config: &CampaignConfig) -> Outcome {
                 outcome.faults += 1;
             }
             955..=974 if partitioned => {
+                note(&sim, "heal".into());
                 sim.heal();
                 partitioned = false;
             }
             // Crashes keep a majority of the members running.
             975..=982 if live.len() > config.members / 2 + 2 => {
                 let victim = live[sim.rng().gen_range(0..live.len())];
+                note(&sim, format!("crash sim:{victim}"));
                 sim.crash(victim);
                 witness
                     .lock()
@@ -643,12 +717,14 @@ pub fn campaign(seed: u64, config: &CampaignConfig) -> Outcome {
             }
             983..=988 if !crashed.is_empty() => {
                 let back = crashed.remove(0);
+                note(&sim, format!("restart sim:{back}"));
                 restart(&mut sim, back, &cluster, sharding, &witness);
                 outcome.faults += 1;
             }
             989..=992 => {
                 let who = live[sim.rng().gen_range(0..live.len())];
                 let d = Duration::from_millis(sim.rng().gen_range(100..500));
+                note(&sim, format!("stall sim:{who} {d:?}"));
                 sim.stall(who, d);
                 outcome.faults += 1;
             }
@@ -656,6 +732,7 @@ pub fn campaign(seed: u64, config: &CampaignConfig) -> Outcome {
                 let i = sim.len();
                 let now = sim.now();
                 let through = up_member(&sim);
+                note(&sim, format!("join sim:{i} through {through:?}"));
                 sim.add(SimShard::new(
                     i,
                     &cluster,
@@ -670,6 +747,7 @@ pub fn campaign(seed: u64, config: &CampaignConfig) -> Outcome {
             996..=999 if live.len() > 3 && !partitioned => {
                 let who = live[sim.rng().gen_range(0..live.len())];
                 let now = sim.now();
+                note(&sim, format!("leave sim:{who}"));
                 if let Some(p) = sim.process_mut(who) {
                     p.leave(now);
                 }
@@ -680,6 +758,7 @@ pub fn campaign(seed: u64, config: &CampaignConfig) -> Outcome {
         }
     }
     outcome.sent = next;
+    note(&sim, "heal, restart every crashed member; probes in 30 s".into());
     sim.heal();
     for back in std::mem::take(&mut crashed) {
         restart(&mut sim, back, &cluster, sharding, &witness);
@@ -721,5 +800,6 @@ pub fn campaign(seed: u64, config: &CampaignConfig) -> Outcome {
     outcome.refused = w.refused_count() as u64;
     outcome.activations = w.activations;
     outcome.unanswered = probes.into_iter().filter(|&n| !w.was_handled(n)).collect();
+    outcome.trace = w.trace.clone().unwrap_or_default();
     outcome
 }

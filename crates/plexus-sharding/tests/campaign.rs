@@ -75,3 +75,34 @@ fn campaign_figures() {
         started.elapsed().as_secs_f64()
     );
 }
+
+/// One seed's trace (`PLEXUS_SHARDING_TRACE=<seed>`), to read a failing
+/// seed: `PLEXUS_SHARDING_CAMPAIGN=1 PLEXUS_SHARDING_TRACE=15 cargo test
+/// --release -p plexus-sharding --test campaign -- --ignored --nocapture
+/// campaign_trace`.
+#[test]
+#[ignore = "prints one seed's trace: PLEXUS_SHARDING_CAMPAIGN=1, PLEXUS_SHARDING_TRACE=<seed> and --ignored"]
+fn campaign_trace() {
+    if !asked() {
+        return;
+    }
+    let Some(seed) = std::env::var("PLEXUS_SHARDING_TRACE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+    else {
+        eprintln!("skipped: set PLEXUS_SHARDING_TRACE=<seed>");
+        return;
+    };
+    let config = CampaignConfig {
+        trace: true,
+        ..CampaignConfig::default()
+    };
+    let o = campaign(seed, &config);
+    for line in &o.trace {
+        println!("{line}");
+    }
+    println!(
+        "seed {seed}: violations {:?}; unanswered {:?}",
+        o.violations, o.unanswered
+    );
+}
