@@ -306,11 +306,12 @@ pub struct Regions<P> {
     /// epochs) and how often it became the coordinator (the low bits).
     up_number: u64,
     generation: u8,
-    /// Its member was downed and is not up again yet (in a new life): its
-    /// regions renew no lease and its coordinators are gone. A new life
-    /// joining is not up: a coordinator that still lists the old life
-    /// would take its renewals for the old life's and grant them, with
-    /// the old life's shards (campaign seed 4).
+    /// Its member is not up (yet, or again in a new life): its regions
+    /// renew no lease and its coordinators are gone. A member joining is
+    /// not up: a coordinator that still lists an earlier life at its
+    /// address would take its renewals for that life's and grant them,
+    /// with that life's shards (campaign seeds 4, a downed member's new
+    /// life, and 1354, a process restarted after a crash).
     downed: bool,
     leaving: bool,
     left: bool,
@@ -343,7 +344,7 @@ impl<P> Regions<P> {
             lives: BTreeMap::new(),
             up_number: 0,
             generation: 0,
-            downed: false,
+            downed: true,
             leaving: false,
             left: false,
             via: None,

@@ -42,6 +42,7 @@ pub const CART: &str = "cart";
 const TAG_MEMBERSHIP: u8 = 0;
 const TAG_FRAME: u8 = 1;
 const TAG_ACK: u8 = 2;
+const TAG_RESET: u8 = 3;
 const FRAME_CONTROL: u8 = 0;
 const FRAME_ENVELOPE: u8 = 1;
 const RETRANSMIT: Duration = Duration::from_millis(100);
@@ -130,9 +131,14 @@ impl Witness {
 /// The witness all processes of a run share.
 pub type SharedWitness = Arc<Mutex<Witness>>;
 
-/// One direction of a link's reliability, per peer.
+/// A link's reliability with one peer, both directions. A link's sending
+/// session is named by when it started (nanoseconds of the run, unique per
+/// sender): a receiver started later than a session refuses it with a
+/// reset, as a restarted node refuses its predecessor's connection, and
+/// what the sender had not had acked is lost with it (at most once).
 #[derive(Debug, Default)]
 struct Link {
+    session: u64,
     next_seq: u64,
     unacked: VecDeque<(u64, Bytes)>,
     /// The peer's sending life heard last, and what is expected of it.
@@ -149,8 +155,11 @@ pub struct SimShard {
     pub membership: Membership,
     /// Its sharding.
     pub regions: Regions<u64>,
-    /// This process's sending life: a broken link starts a new one.
-    session: u64,
+    /// When this process started (nanoseconds of the run): sessions older
+    /// than that were its predecessor's.
+    birth: u64,
+    /// The last sending session started.
+    last_session: u64,
     links: BTreeMap<Address, Link>,
     retransmit_at: Option<Instant>,
     out: VecDeque<(Address, Bytes)>,
@@ -181,11 +190,18 @@ impl SimShard {
             .expect("simulated member settings are valid");
         let mut regions = Regions::new(address(i).into(), sharding);
         regions.register(CART.into(), now);
+        let start = witness
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .start
+            .unwrap_or(now);
+        let birth = now.saturating_duration_since(start).as_nanos() as u64;
         Self {
             me: i,
             membership,
             regions,
-            session: incarnation << 16,
+            birth,
+            last_session: birth,
             links: BTreeMap::new(),
             retransmit_at: None,
             out: VecDeque::new(),
@@ -220,21 +236,40 @@ impl SimShard {
     }
 
     /// Its links break (a partition): what they had not delivered is lost.
-    pub fn break_links(&mut self) {
-        self.session += 1;
-        for link in self.links.values_mut() {
-            link.next_seq = 0;
-            link.unacked.clear();
+    pub fn break_links(&mut self, now: Instant) {
+        let peers: Vec<Address> = self.links.keys().copied().collect();
+        for peer in peers {
+            self.restart_link(now, peer);
         }
     }
 
-    fn send_frame(&mut self, to: Address, kind: u8, payload: &[u8]) {
+    /// Nanoseconds of the run at `now`.
+    fn run_nanos(&self, now: Instant) -> u64 {
+        let start = self.witness().start.unwrap_or(now);
+        now.saturating_duration_since(start).as_nanos() as u64
+    }
+
+    /// A new sending session to `peer` (a break, or the peer's reset): what
+    /// the old one had not had acked is lost.
+    fn restart_link(&mut self, now: Instant, peer: Address) {
+        let session = self.run_nanos(now).max(self.last_session + 1);
+        self.last_session = session;
+        let link = self.links.entry(peer).or_default();
+        link.session = session;
+        link.next_seq = 0;
+        link.unacked.clear();
+    }
+
+    fn send_frame(&mut self, now: Instant, to: Address, kind: u8, payload: &[u8]) {
+        if !self.links.get(&to).is_some_and(|l| l.session > 0) {
+            self.restart_link(now, to);
+        }
         let link = self.links.entry(to).or_default();
         let seq = link.next_seq;
         link.next_seq += 1;
         let mut b = BytesMut::with_capacity(18 + payload.len());
         b.put_u8(TAG_FRAME);
-        b.put_u64(self.session);
+        b.put_u64(link.session);
         b.put_u64(seq);
         b.put_u8(kind);
         b.put_slice(payload);
@@ -249,6 +284,14 @@ impl SimShard {
         }
         let session = u64::from_be_bytes(frame[1..9].try_into().expect("8 bytes"));
         let seq = u64::from_be_bytes(frame[9..17].try_into().expect("8 bytes"));
+        if session < self.birth {
+            // A connection to this process's predecessor: refused.
+            let mut reset = BytesMut::with_capacity(9);
+            reset.put_u8(TAG_RESET);
+            reset.put_u64(session);
+            self.out.push_back((from, reset.freeze()));
+            return;
+        }
         let link = self.links.entry(from).or_default();
         if link.peer_session.is_some_and(|p| session < p) {
             // A datagram of a link that broke, late (reordered or
@@ -258,11 +301,9 @@ impl SimShard {
             return;
         }
         if link.peer_session != Some(session) {
-            // A new link. The sender's new session starts at 0; a receiver
-            // in a new life (it never heard this peer) takes the rest of
-            // what an older link carried from the first frame it hears,
-            // the start of it lost as with a dropped connection.
-            link.expected = if link.peer_session.is_none() { seq } else { 0 };
+            // A new link: everything of it is for this process (it started
+            // after this process did), from its first frame on.
+            link.expected = 0;
             link.peer_session = Some(session);
             link.early.clear();
         }
@@ -290,10 +331,7 @@ impl SimShard {
     fn on_ack(&mut self, from: Address, ack: &Bytes) {
         let session = u64::from_be_bytes(ack[1..9].try_into().expect("8 bytes"));
         let upto = u64::from_be_bytes(ack[9..17].try_into().expect("8 bytes"));
-        if session != self.session {
-            return;
-        }
-        if let Some(link) = self.links.get_mut(&from) {
+        if let Some(link) = self.links.get_mut(&from).filter(|l| l.session == session) {
             while link.unacked.front().is_some_and(|(s, _)| *s < upto) {
                 link.unacked.pop_front();
             }
@@ -340,7 +378,15 @@ impl SimShard {
     fn settle(&mut self, now: Instant) {
         loop {
             let mut busy = false;
-            while self.membership.poll_event().is_some() {}
+            while let Some(event) = self.membership.poll_event() {
+                use plexus_cluster::ClusterEvent as E;
+                if matches!(
+                    event,
+                    E::MemberDowned { .. } | E::SelfDowned { .. } | E::MemberUnreachable(_)
+                ) {
+                    self.note(now, || format!("cluster: {event:?}"));
+                }
+            }
             // The view as the member holds it (it may learn members
             // without an event of theirs, from a state it merged).
             let view: Vec<(Arc<str>, plexus_cluster::MemberState, u64, u64)> = self
@@ -383,7 +429,7 @@ impl SimShard {
             while let Some((to, packet)) = self.regions.poll_transmit() {
                 busy = true;
                 if let Some(to) = index(&to) {
-                    self.send_frame(to, FRAME_CONTROL, &packet);
+                    self.send_frame(now, to, FRAME_CONTROL, &packet);
                 }
             }
             while let Some(event) = self.regions.poll_event() {
@@ -407,7 +453,7 @@ impl SimShard {
                 let mut b = BytesMut::new();
                 Header::Entity { id, origin: None }.encode(&mut b);
                 b.put_u64(parcel);
-                self.send_frame(to, FRAME_ENVELOPE, &b);
+                self.send_frame(now, to, FRAME_ENVELOPE, &b);
             }
             Event::Marker {
                 shard, to, handoff, ..
@@ -420,7 +466,7 @@ impl SimShard {
                     handoff,
                 }
                 .encode(&mut b);
-                self.send_frame(to, FRAME_ENVELOPE, &b);
+                self.send_frame(now, to, FRAME_ENVELOPE, &b);
             }
             Event::Activate { id, .. } => {
                 self.note(now, || format!("activate {id}"));
@@ -470,6 +516,12 @@ impl Protocol for SimShard {
             }
             Some(&TAG_FRAME) => self.on_frame(now, from, &packet),
             Some(&TAG_ACK) if packet.len() == 17 => self.on_ack(from, &packet),
+            Some(&TAG_RESET) if packet.len() == 9 => {
+                let session = u64::from_be_bytes(packet[1..9].try_into().expect("8 bytes"));
+                if self.links.get(&from).is_some_and(|l| l.session == session) {
+                    self.restart_link(now, from);
+                }
+            }
             _ => {}
         }
         self.settle(now);
@@ -690,9 +742,10 @@ pub fn campaign(seed: u64, config: &CampaignConfig) -> Outcome {
                 let (a, b) = side.split_at(k);
                 note(&sim, format!("partition {a:?} | {b:?}"));
                 sim.partition(a, b);
+                let now = sim.now();
                 for &p in &side {
                     if let Some(p) = sim.process_mut(p) {
-                        p.break_links();
+                        p.break_links(now);
                     }
                 }
                 partitioned = true;
@@ -758,7 +811,10 @@ pub fn campaign(seed: u64, config: &CampaignConfig) -> Outcome {
         }
     }
     outcome.sent = next;
-    note(&sim, "heal, restart every crashed member; probes in 30 s".into());
+    note(
+        &sim,
+        "heal, restart every crashed member; probes in 30 s".into(),
+    );
     sim.heal();
     for back in std::mem::take(&mut crashed) {
         restart(&mut sim, back, &cluster, sharding, &witness);

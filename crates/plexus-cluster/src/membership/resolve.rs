@@ -67,6 +67,19 @@ impl Membership {
     }
 
     pub(super) fn resolve_split_brain(&mut self, now: Instant) {
+        // A sweep is decided at its deadline, which comes only while
+        // something is unreachable: one left over from a partition that
+        // resolved otherwise (the others downed the silent member first)
+        // holds acks of long ago, and decided on a later partition it
+        // counted the other side as answering (campaign seed 1873: a
+        // minority stayed and downed the majority).
+        if self
+            .sweep
+            .as_ref()
+            .is_some_and(|s| now >= s.deadline + self.config.probe_timeout * 2)
+        {
+            self.sweep = None;
+        }
         let Some(sweep) = self.sweep.as_mut() else {
             let decision = self.decide_on(None);
             if decision.0 == Decision::DownSelf
