@@ -261,7 +261,7 @@ impl SimShard {
     }
 
     fn send_frame(&mut self, now: Instant, to: Address, kind: u8, payload: &[u8]) {
-        if !self.links.get(&to).is_some_and(|l| l.session > 0) {
+        if self.links.get(&to).is_none_or(|l| l.session == 0) {
             self.restart_link(now, to);
         }
         let link = self.links.entry(to).or_default();
