@@ -154,6 +154,8 @@ pub struct Coordinator {
     leaving_members: BTreeSet<Arc<str>>,
     /// When each region last asked for a renewal (for the quorum).
     heard: BTreeMap<Arc<str>, Instant>,
+    /// Its member suspects most of the cluster: no lease is renewed.
+    cut_off: bool,
     /// Its epoch (in its marks).
     epoch: u32,
     /// When it started: every region renews within a lease of that, so a
@@ -186,6 +188,7 @@ impl Coordinator {
             followers: BTreeSet::new(),
             leaving_members: BTreeSet::new(),
             heard: BTreeMap::new(),
+            cut_off: false,
             created: now,
             start_wait: false,
             next_rebalance: now + config.rebalance_every,
@@ -474,10 +477,24 @@ impl Coordinator {
         self.refuse_homeless(now);
     }
 
+    /// Its member's view: whether it suspects so many members that the
+    /// rest, itself included, are no majority of the cluster. A member cut
+    /// off alone that became the coordinator meanwhile has only its own
+    /// region renewing with it, a majority of one among the regions it
+    /// heard of; its membership's suspicions say otherwise, before its
+    /// split-brain resolver downs it (campaign seed 315).
+    pub fn set_cut_off(&mut self, cut_off: bool) {
+        self.cut_off = cut_off;
+    }
+
     /// Whether a majority of the regions (those not drained after a
-    /// leave) asked for a renewal within the last lease: a coordinator that
-    /// hears from fewer renews no one.
+    /// leave) asked for a renewal within the last lease, and its member is
+    /// not cut off from most of the cluster: a coordinator that hears from
+    /// fewer renews no one.
     fn has_quorum(&self, now: Instant) -> bool {
+        if self.cut_off {
+            return false;
+        }
         let since = now.checked_sub(self.config.lease).unwrap_or(now);
         let (mut regions, mut heard) = (0usize, 0usize);
         for (region, _) in self.allocation.regions() {

@@ -313,6 +313,9 @@ pub struct Regions<P> {
     /// with that life's shards (campaign seeds 4, a downed member's new
     /// life, and 1354, a process restarted after a crash).
     downed: bool,
+    /// Its member suspects so many members that the rest are no majority
+    /// (its coordinators renew no lease meanwhile).
+    cut_off: bool,
     leaving: bool,
     left: bool,
     /// A proxy outside the cluster: the member every message goes
@@ -345,6 +348,7 @@ impl<P> Regions<P> {
             up_number: 0,
             generation: 0,
             downed: true,
+            cut_off: false,
             leaving: false,
             left: false,
             via: None,
@@ -596,6 +600,29 @@ impl<P> Regions<P> {
             for c in self.coordinators.values_mut() {
                 c.member_leaving(address);
             }
+        }
+        // Members this one counts (as the split-brain resolver does), and
+        // of those the ones it does not suspect, itself included.
+        let counting = members
+            .iter()
+            .filter(|m| m.address != local.address)
+            .filter(|m| {
+                matches!(
+                    m.state,
+                    MemberState::Up | MemberState::Suspect | MemberState::Leaving
+                )
+            })
+            .count()
+            + 1;
+        let trusted = members
+            .iter()
+            .filter(|m| m.address != local.address)
+            .filter(|m| matches!(m.state, MemberState::Up | MemberState::Leaving))
+            .count()
+            + 1;
+        self.cut_off = trusted * 2 <= counting && counting > 1;
+        for c in self.coordinators.values_mut() {
+            c.set_cut_off(self.cut_off);
         }
         if gone_state(local.state) && !self.downed {
             // Downed (or removed): stop everything now, without waiting for
@@ -974,6 +1001,7 @@ impl<P> Regions<P> {
         // Unique among the type's coordinators: 24 bits of up-number, 8 of
         // generation.
         let epoch = ((self.up_number as u32) << 8) | u32::from(self.generation);
+        let cut_off = self.cut_off;
         let leaving: Vec<Arc<str>> = self
             .view
             .iter()
@@ -988,6 +1016,7 @@ impl<P> Regions<P> {
                 for member in &leaving {
                     c.member_leaving(member);
                 }
+                c.set_cut_off(cut_off);
                 c
             });
         match body {

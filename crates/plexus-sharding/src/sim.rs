@@ -243,6 +243,13 @@ impl SimShard {
         }
     }
 
+    /// `peer`'s process ended (a crash): its connection here ends with it,
+    /// and what it had not acked is lost; the next frame to it starts a
+    /// new link (which its next life, if one comes, takes).
+    pub fn peer_crashed(&mut self, peer: Address) {
+        self.links.remove(&peer);
+    }
+
     /// Nanoseconds of the run at `now`.
     fn run_nanos(&self, now: Instant) -> u64 {
         let start = self.witness().start.unwrap_or(now);
@@ -449,6 +456,7 @@ impl SimShard {
         let me = self.me;
         match event {
             Event::Forward { to, id, parcel, .. } => {
+                self.note(now, || format!("forward {parcel} for {id} to {to}"));
                 let Some(to) = index(&to) else { return };
                 let mut b = BytesMut::new();
                 Header::Entity { id, origin: None }.encode(&mut b);
@@ -761,6 +769,11 @@ pub fn campaign(seed: u64, config: &CampaignConfig) -> Outcome {
                 let victim = live[sim.rng().gen_range(0..live.len())];
                 note(&sim, format!("crash sim:{victim}"));
                 sim.crash(victim);
+                for &other in &live {
+                    if let Some(p) = sim.process_mut(other) {
+                        p.peer_crashed(victim);
+                    }
+                }
                 witness
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -848,6 +861,14 @@ pub fn campaign(seed: u64, config: &CampaignConfig) -> Outcome {
         let w = w.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         probes2.iter().all(|&n| w.was_handled(n))
     });
+    if config.trace {
+        let now = sim.now();
+        for a in sim.live().collect::<Vec<_>>() {
+            if let Some(p) = sim.process(a) {
+                p.note(now, || format!("at the end: {:?}", p.regions.stats()));
+            }
+        }
+    }
     let w = witness
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);

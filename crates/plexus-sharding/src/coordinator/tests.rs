@@ -437,3 +437,27 @@ fn renewals_that_waited_in_a_link_do_not_make_a_majority() {
         "renewed once a majority follows again"
     );
 }
+
+#[test]
+fn a_coordinator_whose_member_is_cut_off_renews_no_lease() {
+    let t0 = Instant::now();
+    // Alone: its own region is every region it heard of, a majority of
+    // one, but its member suspects most of the cluster.
+    let (mut c, now) = running(1, 1, t0);
+    c.set_cut_off(true);
+    c.renew(region(0), 1, true, &[], Stamp::NONE, now);
+    assert!(
+        matches!(
+            outputs(&mut c).as_slice(),
+            [CoordinatorOutput::NotRenewed { seq: 1, .. }]
+        ),
+        "no lease while cut off"
+    );
+    // The suspicions are refuted: it renews again.
+    c.set_cut_off(false);
+    c.renew(region(0), 2, true, &[], Stamp::NONE, now);
+    assert!(matches!(
+        outputs(&mut c).as_slice(),
+        [CoordinatorOutput::Renewed { seq: 2, .. }]
+    ));
+}
