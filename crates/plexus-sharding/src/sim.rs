@@ -236,10 +236,10 @@ impl SimShard {
     }
 
     /// Its links break (a partition): what they had not delivered is lost.
-    pub fn break_links(&mut self, now: Instant) {
+    pub fn break_links(&mut self) {
         let peers: Vec<Address> = self.links.keys().copied().collect();
         for peer in peers {
-            self.restart_link(now, peer);
+            self.end_link(peer);
         }
     }
 
@@ -247,7 +247,7 @@ impl SimShard {
     /// and what it had not acked is lost; the next frame to it starts a
     /// new link (which its next life, if one comes, takes).
     pub fn peer_crashed(&mut self, peer: Address) {
-        self.links.remove(&peer);
+        self.end_link(peer);
     }
 
     /// Nanoseconds of the run at `now`.
@@ -256,9 +256,19 @@ impl SimShard {
         now.saturating_duration_since(start).as_nanos() as u64
     }
 
-    /// A new sending session to `peer` (a break, or the peer's reset): what
-    /// the old one had not had acked is lost.
-    fn restart_link(&mut self, now: Instant, peer: Address) {
+    /// The sending session to `peer` ends (a break, the peer's crash or
+    /// its reset): what it had not had acked is lost, and the next frame
+    /// opens a new one, named by when it is sent.
+    fn end_link(&mut self, peer: Address) {
+        if let Some(link) = self.links.get_mut(&peer) {
+            link.session = 0;
+            link.next_seq = 0;
+            link.unacked.clear();
+        }
+    }
+
+    /// A new sending session to `peer`, named by `now`.
+    fn open_link(&mut self, now: Instant, peer: Address) {
         let session = self.run_nanos(now).max(self.last_session + 1);
         self.last_session = session;
         let link = self.links.entry(peer).or_default();
@@ -269,7 +279,7 @@ impl SimShard {
 
     fn send_frame(&mut self, now: Instant, to: Address, kind: u8, payload: &[u8]) {
         if self.links.get(&to).is_none_or(|l| l.session == 0) {
-            self.restart_link(now, to);
+            self.open_link(now, to);
         }
         let link = self.links.entry(to).or_default();
         let seq = link.next_seq;
@@ -292,6 +302,12 @@ impl SimShard {
         let session = u64::from_be_bytes(frame[1..9].try_into().expect("8 bytes"));
         let seq = u64::from_be_bytes(frame[9..17].try_into().expect("8 bytes"));
         if session < self.birth {
+            self.note(now, || {
+                format!(
+                    "reset session {session} of sim:{from} (born {})",
+                    self.birth
+                )
+            });
             // A connection to this process's predecessor: refused.
             let mut reset = BytesMut::with_capacity(9);
             reset.put_u8(TAG_RESET);
@@ -526,8 +542,12 @@ impl Protocol for SimShard {
             Some(&TAG_ACK) if packet.len() == 17 => self.on_ack(from, &packet),
             Some(&TAG_RESET) if packet.len() == 9 => {
                 let session = u64::from_be_bytes(packet[1..9].try_into().expect("8 bytes"));
-                if self.links.get(&from).is_some_and(|l| l.session == session) {
-                    self.restart_link(now, from);
+                let current = self.links.get(&from).map(|l| l.session);
+                self.note(now, || {
+                    format!("reset from sim:{from} of session {session} (current {current:?})")
+                });
+                if current == Some(session) {
+                    self.end_link(from);
                 }
             }
             _ => {}
@@ -750,10 +770,9 @@ pub fn campaign(seed: u64, config: &CampaignConfig) -> Outcome {
                 let (a, b) = side.split_at(k);
                 note(&sim, format!("partition {a:?} | {b:?}"));
                 sim.partition(a, b);
-                let now = sim.now();
                 for &p in &side {
                     if let Some(p) = sim.process_mut(p) {
-                        p.break_links(now);
+                        p.break_links();
                     }
                 }
                 partitioned = true;
