@@ -63,7 +63,7 @@ pub(crate) struct Peer {
     pub(crate) scheme: String,
     dial: Mutex<Option<String>>,
     /// The peer's protocol, stepped by whichever task has an input for it
-    /// (the driver's locked form: see [`Carry`] below).
+    /// (the driver's locked form; `peer/carry.rs` carries out its steps).
     session: Locked<LiveSession>,
     forward: OnceLock<Arc<Peer>>,
     ctx: OnceLock<Arc<dyn WireContext>>,
@@ -246,8 +246,8 @@ impl Peer {
     }
 
     /// Steps the session with `input` (see [`Locked::step`]): what it
-    /// produces is carried out by this peer ([`Carry`]) after the lock is
-    /// let go.
+    /// produces is carried out by this peer (`peer/carry.rs`) after the
+    /// lock is let go.
     fn step<R>(
         self: &Arc<Self>,
         input: impl FnOnce(&mut LiveSession, std::time::Instant) -> R,
@@ -323,7 +323,7 @@ impl Peer {
     }
 
     /// Mirrors `st`'s phase after a transition (under its lock, from
-    /// [`Carry::stepped`]): the links for the lock-free send path, the
+    /// `Carry::stepped`): the links for the lock-free send path, the
     /// `down` flag, and a down link lets go of its import.
     fn mirror(&self, st: &LiveSession) {
         self.links.store(st.sender().cloned());
