@@ -603,24 +603,14 @@ impl<P> Regions<P> {
         }
         // Members this one counts (as the split-brain resolver does), and
         // of those the ones it does not suspect, itself included.
-        let counting = members
-            .iter()
-            .filter(|m| m.address != local.address)
-            .filter(|m| {
-                matches!(
-                    m.state,
-                    MemberState::Up | MemberState::Suspect | MemberState::Leaving
-                )
-            })
-            .count()
-            + 1;
-        let trusted = members
-            .iter()
-            .filter(|m| m.address != local.address)
-            .filter(|m| matches!(m.state, MemberState::Up | MemberState::Leaving))
-            .count()
-            + 1;
-        self.cut_off = trusted * 2 <= counting && counting > 1;
+        let (mut counting, mut trusted) = (1, 1);
+        for m in members.iter().filter(|m| m.address != local.address) {
+            if m.state.counts_for_quorum() {
+                counting += 1;
+                trusted += usize::from(m.state != MemberState::Suspect);
+            }
+        }
+        self.cut_off = trusted * 2 <= counting;
         for c in self.coordinators.values_mut() {
             c.set_cut_off(self.cut_off);
         }

@@ -69,6 +69,12 @@ pub struct Witness {
 }
 
 impl Witness {
+    /// Nanoseconds of the run at `now`.
+    fn nanos_at(&self, now: Instant) -> u64 {
+        let start = self.start.unwrap_or(now);
+        now.saturating_duration_since(start).as_nanos() as u64
+    }
+
     /// Notes `line` at `now` if tracing.
     fn note(&mut self, now: Instant, line: impl FnOnce() -> String) {
         if let (Some(trace), Some(start)) = (&mut self.trace, self.start) {
@@ -147,6 +153,17 @@ struct Link {
     early: BTreeMap<u64, Bytes>,
 }
 
+impl Link {
+    /// Its sending session ends (a break, the peer's crash or its reset):
+    /// what it had not had acked is lost, and the next frame opens a new
+    /// one, named by when it is sent.
+    fn end(&mut self) {
+        self.session = 0;
+        self.next_seq = 0;
+        self.unacked.clear();
+    }
+}
+
 /// A cluster member with its sharding, as a simulated process.
 #[derive(Debug)]
 pub struct SimShard {
@@ -190,12 +207,10 @@ impl SimShard {
             .expect("simulated member settings are valid");
         let mut regions = Regions::new(address(i).into(), sharding);
         regions.register(CART.into(), now);
-        let start = witness
+        let birth = witness
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .start
-            .unwrap_or(now);
-        let birth = now.saturating_duration_since(start).as_nanos() as u64;
+            .nanos_at(now);
         Self {
             me: i,
             membership,
@@ -237,51 +252,26 @@ impl SimShard {
 
     /// Its links break (a partition): what they had not delivered is lost.
     pub fn break_links(&mut self) {
-        let peers: Vec<Address> = self.links.keys().copied().collect();
-        for peer in peers {
-            self.end_link(peer);
-        }
+        self.links.values_mut().for_each(Link::end);
     }
 
     /// `peer`'s process ended (a crash): its connection here ends with it,
     /// and what it had not acked is lost; the next frame to it starts a
     /// new link (which its next life, if one comes, takes).
     pub fn peer_crashed(&mut self, peer: Address) {
-        self.end_link(peer);
-    }
-
-    /// Nanoseconds of the run at `now`.
-    fn run_nanos(&self, now: Instant) -> u64 {
-        let start = self.witness().start.unwrap_or(now);
-        now.saturating_duration_since(start).as_nanos() as u64
-    }
-
-    /// The sending session to `peer` ends (a break, the peer's crash or
-    /// its reset): what it had not had acked is lost, and the next frame
-    /// opens a new one, named by when it is sent.
-    fn end_link(&mut self, peer: Address) {
         if let Some(link) = self.links.get_mut(&peer) {
-            link.session = 0;
-            link.next_seq = 0;
-            link.unacked.clear();
+            link.end();
         }
-    }
-
-    /// A new sending session to `peer`, named by `now`.
-    fn open_link(&mut self, now: Instant, peer: Address) {
-        let session = self.run_nanos(now).max(self.last_session + 1);
-        self.last_session = session;
-        let link = self.links.entry(peer).or_default();
-        link.session = session;
-        link.next_seq = 0;
-        link.unacked.clear();
     }
 
     fn send_frame(&mut self, now: Instant, to: Address, kind: u8, payload: &[u8]) {
-        if self.links.get(&to).is_none_or(|l| l.session == 0) {
-            self.open_link(now, to);
-        }
+        let nanos = self.witness().nanos_at(now);
         let link = self.links.entry(to).or_default();
+        if link.session == 0 {
+            // A new sending session, named by when it opens.
+            link.session = nanos.max(self.last_session + 1);
+            self.last_session = link.session;
+        }
         let seq = link.next_seq;
         link.next_seq += 1;
         let mut b = BytesMut::with_capacity(18 + payload.len());
@@ -546,8 +536,8 @@ impl Protocol for SimShard {
                 self.note(now, || {
                     format!("reset from sim:{from} of session {session} (current {current:?})")
                 });
-                if current == Some(session) {
-                    self.end_link(from);
+                if let Some(link) = self.links.get_mut(&from).filter(|l| l.session == session) {
+                    link.end();
                 }
             }
             _ => {}

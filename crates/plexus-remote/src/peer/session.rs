@@ -381,11 +381,6 @@ impl<H: Handles> Session<H> {
         std::mem::take(&mut self.moved)
     }
 
-    /// This node.
-    pub(crate) fn here(&self) -> NodeId {
-        self.here
-    }
-
     /// Waits for the `RESOLVED` answering `request`.
     pub(crate) fn expect_resolved(&mut self, request: u64, reply: H::Resolve) {
         self.resolves.insert(request, reply);

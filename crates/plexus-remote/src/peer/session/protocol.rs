@@ -47,7 +47,7 @@ impl<H: Handles> Protocol for Session<H> {
         let remote = self.remote.unwrap_or(NodeId::from_u64(0));
         let handled = WireFrame::decode(packet)
             .map_err(|e| CloseCause::from(ProtocolError::Malformed(e)))
-            .and_then(|frame| self.handle_frame(self.here(), remote, frame));
+            .and_then(|frame| self.handle_frame(self.here, remote, frame));
         let event = match handled {
             Ok(None) => return,
             Ok(Some(message)) => SessionEvent::Message(message),
