@@ -102,8 +102,12 @@ async fn measure(n: u64) -> (f64, f64, u64) {
     let config = ShardingConfig {
         max_active: usize::try_from(n).unwrap_or(usize::MAX).max(1),
         passivate_after: Duration::from_secs(3_600),
-        lease: Duration::from_secs(1),
-        margin: Duration::from_millis(200),
+        // Short, so the coordinator's start wait (a lease and its margin)
+        // is short, yet renewed with two seconds to spare: a member
+        // activating a million entities on a loaded machine answers its
+        // renewal timer late, and a lapsed lease stops every entity.
+        lease: Duration::from_secs(3),
+        margin: Duration::from_millis(300),
         ..ShardingConfig::default()
     };
     let sharding = Sharding::start(&node, &system, &cluster, config).expect("sharding");
@@ -152,7 +156,22 @@ async fn measure(n: u64) -> (f64, f64, u64) {
     for r in &refs {
         r.tell(CounterMsg::Add(1));
     }
-    all.await;
+    // A message refused (a tell has nobody to tell) would leave the wait
+    // without an end: past a bound far over any run, the counters say why.
+    if tokio::time::timeout(Duration::from_secs(120), all)
+        .await
+        .is_err()
+    {
+        let stats = sharding.stats().await;
+        eprintln!(
+            "activation: {} of {n} entities handled their message in 120 s; refused {}, dropped {}, held {}",
+            done.handled.load(Ordering::Relaxed),
+            stats.regions.refusals,
+            stats.dropped,
+            stats.regions.held
+        );
+        std::process::exit(1);
+    }
     let secs = start.elapsed().as_secs_f64();
     let peak = peak_rss_bytes().unwrap_or(0);
     let per_entity = peak.saturating_sub(rss_before) as f64 / n as f64;

@@ -9,9 +9,12 @@
 //! active until the caller reports it stopped, so a message that arrives
 //! meanwhile is held by the caller and re-activates it after.
 //!
-//! Sans-IO: time comes in as `now`. Every operation is O(log n).
+//! Sans-IO: time comes in as `now`. An entity is found by its id in a hash
+//! table (O(1); ids come from the network, so the table's hasher is
+//! seeded at random); the use order is a B-tree ordered by time (O(log
+//! n), and its keys compare without reading the id).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use crate::shard::EntityId;
@@ -49,7 +52,7 @@ struct Entry {
 pub struct Entities {
     max_active: usize,
     passivate_after: Duration,
-    entries: BTreeMap<EntityId, Entry>,
+    entries: HashMap<EntityId, Entry>,
     /// Running entities (not stopping) by last use: the least recently used
     /// first.
     by_use: BTreeSet<(Instant, u64, EntityId)>,
@@ -63,7 +66,7 @@ impl Entities {
         Self {
             max_active: max_active.max(1),
             passivate_after,
-            entries: BTreeMap::new(),
+            entries: HashMap::new(),
             by_use: BTreeSet::new(),
             tick: 0,
         }

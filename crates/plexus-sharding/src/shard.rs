@@ -4,6 +4,8 @@
 //! the type's shard count, so every member and every proxy computes the
 //! same one without asking anybody.
 
+use std::sync::Arc;
+
 use plexus_cluster::ring::hash64;
 
 /// The longest entity id, in bytes: ids travel in every message to an
@@ -11,8 +13,12 @@ use plexus_cluster::ring::hash64;
 pub const MAX_ID_LEN: usize = 256;
 
 /// An entity's id within its type: non-empty, at most [`MAX_ID_LEN`] bytes.
+///
+/// Shared, not copied: a region keeps an active entity's id in several
+/// tables (its entry, its use order, its shard's set, the running actor),
+/// and each holds the one string (a clone is a reference count).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct EntityId(Box<str>);
+pub struct EntityId(Arc<str>);
 
 /// Why a string is not an [`EntityId`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -2,6 +2,7 @@
 //! actor that passivates it in order with its messages.
 
 use std::future::Future;
+use std::sync::Arc;
 
 use plexus_core::remote::RemoteMessage;
 use plexus_core::{Actor, Context, ExitReason, SystemRef};
@@ -94,6 +95,41 @@ pub(crate) struct EntityActor<E> {
     pub(crate) id: EntityId,
     pub(crate) entity: E,
     pub(crate) passivated: bool,
+    pub(crate) notice: StopNotice,
+}
+
+/// Which of its type's activations an entity's actor is: a stop reported
+/// for an earlier one (it stopped after the entity was activated again)
+/// is told apart from the running one's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Life(pub(crate) u64);
+
+/// How an entity's actor tells the driver it is gone.
+pub(crate) struct StopNotice {
+    pub(crate) inputs: super::Inputs,
+    pub(crate) entity_type: Arc<str>,
+    pub(crate) life: Life,
+}
+
+/// The actor's state is dropped once it is gone, whichever way it went
+/// (passivated, failed, killed, its runtime shut down): the one place that
+/// sees every end. Told from here rather than by watching the actor, an
+/// entity costs no watcher list and no callback (issue 33's activation
+/// figures: one of each per entity). A runtime shutting down finds the
+/// driver gone: nothing to tell.
+impl<E> Drop for EntityActor<E> {
+    fn drop(&mut self) {
+        let _ = self
+            .notice
+            .inputs
+            .send(plexus_remote::driver::Input::Command(
+                super::host::Command::EntityStopped {
+                    entity_type: self.notice.entity_type.clone(),
+                    id: self.id.clone(),
+                    life: self.notice.life,
+                },
+            ));
+    }
 }
 
 impl<E: Entity> Actor for EntityActor<E> {

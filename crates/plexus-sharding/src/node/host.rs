@@ -10,11 +10,11 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use plexus_cluster::{ClusterUpdate, MemberState};
-use plexus_core::ActorId;
 use plexus_remote::driver::Host;
 use plexus_remote::{ForgedRefs, Node};
 use tokio::sync::oneshot;
 
+use super::entity::Life;
 use super::kind::{Kind, Parcel, Waiter};
 use super::protocol::ShardingProtocol;
 use super::remember::Remembering;
@@ -75,7 +75,7 @@ pub(crate) enum Command {
     EntityStopped {
         entity_type: Arc<str>,
         id: EntityId,
-        actor: ActorId,
+        life: Life,
     },
     /// Hand over every shard; answer when none is left.
     Leave(oneshot::Sender<()>),
@@ -318,12 +318,12 @@ impl Host<ShardingProtocol> for ShardingHost {
             Command::EntityStopped {
                 entity_type,
                 id,
-                actor,
+                life,
             } => {
                 let ours = self
                     .kinds
                     .get_mut(&entity_type)
-                    .is_some_and(|k| k.stopped(&id, actor));
+                    .is_some_and(|k| k.stopped(&id, life));
                 if ours {
                     regions.entity_stopped(&entity_type, &id, now);
                 }

@@ -5,13 +5,12 @@ use std::any::Any;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use plexus_core::remote::{control_of, RemoteMessage, Watcher};
-use plexus_core::{ActorId, ActorRef, SystemRef};
+use plexus_core::remote::RemoteMessage;
+use plexus_core::{ActorRef, SystemRef};
 use plexus_remote::{ForgedRefs, Node, ResolveError};
 use tokio::sync::oneshot;
 
-use super::entity::{Entity, EntityActor, Turn};
-use super::host::Command;
+use super::entity::{Entity, EntityActor, Life, StopNotice, Turn};
 use crate::envelope::{Envelope, Header, Origin};
 use crate::region::EntityError;
 use crate::shard::{EntityId, HandOffId, ShardId};
@@ -79,7 +78,7 @@ pub(crate) trait Kind: Send {
     /// Stops an entity after the messages before this.
     fn passivate(&mut self, id: &EntityId);
     /// The entity's actor stopped: whether it was the one running as `id`.
-    fn stopped(&mut self, id: &EntityId, actor: ActorId) -> bool;
+    fn stopped(&mut self, id: &EntityId, life: Life) -> bool;
     /// Stops every entity now (the driver stops).
     fn stop_all(&mut self);
 }
@@ -89,8 +88,14 @@ pub(crate) fn region_actor(entity_type: &str) -> String {
     format!("plexus.sharding.{entity_type}")
 }
 
-/// Starts one entity of a type whose messages are `M`.
-type Spawner<M> = Box<dyn Fn(&EntityId) -> ActorRef<Turn<M>> + Send>;
+/// Starts one entity of a type whose messages are `M`, as its `life`.
+type Spawner<M> = Box<dyn Fn(&EntityId, Life) -> ActorRef<Turn<M>> + Send>;
+
+/// A running entity's actor, and which of the type's activations it is.
+struct Running<M> {
+    actor: ActorRef<Turn<M>>,
+    life: Life,
+}
 
 /// An entity type whose messages are `M`.
 pub(crate) struct TypeOf<M: RemoteMessage> {
@@ -98,7 +103,9 @@ pub(crate) struct TypeOf<M: RemoteMessage> {
     refs: ForgedRefs<Envelope<M>>,
     /// Registered here: how to start an entity.
     spawn: Option<Spawner<M>>,
-    running: HashMap<EntityId, ActorRef<Turn<M>>>,
+    running: HashMap<EntityId, Running<M>>,
+    /// The last activation's number.
+    lives: u64,
 }
 
 impl<M: RemoteMessage> TypeOf<M> {
@@ -109,6 +116,7 @@ impl<M: RemoteMessage> TypeOf<M> {
             refs: ForgedRefs::default(),
             spawn: None,
             running: HashMap::new(),
+            lives: 0,
         }
     }
 
@@ -125,24 +133,17 @@ impl<M: RemoteMessage> TypeOf<M> {
         F: Fn(&EntityId) -> E + Send + Sync + 'static,
     {
         let name = entity_type.clone();
-        let spawn: Spawner<M> = Box::new(move |id: &EntityId| {
-            let actor = system.spawn(EntityActor {
+        let spawn: Spawner<M> = Box::new(move |id: &EntityId, life: Life| {
+            system.spawn(EntityActor {
                 id: id.clone(),
                 entity: factory(id),
                 passivated: false,
-            });
-            let (inputs, entity_type, id, actor_id) =
-                (inputs.clone(), name.clone(), id.clone(), actor.id());
-            control_of(&actor).watch(Watcher::Callback(Box::new(move |_down| {
-                let _ = inputs.send(plexus_remote::driver::Input::Command(
-                    Command::EntityStopped {
-                        entity_type,
-                        id,
-                        actor: actor_id,
-                    },
-                ));
-            })));
-            actor
+                notice: StopNotice {
+                    inputs: inputs.clone(),
+                    entity_type: name.clone(),
+                    life,
+                },
+            })
         });
         Self {
             spawn: Some(spawn),
@@ -218,27 +219,29 @@ impl<M: RemoteMessage> Kind for TypeOf<M> {
 
     fn activate(&mut self, id: &EntityId) {
         if let Some(spawn) = &self.spawn {
-            let actor = spawn(id);
-            self.running.insert(id.clone(), actor);
+            self.lives += 1;
+            let life = Life(self.lives);
+            let actor = spawn(id, life);
+            self.running.insert(id.clone(), Running { actor, life });
         }
     }
 
     fn deliver(&mut self, id: &EntityId, message: Message) -> Result<(), Message> {
-        let Some(actor) = self.running.get(id) else {
+        let Some(running) = self.running.get(id) else {
             return Err(message);
         };
-        actor.tell(Turn::Message(*message.downcast::<M>()?));
+        running.actor.tell(Turn::Message(*message.downcast::<M>()?));
         Ok(())
     }
 
     fn passivate(&mut self, id: &EntityId) {
-        if let Some(actor) = self.running.get(id) {
-            actor.tell(Turn::Passivate);
+        if let Some(running) = self.running.get(id) {
+            running.actor.tell(Turn::Passivate);
         }
     }
 
-    fn stopped(&mut self, id: &EntityId, actor: ActorId) -> bool {
-        if self.running.get(id).is_some_and(|a| a.id() == actor) {
+    fn stopped(&mut self, id: &EntityId, life: Life) -> bool {
+        if self.running.get(id).is_some_and(|r| r.life == life) {
             self.running.remove(id);
             return true;
         }
@@ -246,8 +249,8 @@ impl<M: RemoteMessage> Kind for TypeOf<M> {
     }
 
     fn stop_all(&mut self) {
-        for actor in self.running.values() {
-            actor.tell(Turn::Passivate);
+        for running in self.running.values() {
+            running.actor.tell(Turn::Passivate);
         }
     }
 }
