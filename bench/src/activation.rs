@@ -164,8 +164,9 @@ async fn measure(n: u64) -> (f64, f64, u64) {
     {
         let stats = sharding.stats().await;
         eprintln!(
-            "activation: {} of {n} entities handled their message in 120 s; refused {}, dropped {}, held {}",
+            "activation: {} of {n} entities handled their message in 120 s; leases lapsed {}, refused {}, dropped {}, held {}",
             done.handled.load(Ordering::Relaxed),
+            stats.regions.lease_lapses,
             stats.regions.refusals,
             stats.dropped,
             stats.regions.held

@@ -65,6 +65,15 @@ pub enum EntityError {
 pub enum RegionOutput<M> {
     /// Ask the coordinator for a shard's home.
     AskHome(ShardId),
+    /// The lease ran out before a renewal was answered (the coordinator
+    /// is unreachable, or this member answered its renewal timer late):
+    /// the `active` entities are passivated, and messages to its shards
+    /// are held (bounded), then refused, until it is renewed. For the
+    /// operator: a member that keeps losing its lease needs a longer one.
+    LeaseLapsed {
+        /// Entities active when it ran out.
+        active: usize,
+    },
     /// Send a message to the region hosting its entity.
     Forward {
         /// That region.
@@ -547,6 +556,9 @@ impl<M> Region<M> {
             }
         }
         if self.lease.handle_timeout(now) == LeaseState::Expired {
+            self.out.push_back(RegionOutput::LeaseLapsed {
+                active: self.entities.active(),
+            });
             // Renewed, the shards start again: what they remember wakes.
             self.started.clear();
             // Its shards stay its own (the coordinator moves them only

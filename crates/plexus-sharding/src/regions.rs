@@ -177,6 +177,17 @@ pub enum Event<P> {
         /// The message.
         parcel: P,
     },
+    /// A region's lease ran out before a renewal was answered: its
+    /// `active` entities are being passivated (the [`Passivate`]
+    /// events follow). Worth a warning to the operator.
+    ///
+    /// [`Passivate`]: Event::Passivate
+    LeaseLapsed {
+        /// The entity type.
+        entity_type: Arc<str>,
+        /// Entities active when it ran out.
+        active: usize,
+    },
     /// Stop the entity (its `stopping` hook runs), then report it with
     /// [`Regions::entity_stopped`].
     Passivate {
@@ -269,6 +280,9 @@ pub struct RegionsStats {
     pub handoffs: u64,
     /// Messages refused here.
     pub refusals: u64,
+    /// Leases of a region here that ran out before a renewal was
+    /// answered (its entities were stopped).
+    pub lease_lapses: u64,
     /// Control packets refused as malformed.
     pub bad_packets: u64,
     /// Whether this member runs the coordinators.
@@ -862,6 +876,13 @@ impl<P> Regions<P> {
                 id,
                 parcel: message,
             }),
+            RegionOutput::LeaseLapsed { active } => {
+                self.stats.lease_lapses += 1;
+                self.events.push_back(Event::LeaseLapsed {
+                    entity_type: t,
+                    active,
+                });
+            }
             RegionOutput::Passivate(id) => {
                 self.stats.passivations += 1;
                 self.events

@@ -461,6 +461,14 @@ impl SimShard {
     fn on_event(&mut self, now: Instant, event: Event<u64>) {
         let me = self.me;
         match event {
+            Event::LeaseLapsed {
+                entity_type,
+                active,
+            } => {
+                self.note(now, || {
+                    format!("lease of {entity_type} lapsed with {active} active")
+                });
+            }
             Event::Forward { to, id, parcel, .. } => {
                 self.note(now, || format!("forward {parcel} for {id} to {to}"));
                 let Some(to) = index(&to) else { return };

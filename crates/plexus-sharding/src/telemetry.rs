@@ -1,6 +1,7 @@
 //! Metrics of a member's sharding, published on demand through the
 //! `metrics` facade: active entities and shards per entity type, held
-//! messages, activations, passivations, hand-offs, refusals and losses
+//! messages, activations, passivations, hand-offs, refusals, losses and
+//! lapsed leases
 //! ([`ShardingStats`]). Nothing is recorded per message.
 //! [`Sharding::record_metrics`] asks the driver for its counters and
 //! publishes them; [`record_sharding_stats`] publishes counters already
@@ -30,6 +31,9 @@ pub const HANDOFFS: &str = "plexus_sharding_handoffs_total";
 /// `dropped` (refused with nobody waiting), `lost` (a waiting sender's
 /// member went away), `packet` (malformed control packets).
 pub const REFUSED: &str = "plexus_sharding_refused_total";
+/// `plexus_sharding_lease_lapses_total`: leases that ran out before a
+/// renewal was answered (their entities were stopped).
+pub const LEASE_LAPSES: &str = "plexus_sharding_lease_lapses_total";
 /// `plexus_sharding_unremembered_total`: writes of remembered entities
 /// that did not reach a majority.
 pub const UNREMEMBERED: &str = "plexus_sharding_unremembered_total";
@@ -62,6 +66,11 @@ pub fn describe_metrics() {
         "Messages refused here, dropped with nobody waiting, lost with their member; malformed packets."
     );
     describe_counter!(
+        LEASE_LAPSES,
+        Unit::Count,
+        "Leases that ran out before a renewal was answered (their entities were stopped)."
+    );
+    describe_counter!(
         UNREMEMBERED,
         Unit::Count,
         "Writes of remembered entities that did not reach a majority (kept here, spread by gossip)."
@@ -87,6 +96,7 @@ pub fn record_sharding_stats(s: &ShardingStats) {
     metrics::counter!(REFUSED, "what" => "dropped").absolute(s.dropped);
     metrics::counter!(REFUSED, "what" => "lost").absolute(s.lost);
     metrics::counter!(REFUSED, "what" => "packet").absolute(r.bad_packets);
+    metrics::counter!(LEASE_LAPSES).absolute(r.lease_lapses);
     metrics::counter!(UNREMEMBERED).absolute(s.unremembered);
 }
 

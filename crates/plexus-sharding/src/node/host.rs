@@ -366,6 +366,12 @@ impl Host<ShardingProtocol> for ShardingHost {
 
     fn event(&mut self, protocol: &mut ShardingProtocol, _now: Instant, event: Event<Parcel>) {
         match event {
+            Event::LeaseLapsed {
+                entity_type,
+                active,
+            } => {
+                tracing::warn!(target: "plexus::sharding", %entity_type, active, "the lease on this member's shards ran out before a renewal was answered: its entities are stopped, and messages to them held (then refused) until it is renewed; a member that keeps losing its lease needs a longer one (ShardingConfig::lease)");
+            }
             Event::Forward {
                 entity_type,
                 to,

@@ -208,6 +208,11 @@ fn a_lost_lease_passivates_everything_and_holds_what_comes_after() {
     assert!(r.poll_timeout() <= Some(t0 + LEASE));
     r.handle_timeout(t0 + LEASE);
     let out = outputs(&mut r);
+    // Told (the operator's warning), with what it stops.
+    assert!(
+        out.contains(&RegionOutput::LeaseLapsed { active: 1 }),
+        "{out:?}"
+    );
     assert!(out.contains(&RegionOutput::Passivate(id(1))), "{out:?}");
     r.entity_stopped(&id(1), t0 + LEASE);
     // Held while no lease holds, up to the bound; refused beyond it.

@@ -197,6 +197,8 @@ impl Cluster {
                 return;
             };
             match event {
+                // Counted; the passivations follow.
+                Event::LeaseLapsed { .. } => {}
                 Event::Forward { to, id, parcel, .. } => {
                     let header = Header::Entity { id, origin: None };
                     self.queue(me, &to, 1, Item::Envelope(header, Some(parcel)));
