@@ -660,6 +660,20 @@ impl<M> Region<M> {
     fn dispatch(&mut self, home: Arc<str>, id: EntityId, message: M, now: Instant) {
         if home == self.me {
             let shard = shard_of(&self.entity_type, &id, self.config.shards);
+            if !self.homed.contains(&shard) {
+                // Routed here as the old home of a hand-off (it was held
+                // since before it began) by a region that does not host
+                // the shard (its lease ran out and its shards moved, or
+                // its member restarted): nothing of the shard runs here,
+                // and an entity started now would outlive the hand-off,
+                // which finds nothing to stop and reports the shard
+                // stopped at once (campaign seed 1398). Held for the new
+                // home instead, in order, ahead of what comes later.
+                let me = self.me.clone();
+                self.routing.forget(shard, &me);
+                self.send(id, message, now);
+                return;
+            }
             self.local(shard, id, message, now);
         } else {
             self.out.push_back(RegionOutput::Forward {

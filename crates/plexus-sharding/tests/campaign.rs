@@ -47,7 +47,7 @@ fn faults_never_activate_an_entity_twice_and_it_answers_after_the_heal() {
 #[test]
 fn seeds_that_once_broke_safety_no_longer_do() {
     let config = CampaignConfig::default();
-    for seed in [0, 4, 15, 19, 47, 315, 352, 409, 698, 1354, 1873] {
+    for seed in [0, 4, 15, 19, 47, 315, 352, 409, 698, 1354, 1398, 1873, 8210] {
         let outcome = campaign(seed, &config);
         assert!(
             outcome.violations.is_empty(),

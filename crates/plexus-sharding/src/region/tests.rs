@@ -515,3 +515,48 @@ fn a_home_meant_for_the_previous_life_is_not_taken() {
         ]
     );
 }
+
+#[test]
+fn an_old_home_that_does_not_host_the_shard_starts_nothing_for_the_hand_off() {
+    // Campaign seed 1398: a region whose lease ran out held a message for
+    // a shard it no longer hosted; the coordinator then moved the shard
+    // away from it (it was the old home). The message went to the old
+    // home, itself, and started the entity there, and the hand-off,
+    // finding the shard not hosted, reported it stopped at once: the new
+    // home started the entity a second time.
+    let t0 = Instant::now();
+    let mut r = leased(t0);
+    r.send(id(1), 10, t0);
+    r.send(id(1), 11, t0);
+    assert_eq!(outputs(&mut r), [RegionOutput::AskHome(shard(1))]);
+    r.begin_hand_off(shard(1), me(), H, t0);
+    let out = outputs(&mut r);
+    assert!(
+        !out.iter()
+            .any(|o| matches!(o, RegionOutput::Activate(_) | RegionOutput::Deliver { .. })),
+        "{out:?}"
+    );
+    assert!(
+        out.contains(&RegionOutput::HandOffAck(shard(1), H)),
+        "{out:?}"
+    );
+    r.hand_off(shard(1), H, [me()]);
+    assert_eq!(outputs(&mut r), [RegionOutput::ShardStopped(shard(1), H)]);
+    // The new home gets them, in order.
+    r.home_is(shard(1), other(), t0);
+    assert_eq!(
+        outputs(&mut r),
+        [
+            RegionOutput::Forward {
+                to: other(),
+                id: id(1),
+                message: 10
+            },
+            RegionOutput::Forward {
+                to: other(),
+                id: id(1),
+                message: 11
+            }
+        ]
+    );
+}
